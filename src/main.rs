@@ -1,0 +1,2 @@
+//! The `headroom` binary.
+fn main() {}
