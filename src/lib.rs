@@ -1,1 +1,18 @@
 //! headroom: a Kubernetes scheduler that places pods by what nodes and workloads really use.
+//!
+//! The crate is the scheduler library behind the `headroom` binary:
+//! - [`quantity`], [`resources`], [`selector`]: Kubernetes quantities, pod requests and
+//!   selectors, read exactly as upstream reads them;
+//! - [`snapshot`]: the immutable-per-cycle view of nodes and the pods on them;
+//! - [`framework`]: extension-point traits, statuses, the runtime and decision records;
+//! - [`plugins`]: the plugins, one file each, and the registry that builds profiles;
+//! - [`queue`]: active, backoff and unschedulable queues;
+//! - [`config`]: the YAML configuration;
+//! - [`place`]: the `headroom place` what-if command.
+
+pub mod framework;
+pub mod plugins;
+pub mod quantity;
+pub mod resources;
+pub mod selector;
+pub mod snapshot;

@@ -1,0 +1,70 @@
+//! `CycleState`: per-pod, per-cycle data that plugins compute in PreFilter/PreScore and read in
+//! Filter/Score. Keyed by type, so each plugin reads back exactly what it wrote.
+
+use std::any::{Any, TypeId};
+
+/// State of one scheduling cycle.
+#[derive(Default)]
+pub struct CycleState {
+    slots: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
+    /// When true, plugins attach the numbers behind each verdict (`Status::detail`) and score.
+    /// Off on the hot path so that no strings are built for nodes nobody will look at.
+    pub explain: bool,
+}
+
+impl CycleState {
+    /// A fresh state.
+    pub fn new(explain: bool) -> CycleState {
+        CycleState {
+            slots: Vec::new(),
+            explain,
+        }
+    }
+
+    /// Stores a value (one per type; a second write replaces the first).
+    pub fn write<T: Any + Send + Sync>(&mut self, value: T) {
+        let id = TypeId::of::<T>();
+        if let Some(slot) = self.slots.iter_mut().find(|(t, _)| *t == id) {
+            slot.1 = Box::new(value);
+        } else {
+            self.slots.push((id, Box::new(value)));
+        }
+    }
+
+    /// Reads a value written in this cycle.
+    #[inline]
+    pub fn read<T: Any + Send + Sync>(&self) -> Option<&T> {
+        let id = TypeId::of::<T>();
+        self.slots
+            .iter()
+            .find(|(t, _)| *t == id)
+            .and_then(|(_, v)| v.downcast_ref::<T>())
+    }
+
+    /// Mutable access to a value written in this cycle.
+    pub fn read_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
+        let id = TypeId::of::<T>();
+        self.slots
+            .iter_mut()
+            .find(|(t, _)| *t == id)
+            .and_then(|(_, v)| v.downcast_mut::<T>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_slots() {
+        let mut s = CycleState::new(false);
+        assert!(s.read::<u32>().is_none());
+        s.write(5u32);
+        s.write(String::from("x"));
+        s.write(7u32);
+        assert_eq!(s.read::<u32>(), Some(&7));
+        assert_eq!(s.read::<String>().map(String::as_str), Some("x"));
+        *s.read_mut::<u32>().unwrap() += 1;
+        assert_eq!(s.read::<u32>(), Some(&8));
+    }
+}

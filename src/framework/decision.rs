@@ -1,0 +1,427 @@
+//! Decision records: what one scheduling cycle saw and decided, cheap to build (indices and
+//! numbers, no strings for nodes nobody asked about) and rendered on demand into the
+//! [`Explanation`] that `headroom place` prints and `/explain` serves.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::status::{Code, Status};
+use crate::snapshot::NodeIdx;
+
+/// Upstream's `NoNodeAvailableMsg` prefix.
+pub const NO_NODE_AVAILABLE: &str = "nodes are available";
+
+/// How a cycle ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A node was chosen.
+    Placed {
+        /// The node.
+        node: Arc<str>,
+    },
+    /// No node fits; `message` is the FailedScheduling message.
+    Unschedulable {
+        /// Upstream-format message (`0/5 nodes are available: ...`).
+        message: String,
+    },
+    /// The pod cannot be considered (unreadable spec, gates, a plugin error).
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// One score plugin's column over the feasible nodes.
+#[derive(Debug, Clone)]
+pub struct ScoreColumn {
+    /// Plugin name.
+    pub plugin: &'static str,
+    /// Weight from the profile.
+    pub weight: i64,
+    /// Raw scores, in feasible-node order.
+    pub raw: Vec<i64>,
+    /// Normalised scores (0..=100), in feasible-node order.
+    pub normalized: Vec<i64>,
+    /// The numbers behind each raw score, when the cycle explained itself.
+    pub details: Option<Vec<Option<String>>>,
+}
+
+/// The record of one scheduling cycle.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Profile (scheduler name) that decided.
+    pub profile: String,
+    /// Snapshot generation the cycle read.
+    pub generation: u64,
+    /// Node names of that snapshot, by index.
+    pub node_names: Arc<Vec<Arc<str>>>,
+    /// PreFilter statuses that were not plain success (skips, rejections).
+    pub pre_filter: Vec<Status>,
+    /// Nodes rejected by a filter, with the status of the first failing filter.
+    pub rejected: Vec<(NodeIdx, Status)>,
+    /// The status of nodes that were not evaluated (PreFilter rejected the pod, or restricted
+    /// the nodes); applies to every node that is neither rejected nor feasible.
+    pub absent: Option<Status>,
+    /// Nodes that passed every filter.
+    pub feasible: Vec<NodeIdx>,
+    /// Score plugins whose PreScore said Skip.
+    pub skipped_scores: Vec<&'static str>,
+    /// Score columns of the plugins that ran.
+    pub scores: Vec<ScoreColumn>,
+    /// Weighted totals, in feasible-node order (empty when scoring was not needed).
+    pub totals: Vec<i64>,
+    /// The result.
+    pub outcome: Outcome,
+    /// Extra notes plugins left for the explanation (degraded data, ignored annotations...).
+    pub notes: Vec<String>,
+}
+
+impl Decision {
+    /// An empty record for a pod.
+    pub fn new(
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        profile: &str,
+        generation: u64,
+        node_names: Arc<Vec<Arc<str>>>,
+    ) -> Decision {
+        Decision {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+            profile: profile.to_string(),
+            generation,
+            node_names,
+            pre_filter: Vec::new(),
+            rejected: Vec::new(),
+            absent: None,
+            feasible: Vec::new(),
+            skipped_scores: Vec::new(),
+            scores: Vec::new(),
+            totals: Vec::new(),
+            outcome: Outcome::Error {
+                message: "not scheduled yet".to_string(),
+            },
+            notes: Vec::new(),
+        }
+    }
+
+    /// The chosen node, if any.
+    pub fn node(&self) -> Option<&str> {
+        match &self.outcome {
+            Outcome::Placed { node } => Some(node),
+            _ => None,
+        }
+    }
+
+    /// Number of nodes in the snapshot.
+    pub fn num_nodes(&self) -> usize {
+        self.node_names.len()
+    }
+
+    /// Upstream's `FitError.Error()`: `0/N nodes are available: <counts>.`, reasons counted
+    /// over nodes, each `"<count> <reason>"` string sorted lexicographically. When a PreFilter
+    /// rejected the pod, its message stands alone (the per-node copies are not counted twice).
+    pub fn fit_error_message(&self) -> String {
+        let n = self.num_nodes();
+        let mut msg = format!("0/{n} {NO_NODE_AVAILABLE}:");
+        if let Some(pf) = self.pre_filter.iter().find(|s| s.is_rejected()) {
+            msg.push_str(&format!(" {}.", pf.message()));
+            return msg;
+        }
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, s) in &self.rejected {
+            for r in &s.reasons {
+                *counts.entry(r.as_ref()).or_insert(0) += 1;
+            }
+        }
+        let explicit = self.rejected.len() + self.feasible.len();
+        if let Some(absent) = &self.absent {
+            if explicit < n {
+                for r in &absent.reasons {
+                    *counts.entry(r.as_ref()).or_insert(0) += n - explicit;
+                }
+            }
+        }
+        let mut parts: Vec<String> = counts.iter().map(|(r, c)| format!("{c} {r}")).collect();
+        parts.sort();
+        if !parts.is_empty() {
+            msg.push_str(&format!(" {}.", parts.join(", ")));
+        }
+        msg
+    }
+
+    /// Renders the record for people and JSON consumers.
+    pub fn explain(&self) -> Explanation {
+        let n = self.num_nodes();
+        let mut verdicts: Vec<Option<NodeVerdict>> = vec![None; n];
+        for (idx, s) in &self.rejected {
+            verdicts[*idx as usize] = Some(NodeVerdict::rejected(
+                &self.node_names[*idx as usize],
+                s,
+            ));
+        }
+        let chosen = self.node();
+        for (i, idx) in self.feasible.iter().enumerate() {
+            let name = &self.node_names[*idx as usize];
+            let scores = self
+                .scores
+                .iter()
+                .map(|c| PluginScore {
+                    plugin: c.plugin.to_string(),
+                    raw: c.raw[i],
+                    normalized: c.normalized[i],
+                    weight: c.weight,
+                    weighted: c.normalized[i] * c.weight,
+                    detail: c
+                        .details
+                        .as_ref()
+                        .and_then(|d| d.get(i).cloned().flatten()),
+                })
+                .collect();
+            verdicts[*idx as usize] = Some(NodeVerdict {
+                name: name.to_string(),
+                feasible: true,
+                chosen: chosen == Some(name.as_ref()),
+                plugin: None,
+                code: None,
+                reasons: Vec::new(),
+                detail: None,
+                total: self.totals.get(i).copied(),
+                scores,
+            });
+        }
+        let nodes: Vec<NodeVerdict> = verdicts
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.unwrap_or_else(|| match &self.absent {
+                    Some(s) => NodeVerdict::rejected(&self.node_names[i], s),
+                    None => NodeVerdict::rejected(
+                        &self.node_names[i],
+                        &Status::new(Code::Error, "not evaluated"),
+                    ),
+                })
+            })
+            .collect();
+        let (placed, message) = match &self.outcome {
+            Outcome::Placed { .. } => (true, None),
+            Outcome::Unschedulable { message } | Outcome::Error { message } => {
+                (false, Some(message.clone()))
+            }
+        };
+        Explanation {
+            pod: format!("{}/{}", self.namespace, self.name),
+            uid: self.uid.clone(),
+            profile: self.profile.clone(),
+            snapshot_generation: self.generation,
+            placed,
+            node: self.node().map(str::to_string),
+            message,
+            feasible_nodes: self.feasible.len(),
+            pre_filter: self
+                .pre_filter
+                .iter()
+                .map(|s| PluginStatus {
+                    plugin: s.plugin.to_string(),
+                    code: s.code,
+                    message: s.message(),
+                    detail: s.detail.clone(),
+                })
+                .collect(),
+            skipped_scores: self.skipped_scores.iter().map(|s| s.to_string()).collect(),
+            notes: self.notes.clone(),
+            nodes,
+        }
+    }
+}
+
+/// A plugin status in an explanation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PluginStatus {
+    /// Plugin name.
+    pub plugin: String,
+    /// Status code.
+    pub code: Code,
+    /// Reasons joined.
+    pub message: String,
+    /// Numbers behind it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub detail: Option<String>,
+}
+
+/// One score plugin's contribution on one node.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PluginScore {
+    /// Plugin name.
+    pub plugin: String,
+    /// Raw score.
+    pub raw: i64,
+    /// After normalisation (0..=100).
+    pub normalized: i64,
+    /// Profile weight.
+    pub weight: i64,
+    /// `normalized × weight`.
+    pub weighted: i64,
+    /// The numbers behind the raw score.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub detail: Option<String>,
+}
+
+/// One node's verdict in an explanation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodeVerdict {
+    /// Node name.
+    pub name: String,
+    /// Passed every filter.
+    pub feasible: bool,
+    /// The node chosen.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub chosen: bool,
+    /// The rejecting plugin.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub plugin: Option<String>,
+    /// The rejecting status code.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub code: Option<Code>,
+    /// Rejection reasons (upstream strings).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub reasons: Vec<String>,
+    /// Numbers behind the rejection.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub detail: Option<String>,
+    /// Weighted total score (feasible nodes, when scoring ran).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub total: Option<i64>,
+    /// Per-plugin scores.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub scores: Vec<PluginScore>,
+}
+
+impl NodeVerdict {
+    fn rejected(name: &str, s: &Status) -> NodeVerdict {
+        NodeVerdict {
+            name: name.to_string(),
+            feasible: false,
+            chosen: false,
+            plugin: (!s.plugin.is_empty()).then(|| s.plugin.to_string()),
+            code: Some(s.code),
+            reasons: s.reasons.iter().map(|r| r.to_string()).collect(),
+            detail: s.detail.clone(),
+            total: None,
+            scores: Vec::new(),
+        }
+    }
+}
+
+/// A decision rendered for output: what `place --output json` prints and `/explain` serves.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Profile that decided.
+    pub profile: String,
+    /// Snapshot generation read.
+    pub snapshot_generation: u64,
+    /// Whether a node was chosen.
+    pub placed: bool,
+    /// The chosen node.
+    pub node: Option<String>,
+    /// The FailedScheduling message (or error) when not placed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
+    /// How many nodes passed the filters.
+    pub feasible_nodes: usize,
+    /// PreFilter statuses other than success.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub pre_filter: Vec<PluginStatus>,
+    /// Score plugins that skipped this pod.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub skipped_scores: Vec<String>,
+    /// Notes from plugins.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub notes: Vec<String>,
+    /// Every node's verdict, in snapshot order.
+    pub nodes: Vec<NodeVerdict>,
+}
+
+impl Explanation {
+    /// A human-readable table.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(out, "pod {} (profile {})", self.pod, self.profile);
+        match (&self.node, &self.message) {
+            (Some(n), _) => {
+                let _ = writeln!(out, "  placed on {n} ({} feasible node(s))", self.feasible_nodes);
+            }
+            (None, Some(m)) => {
+                let _ = writeln!(out, "  not placed: {m}");
+            }
+            (None, None) => {
+                let _ = writeln!(out, "  not placed");
+            }
+        }
+        for s in &self.pre_filter {
+            let _ = write!(out, "  prefilter {}: {:?} {}", s.plugin, s.code, s.message);
+            if let Some(d) = &s.detail {
+                let _ = write!(out, " ({d})");
+            }
+            out.push('\n');
+        }
+        if !self.skipped_scores.is_empty() {
+            let _ = writeln!(out, "  score plugins skipped: {}", self.skipped_scores.join(", "));
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
+        let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
+        for n in &self.nodes {
+            let mark = if n.chosen { "*" } else { " " };
+            if n.feasible {
+                let total = n.total.map_or("-".to_string(), |t| t.to_string());
+                let _ = write!(out, "  {mark} {:width$}  feasible  total {total}", n.name);
+                for s in &n.scores {
+                    let _ = write!(out, "  {}={}", s.plugin, s.weighted);
+                }
+                out.push('\n');
+                for s in n.scores.iter().filter(|s| s.detail.is_some()) {
+                    let _ = writeln!(
+                        out,
+                        "      {}: raw {} → {} × {}: {}",
+                        s.plugin,
+                        s.raw,
+                        s.normalized,
+                        s.weight,
+                        s.detail.as_deref().unwrap_or("")
+                    );
+                }
+            } else {
+                let _ = write!(
+                    out,
+                    "  {mark} {:width$}  rejected  {}: {}",
+                    n.name,
+                    n.plugin.as_deref().unwrap_or("-"),
+                    n.reasons.join(", ")
+                );
+                if let Some(d) = &n.detail {
+                    let _ = write!(out, " ({d})");
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+}

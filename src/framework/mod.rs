@@ -1,0 +1,211 @@
+//! The scheduling framework: extension points as traits, the per-cycle state, statuses, and
+//! the runtime that runs a profile's plugins over a snapshot and produces a [`Decision`].
+//!
+//! Extension points, in cycle order (as upstream's): PreFilter → Filter (per node) →
+//! PostFilter (only when no node fits; a hook) → PreScore → Score (per feasible node) →
+//! NormalizeScore → weights → host selection → Reserve/Unreserve → Permit → Bind.
+//!
+//! Filters and scores are synchronous and pure over an immutable [`Snapshot`]: no I/O happens
+//! inside a cycle. Everything that needs the network or the disk (usage data, the API server)
+//! is prepared before the cycle into the snapshot or a view the plugin holds.
+//!
+//! A plugin struct implements the traits of the points it serves and is registered once as a
+//! [`Registered`] entry listing them. Scores are 0..=[`MAX_NODE_SCORE`] after normalisation,
+//! then multiplied by the plugin's weight from the profile.
+
+mod cycle_state;
+pub mod decision;
+mod runtime;
+mod status;
+
+use std::sync::Arc;
+
+pub use cycle_state::CycleState;
+pub use decision::{Decision, Outcome};
+pub use runtime::{Framework, PluginWeight};
+pub use status::{Code, Reasons, Status};
+
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+
+/// The highest score a plugin may give a node after normalisation.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// The lowest.
+pub const MIN_NODE_SCORE: i64 = 0;
+
+/// What every plugin has: a name.
+pub trait Plugin: Send + Sync {
+    /// The plugin's name, as used in profiles and decision records.
+    fn name(&self) -> &'static str;
+}
+
+/// Node names a PreFilter restricts the cycle to (upstream's `PreFilterResult`).
+pub type NodeNames = std::collections::BTreeSet<String>;
+
+/// Runs once per pod before filtering; may compute state, restrict nodes, reject the pod, or
+/// return `Skip` so that its Filter is not run for this pod.
+pub trait PreFilterPlugin: Plugin {
+    /// The PreFilter call.
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Status, Option<NodeNames>);
+}
+
+/// Decides whether one node can run the pod.
+pub trait FilterPlugin: Plugin {
+    /// The Filter call.
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Runs when no node fits (upstream's preemption point). A hook: headroom does not preempt.
+pub trait PostFilterPlugin: Plugin {
+    /// The PostFilter call; the default says nothing can be done.
+    fn post_filter(&self, state: &CycleState, pod: &PodInfo, decision: &Decision) -> Status;
+}
+
+/// Runs once per pod before scoring, over the feasible nodes; `Skip` drops the plugin's Score.
+pub trait PreScorePlugin: Plugin {
+    /// The PreScore call.
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[NodeIdx],
+    ) -> Status;
+}
+
+/// Scores one feasible node; optionally normalises all scores of the cycle.
+pub trait ScorePlugin: Plugin {
+    /// The raw score of a node.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// The numbers behind a node's raw score, for explanations only (never on the hot path).
+    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let _ = (state, pod, node);
+        None
+    }
+
+    /// Rewrites the raw scores into 0..=100 (in feasible-node order). The default keeps them.
+    fn normalize(&self, state: &CycleState, pod: &PodInfo, scores: &mut [i64]) -> Status {
+        let _ = (state, pod, scores);
+        Status::success()
+    }
+}
+
+/// Reserve and Unreserve: claim (or release) plugin-side state once a node is chosen.
+pub trait ReservePlugin: Plugin {
+    /// Called after the node is chosen, before binding.
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// Called when a later step fails, in reverse order of Reserve.
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+/// Permit: may approve, deny or (in upstream) delay binding. A hook here.
+pub trait PermitPlugin: Plugin {
+    /// The Permit call.
+    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+}
+
+/// PreEnqueue: whether the pod may enter the active queue at all (e.g. scheduling gates).
+pub trait PreEnqueuePlugin: Plugin {
+    /// The PreEnqueue call.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// One plugin registered with the extension points it serves.
+#[derive(Clone, Default)]
+pub struct Registered {
+    /// The plugin's name.
+    pub name: &'static str,
+    /// PreEnqueue, if served.
+    pub pre_enqueue: Option<Arc<dyn PreEnqueuePlugin>>,
+    /// PreFilter, if served.
+    pub pre_filter: Option<Arc<dyn PreFilterPlugin>>,
+    /// Filter, if served.
+    pub filter: Option<Arc<dyn FilterPlugin>>,
+    /// PostFilter, if served.
+    pub post_filter: Option<Arc<dyn PostFilterPlugin>>,
+    /// PreScore, if served.
+    pub pre_score: Option<Arc<dyn PreScorePlugin>>,
+    /// Score, if served.
+    pub score: Option<Arc<dyn ScorePlugin>>,
+    /// Reserve, if served.
+    pub reserve: Option<Arc<dyn ReservePlugin>>,
+    /// Permit, if served.
+    pub permit: Option<Arc<dyn PermitPlugin>>,
+}
+
+impl Registered {
+    /// Starts a registration for a named plugin.
+    pub fn new(name: &'static str) -> Registered {
+        Registered {
+            name,
+            ..Default::default()
+        }
+    }
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut points = Vec::new();
+        for (has, p) in [
+            (self.pre_enqueue.is_some(), "PreEnqueue"),
+            (self.pre_filter.is_some(), "PreFilter"),
+            (self.filter.is_some(), "Filter"),
+            (self.post_filter.is_some(), "PostFilter"),
+            (self.pre_score.is_some(), "PreScore"),
+            (self.score.is_some(), "Score"),
+            (self.reserve.is_some(), "Reserve"),
+            (self.permit.is_some(), "Permit"),
+        ] {
+            if has {
+                points.push(p);
+            }
+        }
+        write!(f, "{} {:?}", self.name, points)
+    }
+}
+
+/// Upstream's `DefaultNormalizeScore`: scales scores so the highest becomes `max`; with
+/// `reverse`, lower raw scores win (`max - score`). All zero → all zero (or all `max` when
+/// reversed).
+pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
+    let max_count = scores.iter().copied().max().unwrap_or(0).max(0);
+    if max_count == 0 {
+        if reverse {
+            scores.iter_mut().for_each(|s| *s = max);
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let mut v = max * *s / max_count;
+        if reverse {
+            v = max - v;
+        }
+        *s = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_table() {
+        let cases: &[(&[i64], bool, &[i64])] = &[
+            (&[0, 0], false, &[0, 0]),
+            (&[0, 0], true, &[100, 100]),
+            (&[1, 2, 4], false, &[25, 50, 100]),
+            (&[1, 2, 4], true, &[75, 50, 0]),
+            (&[3, 7], false, &[42, 100]),
+        ];
+        for (input, reverse, want) in cases {
+            let mut s = input.to_vec();
+            default_normalize_score(100, *reverse, &mut s);
+            assert_eq!(&s, want, "{input:?} reverse={reverse}");
+        }
+    }
+}

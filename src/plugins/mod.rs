@@ -1,0 +1,1 @@
+//! Scheduler plugins, one file each, and the registry that assembles profiles.

@@ -1,0 +1,339 @@
+//! The cluster snapshot the scheduling cycle reads: nodes, the pods on each node with
+//! aggregated requests, and indexes built incrementally (never per pod being scheduled).
+//!
+//! The scheduler owns its snapshot behind an `Arc`; filters and scores only ever see `&Snapshot`
+//! for a whole cycle, so they are pure. Between cycles, updates go through `Arc::make_mut`:
+//! when nobody else holds the snapshot (the common case) that is an in-place, O(pods on the
+//! node) change; when the API server holds a copy for `/explain`, the first update after that
+//! pays one copy (each node is itself an `Arc`, so that copy is one pointer per node).
+
+mod index;
+mod node_info;
+mod pod_info;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+
+pub use index::PodIndex;
+pub use node_info::{NodeImage, NodeInfo};
+pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
+
+use crate::selector::Labels;
+
+/// Index of a node within one snapshot.
+pub type NodeIdx = u32;
+
+/// The label every namespace carries with its own name (Kubernetes ≥ 1.22).
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// An immutable-per-cycle view of the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    generation: u64,
+    nodes: Vec<Arc<NodeInfo>>,
+    by_name: HashMap<Arc<str>, NodeIdx>,
+    /// Node names in index order, shared cheaply with decision records.
+    names: Arc<Vec<Arc<str>>>,
+    /// How many nodes have each image name (for ImageLocality's spread factor).
+    image_nodes: HashMap<String, u32>,
+    /// Nodes that host at least one pod with (anti-)affinity terms.
+    nodes_with_affinity_pods: u32,
+    /// Namespace labels, for namespaceSelector.
+    namespace_labels: HashMap<String, Labels>,
+    /// Where each pod sits: pod key (uid, or namespace/name) → node.
+    pod_nodes: HashMap<String, NodeIdx>,
+    /// Label index over all assigned pods.
+    pod_index: PodIndex,
+}
+
+fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
+    if uid.is_empty() {
+        format!("{namespace}/{name}")
+    } else {
+        uid.to_string()
+    }
+}
+
+impl Snapshot {
+    /// An empty snapshot.
+    pub fn new() -> Snapshot {
+        Snapshot::default()
+    }
+
+    /// Builds a snapshot from nodes and pods; pods with `spec.nodeName` naming a known node are
+    /// placed on it, others are ignored (they are pending, not part of the cluster state).
+    pub fn build(nodes: impl IntoIterator<Item = Node>, pods: impl IntoIterator<Item = Pod>) -> Snapshot {
+        let mut s = Snapshot::new();
+        for n in nodes {
+            s.upsert_node(Arc::new(n));
+        }
+        for p in pods {
+            // Finished pods hold no resources on their node (the kubelet does not count them).
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let info = Arc::new(PodInfo::new(Arc::new(p)));
+            if let Some(node) = info.node_name().map(str::to_string) {
+                s.add_pod(info, &node);
+            }
+        }
+        s
+    }
+
+    /// Increments on every change; recorded in decisions.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Number of nodes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True with no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// All nodes, by index.
+    #[inline]
+    pub fn nodes(&self) -> &[Arc<NodeInfo>] {
+        &self.nodes
+    }
+
+    /// One node by index.
+    #[inline]
+    pub fn node(&self, idx: NodeIdx) -> &NodeInfo {
+        &self.nodes[idx as usize]
+    }
+
+    /// A node's index by name.
+    pub fn index_of(&self, name: &str) -> Option<NodeIdx> {
+        self.by_name.get(name).copied()
+    }
+
+    /// A node by name.
+    pub fn get(&self, name: &str) -> Option<&NodeInfo> {
+        self.index_of(name).map(|i| self.node(i))
+    }
+
+    /// Node names in index order (shared, cheap to clone).
+    pub fn names(&self) -> Arc<Vec<Arc<str>>> {
+        self.names.clone()
+    }
+
+    /// How many nodes carry an image name.
+    pub fn image_node_count(&self, image: &str) -> u32 {
+        self.image_nodes.get(image).copied().unwrap_or(0)
+    }
+
+    /// True when some node hosts a pod with pod (anti-)affinity terms.
+    pub fn any_pods_with_affinity(&self) -> bool {
+        self.nodes_with_affinity_pods > 0
+    }
+
+    /// The labels of a namespace; a namespace we have not seen carries only its automatic
+    /// `kubernetes.io/metadata.name` label.
+    pub fn namespace_labels(&self, namespace: &str) -> std::borrow::Cow<'_, Labels> {
+        match self.namespace_labels.get(namespace) {
+            Some(l) => std::borrow::Cow::Borrowed(l),
+            None => {
+                let mut l = Labels::new();
+                l.insert(NAMESPACE_NAME_LABEL.to_string(), namespace.to_string());
+                std::borrow::Cow::Owned(l)
+            }
+        }
+    }
+
+    /// All known namespaces with labels.
+    pub fn namespaces(&self) -> &HashMap<String, Labels> {
+        &self.namespace_labels
+    }
+
+    /// The label index over assigned pods.
+    pub fn pod_index(&self) -> &PodIndex {
+        &self.pod_index
+    }
+
+    /// Which node a pod sits on.
+    pub fn node_of_pod(&self, namespace: &str, name: &str, uid: &str) -> Option<NodeIdx> {
+        self.pod_nodes.get(&pod_key(namespace, name, uid)).copied()
+    }
+
+    /// Records a namespace's labels.
+    pub fn upsert_namespace(&mut self, ns: &Namespace) {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+        labels
+            .entry(NAMESPACE_NAME_LABEL.to_string())
+            .or_insert_with(|| name.clone());
+        self.namespace_labels.insert(name, labels);
+        self.generation += 1;
+    }
+
+    fn index_images(&mut self, info: &NodeInfo, add: bool) {
+        let mut seen: Vec<&str> = Vec::new();
+        for img in &info.images {
+            for n in &img.names {
+                if seen.contains(&n.as_str()) {
+                    continue;
+                }
+                seen.push(n);
+                if add {
+                    *self.image_nodes.entry(n.clone()).or_insert(0) += 1;
+                } else if let Some(c) = self.image_nodes.get_mut(n) {
+                    *c -= 1;
+                    if *c == 0 {
+                        self.image_nodes.remove(n);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds a node, or replaces the node object of a known one (keeping its pods).
+    pub fn upsert_node(&mut self, node: Arc<Node>) -> NodeIdx {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.generation += 1;
+        if let Some(idx) = self.index_of(&name) {
+            let old = self.nodes[idx as usize].clone();
+            self.index_images(&old, false);
+            let info = Arc::make_mut(&mut self.nodes[idx as usize]);
+            info.set_node(node);
+            let updated = self.nodes[idx as usize].clone();
+            self.index_images(&updated, true);
+            return idx;
+        }
+        let info = NodeInfo::new(node);
+        let idx = self.nodes.len() as NodeIdx;
+        self.index_images(&info, true);
+        self.by_name.insert(info.name.clone(), idx);
+        Arc::make_mut(&mut self.names).push(info.name.clone());
+        self.nodes.push(Arc::new(info));
+        idx
+    }
+
+    /// Removes a node with its pods; returns whether it existed.
+    pub fn remove_node(&mut self, name: &str) -> bool {
+        let Some(idx) = self.index_of(name) else {
+            return false;
+        };
+        self.generation += 1;
+        let info = self.nodes[idx as usize].clone();
+        for p in &info.pods {
+            self.pod_nodes.remove(&pod_key(&p.namespace, &p.name, &p.uid));
+            self.pod_index.remove(idx, p);
+        }
+        if info.pods_with_affinity > 0 {
+            self.nodes_with_affinity_pods -= 1;
+        }
+        self.index_images(&info, false);
+        self.by_name.remove(name);
+        let last = self.nodes.len() - 1;
+        self.nodes.swap_remove(idx as usize);
+        let names = Arc::make_mut(&mut self.names);
+        names.swap_remove(idx as usize);
+        if (idx as usize) != last {
+            // The last node moved into `idx`: fix every reference to its old index.
+            let moved = self.nodes[idx as usize].clone();
+            self.by_name.insert(moved.name.clone(), idx);
+            for p in &moved.pods {
+                self.pod_nodes.insert(pod_key(&p.namespace, &p.name, &p.uid), idx);
+                self.pod_index.remove(last as NodeIdx, p);
+                self.pod_index.add(idx, p);
+            }
+        }
+        true
+    }
+
+    /// Assigns a pod to a node (an assumed or bound pod). Returns false when the node is unknown.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>, node: &str) -> bool {
+        let Some(idx) = self.index_of(node) else {
+            return false;
+        };
+        let key = pod_key(&pod.namespace, &pod.name, &pod.uid);
+        if self.pod_nodes.contains_key(&key) {
+            // Already present (an update): replace it.
+            self.remove_pod(&pod.namespace, &pod.name, &pod.uid);
+        }
+        self.generation += 1;
+        self.pod_index.add(idx, &pod);
+        let info = Arc::make_mut(&mut self.nodes[idx as usize]);
+        let had_affinity = info.pods_with_affinity > 0;
+        info.add_pod(pod);
+        if !had_affinity && info.pods_with_affinity > 0 {
+            self.nodes_with_affinity_pods += 1;
+        }
+        self.pod_nodes.insert(key, idx);
+        true
+    }
+
+    /// Removes a pod from whatever node it is on; returns it when found.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str, uid: &str) -> Option<Arc<PodInfo>> {
+        let key = pod_key(namespace, name, uid);
+        let idx = self.pod_nodes.remove(&key)?;
+        self.generation += 1;
+        let info = Arc::make_mut(&mut self.nodes[idx as usize]);
+        let had_affinity = info.pods_with_affinity > 0;
+        let pod = info.remove_pod(namespace, name, uid)?;
+        if had_affinity && info.pods_with_affinity == 0 {
+            self.nodes_with_affinity_pods -= 1;
+        }
+        self.pod_index.remove(idx, &pod);
+        Some(pod)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, image: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                        "images": [{"names": [image], "sizeBytes": 100}]}
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, node: &str, cpu: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn incremental_updates_keep_aggregates() {
+        let mut s = Snapshot::build(
+            [node("a", "img:1"), node("b", "img:1"), node("c", "img:2")],
+            [pod("p1", "a", "1"), pod("p2", "a", "500m"), pod("p3", "c", "2"), pod("x", "nope", "1")],
+        );
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.get("a").unwrap().requested.milli_cpu, 1500);
+        assert_eq!(s.image_node_count("img:1"), 2);
+        s.remove_pod("default", "p1", "uid-p1").unwrap();
+        assert_eq!(s.get("a").unwrap().requested.milli_cpu, 500);
+        // Removing "a" moves "c" into its slot; its pods must follow.
+        assert!(s.remove_node("a"));
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.image_node_count("img:1"), 1);
+        let c = s.index_of("c").unwrap();
+        assert_eq!(s.node_of_pod("default", "p3", "uid-p3"), Some(c));
+        assert_eq!(s.names()[c as usize].as_ref(), "c");
+        assert!(s.remove_pod("default", "p3", "uid-p3").is_some());
+        assert_eq!(s.get("c").unwrap().requested.milli_cpu, 0);
+        let g = s.generation();
+        s.upsert_node(Arc::new(node("b", "img:3")));
+        assert!(s.generation() > g);
+        assert_eq!(s.image_node_count("img:1"), 0);
+        assert_eq!(s.image_node_count("img:3"), 1);
+    }
+}

@@ -1,0 +1,252 @@
+//! `PodInfo`: a pod with everything the scheduler derives from it, computed once.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration};
+
+use crate::resources::{PodRequests, pod_requests};
+use crate::selector::{Labels, Selector};
+
+static EMPTY_LABELS: Labels = Labels::new();
+
+/// A `hostIP/protocol/hostPort` triple a pod binds on its node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// Host IP; empty means all addresses (`0.0.0.0`).
+    pub ip: String,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The port.
+    pub port: i32,
+}
+
+impl HostPort {
+    /// Whether two host ports cannot both be bound (same protocol and port, and either IP is
+    /// the wildcard or both are equal), as upstream's `HostPortInfo.CheckConflict`.
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || self.ip == "0.0.0.0" || other.ip == "0.0.0.0")
+    }
+}
+
+/// A compiled pod (anti-)affinity term, as upstream's `framework.AffinityTerm`.
+#[derive(Debug, Clone)]
+pub struct AffinityTerm {
+    /// Pods the term is about.
+    pub selector: Selector,
+    /// Namespaces listed explicitly (the pod's own when neither list nor selector is given).
+    pub namespaces: BTreeSet<String>,
+    /// Namespaces selected by their labels.
+    pub namespace_selector: Selector,
+    /// The node label that defines the topology domain.
+    pub topology_key: String,
+}
+
+impl AffinityTerm {
+    /// Compiles a term of a pod in `pod_namespace`.
+    pub fn new(
+        term: &PodAffinityTerm,
+        pod_namespace: &str,
+        field: &str,
+    ) -> Result<Self, crate::selector::SelectorError> {
+        let selector =
+            Selector::from_label_selector(term.label_selector.as_ref(), &format!("{field}.labelSelector"))?;
+        let namespace_selector = Selector::from_label_selector(
+            term.namespace_selector.as_ref(),
+            &format!("{field}.namespaceSelector"),
+        )?;
+        let mut namespaces: BTreeSet<String> =
+            term.namespaces.iter().flatten().cloned().collect();
+        if namespaces.is_empty() && term.namespace_selector.is_none() {
+            namespaces.insert(pod_namespace.to_string());
+        }
+        Ok(AffinityTerm {
+            selector,
+            namespaces,
+            namespace_selector,
+            topology_key: term.topology_key.clone(),
+        })
+    }
+
+    /// Whether `pod` (in a namespace with `namespace_labels`) is one the term is about.
+    #[inline]
+    pub fn matches(&self, pod: &PodInfo, namespace_labels: &Labels) -> bool {
+        (self.namespaces.contains(&pod.namespace) || self.namespace_selector.matches(namespace_labels))
+            && self.selector.matches(pod.labels())
+    }
+}
+
+/// A weighted (preferred) affinity term.
+#[derive(Debug, Clone)]
+pub struct WeightedAffinityTerm {
+    /// The term.
+    pub term: AffinityTerm,
+    /// Its weight (1..=100).
+    pub weight: i32,
+}
+
+/// A pod plus what the scheduler derives from it once: requests, ports, affinity terms.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    /// The pod as given.
+    pub pod: Arc<Pod>,
+    /// `metadata.namespace` (`default` when absent).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid` (empty when absent).
+    pub uid: String,
+    /// `spec.priority` (0 when absent).
+    pub priority: i32,
+    /// Effective and non-zero requests.
+    pub requests: PodRequests,
+    /// Host ports of containers and sidecars.
+    pub host_ports: Vec<HostPort>,
+    /// Required pod affinity terms.
+    pub required_affinity: Vec<AffinityTerm>,
+    /// Required pod anti-affinity terms.
+    pub required_anti_affinity: Vec<AffinityTerm>,
+    /// Preferred pod affinity terms.
+    pub preferred_affinity: Vec<WeightedAffinityTerm>,
+    /// Preferred pod anti-affinity terms.
+    pub preferred_anti_affinity: Vec<WeightedAffinityTerm>,
+    /// Why the pod cannot be considered at all (an unreadable quantity or selector).
+    pub error: Option<String>,
+}
+
+impl PodInfo {
+    /// Derives the scheduling view of a pod. Never fails: problems land in `error`.
+    pub fn new(pod: Arc<Pod>) -> PodInfo {
+        let meta = &pod.metadata;
+        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let mut error = None;
+        let requests = match pod_requests(&pod) {
+            Ok(r) => r,
+            Err(e) => {
+                error = Some(format!("unreadable quantity at {e}"));
+                PodRequests::default()
+            }
+        };
+        let spec = pod.spec.as_ref();
+        let mut host_ports = Vec::new();
+        if let Some(spec) = spec {
+            let sidecars = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            for c in sidecars.chain(spec.containers.iter()) {
+                for p in c.ports.iter().flatten() {
+                    if p.host_port.unwrap_or(0) > 0 {
+                        host_ports.push(HostPort {
+                            ip: p
+                                .host_ip
+                                .clone()
+                                .filter(|s| !s.is_empty())
+                                .unwrap_or_else(|| "0.0.0.0".to_string()),
+                            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
+                            port: p.host_port.unwrap_or(0),
+                        });
+                    }
+                }
+            }
+        }
+        let mut info = PodInfo {
+            namespace,
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            priority: spec.and_then(|s| s.priority).unwrap_or(0),
+            requests,
+            host_ports,
+            required_affinity: Vec::new(),
+            required_anti_affinity: Vec::new(),
+            preferred_affinity: Vec::new(),
+            preferred_anti_affinity: Vec::new(),
+            error: None,
+            pod: pod.clone(),
+        };
+        if let Err(e) = info.compile_affinity() {
+            error.get_or_insert(format!("invalid affinity: {e}"));
+        }
+        info.error = error;
+        info
+    }
+
+    fn compile_affinity(&mut self) -> Result<(), crate::selector::SelectorError> {
+        let Some(affinity) = self.pod.spec.as_ref().and_then(|s| s.affinity.as_ref()) else {
+            return Ok(());
+        };
+        let ns = self.namespace.clone();
+        if let Some(a) = &affinity.pod_affinity {
+            for (i, t) in a.required_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+                let f = format!("spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]");
+                self.required_affinity.push(AffinityTerm::new(t, &ns, &f)?);
+            }
+            for (i, t) in a.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+                let f = format!("spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+                self.preferred_affinity.push(WeightedAffinityTerm {
+                    term: AffinityTerm::new(&t.pod_affinity_term, &ns, &f)?,
+                    weight: t.weight,
+                });
+            }
+        }
+        if let Some(a) = &affinity.pod_anti_affinity {
+            for (i, t) in a.required_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+                let f = format!("spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]");
+                self.required_anti_affinity.push(AffinityTerm::new(t, &ns, &f)?);
+            }
+            for (i, t) in a.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+                let f = format!("spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+                self.preferred_anti_affinity.push(WeightedAffinityTerm {
+                    term: AffinityTerm::new(&t.pod_affinity_term, &ns, &f)?,
+                    weight: t.weight,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The pod's labels.
+    #[inline]
+    pub fn labels(&self) -> &Labels {
+        self.pod.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS)
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The pod's tolerations.
+    pub fn tolerations(&self) -> &[Toleration] {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or(&[])
+    }
+
+    /// `spec.nodeName`, when set.
+    pub fn node_name(&self) -> Option<&str> {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// True when the pod has any pod affinity or anti-affinity term (required or preferred).
+    pub fn has_affinity(&self) -> bool {
+        !self.required_affinity.is_empty()
+            || !self.required_anti_affinity.is_empty()
+            || !self.preferred_affinity.is_empty()
+            || !self.preferred_anti_affinity.is_empty()
+    }
+
+    /// True when the pod has required anti-affinity terms.
+    pub fn has_required_anti_affinity(&self) -> bool {
+        !self.required_anti_affinity.is_empty()
+    }
+}
