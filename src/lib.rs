@@ -10,6 +10,7 @@
 //! - [`config`]: the YAML configuration;
 //! - [`place`]: the `headroom place` what-if command.
 
+pub mod config;
 pub mod framework;
 pub mod plugins;
 pub mod quantity;

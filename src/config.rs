@@ -1,0 +1,234 @@
+//! headroom's configuration: one YAML file, one serde struct tree with documented defaults.
+//! Unknown fields are errors, and every error names the field (`profiles[0].plugins.Foo`).
+//!
+//! ```yaml
+//! profiles:
+//!   - schedulerName: headroom          # pods with this spec.schedulerName use this profile
+//!     plugins:                         # per-plugin switches and weights over the defaults
+//!       ImageLocality: { enabled: false }
+//!       TaintToleration: { weight: 3 }
+//!     pluginArgs:
+//!       nodeResourcesFit:
+//!         scoringStrategy: { type: MostAllocated }
+//! scheduler:
+//!   seed: 42                           # tie-breaking randomness (default: from entropy)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plugins::balanced_allocation::BalancedAllocationArgs;
+use crate::plugins::inter_pod_affinity::InterPodAffinityArgs;
+use crate::plugins::node_affinity::NodeAffinityArgs;
+use crate::plugins::node_resources_fit::NodeResourcesFitArgs;
+use crate::plugins::pod_topology_spread::PodTopologySpreadArgs;
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The YAML does not fit the schema.
+    #[error("{path}: at {field}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The field path (`.` when it is the document itself).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid configuration at {field}: {message}")]
+    Invalid {
+        /// The field path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The default scheduler name (`spec.schedulerName` of the pods headroom schedules).
+pub const DEFAULT_SCHEDULER_NAME: &str = "headroom";
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct Config {
+    /// Scheduler profiles. Default: one profile named `headroom` with the default plugins.
+    pub profiles: Vec<ProfileConfig>,
+    /// Scheduling-loop settings.
+    pub scheduler: SchedulerConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            profiles: vec![ProfileConfig::default()],
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+}
+
+/// Scheduling-loop settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct SchedulerConfig {
+    /// Seed of the random tie-breaker among equally scored nodes. Default: none (entropy);
+    /// set it to make decisions reproducible.
+    pub seed: Option<u64>,
+}
+
+/// One profile: a scheduler name and its plugin set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct ProfileConfig {
+    /// The `spec.schedulerName` this profile serves. Default `headroom`.
+    pub scheduler_name: String,
+    /// Per-plugin switches and weights, by plugin name, over the defaults. Default: empty
+    /// (kube-scheduler's default plugin set and weights).
+    pub plugins: BTreeMap<String, PluginSetting>,
+    /// Plugin arguments.
+    pub plugin_args: PluginArgs,
+}
+
+impl Default for ProfileConfig {
+    fn default() -> Self {
+        ProfileConfig {
+            scheduler_name: DEFAULT_SCHEDULER_NAME.to_string(),
+            plugins: BTreeMap::new(),
+            plugin_args: PluginArgs::default(),
+        }
+    }
+}
+
+/// Switch and weight of one plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginSetting {
+    /// Enable or disable; default: as in the default profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Score weight (1..=100); default: the plugin's default weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i64>,
+}
+
+/// Arguments of the plugins that take any.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct PluginArgs {
+    /// NodeResourcesFit.
+    pub node_resources_fit: NodeResourcesFitArgs,
+    /// NodeResourcesBalancedAllocation.
+    pub node_resources_balanced_allocation: BalancedAllocationArgs,
+    /// NodeAffinity.
+    pub node_affinity: NodeAffinityArgs,
+    /// InterPodAffinity.
+    pub inter_pod_affinity: InterPodAffinityArgs,
+    /// PodTopologySpread.
+    pub pod_topology_spread: PodTopologySpreadArgs,
+}
+
+impl Config {
+    /// Parses YAML text; `origin` names the source in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let de = serde_norway::Deserializer::from_str(text);
+        let config: Config = match serde_path_to_error::deserialize(de) {
+            Ok(c) => c,
+            Err(e) => {
+                let field = e.path().to_string();
+                return Err(ConfigError::Parse {
+                    path: origin.to_string(),
+                    field,
+                    message: e.into_inner().to_string(),
+                });
+            }
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a YAML file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// Checks what serde cannot: unique profile names, known plugins, weights, args.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.profiles.is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "profiles".into(),
+                message: "at least one profile is required".into(),
+            });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, p) in self.profiles.iter().enumerate() {
+            if p.scheduler_name.is_empty() {
+                return Err(ConfigError::Invalid {
+                    field: format!("profiles[{i}].schedulerName"),
+                    message: "must not be empty".into(),
+                });
+            }
+            if !seen.insert(p.scheduler_name.as_str()) {
+                return Err(ConfigError::Invalid {
+                    field: format!("profiles[{i}].schedulerName"),
+                    message: format!("duplicate profile {:?}", p.scheduler_name),
+                });
+            }
+            crate::plugins::build_framework(p)?;
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as YAML (defaults filled in).
+    pub fn to_yaml(&self) -> String {
+        serde_norway::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_round_trip() {
+        let c = Config::from_yaml("{}", "t").unwrap();
+        assert_eq!(c, Config::default());
+        let again = Config::from_yaml(&c.to_yaml(), "t").unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            ("profiles: [{schedulerName: a, bogus: 1}]", "profiles[0]"),
+            ("profiles: [{plugins: {NoSuch: {weight: 2}}}]", "plugins.NoSuch"),
+            ("profiles: [{plugins: {TaintToleration: {weight: 0}}}]", "TaintToleration.weight"),
+            ("profiles: [{plugins: {TaintToleration: {weight: two}}}]", "profiles[0].plugins.TaintToleration.weight"),
+            ("profiles: [{}, {}]", "profiles[1].schedulerName"),
+            ("profiles: []", "profiles"),
+            ("scheduler: {seed: -1}", "scheduler.seed"),
+            (
+                "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
+                "pluginArgs.nodeResourcesFit.scoringStrategy.type",
+            ),
+        ];
+        for (yaml, field) in cases {
+            let err = Config::from_yaml(yaml, "t").unwrap_err().to_string();
+            assert!(err.contains(field), "{yaml}: {err}");
+        }
+    }
+}

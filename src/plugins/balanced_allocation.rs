@@ -1,0 +1,151 @@
+//! NodeResourcesBalancedAllocation: prefers nodes whose requested fractions of each resource
+//! stay close to each other after placing the pod: `score = (1 - std(fractions)) × 100`.
+//! Best-effort pods (no requests for the scored resources) are skipped, as upstream does.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::node_resources_fit::{ResourceSpec, allocatable_requested, default_resources};
+use crate::framework::{
+    CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
+};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+
+/// Plugin name.
+pub const NAME: &str = "NodeResourcesBalancedAllocation";
+
+/// Arguments (upstream's `NodeResourcesBalancedAllocationArgs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct BalancedAllocationArgs {
+    /// Resources to balance (default cpu and memory; weights are ignored by this plugin).
+    pub resources: Vec<ResourceSpec>,
+}
+
+impl Default for BalancedAllocationArgs {
+    fn default() -> Self {
+        BalancedAllocationArgs {
+            resources: default_resources(),
+        }
+    }
+}
+
+/// The NodeResourcesBalancedAllocation plugin.
+#[derive(Debug, Clone)]
+pub struct BalancedAllocation {
+    args: BalancedAllocationArgs,
+}
+
+impl BalancedAllocation {
+    /// Creates the plugin.
+    pub fn new(args: BalancedAllocationArgs) -> Result<Self, String> {
+        if args.resources.is_empty() {
+            return Err("resources: at least one resource is required".into());
+        }
+        Ok(BalancedAllocation { args })
+    }
+
+    /// Registers its extension points (PreScore, Score).
+    pub fn register(self) -> Registered {
+        let me = Arc::new(self);
+        Registered {
+            pre_score: Some(me.clone()),
+            score: Some(me),
+            ..Registered::new(NAME)
+        }
+    }
+
+    fn fractions(&self, pod: &PodInfo, node: &NodeInfo) -> Vec<f64> {
+        self.args
+            .resources
+            .iter()
+            .filter_map(|r| allocatable_requested(node, pod, &r.name, true))
+            .map(|(alloc, req)| (req as f64 / alloc as f64).min(1.0))
+            .collect()
+    }
+}
+
+/// Upstream's `balancedResourceScorer` over requested fractions.
+fn balanced_score(fractions: &[f64]) -> i64 {
+    let std = match fractions.len() {
+        0 | 1 => 0.0,
+        2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
+        n => {
+            let mean = fractions.iter().sum::<f64>() / n as f64;
+            (fractions.iter().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
+        }
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
+impl Plugin for BalancedAllocation {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+impl PreScorePlugin for BalancedAllocation {
+    fn pre_score(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _feasible: &[NodeIdx],
+    ) -> Status {
+        let best_effort = self
+            .args
+            .resources
+            .iter()
+            .all(|r| pod.requests.requests.get(&r.name) == 0);
+        if best_effort {
+            Status::skip()
+        } else {
+            Status::success()
+        }
+    }
+}
+
+impl ScorePlugin for BalancedAllocation {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(balanced_score(&self.fractions(pod, node)))
+    }
+
+    fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let f = self.fractions(pod, node);
+        Some(format!(
+            "requested fractions {}",
+            f.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    #[test]
+    fn table() {
+        assert_eq!(balanced_score(&[0.5, 0.5]), 100);
+        assert_eq!(balanced_score(&[0.2, 0.6]), 80);
+        assert_eq!(balanced_score(&[1.0, 0.0]), 50);
+        assert_eq!(balanced_score(&[0.3]), 100);
+        // three resources: population std of (0, 0.5, 1) = 0.408
+        assert_eq!(balanced_score(&[0.0, 0.5, 1.0]), 59);
+
+        let snap = Snapshot::build(
+            [node("a", json!({})), node("b", json!({}))],
+            [pod("x", json!({"spec": {"nodeName": "a", "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}))],
+        );
+        let p = info(pod("p", json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}})));
+        // a: cpu 3/4 = .75, mem 2/8 = .25 → 75; b: cpu .25, mem .25 → 100.
+        let got = score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &p);
+        assert_eq!(got.unwrap(), vec![("a".into(), 75), ("b".into(), 100)]);
+        let best_effort = info(pod("q", json!({})));
+        assert!(score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &best_effort).is_none());
+    }
+}

@@ -1,0 +1,169 @@
+//! ImageLocality: prefers nodes that already have the pod's images, weighted by image size and
+//! by how widely the image is spread (an image on every node says little about any one).
+
+use std::sync::Arc;
+
+use crate::framework::{
+    CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
+};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+
+/// Plugin name.
+pub const NAME: &str = "ImageLocality";
+
+const MB: i64 = 1024 * 1024;
+/// Below this sum, the score is 0.
+const MIN_THRESHOLD: i64 = 23 * MB;
+/// Per container, above this the score is 100.
+const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
+
+/// Upstream's `normalizedImageName`: an image without a tag gets `:latest`.
+pub fn normalized_image_name(name: &str) -> String {
+    let colon = name.rfind(':');
+    let slash = name.rfind('/');
+    match (colon, slash) {
+        (Some(c), Some(s)) if c > s => name.to_string(),
+        (Some(_), None) => name.to_string(),
+        _ => format!("{name}:latest"),
+    }
+}
+
+/// The ImageLocality plugin (no args).
+#[derive(Debug, Default)]
+pub struct ImageLocality;
+
+struct PreScoreState {
+    /// The pod's images (normalised) with the fraction of nodes that have each.
+    images: Vec<(String, f64)>,
+    containers: i64,
+}
+
+impl ImageLocality {
+    /// Creates the plugin.
+    pub fn new() -> Self {
+        ImageLocality
+    }
+
+    /// Registers its extension points (PreScore, Score).
+    pub fn register(self) -> Registered {
+        let me = Arc::new(self);
+        Registered {
+            pre_score: Some(me.clone()),
+            score: Some(me),
+            ..Registered::new(NAME)
+        }
+    }
+
+    fn sum(s: &PreScoreState, node: &NodeInfo) -> i64 {
+        let mut sum = 0i64;
+        for (image, spread) in &s.images {
+            if let Some(img) = node.images.iter().find(|i| i.names.iter().any(|n| n == image)) {
+                sum += (img.size_bytes as f64 * spread) as i64;
+            }
+        }
+        sum
+    }
+}
+
+fn calculate_priority(sum: i64, containers: i64) -> i64 {
+    let max_threshold = MAX_CONTAINER_THRESHOLD * containers;
+    let clamped = sum.clamp(MIN_THRESHOLD, max_threshold.max(MIN_THRESHOLD));
+    if max_threshold <= MIN_THRESHOLD {
+        return 0;
+    }
+    MAX_NODE_SCORE * (clamped - MIN_THRESHOLD) / (max_threshold - MIN_THRESHOLD)
+}
+
+impl Plugin for ImageLocality {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+impl PreScorePlugin for ImageLocality {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        _feasible: &[NodeIdx],
+    ) -> Status {
+        let total = snapshot.len().max(1) as f64;
+        let spec = pod.pod.spec.as_ref();
+        let containers = spec
+            .map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()))
+            .into_iter()
+            .flatten();
+        let mut images = Vec::new();
+        let mut count = 0;
+        for c in containers {
+            count += 1;
+            let name = normalized_image_name(c.image.as_deref().unwrap_or(""));
+            let nodes = snapshot.image_node_count(&name);
+            // Images no node has contribute nothing: leave them out so Score does no lookups.
+            if nodes > 0 {
+                images.push((name, f64::from(nodes) / total));
+            }
+        }
+        state.write(PreScoreState {
+            images,
+            containers: count,
+        });
+        Status::success()
+    }
+}
+
+impl ScorePlugin for ImageLocality {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let s = state
+            .read::<PreScoreState>()
+            .ok_or_else(|| Status::error("ImageLocality PreScore state missing"))?;
+        if s.images.is_empty() || node.images.is_empty() {
+            return Ok(0);
+        }
+        Ok(calculate_priority(Self::sum(s, node), s.containers))
+    }
+
+    fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let s = state.read::<PreScoreState>()?;
+        Some(format!(
+            "{} MiB of the pod's images present (spread-scaled)",
+            Self::sum(s, node) / MB
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    #[test]
+    fn names() {
+        assert_eq!(normalized_image_name("nginx"), "nginx:latest");
+        assert_eq!(normalized_image_name("nginx:1.2"), "nginx:1.2");
+        assert_eq!(normalized_image_name("reg:5000/nginx"), "reg:5000/nginx:latest");
+        assert_eq!(normalized_image_name("reg:5000/nginx:1"), "reg:5000/nginx:1");
+    }
+
+    #[test]
+    fn scores() {
+        let img = |names: &[&str], size: i64| json!({"names": names, "sizeBytes": size});
+        let snap = Snapshot::build(
+            [
+                node("a", json!({"status": {"images": [img(&["big:1"], 500 * MB), img(&["small:1"], 10 * MB)]}})),
+                node("b", json!({"status": {"images": [img(&["big:1"], 500 * MB)]}})),
+                node("c", json!({})),
+                node("d", json!({})),
+            ],
+            [],
+        );
+        let p = info(pod("p", json!({"spec": {"containers": [{"name": "c", "image": "big:1"}]}})));
+        // spread 2/4 → 250 MiB; (250-23)/(1000-23) × 100 = 23.
+        let got = score_all(ImageLocality::new().register(), &snap, &p).unwrap();
+        assert_eq!(got, vec![("a".into(), 23), ("b".into(), 23), ("c".into(), 0), ("d".into(), 0)]);
+        assert_eq!(calculate_priority(5000 * MB, 2), 100);
+        assert_eq!(calculate_priority(0, 1), 0);
+    }
+}

@@ -1,0 +1,531 @@
+//! NodeResourcesFit: the pod's requests must fit in the node's allocatable minus what its pods
+//! request (cpu, memory, ephemeral-storage, extended resources, pod count); scores by a
+//! strategy: `LeastAllocated` (default: emptier wins), `MostAllocated` (fuller wins) or
+//! `RequestedToCapacityRatio` (a piecewise-linear shape over utilisation).
+//!
+//! Scoring uses "non-zero" requests: a container that does not mention cpu or memory counts
+//! upstream's defaults (100m, 200 MiB), so best-effort pods do not all land on one node.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::framework::{
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, Registered,
+    ScorePlugin, Status,
+};
+use crate::quantity::{format_bytes, format_milli};
+use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, is_scalar_resource};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+
+/// Plugin name.
+pub const NAME: &str = "NodeResourcesFit";
+/// Upstream's reason when the node's pod count is exhausted.
+pub const REASON_TOO_MANY_PODS: &str = "Too many pods";
+
+/// A resource and its weight in scoring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ResourceSpec {
+    /// Resource name (`cpu`, `memory`, `ephemeral-storage`, or an extended resource).
+    pub name: String,
+    /// Weight (≥ 1; default 1).
+    #[serde(default = "one")]
+    pub weight: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// Default scored resources: cpu and memory, weight 1 each.
+pub fn default_resources() -> Vec<ResourceSpec> {
+    vec![
+        ResourceSpec {
+            name: CPU.to_string(),
+            weight: 1,
+        },
+        ResourceSpec {
+            name: MEMORY.to_string(),
+            weight: 1,
+        },
+    ]
+}
+
+/// One point of the `RequestedToCapacityRatio` shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UtilizationShapePoint {
+    /// Utilisation, 0..=100.
+    pub utilization: i64,
+    /// Score at that utilisation, 0..=10.
+    pub score: i64,
+}
+
+/// Scoring strategy type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum StrategyType {
+    /// Emptier nodes win (upstream default).
+    #[default]
+    LeastAllocated,
+    /// Fuller nodes win (bin-packing).
+    MostAllocated,
+    /// A configurable shape over utilisation.
+    RequestedToCapacityRatio,
+}
+
+/// `scoringStrategy`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct ScoringStrategy {
+    /// Strategy (default `LeastAllocated`).
+    #[serde(rename = "type")]
+    pub kind: StrategyType,
+    /// Scored resources (default cpu and memory, weight 1).
+    pub resources: Vec<ResourceSpec>,
+    /// Shape for `RequestedToCapacityRatio` (default: `[{0, 10}, {100, 0}]`, i.e. least
+    /// allocated).
+    pub requested_to_capacity_ratio: Option<RequestedToCapacityRatio>,
+}
+
+/// `requestedToCapacityRatio` parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RequestedToCapacityRatio {
+    /// Points in increasing utilisation.
+    pub shape: Vec<UtilizationShapePoint>,
+}
+
+impl Default for ScoringStrategy {
+    fn default() -> Self {
+        ScoringStrategy {
+            kind: StrategyType::LeastAllocated,
+            resources: default_resources(),
+            requested_to_capacity_ratio: None,
+        }
+    }
+}
+
+/// Arguments (upstream's `NodeResourcesFitArgs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct NodeResourcesFitArgs {
+    /// Extended resources the filter ignores (default none).
+    pub ignored_resources: Vec<String>,
+    /// Extended resource groups (the part before `/`) the filter ignores (default none).
+    pub ignored_resource_groups: Vec<String>,
+    /// How nodes are scored.
+    pub scoring_strategy: ScoringStrategy,
+}
+
+/// The NodeResourcesFit plugin.
+#[derive(Debug, Clone)]
+pub struct NodeResourcesFit {
+    args: NodeResourcesFitArgs,
+    shape: Vec<(i64, i64)>,
+}
+
+/// Node's allocatable and requested (with the pod) for one scored resource; `None` skips it.
+pub(crate) fn allocatable_requested(
+    node: &NodeInfo,
+    pod: &PodInfo,
+    resource: &str,
+    use_requested: bool,
+) -> Option<(i64, i64)> {
+    let (alloc, req) = match resource {
+        CPU => {
+            let node_req = if use_requested {
+                node.requested.milli_cpu
+            } else {
+                node.non_zero_milli_cpu
+            };
+            let pod_req = if use_requested {
+                pod.requests.requests.milli_cpu
+            } else {
+                pod.requests.non_zero_milli_cpu
+            };
+            (node.allocatable.milli_cpu, node_req + pod_req)
+        }
+        MEMORY => {
+            let node_req = if use_requested {
+                node.requested.memory
+            } else {
+                node.non_zero_memory
+            };
+            let pod_req = if use_requested {
+                pod.requests.requests.memory
+            } else {
+                pod.requests.non_zero_memory
+            };
+            (node.allocatable.memory, node_req + pod_req)
+        }
+        EPHEMERAL_STORAGE => (
+            node.allocatable.ephemeral_storage,
+            node.requested.ephemeral_storage + pod.requests.requests.ephemeral_storage,
+        ),
+        other => {
+            let pod_req = pod.requests.requests.scalar(other);
+            // A scalar the pod does not request is left out of the score.
+            if pod_req == 0 {
+                return None;
+            }
+            (
+                node.allocatable.scalar(other),
+                node.requested.scalar(other) + pod_req,
+            )
+        }
+    };
+    (alloc != 0).then_some((alloc, req))
+}
+
+impl NodeResourcesFit {
+    /// Creates the plugin, validating its arguments.
+    pub fn new(args: NodeResourcesFitArgs) -> Result<Self, String> {
+        let st = &args.scoring_strategy;
+        if st.resources.is_empty() {
+            return Err("scoringStrategy.resources: at least one resource is required".into());
+        }
+        for r in &st.resources {
+            if !(1..=100).contains(&r.weight) {
+                return Err(format!(
+                    "scoringStrategy.resources[{}].weight: {} is not in 1..=100",
+                    r.name, r.weight
+                ));
+            }
+        }
+        let mut shape = Vec::new();
+        if st.kind == StrategyType::RequestedToCapacityRatio {
+            let points = st
+                .requested_to_capacity_ratio
+                .as_ref()
+                .map(|r| r.shape.clone())
+                .unwrap_or_else(|| {
+                    vec![
+                        UtilizationShapePoint {
+                            utilization: 0,
+                            score: 10,
+                        },
+                        UtilizationShapePoint {
+                            utilization: 100,
+                            score: 0,
+                        },
+                    ]
+                });
+            if points.is_empty() {
+                return Err("scoringStrategy.requestedToCapacityRatio.shape: at least one point is required".into());
+            }
+            let mut prev = -1;
+            for p in &points {
+                if !(0..=100).contains(&p.utilization) || p.utilization <= prev {
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape: utilization {} must be in 0..=100 and increasing",
+                        p.utilization
+                    ));
+                }
+                if !(0..=10).contains(&p.score) {
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape: score {} must be in 0..=10",
+                        p.score
+                    ));
+                }
+                prev = p.utilization;
+                // Shape scores are 0..=10; node scores are 0..=100.
+                shape.push((p.utilization, p.score * (MAX_NODE_SCORE / 10)));
+            }
+        }
+        Ok(NodeResourcesFit { args, shape })
+    }
+
+    /// Registers its extension points (PreFilter, Filter, Score).
+    pub fn register(self) -> Registered {
+        let me = Arc::new(self);
+        Registered {
+            pre_filter: Some(me.clone()),
+            filter: Some(me.clone()),
+            score: Some(me),
+            ..Registered::new(NAME)
+        }
+    }
+
+    fn ignored(&self, name: &str) -> bool {
+        self.args.ignored_resources.iter().any(|r| r == name)
+            || name
+                .split_once('/')
+                .is_some_and(|(g, _)| self.args.ignored_resource_groups.iter().any(|x| x == g))
+    }
+
+    fn broken_linear(&self, p: i64) -> i64 {
+        let shape = &self.shape;
+        for i in 0..shape.len() {
+            if p <= shape[i].0 {
+                if i == 0 {
+                    return shape[0].1;
+                }
+                let (u0, s0) = shape[i - 1];
+                let (u1, s1) = shape[i];
+                return s0 + (s1 - s0) * (p - u0) / (u1 - u0);
+            }
+        }
+        shape[shape.len() - 1].1
+    }
+
+    fn resource_score(&self, requested: i64, capacity: i64) -> i64 {
+        match self.args.scoring_strategy.kind {
+            StrategyType::LeastAllocated => {
+                if capacity == 0 || requested > capacity {
+                    0
+                } else {
+                    (capacity - requested) * MAX_NODE_SCORE / capacity
+                }
+            }
+            StrategyType::MostAllocated => {
+                if capacity == 0 {
+                    0
+                } else {
+                    requested.min(capacity) * MAX_NODE_SCORE / capacity
+                }
+            }
+            StrategyType::RequestedToCapacityRatio => {
+                if capacity == 0 || requested > capacity {
+                    self.broken_linear(100)
+                } else {
+                    self.broken_linear(requested * 100 / capacity)
+                }
+            }
+        }
+    }
+}
+
+impl Plugin for NodeResourcesFit {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+impl PreFilterPlugin for NodeResourcesFit {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (Status, Option<NodeNames>) {
+        // The pod's requests are computed once when its PodInfo is built; nothing to add.
+        (Status::success(), None)
+    }
+}
+
+impl FilterPlugin for NodeResourcesFit {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let req = &pod.requests.requests;
+        let alloc = &node.allocatable;
+        let used = &node.requested;
+        let mut reasons = crate::framework::Reasons::new();
+        let mut details: Vec<String> = Vec::new();
+        if node.pods.len() as i64 + 1 > alloc.pods {
+            reasons.push(Cow::Borrowed(REASON_TOO_MANY_PODS));
+            if state.explain {
+                details.push(format!("pods: {} of {} used", node.pods.len(), alloc.pods));
+            }
+        }
+        if !req.is_zero() {
+            let mut check = |name: &'static str, want: i64, a: i64, u: i64, fmt: fn(i64) -> String| {
+                if want > 0 && want > a - u {
+                    reasons.push(Cow::Borrowed(name));
+                    if state.explain {
+                        details.push(format!(
+                            "{}: requested {}, free {} of {}",
+                            &name["Insufficient ".len()..],
+                            fmt(want),
+                            fmt(a - u),
+                            fmt(a)
+                        ));
+                    }
+                }
+            };
+            check("Insufficient cpu", req.milli_cpu, alloc.milli_cpu, used.milli_cpu, format_milli);
+            check("Insufficient memory", req.memory, alloc.memory, used.memory, format_bytes);
+            check(
+                "Insufficient ephemeral-storage",
+                req.ephemeral_storage,
+                alloc.ephemeral_storage,
+                used.ephemeral_storage,
+                format_bytes,
+            );
+            for (name, want) in &req.scalars {
+                if *want == 0 || (!is_scalar_resource(name)) || self.ignored(name) {
+                    continue;
+                }
+                let free = node.allocatable.scalar(name) - node.requested.scalar(name);
+                if *want > free {
+                    reasons.push(Cow::Owned(format!("Insufficient {name}")));
+                    if state.explain {
+                        details.push(format!("{name}: requested {want}, free {free}"));
+                    }
+                }
+            }
+        }
+        if reasons.is_empty() {
+            return Status::success();
+        }
+        Status {
+            code: crate::framework::Code::Unschedulable,
+            reasons,
+            plugin: "",
+            detail: (!details.is_empty()).then(|| details.join("; ")),
+        }
+    }
+}
+
+impl ScorePlugin for NodeResourcesFit {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let mut node_score = 0i64;
+        let mut weight_sum = 0i64;
+        let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
+        for r in &self.args.scoring_strategy.resources {
+            let Some((alloc, req)) = allocatable_requested(node, pod, &r.name, false) else {
+                continue;
+            };
+            let s = self.resource_score(req, alloc);
+            if ratio && s <= 0 {
+                // RequestedToCapacityRatio only averages resources that score above zero.
+                continue;
+            }
+            node_score += s * r.weight;
+            weight_sum += r.weight;
+        }
+        if weight_sum == 0 {
+            return Ok(0);
+        }
+        Ok(if ratio {
+            (node_score as f64 / weight_sum as f64).round() as i64
+        } else {
+            node_score / weight_sum
+        })
+    }
+
+    fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let parts: Vec<String> = self
+            .args
+            .scoring_strategy
+            .resources
+            .iter()
+            .filter_map(|r| {
+                let (alloc, req) = allocatable_requested(node, pod, &r.name, false)?;
+                Some(format!(
+                    "{}: {} requested of {} → {}",
+                    r.name,
+                    if r.name == CPU { format_milli(req) } else { format_bytes(req) },
+                    if r.name == CPU { format_milli(alloc) } else { format_bytes(alloc) },
+                    self.resource_score(req, alloc)
+                ))
+            })
+            .collect();
+        Some(format!("{:?}: {}", self.args.scoring_strategy.kind, parts.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    fn req_pod(name: &str, node: Option<&str>, requests: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        let mut extra = json!({"spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}});
+        if let Some(n) = node {
+            merge(&mut extra, json!({"spec": {"nodeName": n}}));
+        }
+        pod(name, extra)
+    }
+
+    fn snap() -> Snapshot {
+        Snapshot::build(
+            [
+                node("small", json!({"status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "2"}}})),
+                node("big", json!({"status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "example.com/gpu": "2"}}})),
+            ],
+            [
+                req_pod("a", Some("small"), json!({"cpu": "1", "memory": "1Gi"})),
+                req_pod("b", Some("small"), json!({"cpu": "500m"})),
+                req_pod("c", Some("big"), json!({"cpu": "2", "memory": "4Gi", "example.com/gpu": "1"})),
+            ],
+        )
+    }
+
+    #[test]
+    fn filter_table() {
+        let fit = || NodeResourcesFit::new(NodeResourcesFitArgs::default()).unwrap().register();
+        let cases: Vec<(serde_json::Value, Vec<Vec<&str>>)> = vec![
+            (json!({"cpu": "100m"}), vec![vec!["Too many pods"], vec![]]),
+            (
+                json!({"cpu": "7", "memory": "13Gi"}),
+                vec![vec!["Too many pods", "Insufficient cpu", "Insufficient memory"], vec!["Insufficient cpu", "Insufficient memory"]],
+            ),
+            (json!({"cpu": "6"}), vec![vec!["Too many pods", "Insufficient cpu"], vec![]]),
+            (json!({"example.com/gpu": "2"}), vec![vec!["Too many pods", "Insufficient example.com/gpu"], vec!["Insufficient example.com/gpu"]]),
+            (json!({"example.com/gpu": "1"}), vec![vec!["Too many pods", "Insufficient example.com/gpu"], vec![]]),
+        ];
+        for (requests, want) in cases {
+            let got = filter_all(&fit(), &snap(), &info(req_pod("p", None, requests.clone())));
+            let reasons: Vec<Vec<String>> = got.iter().map(|(_, s)| s.reasons.iter().map(|r| r.to_string()).collect()).collect();
+            assert_eq!(reasons, want, "{requests}");
+            for (_, s) in &got {
+                if !s.is_success() {
+                    assert_eq!(s.code, Code::Unschedulable);
+                    assert!(s.detail.is_some(), "explain mode attaches numbers");
+                }
+            }
+        }
+        let args = NodeResourcesFitArgs {
+            ignored_resource_groups: vec!["example.com".into()],
+            ..Default::default()
+        };
+        let got = filter_all(&NodeResourcesFit::new(args).unwrap().register(), &snap(), &info(req_pod("p", None, json!({"example.com/gpu": "5"}))));
+        assert!(got[1].1.is_success());
+    }
+
+    #[test]
+    fn score_strategies() {
+        // big: non-zero cpu 2000 + 1000 = 3000 of 8000; memory 4Gi + 200Mi(default) of 16Gi.
+        let p = info(req_pod("p", None, json!({"cpu": "1"})));
+        let node = snap().get("big").unwrap().clone();
+        let state = CycleState::new(false);
+        let least = NodeResourcesFit::new(NodeResourcesFitArgs::default()).unwrap();
+        let cpu = (8000 - 3000) * 100 / 8000; // 62
+        let mem_req: i64 = (4 << 30) + (200 << 20);
+        let mem = ((16i64 << 30) - mem_req) * 100 / (16i64 << 30); // 73
+        assert_eq!(least.score(&state, &p, &node).unwrap(), (cpu + mem) / 2);
+
+        let most = NodeResourcesFit::new(NodeResourcesFitArgs {
+            scoring_strategy: ScoringStrategy { kind: StrategyType::MostAllocated, ..Default::default() },
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(most.score(&state, &p, &node).unwrap(), (3000 * 100 / 8000 + mem_req * 100 / (16i64 << 30)) / 2);
+
+        let ratio = NodeResourcesFit::new(NodeResourcesFitArgs {
+            scoring_strategy: ScoringStrategy {
+                kind: StrategyType::RequestedToCapacityRatio,
+                requested_to_capacity_ratio: Some(RequestedToCapacityRatio {
+                    shape: vec![
+                        UtilizationShapePoint { utilization: 0, score: 0 },
+                        UtilizationShapePoint { utilization: 100, score: 10 },
+                    ],
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        // utilisation cpu 37% → 37, memory 26% → 26; mean 31.5 rounds to 32.
+        assert_eq!(ratio.score(&state, &p, &node).unwrap(), 32);
+
+        assert!(NodeResourcesFit::new(NodeResourcesFitArgs {
+            scoring_strategy: ScoringStrategy { resources: vec![], ..Default::default() },
+            ..Default::default()
+        })
+        .is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! TaintToleration: a node's `NoSchedule`/`NoExecute` taints must be tolerated (filter);
+//! fewer untolerated `PreferNoSchedule` taints score higher.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+
+use crate::framework::{
+    CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin,
+    Status, default_normalize_score,
+};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+
+/// Plugin name.
+pub const NAME: &str = "TaintToleration";
+/// Upstream's (v1.36) reason; the taint itself goes into the detail.
+pub const ERR_REASON: &str = "node(s) had untolerated taint(s)";
+
+/// Whether one toleration tolerates one taint (upstream's `Toleration.ToleratesTaint`):
+/// the effect matches (an empty toleration effect matches all), the key matches (an empty key
+/// with `Exists` matches all keys), and `Exists` ignores the value while `Equal` (or empty)
+/// compares it.
+pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty()) {
+        if effect != taint.effect {
+            return false;
+        }
+    }
+    if let Some(key) = t.key.as_deref().filter(|k| !k.is_empty()) {
+        if key != taint.key {
+            return false;
+        }
+    }
+    match t.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// Whether any toleration tolerates the taint.
+pub fn tolerations_tolerate(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations.iter().any(|t| tolerates(t, taint))
+}
+
+/// The first `NoSchedule`/`NoExecute` taint none of the tolerations tolerate.
+pub fn find_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+    taints.iter().find(|t| {
+        (t.effect == "NoSchedule" || t.effect == "NoExecute") && !tolerations_tolerate(tolerations, t)
+    })
+}
+
+/// The TaintToleration plugin (no args).
+#[derive(Debug, Default)]
+pub struct TaintToleration;
+
+/// PreScore state: the pod's tolerations that can apply to `PreferNoSchedule` taints.
+struct PreScoreState {
+    tolerations: Vec<Toleration>,
+}
+
+impl TaintToleration {
+    /// Creates the plugin.
+    pub fn new() -> Self {
+        TaintToleration
+    }
+
+    /// Registers its extension points (Filter, PreScore, Score).
+    pub fn register(self) -> Registered {
+        let me = Arc::new(self);
+        Registered {
+            filter: Some(me.clone()),
+            pre_score: Some(me.clone()),
+            score: Some(me),
+            ..Registered::new(NAME)
+        }
+    }
+
+    fn count_intolerable(node: &NodeInfo, tolerations: &[Toleration]) -> i64 {
+        node.taints()
+            .iter()
+            .filter(|t| t.effect == "PreferNoSchedule" && !tolerations_tolerate(tolerations, t))
+            .count() as i64
+    }
+}
+
+impl Plugin for TaintToleration {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+impl FilterPlugin for TaintToleration {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let taints = node.taints();
+        if taints.is_empty() {
+            return Status::success();
+        }
+        match find_untolerated(taints, pod.tolerations()) {
+            None => Status::success(),
+            Some(t) => {
+                let s = Status::unresolvable(ERR_REASON);
+                if state.explain {
+                    s.with_detail(format!(
+                        "untolerated taint {{{}: {}}} ({})",
+                        t.key,
+                        t.value.as_deref().unwrap_or(""),
+                        t.effect
+                    ))
+                } else {
+                    s
+                }
+            }
+        }
+    }
+}
+
+impl PreScorePlugin for TaintToleration {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _feasible: &[NodeIdx],
+    ) -> Status {
+        let tolerations = pod
+            .tolerations()
+            .iter()
+            .filter(|t| matches!(t.effect.as_deref(), None | Some("") | Some("PreferNoSchedule")))
+            .cloned()
+            .collect();
+        state.write(PreScoreState { tolerations });
+        Status::success()
+    }
+}
+
+impl ScorePlugin for TaintToleration {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        if node.taints().is_empty() {
+            return Ok(0);
+        }
+        Ok(match state.read::<PreScoreState>() {
+            Some(s) => Self::count_intolerable(node, &s.tolerations),
+            None => Self::count_intolerable(node, pod.tolerations()),
+        })
+    }
+
+    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let n = self.score(state, pod, node).ok()?;
+        Some(format!("{n} untolerated PreferNoSchedule taint(s)"))
+    }
+
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
+        default_normalize_score(MAX_NODE_SCORE, true, scores);
+        Status::success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    fn tol(v: serde_json::Value) -> Toleration {
+        serde_json::from_value(v).unwrap()
+    }
+    fn taint(v: serde_json::Value) -> Taint {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn toleration_table() {
+        let t = taint(json!({"key": "dedicated", "value": "db", "effect": "NoSchedule"}));
+        let cases = [
+            (json!({"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}), true),
+            (json!({"key": "dedicated", "value": "db"}), true),
+            (json!({"key": "dedicated", "operator": "Equal", "value": "web"}), false),
+            (json!({"key": "dedicated", "operator": "Exists"}), true),
+            (json!({"operator": "Exists"}), true),
+            (json!({"operator": "Exists", "effect": "NoExecute"}), false),
+            (json!({"key": "other", "operator": "Exists"}), false),
+            (json!({"key": "dedicated", "operator": "Exists", "effect": "PreferNoSchedule"}), false),
+            (json!({"key": "dedicated", "operator": "Bogus", "value": "db"}), false),
+        ];
+        for (tv, want) in cases {
+            assert_eq!(tolerates(&tol(tv.clone()), &t), want, "{tv}");
+        }
+    }
+
+    #[test]
+    fn filter_and_score() {
+        let snap = crate::snapshot::Snapshot::build(
+            [
+                node("clean", json!({})),
+                node("db", json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}})),
+                node("soft1", json!({"spec": {"taints": [{"key": "a", "effect": "PreferNoSchedule"}]}})),
+                node("soft2", json!({"spec": {"taints": [
+                    {"key": "a", "effect": "PreferNoSchedule"}, {"key": "b", "effect": "PreferNoSchedule"}]}})),
+                node("exec", json!({"spec": {"taints": [{"key": "x", "effect": "NoExecute"}]}})),
+            ],
+            [],
+        );
+        let p = info(pod("p", json!({})));
+        let got = filter_all(&TaintToleration::new().register(), &snap, &p);
+        let codes: Vec<Code> = got.iter().map(|(_, s)| s.code).collect();
+        use Code::*;
+        assert_eq!(codes, [Success, UnschedulableAndUnresolvable, Success, Success, UnschedulableAndUnresolvable]);
+        assert_eq!(got[1].1.message(), ERR_REASON);
+        assert!(got[1].1.detail.as_deref().unwrap().contains("{dedicated: db}"));
+
+        let scores = score_all(TaintToleration::new().register(), &snap, &p).unwrap();
+        assert_eq!(
+            scores,
+            vec![("clean".into(), 100), ("soft1".into(), 50), ("soft2".into(), 0)]
+        );
+        // Tolerating "a" leaves one intolerable taint on soft2 only.
+        let p2 = info(pod("p2", json!({"spec": {"tolerations": [{"key": "a", "operator": "Exists"}]}})));
+        let scores = score_all(TaintToleration::new().register(), &snap, &p2).unwrap();
+        assert_eq!(
+            scores,
+            vec![("clean".into(), 100), ("soft1".into(), 100), ("soft2".into(), 0)]
+        );
+    }
+}
