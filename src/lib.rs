@@ -10,10 +10,14 @@
 //! - [`config`]: the YAML configuration;
 //! - [`place`]: the `headroom place` what-if command.
 
+pub mod cli;
 pub mod config;
 pub mod framework;
+pub mod objects;
+pub mod place;
 pub mod plugins;
 pub mod quantity;
 pub mod resources;
+pub mod scheduler;
 pub mod selector;
 pub mod snapshot;

@@ -1,6 +1,11 @@
-//! NodeResourcesBalancedAllocation: prefers nodes whose requested fractions of each resource
-//! stay close to each other after placing the pod: `score = (1 - std(fractions)) × 100`.
-//! Best-effort pods (no requests for the scored resources) are skipped, as upstream does.
+//! NodeResourcesBalancedAllocation: prefers nodes whose balance between resources improves
+//! when the pod is placed there.
+//!
+//! The balance of a node is `(1 - std(requested fractions)) × 100` (50..=100 for two
+//! resources). Since kube-scheduler v1.35 (kubernetes#135573) the score is the *change* of that
+//! balance: `(150 + balance_after - balance_before) / 2`, so no change scores 75, going from
+//! perfectly balanced to perfectly imbalanced 50, and the reverse 100. Best-effort pods (no
+//! requests for the scored resources) are skipped, as upstream does.
 
 use std::sync::Arc;
 
@@ -56,13 +61,25 @@ impl BalancedAllocation {
         }
     }
 
-    fn fractions(&self, pod: &PodInfo, node: &NodeInfo) -> Vec<f64> {
-        self.args
-            .resources
-            .iter()
-            .filter_map(|r| allocatable_requested(node, pod, &r.name, true))
-            .map(|(alloc, req)| (req as f64 / alloc as f64).min(1.0))
-            .collect()
+    /// Requested fractions (after, before) placing the pod.
+    fn fractions(&self, pod: &PodInfo, node: &NodeInfo) -> (Vec<f64>, Vec<f64>) {
+        let mut after = Vec::with_capacity(self.args.resources.len());
+        let mut before = Vec::with_capacity(self.args.resources.len());
+        for r in &self.args.resources {
+            if let Some((alloc, req)) = allocatable_requested(node, pod, &r.name, true) {
+                let pod_req = pod.requests.requests.get(&r.name);
+                after.push((req as f64 / alloc as f64).min(1.0));
+                before.push(((req - pod_req) as f64 / alloc as f64).min(1.0));
+            }
+        }
+        (after, before)
+    }
+
+    fn score_of(&self, pod: &PodInfo, node: &NodeInfo) -> (i64, i64, i64) {
+        let (after, before) = self.fractions(pod, node);
+        let a = balanced_score(&after);
+        let b = balanced_score(&before);
+        ((150 + a - b) / 2, a, b)
     }
 }
 
@@ -108,14 +125,17 @@ impl PreScorePlugin for BalancedAllocation {
 
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(balanced_score(&self.fractions(pod, node)))
+        Ok(self.score_of(pod, node).0)
     }
 
     fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let f = self.fractions(pod, node);
+        let (after, before) = self.fractions(pod, node);
+        let (_, a, b) = self.score_of(pod, node);
+        let show = |f: &[f64]| f.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ");
         Some(format!(
-            "requested fractions {}",
-            f.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ")
+            "requested fractions before [{}] balance {b}, after [{}] balance {a}",
+            show(&before),
+            show(&after)
         ))
     }
 }
@@ -142,9 +162,16 @@ mod tests {
         );
         let p = info(pod("p", json!({"spec": {"containers": [
             {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}})));
-        // a: cpu 3/4 = .75, mem 2/8 = .25 → 75; b: cpu .25, mem .25 → 100.
+        // a: before cpu .5, mem 0 → balance 75; after cpu .75, mem .25 → 75: no change, 75.
+        // b: before 0, 0 → 100; after .25, .25 → 100: no change, 75.
         let got = score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &p);
-        assert_eq!(got.unwrap(), vec![("a".into(), 75), ("b".into(), 100)]);
+        assert_eq!(got.unwrap(), vec![("a".into(), 75), ("b".into(), 75)]);
+        // A memory-heavy pod on "a" (cpu .5, mem 0) balances it: after cpu .5, mem .5 → 100.
+        let heavy = info(pod("h", json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"memory": "4Gi"}}}]}})));
+        let got = score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &heavy);
+        // a: (150 + 100 - 75) / 2 = 87; b: before 100, after (0, .5) → 75: (150 + 75 - 100) / 2 = 62.
+        assert_eq!(got.unwrap(), vec![("a".into(), 87), ("b".into(), 62)]);
         let best_effort = info(pod("q", json!({})));
         assert!(score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &best_effort).is_none());
     }

@@ -1,0 +1,312 @@
+//! The scheduler core: profiles, the snapshot, and the assume-before-bind cache.
+//!
+//! `schedule_one` runs a cycle for one pod; when a node is chosen the pod is *assumed* there at
+//! once (added to the snapshot), so the next cycle already counts it, before the asynchronous
+//! bind completes. A bind that fails is `forget`-ten (the pod leaves the node and goes back to
+//! the queue); a successful one is `confirm`-ed. An assumed pod that is neither confirmed nor
+//! forgotten within `assume_ttl` after its bind finished expires, so a lost watch event cannot
+//! leak capacity forever.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::config::{Config, ConfigError};
+use crate::framework::{CycleState, Decision, Framework, Outcome, Status};
+use crate::plugins::build_framework;
+use crate::snapshot::{PodInfo, Snapshot};
+
+/// What happened to a pod in one `schedule_one` call.
+#[derive(Debug)]
+pub struct Attempt {
+    /// The decision record.
+    pub decision: Decision,
+    /// The pod as assumed on its node (with `spec.nodeName` set), when placed.
+    pub assumed: Option<Arc<PodInfo>>,
+    /// Set when the pod could not enter scheduling (gates) — not a failed attempt.
+    pub gated: Option<Status>,
+}
+
+struct Assumed {
+    node: String,
+    uid: String,
+    /// Set once binding finished; the entry expires at this instant unless confirmed.
+    deadline: Option<Instant>,
+}
+
+/// Profiles, snapshot and assumed pods.
+pub struct Scheduler {
+    frameworks: Vec<Framework>,
+    snapshot: Arc<Snapshot>,
+    rng: SmallRng,
+    assumed: HashMap<String, Assumed>,
+    assume_ttl: Duration,
+}
+
+fn key(p: &PodInfo) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
+impl Scheduler {
+    /// Builds the scheduler from a configuration.
+    pub fn new(config: &Config) -> Result<Scheduler, ConfigError> {
+        let frameworks = config
+            .profiles
+            .iter()
+            .map(build_framework)
+            .collect::<Result<Vec<_>, _>>()?;
+        let rng = match config.scheduler.seed {
+            Some(s) => SmallRng::seed_from_u64(s),
+            None => SmallRng::from_os_rng(),
+        };
+        Ok(Scheduler {
+            frameworks,
+            snapshot: Arc::new(Snapshot::new()),
+            rng,
+            assumed: HashMap::new(),
+            assume_ttl: Duration::from_secs(30),
+        })
+    }
+
+    /// Sets how long an assumed pod may stay unconfirmed after its bind finished.
+    pub fn set_assume_ttl(&mut self, ttl: Duration) {
+        self.assume_ttl = ttl;
+    }
+
+    /// The current snapshot (cheap to clone; share it with readers).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.clone()
+    }
+
+    /// Mutable access for cluster events (node/pod add, update, delete).
+    pub fn snapshot_mut(&mut self) -> &mut Snapshot {
+        Arc::make_mut(&mut self.snapshot)
+    }
+
+    /// Replaces the snapshot wholesale (e.g. after a re-list).
+    pub fn set_snapshot(&mut self, snapshot: Snapshot) {
+        self.snapshot = Arc::new(snapshot);
+        self.assumed.clear();
+    }
+
+    /// The profile names.
+    pub fn profiles(&self) -> Vec<&str> {
+        self.frameworks.iter().map(|f| f.profile()).collect()
+    }
+
+    /// The framework of a profile (`None` picks the first).
+    pub fn framework(&self, profile: Option<&str>) -> Option<&Framework> {
+        match profile {
+            None => self.frameworks.first(),
+            Some(p) => self.frameworks.iter().find(|f| f.profile() == p),
+        }
+    }
+
+    /// Runs one scheduling cycle for `pod` under `profile` (the first profile when `None`),
+    /// and assumes the pod on the chosen node.
+    pub fn schedule_one(&mut self, pod: &PodInfo, profile: Option<&str>, explain: bool) -> Attempt {
+        let idx = match profile {
+            None => Some(0),
+            Some(p) => self.frameworks.iter().position(|f| f.profile() == p),
+        };
+        let Some(idx) = idx.filter(|i| *i < self.frameworks.len()) else {
+            let mut d = Decision::new(
+                &pod.namespace,
+                &pod.name,
+                &pod.uid,
+                profile.unwrap_or(""),
+                self.snapshot.generation(),
+                self.snapshot.names(),
+            );
+            d.outcome = Outcome::Error {
+                message: format!("no profile named {:?}", profile.unwrap_or("")),
+            };
+            return Attempt {
+                decision: d,
+                assumed: None,
+                gated: None,
+            };
+        };
+        let fw = &self.frameworks[idx];
+        if let Some(s) = fw.pre_enqueue(pod) {
+            let mut d = Decision::new(
+                &pod.namespace,
+                &pod.name,
+                &pod.uid,
+                fw.profile(),
+                self.snapshot.generation(),
+                self.snapshot.names(),
+            );
+            d.outcome = Outcome::Error {
+                message: format!("pod is not schedulable yet: {}", s.message()),
+            };
+            d.pre_filter.push(s.clone());
+            return Attempt {
+                decision: d,
+                assumed: None,
+                gated: Some(s),
+            };
+        }
+        let (mut decision, mut state) = fw.schedule(pod, &self.snapshot, &mut self.rng, explain);
+        let Some(node) = decision.node().map(str::to_string) else {
+            return Attempt {
+                decision,
+                assumed: None,
+                gated: None,
+            };
+        };
+        match self.reserve_and_assume(idx, &mut state, pod, &node) {
+            Ok(assumed) => Attempt {
+                decision,
+                assumed: Some(assumed),
+                gated: None,
+            },
+            Err(s) => {
+                decision.outcome = Outcome::Error {
+                    message: format!("{} on node {node}: {}", s.plugin, s.message()),
+                };
+                Attempt {
+                    decision,
+                    assumed: None,
+                    gated: None,
+                }
+            }
+        }
+    }
+
+    fn reserve_and_assume(
+        &mut self,
+        idx: usize,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &str,
+    ) -> Result<Arc<PodInfo>, Status> {
+        let fw = &self.frameworks[idx];
+        let s = fw.reserve(state, pod, node);
+        if !s.is_success() {
+            return Err(s);
+        }
+        let s = fw.permit(state, pod, node);
+        if !s.is_success() {
+            fw.unreserve(state, pod, node);
+            return Err(s);
+        }
+        let mut bound = (*pod.pod).clone();
+        bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        let info = Arc::new(PodInfo::new(Arc::new(bound)));
+        Arc::make_mut(&mut self.snapshot).add_pod(info.clone(), node);
+        self.assumed.insert(
+            key(pod),
+            Assumed {
+                node: node.to_string(),
+                uid: pod.uid.clone(),
+                deadline: None,
+            },
+        );
+        Ok(info)
+    }
+
+    /// Marks the bind of an assumed pod as finished: from `now`, it expires after the TTL
+    /// unless the API confirms it.
+    pub fn finish_binding(&mut self, namespace: &str, name: &str, now: Instant) {
+        if let Some(a) = self.assumed.get_mut(&format!("{namespace}/{name}")) {
+            a.deadline = Some(now + self.assume_ttl);
+        }
+    }
+
+    /// The API shows the pod bound: it is no longer merely assumed.
+    pub fn confirm(&mut self, namespace: &str, name: &str) {
+        self.assumed.remove(&format!("{namespace}/{name}"));
+    }
+
+    /// The bind failed: the pod leaves its node. Returns the node it had been assumed on.
+    pub fn forget(&mut self, pod: &PodInfo) -> Option<String> {
+        let a = self.assumed.remove(&key(pod))?;
+        Arc::make_mut(&mut self.snapshot).remove_pod(&pod.namespace, &pod.name, &pod.uid);
+        Some(a.node)
+    }
+
+    /// Drops assumed pods whose deadline passed; returns their `namespace/name` keys.
+    pub fn expire_assumed(&mut self, now: Instant) -> Vec<String> {
+        let expired: Vec<String> = self
+            .assumed
+            .iter()
+            .filter(|(_, a)| a.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &expired {
+            if let (Some(a), Some((ns, name))) = (self.assumed.remove(k), k.split_once('/')) {
+                Arc::make_mut(&mut self.snapshot).remove_pod(ns, name, &a.uid);
+            }
+        }
+        expired
+    }
+
+    /// Number of assumed, unconfirmed pods.
+    pub fn assumed_count(&self) -> usize {
+        self.assumed.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    fn cpu_pod(name: &str, cpu: &str) -> PodInfo {
+        info(pod(name, json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}})))
+    }
+
+    #[test]
+    fn assume_forget_expire() {
+        let mut config = Config::default();
+        config.scheduler.seed = Some(7);
+        let mut s = Scheduler::new(&config).unwrap();
+        *s.snapshot_mut() = Snapshot::build([node("only", json!({}))], []);
+
+        let a = s.schedule_one(&cpu_pod("a", "3"), None, false);
+        assert_eq!(a.decision.node(), Some("only"));
+        // The assumed pod counts immediately: a second 3-CPU pod no longer fits.
+        let b = s.schedule_one(&cpu_pod("b", "3"), None, false);
+        assert!(b.decision.node().is_none());
+        assert!(matches!(&b.decision.outcome, Outcome::Unschedulable { message } if message == "0/1 nodes are available: 1 Insufficient cpu."));
+
+        // A failed bind forgets the pod and frees the node.
+        assert_eq!(s.forget(&cpu_pod("a", "3")).as_deref(), Some("only"));
+        let b = s.schedule_one(&cpu_pod("b", "3"), None, false);
+        assert_eq!(b.decision.node(), Some("only"));
+
+        // An unconfirmed bind expires after the TTL; a confirmed one stays.
+        let t0 = Instant::now();
+        s.set_assume_ttl(Duration::from_secs(30));
+        s.finish_binding("default", "b", t0);
+        assert!(s.expire_assumed(t0 + Duration::from_secs(29)).is_empty());
+        assert_eq!(s.expire_assumed(t0 + Duration::from_secs(31)), vec!["default/b"]);
+        assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 0);
+
+        let c = s.schedule_one(&cpu_pod("c", "1"), None, false);
+        assert!(c.assumed.is_some());
+        s.finish_binding("default", "c", t0);
+        s.confirm("default", "c");
+        assert!(s.expire_assumed(t0 + Duration::from_secs(60)).is_empty());
+        assert_eq!(s.assumed_count(), 0);
+        assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 1000);
+    }
+
+    #[test]
+    fn gated_and_unknown_profile() {
+        let mut s = Scheduler::new(&Config::default()).unwrap();
+        *s.snapshot_mut() = Snapshot::build([node("n", json!({}))], []);
+        let gated = info(pod("g", json!({"spec": {"schedulingGates": [{"name": "wait"}]}})));
+        let a = s.schedule_one(&gated, None, false);
+        assert!(a.gated.is_some());
+        assert!(a.decision.node().is_none());
+        let a = s.schedule_one(&cpu_pod("x", "1"), Some("nope"), false);
+        assert!(matches!(a.decision.outcome, Outcome::Error { .. }));
+    }
+}
