@@ -215,9 +215,18 @@ mod tests {
     fn errors_name_the_field() {
         let cases = [
             ("profiles: [{schedulerName: a, bogus: 1}]", "profiles[0]"),
-            ("profiles: [{plugins: {NoSuch: {weight: 2}}}]", "plugins.NoSuch"),
-            ("profiles: [{plugins: {TaintToleration: {weight: 0}}}]", "TaintToleration.weight"),
-            ("profiles: [{plugins: {TaintToleration: {weight: two}}}]", "profiles[0].plugins.TaintToleration.weight"),
+            (
+                "profiles: [{plugins: {NoSuch: {weight: 2}}}]",
+                "plugins.NoSuch",
+            ),
+            (
+                "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
+                "TaintToleration.weight",
+            ),
+            (
+                "profiles: [{plugins: {TaintToleration: {weight: two}}}]",
+                "profiles[0].plugins.TaintToleration.weight",
+            ),
             ("profiles: [{}, {}]", "profiles[1].schedulerName"),
             ("profiles: []", "profiles"),
             ("scheduler: {seed: -1}", "scheduler.seed"),

@@ -63,7 +63,10 @@ fn describe(v: &Value) -> String {
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .unwrap_or("<unnamed>");
-    match meta.and_then(|m| m.get("namespace")).and_then(Value::as_str) {
+    match meta
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+    {
         Some(ns) => format!("{kind} {ns}/{name}"),
         None => format!("{kind} {name}"),
     }
@@ -107,7 +110,8 @@ impl Objects {
                 let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
                 for mut item in items {
                     if let (Some(k), Value::Object(m)) = (item_kind, &mut item) {
-                        m.entry("kind").or_insert_with(|| Value::String(k.to_string()));
+                        m.entry("kind")
+                            .or_insert_with(|| Value::String(k.to_string()));
                     }
                     self.add(item, path)?;
                 }
@@ -166,9 +170,14 @@ mod tests {
         let bad = "kind: Pod\nmetadata: {name: p, namespace: d}\nspec: {containers: [{name: c, ports: [{containerPort: eighty}]}]}\n";
         let e = Objects::parse(bad, "pod.yaml").unwrap_err().to_string();
         assert!(e.contains("Pod d/p"), "{e}");
-        assert!(e.contains("spec.containers[0].ports[0].containerPort"), "{e}");
+        assert!(
+            e.contains("spec.containers[0].ports[0].containerPort"),
+            "{e}"
+        );
 
-        let e = Objects::parse("metadata: {name: x}\n", "f").unwrap_err().to_string();
+        let e = Objects::parse("metadata: {name: x}\n", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing `kind`"), "{e}");
         let e = Objects::parse("kind: [\n", "f").unwrap_err().to_string();
         assert!(e.contains("document 1"), "{e}");

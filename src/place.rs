@@ -79,13 +79,13 @@ pub fn place_objects(
     options: &PlaceOptions,
 ) -> Result<PlaceReport, PlaceError> {
     let mut scheduler = Scheduler::new(config)?;
-    if let Some(p) = &options.profile {
-        if scheduler.framework(Some(p)).is_none() {
-            return Err(PlaceError::UnknownProfile(
-                p.clone(),
-                scheduler.profiles().join(", "),
-            ));
-        }
+    if let Some(p) = &options.profile
+        && scheduler.framework(Some(p)).is_none()
+    {
+        return Err(PlaceError::UnknownProfile(
+            p.clone(),
+            scheduler.profiles().join(", "),
+        ));
     }
     *scheduler.snapshot_mut() = snapshot_of(cluster);
     let mut results = Vec::new();

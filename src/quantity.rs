@@ -19,7 +19,9 @@ pub enum Error {
     #[error("quantity is empty")]
     Empty,
     /// The string does not follow the quantity grammar.
-    #[error("quantity {0:?} is not a valid Kubernetes quantity (expected e.g. 100m, 1.5, 2Gi, 1e3)")]
+    #[error(
+        "quantity {0:?} is not a valid Kubernetes quantity (expected e.g. 100m, 1.5, 2Gi, 1e3)"
+    )]
     Syntax(String),
     /// The number has more digits than we can represent exactly.
     #[error("quantity {0:?} has too many digits")]
@@ -155,7 +157,11 @@ impl Quantity {
             }
         }
         let q = num / den;
-        let magnitude = if !self.negative && num % den != 0 { q + 1 } else { q };
+        let magnitude = if !self.negative && num % den != 0 {
+            q + 1
+        } else {
+            q
+        };
         match i128::try_from(magnitude) {
             Ok(v) if self.negative => -v,
             Ok(v) => v,

@@ -91,7 +91,9 @@ impl Resources {
     pub fn add(&mut self, other: &Resources) {
         self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
         self.memory = self.memory.saturating_add(other.memory);
-        self.ephemeral_storage = self.ephemeral_storage.saturating_add(other.ephemeral_storage);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
         self.pods = self.pods.saturating_add(other.pods);
         for (name, v) in &other.scalars {
             self.add_scalar(name, *v);
@@ -102,7 +104,9 @@ impl Resources {
     pub fn sub(&mut self, other: &Resources) {
         self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
         self.memory = self.memory.saturating_sub(other.memory);
-        self.ephemeral_storage = self.ephemeral_storage.saturating_sub(other.ephemeral_storage);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
         self.pods = self.pods.saturating_sub(other.pods);
         for (name, v) in &other.scalars {
             self.add_scalar(name, v.saturating_neg());

@@ -258,8 +258,11 @@ mod tests {
     use serde_json::json;
 
     fn cpu_pod(name: &str, cpu: &str) -> PodInfo {
-        info(pod(name, json!({"spec": {"containers": [
-            {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}})))
+        info(pod(
+            name,
+            json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}),
+        ))
     }
 
     #[test]
@@ -274,7 +277,9 @@ mod tests {
         // The assumed pod counts immediately: a second 3-CPU pod no longer fits.
         let b = s.schedule_one(&cpu_pod("b", "3"), None, false);
         assert!(b.decision.node().is_none());
-        assert!(matches!(&b.decision.outcome, Outcome::Unschedulable { message } if message == "0/1 nodes are available: 1 Insufficient cpu."));
+        assert!(
+            matches!(&b.decision.outcome, Outcome::Unschedulable { message } if message == "0/1 nodes are available: 1 Insufficient cpu.")
+        );
 
         // A failed bind forgets the pod and frees the node.
         assert_eq!(s.forget(&cpu_pod("a", "3")).as_deref(), Some("only"));
@@ -286,7 +291,10 @@ mod tests {
         s.set_assume_ttl(Duration::from_secs(30));
         s.finish_binding("default", "b", t0);
         assert!(s.expire_assumed(t0 + Duration::from_secs(29)).is_empty());
-        assert_eq!(s.expire_assumed(t0 + Duration::from_secs(31)), vec!["default/b"]);
+        assert_eq!(
+            s.expire_assumed(t0 + Duration::from_secs(31)),
+            vec!["default/b"]
+        );
         assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 0);
 
         let c = s.schedule_one(&cpu_pod("c", "1"), None, false);
@@ -302,7 +310,10 @@ mod tests {
     fn gated_and_unknown_profile() {
         let mut s = Scheduler::new(&Config::default()).unwrap();
         *s.snapshot_mut() = Snapshot::build([node("n", json!({}))], []);
-        let gated = info(pod("g", json!({"spec": {"schedulingGates": [{"name": "wait"}]}})));
+        let gated = info(pod(
+            "g",
+            json!({"spec": {"schedulingGates": [{"name": "wait"}]}}),
+        ));
         let a = s.schedule_one(&gated, None, false);
         assert!(a.gated.is_some());
         assert!(a.decision.node().is_none());

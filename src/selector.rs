@@ -75,9 +75,12 @@ impl Requirement {
                     values.len()
                 )));
             }
-            values[0]
-                .parse::<i64>()
-                .map_err(|_| err(format!("operator {op} needs an integer, got {:?}", values[0])))
+            values[0].parse::<i64>().map_err(|_| {
+                err(format!(
+                    "operator {op} needs an integer, got {:?}",
+                    values[0]
+                ))
+            })
         };
         let op = match op {
             "In" | "NotIn" => {
@@ -291,7 +294,11 @@ impl Term {
             Ok(v) => t.labels = v,
             Err(e) => t.error = Some(e),
         }
-        match compile(term.match_fields.as_deref().unwrap_or(&[]), "matchFields", true) {
+        match compile(
+            term.match_fields.as_deref().unwrap_or(&[]),
+            "matchFields",
+            true,
+        ) {
             Ok(v) => t.fields = v,
             Err(e) => {
                 t.error.get_or_insert(e);
@@ -400,7 +407,11 @@ mod tests {
     #[test]
     fn label_selector_semantics() {
         let l = labels(&[("app", "web")]);
-        assert!(!Selector::from_label_selector(None, "s").unwrap().matches(&l));
+        assert!(
+            !Selector::from_label_selector(None, "s")
+                .unwrap()
+                .matches(&l)
+        );
         let empty: LabelSelector = serde_json::from_value(json!({})).unwrap();
         assert!(
             Selector::from_label_selector(Some(&empty), "s")

@@ -145,11 +145,11 @@ impl Decision {
             }
         }
         let explicit = self.rejected.len() + self.feasible.len();
-        if let Some(absent) = &self.absent {
-            if explicit < n {
-                for r in &absent.reasons {
-                    *counts.entry(r.as_ref()).or_insert(0) += n - explicit;
-                }
+        if let Some(absent) = &self.absent
+            && explicit < n
+        {
+            for r in &absent.reasons {
+                *counts.entry(r.as_ref()).or_insert(0) += n - explicit;
             }
         }
         let mut parts: Vec<String> = counts.iter().map(|(r, c)| format!("{c} {r}")).collect();
@@ -165,10 +165,8 @@ impl Decision {
         let n = self.num_nodes();
         let mut verdicts: Vec<Option<NodeVerdict>> = vec![None; n];
         for (idx, s) in &self.rejected {
-            verdicts[*idx as usize] = Some(NodeVerdict::rejected(
-                &self.node_names[*idx as usize],
-                s,
-            ));
+            verdicts[*idx as usize] =
+                Some(NodeVerdict::rejected(&self.node_names[*idx as usize], s));
         }
         let chosen = self.node();
         for (i, idx) in self.feasible.iter().enumerate() {
@@ -182,10 +180,7 @@ impl Decision {
                     normalized: c.normalized[i],
                     weight: c.weight,
                     weighted: c.normalized[i] * c.weight,
-                    detail: c
-                        .details
-                        .as_ref()
-                        .and_then(|d| d.get(i).cloned().flatten()),
+                    detail: c.details.as_ref().and_then(|d| d.get(i).cloned().flatten()),
                 })
                 .collect();
             verdicts[*idx as usize] = Some(NodeVerdict {
@@ -365,7 +360,11 @@ impl Explanation {
         let _ = writeln!(out, "pod {} (profile {})", self.pod, self.profile);
         match (&self.node, &self.message) {
             (Some(n), _) => {
-                let _ = writeln!(out, "  placed on {n} ({} feasible node(s))", self.feasible_nodes);
+                let _ = writeln!(
+                    out,
+                    "  placed on {n} ({} feasible node(s))",
+                    self.feasible_nodes
+                );
             }
             (None, Some(m)) => {
                 let _ = writeln!(out, "  not placed: {m}");
@@ -374,7 +373,16 @@ impl Explanation {
                 let _ = writeln!(out, "  not placed");
             }
         }
-        for s in &self.pre_filter {
+        let skipped: Vec<&str> = self
+            .pre_filter
+            .iter()
+            .filter(|s| s.code == Code::Skip)
+            .map(|s| s.plugin.as_str())
+            .collect();
+        if !skipped.is_empty() {
+            let _ = writeln!(out, "  filter plugins skipped: {}", skipped.join(", "));
+        }
+        for s in self.pre_filter.iter().filter(|s| s.code != Code::Skip) {
             let _ = write!(out, "  prefilter {}: {:?} {}", s.plugin, s.code, s.message);
             if let Some(d) = &s.detail {
                 let _ = write!(out, " ({d})");
@@ -382,12 +390,22 @@ impl Explanation {
             out.push('\n');
         }
         if !self.skipped_scores.is_empty() {
-            let _ = writeln!(out, "  score plugins skipped: {}", self.skipped_scores.join(", "));
+            let _ = writeln!(
+                out,
+                "  score plugins skipped: {}",
+                self.skipped_scores.join(", ")
+            );
         }
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");
         }
-        let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
+        let width = self
+            .nodes
+            .iter()
+            .map(|n| n.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
         for n in &self.nodes {
             let mark = if n.chosen { "*" } else { " " };
             if n.feasible {

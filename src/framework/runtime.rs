@@ -93,9 +93,13 @@ impl Framework {
         );
         if let Some(err) = &pod.error {
             d.outcome = Outcome::Error {
-                message: format!("pod {}/{} cannot be scheduled: {err}", pod.namespace, pod.name),
+                message: format!(
+                    "pod {}/{} cannot be scheduled: {err}",
+                    pod.namespace, pod.name
+                ),
             };
-            d.absent = Some(Status::unresolvable("pod has an unreadable spec").with_detail(err.clone()));
+            d.absent =
+                Some(Status::unresolvable("pod has an unreadable spec").with_detail(err.clone()));
             return (d, state);
         }
         if snapshot.is_empty() {
@@ -155,7 +159,8 @@ impl Framework {
                     "node(s) didn't satisfy plugin(s) [{}]",
                     restricting.join(" ")
                 )));
-                let mut v: Vec<NodeIdx> = names.iter().filter_map(|n| snapshot.index_of(n)).collect();
+                let mut v: Vec<NodeIdx> =
+                    names.iter().filter_map(|n| snapshot.index_of(n)).collect();
                 v.sort_unstable();
                 v
             }
@@ -209,7 +214,8 @@ impl Framework {
                 if let Some(pf) = &p.post_filter {
                     let s = pf.post_filter(&state, pod, &d);
                     if !s.is_success() && !s.reasons.is_empty() {
-                        d.notes.push(format!("PostFilter {}: {}", p.name, s.message()));
+                        d.notes
+                            .push(format!("PostFilter {}: {}", p.name, s.message()));
                     }
                 }
             }

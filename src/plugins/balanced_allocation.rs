@@ -90,7 +90,12 @@ fn balanced_score(fractions: &[f64]) -> i64 {
         2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
         n => {
             let mean = fractions.iter().sum::<f64>() / n as f64;
-            (fractions.iter().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
+            (fractions
+                .iter()
+                .map(|f| (f - mean) * (f - mean))
+                .sum::<f64>()
+                / n as f64)
+                .sqrt()
         }
     };
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
@@ -131,7 +136,12 @@ impl ScorePlugin for BalancedAllocation {
     fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let (after, before) = self.fractions(pod, node);
         let (_, a, b) = self.score_of(pod, node);
-        let show = |f: &[f64]| f.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ");
+        let show = |f: &[f64]| {
+            f.iter()
+                .map(|x| format!("{x:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         Some(format!(
             "requested fractions before [{}] balance {b}, after [{}] balance {a}",
             show(&before),
@@ -157,22 +167,52 @@ mod tests {
 
         let snap = Snapshot::build(
             [node("a", json!({})), node("b", json!({}))],
-            [pod("x", json!({"spec": {"nodeName": "a", "containers": [
-                {"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}))],
+            [pod(
+                "x",
+                json!({"spec": {"nodeName": "a", "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}),
+            )],
         );
-        let p = info(pod("p", json!({"spec": {"containers": [
-            {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}})));
+        let p = info(pod(
+            "p",
+            json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}}),
+        ));
         // a: before cpu .5, mem 0 → balance 75; after cpu .75, mem .25 → 75: no change, 75.
         // b: before 0, 0 → 100; after .25, .25 → 100: no change, 75.
-        let got = score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &p);
+        let got = score_all(
+            BalancedAllocation::new(Default::default())
+                .unwrap()
+                .register(),
+            &snap,
+            &p,
+        );
         assert_eq!(got.unwrap(), vec![("a".into(), 75), ("b".into(), 75)]);
         // A memory-heavy pod on "a" (cpu .5, mem 0) balances it: after cpu .5, mem .5 → 100.
-        let heavy = info(pod("h", json!({"spec": {"containers": [
-            {"name": "c", "resources": {"requests": {"memory": "4Gi"}}}]}})));
-        let got = score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &heavy);
+        let heavy = info(pod(
+            "h",
+            json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"memory": "4Gi"}}}]}}),
+        ));
+        let got = score_all(
+            BalancedAllocation::new(Default::default())
+                .unwrap()
+                .register(),
+            &snap,
+            &heavy,
+        );
         // a: (150 + 100 - 75) / 2 = 87; b: before 100, after (0, .5) → 75: (150 + 75 - 100) / 2 = 62.
         assert_eq!(got.unwrap(), vec![("a".into(), 87), ("b".into(), 62)]);
         let best_effort = info(pod("q", json!({})));
-        assert!(score_all(BalancedAllocation::new(Default::default()).unwrap().register(), &snap, &best_effort).is_none());
+        assert!(
+            score_all(
+                BalancedAllocation::new(Default::default())
+                    .unwrap()
+                    .register(),
+                &snap,
+                &best_effort
+            )
+            .is_none()
+        );
     }
 }

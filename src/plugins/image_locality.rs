@@ -57,7 +57,11 @@ impl ImageLocality {
     fn sum(s: &PreScoreState, node: &NodeInfo) -> i64 {
         let mut sum = 0i64;
         for (image, spread) in &s.images {
-            if let Some(img) = node.images.iter().find(|i| i.names.iter().any(|n| n == image)) {
+            if let Some(img) = node
+                .images
+                .iter()
+                .find(|i| i.names.iter().any(|n| n == image))
+            {
                 sum += (img.size_bytes as f64 * spread) as i64;
             }
         }
@@ -91,7 +95,12 @@ impl PreScorePlugin for ImageLocality {
         let total = snapshot.len().max(1) as f64;
         let spec = pod.pod.spec.as_ref();
         let containers = spec
-            .map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()))
+            .map(|s| {
+                s.init_containers
+                    .iter()
+                    .flatten()
+                    .chain(s.containers.iter())
+            })
             .into_iter()
             .flatten();
         let mut images = Vec::new();
@@ -143,8 +152,14 @@ mod tests {
     fn names() {
         assert_eq!(normalized_image_name("nginx"), "nginx:latest");
         assert_eq!(normalized_image_name("nginx:1.2"), "nginx:1.2");
-        assert_eq!(normalized_image_name("reg:5000/nginx"), "reg:5000/nginx:latest");
-        assert_eq!(normalized_image_name("reg:5000/nginx:1"), "reg:5000/nginx:1");
+        assert_eq!(
+            normalized_image_name("reg:5000/nginx"),
+            "reg:5000/nginx:latest"
+        );
+        assert_eq!(
+            normalized_image_name("reg:5000/nginx:1"),
+            "reg:5000/nginx:1"
+        );
     }
 
     #[test]
@@ -152,17 +167,34 @@ mod tests {
         let img = |names: &[&str], size: i64| json!({"names": names, "sizeBytes": size});
         let snap = Snapshot::build(
             [
-                node("a", json!({"status": {"images": [img(&["big:1"], 500 * MB), img(&["small:1"], 10 * MB)]}})),
-                node("b", json!({"status": {"images": [img(&["big:1"], 500 * MB)]}})),
+                node(
+                    "a",
+                    json!({"status": {"images": [img(&["big:1"], 500 * MB), img(&["small:1"], 10 * MB)]}}),
+                ),
+                node(
+                    "b",
+                    json!({"status": {"images": [img(&["big:1"], 500 * MB)]}}),
+                ),
                 node("c", json!({})),
                 node("d", json!({})),
             ],
             [],
         );
-        let p = info(pod("p", json!({"spec": {"containers": [{"name": "c", "image": "big:1"}]}})));
+        let p = info(pod(
+            "p",
+            json!({"spec": {"containers": [{"name": "c", "image": "big:1"}]}}),
+        ));
         // spread 2/4 → 250 MiB; (250-23)/(1000-23) × 100 = 23.
         let got = score_all(ImageLocality::new().register(), &snap, &p).unwrap();
-        assert_eq!(got, vec![("a".into(), 23), ("b".into(), 23), ("c".into(), 0), ("d".into(), 0)]);
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), 23),
+                ("b".into(), 23),
+                ("c".into(), 0),
+                ("d".into(), 0)
+            ]
+        );
         assert_eq!(calculate_priority(5000 * MB, 2), 100);
         assert_eq!(calculate_priority(0, 1), 0);
     }

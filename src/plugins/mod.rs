@@ -51,17 +51,61 @@ pub struct KnownPlugin {
 
 /// Every plugin, in the order the framework runs them.
 pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
-    KnownPlugin { name: scheduling_gates::NAME, weight: 0, default_enabled: true },
-    KnownPlugin { name: node_unschedulable::NAME, weight: 0, default_enabled: true },
-    KnownPlugin { name: node_name::NAME, weight: 0, default_enabled: true },
-    KnownPlugin { name: taint_toleration::NAME, weight: 3, default_enabled: true },
-    KnownPlugin { name: node_affinity::NAME, weight: 2, default_enabled: true },
-    KnownPlugin { name: node_ports::NAME, weight: 0, default_enabled: true },
-    KnownPlugin { name: node_resources_fit::NAME, weight: 1, default_enabled: true },
-    KnownPlugin { name: pod_topology_spread::NAME, weight: 2, default_enabled: true },
-    KnownPlugin { name: inter_pod_affinity::NAME, weight: 2, default_enabled: true },
-    KnownPlugin { name: balanced_allocation::NAME, weight: 1, default_enabled: true },
-    KnownPlugin { name: image_locality::NAME, weight: 1, default_enabled: true },
+    KnownPlugin {
+        name: scheduling_gates::NAME,
+        weight: 0,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: node_unschedulable::NAME,
+        weight: 0,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: node_name::NAME,
+        weight: 0,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: taint_toleration::NAME,
+        weight: 3,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: node_affinity::NAME,
+        weight: 2,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: node_ports::NAME,
+        weight: 0,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: node_resources_fit::NAME,
+        weight: 1,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: pod_topology_spread::NAME,
+        weight: 2,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: inter_pod_affinity::NAME,
+        weight: 2,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: balanced_allocation::NAME,
+        weight: 1,
+        default_enabled: true,
+    },
+    KnownPlugin {
+        name: image_locality::NAME,
+        weight: 1,
+        default_enabled: true,
+    },
 ];
 
 /// Looks a plugin up by name.
@@ -90,17 +134,16 @@ fn instantiate(name: &'static str, profile: &ProfileConfig) -> Result<Registered
                 .register()
         }
         pod_topology_spread::NAME => {
-            pod_topology_spread::PodTopologySpread::new(args.pod_topology_spread.clone())
-                .register()
+            pod_topology_spread::PodTopologySpread::new(args.pod_topology_spread.clone()).register()
         }
         inter_pod_affinity::NAME => {
             inter_pod_affinity::InterPodAffinity::new(args.inter_pod_affinity.clone()).register()
         }
-        balanced_allocation::NAME => {
-            balanced_allocation::BalancedAllocation::new(args.node_resources_balanced_allocation.clone())
-                .map_err(|e| invalid("nodeResourcesBalancedAllocation", e))?
-                .register()
-        }
+        balanced_allocation::NAME => balanced_allocation::BalancedAllocation::new(
+            args.node_resources_balanced_allocation.clone(),
+        )
+        .map_err(|e| invalid("nodeResourcesBalancedAllocation", e))?
+        .register(),
         image_locality::NAME => image_locality::ImageLocality::new().register(),
         other => {
             return Err(ConfigError::Invalid {
@@ -127,16 +170,17 @@ pub fn build_framework(profile: &ProfileConfig) -> Result<Framework, ConfigError
     let mut weights = Vec::new();
     for p in KNOWN_PLUGINS {
         let setting = profile.plugins.get(p.name);
-        let enabled = setting
-            .and_then(|s| s.enabled)
-            .unwrap_or(p.default_enabled);
+        let enabled = setting.and_then(|s| s.enabled).unwrap_or(p.default_enabled);
         if !enabled {
             continue;
         }
         let weight = setting.and_then(|s| s.weight).unwrap_or(p.weight.max(1));
         if !(1..=100).contains(&weight) {
             return Err(ConfigError::Invalid {
-                field: format!("profiles[{}].plugins.{}.weight", profile.scheduler_name, p.name),
+                field: format!(
+                    "profiles[{}].plugins.{}.weight",
+                    profile.scheduler_name, p.name
+                ),
                 message: format!("{weight} is not in 1..=100"),
             });
         }
@@ -146,5 +190,9 @@ pub fn build_framework(profile: &ProfileConfig) -> Result<Framework, ConfigError
             weight,
         });
     }
-    Ok(Framework::new(&profile.scheduler_name, registered, &weights))
+    Ok(Framework::new(
+        &profile.scheduler_name,
+        registered,
+        &weights,
+    ))
 }

@@ -61,10 +61,10 @@ impl RequiredNodeAffinity {
 
     /// Whether the node satisfies both parts.
     pub fn matches(&self, node: &NodeInfo) -> bool {
-        if let Some(s) = &self.selector {
-            if !s.matches(node.labels()) {
-                return false;
-            }
+        if let Some(s) = &self.selector
+            && !s.matches(node.labels())
+        {
+            return false;
         }
         match &self.terms {
             Some(t) => t.matches(node.labels(), &node.name),
@@ -199,10 +199,10 @@ impl PreFilterPlugin for NodeAffinity {
 
 impl FilterPlugin for NodeAffinity {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if let Some(added) = &self.added_required {
-            if !added.matches(node.labels(), &node.name) {
-                return Status::unresolvable(ERR_REASON_ENFORCED);
-            }
+        if let Some(added) = &self.added_required
+            && !added.matches(node.labels(), &node.name)
+        {
+            return Status::unresolvable(ERR_REASON_ENFORCED);
         }
         let ok = match state.read::<PreFilterState>() {
             Some(s) => s.required.matches(node),
@@ -230,7 +230,10 @@ impl PreScorePlugin for NodeAffinity {
             .as_ref()
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref());
+            .and_then(|na| {
+                na.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
         if pref.is_none() && self.added_preferred.is_empty() {
             return Status::skip();
         }
@@ -293,8 +296,14 @@ mod tests {
     fn snap() -> Snapshot {
         Snapshot::build(
             [
-                node("n1", json!({"metadata": {"labels": {"zone": "a", "gen": "3"}}})),
-                node("n2", json!({"metadata": {"labels": {"zone": "b", "gen": "5"}}})),
+                node(
+                    "n1",
+                    json!({"metadata": {"labels": {"zone": "a", "gen": "3"}}}),
+                ),
+                node(
+                    "n2",
+                    json!({"metadata": {"labels": {"zone": "b", "gen": "5"}}}),
+                ),
                 node("n3", json!({"metadata": {"labels": {"gen": "x"}}})),
             ],
             [],
@@ -302,7 +311,9 @@ mod tests {
     }
 
     fn codes(extra: serde_json::Value) -> Vec<Code> {
-        let reg = NodeAffinity::new(NodeAffinityArgs::default()).unwrap().register();
+        let reg = NodeAffinity::new(NodeAffinityArgs::default())
+            .unwrap()
+            .register();
         filter_all(&reg, &snap(), &info(pod("p", extra)))
             .into_iter()
             .map(|(_, s)| s.code)
@@ -320,25 +331,37 @@ mod tests {
         const NO: Code = UnschedulableAndUnresolvable;
         let cases = [
             ("no constraints: skip", json!({}), [Skip, Skip, Skip]),
-            ("nodeSelector", json!({"spec": {"nodeSelector": {"zone": "a"}}}), [Success, NO, NO]),
+            (
+                "nodeSelector",
+                json!({"spec": {"nodeSelector": {"zone": "a"}}}),
+                [Success, NO, NO],
+            ),
             (
                 "In",
-                required(json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}])),
+                required(
+                    json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]),
+                ),
                 [Success, Success, NO],
             ),
             (
                 "NotIn matches absent keys",
-                required(json!([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}])),
+                required(
+                    json!([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}]),
+                ),
                 [NO, Success, Success],
             ),
             (
                 "Gt ignores non-integers",
-                required(json!([{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["4"]}]}])),
+                required(
+                    json!([{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["4"]}]}]),
+                ),
                 [NO, Success, NO],
             ),
             (
                 "Lt",
-                required(json!([{"matchExpressions": [{"key": "gen", "operator": "Lt", "values": ["4"]}]}])),
+                required(
+                    json!([{"matchExpressions": [{"key": "gen", "operator": "Lt", "values": ["4"]}]}]),
+                ),
                 [Success, NO, NO],
             ),
             (
@@ -357,7 +380,9 @@ mod tests {
             (
                 "selector AND affinity",
                 {
-                    let mut v = required(json!([{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}]));
+                    let mut v = required(
+                        json!([{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}]),
+                    );
                     merge(&mut v, json!({"spec": {"nodeSelector": {"gen": "3"}}}));
                     v
                 },
@@ -365,10 +390,16 @@ mod tests {
             ),
             (
                 "invalid term matches nothing",
-                required(json!([{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["a"]}]}])),
+                required(
+                    json!([{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["a"]}]}]),
+                ),
                 [NO, NO, NO],
             ),
-            ("empty term list matches nothing", required(json!([])), [NO, NO, NO]),
+            (
+                "empty term list matches nothing",
+                required(json!([])),
+                [NO, NO, NO],
+            ),
         ];
         for (name, extra, want) in cases {
             assert_eq!(codes(extra), want, "{name}");
@@ -377,40 +408,66 @@ mod tests {
 
     #[test]
     fn match_fields_restrict_nodes() {
-        let reg = NodeAffinity::new(NodeAffinityArgs::default()).unwrap().register();
-        let p = info(pod("p", required(json!([
+        let reg = NodeAffinity::new(NodeAffinityArgs::default())
+            .unwrap()
+            .register();
+        let p = info(pod(
+            "p",
+            required(json!([
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]},
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ghost"]}]}]))));
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ghost"]}]}])),
+        ));
         let mut state = CycleState::new(false);
-        let (s, names) = reg.pre_filter.as_ref().unwrap().pre_filter(&mut state, &p, &snap());
+        let (s, names) = reg
+            .pre_filter
+            .as_ref()
+            .unwrap()
+            .pre_filter(&mut state, &p, &snap());
         assert!(s.is_success());
-        assert_eq!(names.unwrap().into_iter().collect::<Vec<_>>(), vec!["ghost", "n2"]);
+        assert_eq!(
+            names.unwrap().into_iter().collect::<Vec<_>>(),
+            vec!["ghost", "n2"]
+        );
 
-        let conflict = info(pod("p", required(json!([
+        let conflict = info(pod(
+            "p",
+            required(json!([
             {"matchFields": [
                 {"key": "metadata.name", "operator": "In", "values": ["n1"]},
-                {"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]))));
-        let (s, _) = reg.pre_filter.as_ref().unwrap().pre_filter(&mut state, &conflict, &snap());
+                {"key": "metadata.name", "operator": "In", "values": ["n2"]}]}])),
+        ));
+        let (s, _) = reg
+            .pre_filter
+            .as_ref()
+            .unwrap()
+            .pre_filter(&mut state, &conflict, &snap());
         assert_eq!(s.code, Code::UnschedulableAndUnresolvable);
         assert_eq!(s.message(), ERR_REASON_CONFLICT);
     }
 
     #[test]
     fn preferred_scores() {
-        let p = info(pod("p", json!({"spec": {"affinity": {"nodeAffinity": {
+        let p = info(pod(
+            "p",
+            json!({"spec": {"affinity": {"nodeAffinity": {
             "preferredDuringSchedulingIgnoredDuringExecution": [
                 {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}},
                 {"weight": 30, "preference": {"matchExpressions": [{"key": "gen", "operator": "Exists"}]}},
                 {"weight": 0, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}
-            ]}}}})));
-        let reg = NodeAffinity::new(NodeAffinityArgs::default()).unwrap().register();
+            ]}}}}),
+        ));
+        let reg = NodeAffinity::new(NodeAffinityArgs::default())
+            .unwrap()
+            .register();
         let scores = score_all(reg, &snap(), &p).unwrap();
         // raw: n1 40, n2 30, n3 30 → normalised against the max 40.
         assert_eq!(
             scores,
             vec![("n1".into(), 100), ("n2".into(), 75), ("n3".into(), 75)]
         );
-        let reg = NodeAffinity::new(NodeAffinityArgs::default()).unwrap().register();
+        let reg = NodeAffinity::new(NodeAffinityArgs::default())
+            .unwrap()
+            .register();
         assert!(score_all(reg, &snap(), &info(pod("q", json!({})))).is_none());
     }
 

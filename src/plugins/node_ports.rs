@@ -81,7 +81,11 @@ mod tests {
     use crate::plugins::testutil::*;
     use serde_json::json;
 
-    fn with_port(name: &str, node: Option<&str>, port: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    fn with_port(
+        name: &str,
+        node: Option<&str>,
+        port: serde_json::Value,
+    ) -> k8s_openapi::api::core::v1::Pod {
         let mut extra = json!({"spec": {"containers": [{"name": "c", "ports": [port]}]}});
         if let Some(n) = node {
             merge(&mut extra, json!({"spec": {"nodeName": n}}));
@@ -92,23 +96,55 @@ mod tests {
     #[test]
     fn table() {
         let snap = Snapshot::build(
-            [node("a", json!({})), node("b", json!({})), node("c", json!({}))],
             [
-                with_port("x", Some("a"), json!({"containerPort": 80, "hostPort": 8080})),
-                with_port("y", Some("b"), json!({"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.1"})),
-                with_port("z", Some("c"), json!({"containerPort": 80, "hostPort": 8080, "protocol": "UDP"})),
+                node("a", json!({})),
+                node("b", json!({})),
+                node("c", json!({})),
+            ],
+            [
+                with_port(
+                    "x",
+                    Some("a"),
+                    json!({"containerPort": 80, "hostPort": 8080}),
+                ),
+                with_port(
+                    "y",
+                    Some("b"),
+                    json!({"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.1"}),
+                ),
+                with_port(
+                    "z",
+                    Some("c"),
+                    json!({"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}),
+                ),
             ],
         );
         use Code::*;
         let cases = [
-            (json!({"containerPort": 80, "hostPort": 8080}), [Unschedulable, Unschedulable, Success]),
-            (json!({"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.2"}), [Unschedulable, Success, Success]),
-            (json!({"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}), [Success, Success, Unschedulable]),
-            (json!({"containerPort": 80, "hostPort": 9090}), [Success, Success, Success]),
+            (
+                json!({"containerPort": 80, "hostPort": 8080}),
+                [Unschedulable, Unschedulable, Success],
+            ),
+            (
+                json!({"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.2"}),
+                [Unschedulable, Success, Success],
+            ),
+            (
+                json!({"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}),
+                [Success, Success, Unschedulable],
+            ),
+            (
+                json!({"containerPort": 80, "hostPort": 9090}),
+                [Success, Success, Success],
+            ),
             (json!({"containerPort": 80}), [Skip, Skip, Skip]),
         ];
         for (port, want) in cases {
-            let got = filter_all(&NodePorts::new().register(), &snap, &info(with_port("p", None, port.clone())));
+            let got = filter_all(
+                &NodePorts::new().register(),
+                &snap,
+                &info(with_port("p", None, port.clone())),
+            );
             let codes: Vec<Code> = got.iter().map(|(_, s)| s.code).collect();
             assert_eq!(codes, want, "{port}");
         }

@@ -329,22 +329,35 @@ impl FilterPlugin for NodeResourcesFit {
             }
         }
         if !req.is_zero() {
-            let mut check = |name: &'static str, want: i64, a: i64, u: i64, fmt: fn(i64) -> String| {
-                if want > 0 && want > a - u {
-                    reasons.push(Cow::Borrowed(name));
-                    if state.explain {
-                        details.push(format!(
-                            "{}: requested {}, free {} of {}",
-                            &name["Insufficient ".len()..],
-                            fmt(want),
-                            fmt(a - u),
-                            fmt(a)
-                        ));
+            let mut check =
+                |name: &'static str, want: i64, a: i64, u: i64, fmt: fn(i64) -> String| {
+                    if want > 0 && want > a - u {
+                        reasons.push(Cow::Borrowed(name));
+                        if state.explain {
+                            details.push(format!(
+                                "{}: requested {}, free {} of {}",
+                                &name["Insufficient ".len()..],
+                                fmt(want),
+                                fmt(a - u),
+                                fmt(a)
+                            ));
+                        }
                     }
-                }
-            };
-            check("Insufficient cpu", req.milli_cpu, alloc.milli_cpu, used.milli_cpu, format_milli);
-            check("Insufficient memory", req.memory, alloc.memory, used.memory, format_bytes);
+                };
+            check(
+                "Insufficient cpu",
+                req.milli_cpu,
+                alloc.milli_cpu,
+                used.milli_cpu,
+                format_milli,
+            );
+            check(
+                "Insufficient memory",
+                req.memory,
+                alloc.memory,
+                used.memory,
+                format_bytes,
+            );
             check(
                 "Insufficient ephemeral-storage",
                 req.ephemeral_storage,
@@ -415,13 +428,25 @@ impl ScorePlugin for NodeResourcesFit {
                 Some(format!(
                     "{}: {} requested of {} → {}",
                     r.name,
-                    if r.name == CPU { format_milli(req) } else { format_bytes(req) },
-                    if r.name == CPU { format_milli(alloc) } else { format_bytes(alloc) },
+                    if r.name == CPU {
+                        format_milli(req)
+                    } else {
+                        format_bytes(req)
+                    },
+                    if r.name == CPU {
+                        format_milli(alloc)
+                    } else {
+                        format_bytes(alloc)
+                    },
                     self.resource_score(req, alloc)
                 ))
             })
             .collect();
-        Some(format!("{:?}: {}", self.args.scoring_strategy.kind, parts.join(", ")))
+        Some(format!(
+            "{:?}: {}",
+            self.args.scoring_strategy.kind,
+            parts.join(", ")
+        ))
     }
 }
 
@@ -432,8 +457,13 @@ mod tests {
     use crate::plugins::testutil::*;
     use serde_json::json;
 
-    fn req_pod(name: &str, node: Option<&str>, requests: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
-        let mut extra = json!({"spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}});
+    fn req_pod(
+        name: &str,
+        node: Option<&str>,
+        requests: serde_json::Value,
+    ) -> k8s_openapi::api::core::v1::Pod {
+        let mut extra =
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}});
         if let Some(n) = node {
             merge(&mut extra, json!({"spec": {"nodeName": n}}));
         }
@@ -443,33 +473,68 @@ mod tests {
     fn snap() -> Snapshot {
         Snapshot::build(
             [
-                node("small", json!({"status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "2"}}})),
-                node("big", json!({"status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "example.com/gpu": "2"}}})),
+                node(
+                    "small",
+                    json!({"status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "2"}}}),
+                ),
+                node(
+                    "big",
+                    json!({"status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "example.com/gpu": "2"}}}),
+                ),
             ],
             [
                 req_pod("a", Some("small"), json!({"cpu": "1", "memory": "1Gi"})),
                 req_pod("b", Some("small"), json!({"cpu": "500m"})),
-                req_pod("c", Some("big"), json!({"cpu": "2", "memory": "4Gi", "example.com/gpu": "1"})),
+                req_pod(
+                    "c",
+                    Some("big"),
+                    json!({"cpu": "2", "memory": "4Gi", "example.com/gpu": "1"}),
+                ),
             ],
         )
     }
 
     #[test]
     fn filter_table() {
-        let fit = || NodeResourcesFit::new(NodeResourcesFitArgs::default()).unwrap().register();
+        let fit = || {
+            NodeResourcesFit::new(NodeResourcesFitArgs::default())
+                .unwrap()
+                .register()
+        };
         let cases: Vec<(serde_json::Value, Vec<Vec<&str>>)> = vec![
             (json!({"cpu": "100m"}), vec![vec!["Too many pods"], vec![]]),
             (
                 json!({"cpu": "7", "memory": "13Gi"}),
-                vec![vec!["Too many pods", "Insufficient cpu", "Insufficient memory"], vec!["Insufficient cpu", "Insufficient memory"]],
+                vec![
+                    vec!["Too many pods", "Insufficient cpu", "Insufficient memory"],
+                    vec!["Insufficient cpu", "Insufficient memory"],
+                ],
             ),
-            (json!({"cpu": "6"}), vec![vec!["Too many pods", "Insufficient cpu"], vec![]]),
-            (json!({"example.com/gpu": "2"}), vec![vec!["Too many pods", "Insufficient example.com/gpu"], vec!["Insufficient example.com/gpu"]]),
-            (json!({"example.com/gpu": "1"}), vec![vec!["Too many pods", "Insufficient example.com/gpu"], vec![]]),
+            (
+                json!({"cpu": "6"}),
+                vec![vec!["Too many pods", "Insufficient cpu"], vec![]],
+            ),
+            (
+                json!({"example.com/gpu": "2"}),
+                vec![
+                    vec!["Too many pods", "Insufficient example.com/gpu"],
+                    vec!["Insufficient example.com/gpu"],
+                ],
+            ),
+            (
+                json!({"example.com/gpu": "1"}),
+                vec![
+                    vec!["Too many pods", "Insufficient example.com/gpu"],
+                    vec![],
+                ],
+            ),
         ];
         for (requests, want) in cases {
             let got = filter_all(&fit(), &snap(), &info(req_pod("p", None, requests.clone())));
-            let reasons: Vec<Vec<String>> = got.iter().map(|(_, s)| s.reasons.iter().map(|r| r.to_string()).collect()).collect();
+            let reasons: Vec<Vec<String>> = got
+                .iter()
+                .map(|(_, s)| s.reasons.iter().map(|r| r.to_string()).collect())
+                .collect();
             assert_eq!(reasons, want, "{requests}");
             for (_, s) in &got {
                 if !s.is_success() {
@@ -482,7 +547,11 @@ mod tests {
             ignored_resource_groups: vec!["example.com".into()],
             ..Default::default()
         };
-        let got = filter_all(&NodeResourcesFit::new(args).unwrap().register(), &snap(), &info(req_pod("p", None, json!({"example.com/gpu": "5"}))));
+        let got = filter_all(
+            &NodeResourcesFit::new(args).unwrap().register(),
+            &snap(),
+            &info(req_pod("p", None, json!({"example.com/gpu": "5"}))),
+        );
         assert!(got[1].1.is_success());
     }
 
@@ -499,19 +568,31 @@ mod tests {
         assert_eq!(least.score(&state, &p, &node).unwrap(), (cpu + mem) / 2);
 
         let most = NodeResourcesFit::new(NodeResourcesFitArgs {
-            scoring_strategy: ScoringStrategy { kind: StrategyType::MostAllocated, ..Default::default() },
+            scoring_strategy: ScoringStrategy {
+                kind: StrategyType::MostAllocated,
+                ..Default::default()
+            },
             ..Default::default()
         })
         .unwrap();
-        assert_eq!(most.score(&state, &p, &node).unwrap(), (3000 * 100 / 8000 + mem_req * 100 / (16i64 << 30)) / 2);
+        assert_eq!(
+            most.score(&state, &p, &node).unwrap(),
+            (3000 * 100 / 8000 + mem_req * 100 / (16i64 << 30)) / 2
+        );
 
         let ratio = NodeResourcesFit::new(NodeResourcesFitArgs {
             scoring_strategy: ScoringStrategy {
                 kind: StrategyType::RequestedToCapacityRatio,
                 requested_to_capacity_ratio: Some(RequestedToCapacityRatio {
                     shape: vec![
-                        UtilizationShapePoint { utilization: 0, score: 0 },
-                        UtilizationShapePoint { utilization: 100, score: 10 },
+                        UtilizationShapePoint {
+                            utilization: 0,
+                            score: 0,
+                        },
+                        UtilizationShapePoint {
+                            utilization: 100,
+                            score: 10,
+                        },
                     ],
                 }),
                 ..Default::default()
@@ -522,10 +603,15 @@ mod tests {
         // utilisation cpu 37% → 37, memory 26% → 26; mean 31.5 rounds to 32.
         assert_eq!(ratio.score(&state, &p, &node).unwrap(), 32);
 
-        assert!(NodeResourcesFit::new(NodeResourcesFitArgs {
-            scoring_strategy: ScoringStrategy { resources: vec![], ..Default::default() },
-            ..Default::default()
-        })
-        .is_err());
+        assert!(
+            NodeResourcesFit::new(NodeResourcesFitArgs {
+                scoring_strategy: ScoringStrategy {
+                    resources: vec![],
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .is_err()
+        );
     }
 }

@@ -81,7 +81,10 @@ mod tests {
         let wrong_effect = json!({"spec": {"tolerations": [
             {"key": TAINT_NODE_UNSCHEDULABLE, "operator": "Exists", "effect": "NoExecute"}]}});
         let cases = [
-            (json!({}), [Code::Success, Code::UnschedulableAndUnresolvable]),
+            (
+                json!({}),
+                [Code::Success, Code::UnschedulableAndUnresolvable],
+            ),
             (tolerating, [Code::Success, Code::Success]),
             (
                 wrong_effect,
@@ -93,7 +96,11 @@ mod tests {
             ),
         ];
         for (extra, want) in cases {
-            let got = filter_all(&NodeUnschedulable::new().register(), &snap, &info(pod("p", extra.clone())));
+            let got = filter_all(
+                &NodeUnschedulable::new().register(),
+                &snap,
+                &info(pod("p", extra.clone())),
+            );
             let codes: Vec<Code> = got.iter().map(|(_, s)| s.code).collect();
             assert_eq!(codes, want, "{extra}");
             if want[1] != Code::Success {

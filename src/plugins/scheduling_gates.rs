@@ -45,7 +45,10 @@ impl PreEnqueuePlugin for SchedulingGates {
         if gates.is_empty() {
             Status::success()
         } else {
-            Status::unresolvable(format!("waiting for scheduling gates: [{}]", gates.join(" ")))
+            Status::unresolvable(format!(
+                "waiting for scheduling gates: [{}]",
+                gates.join(" ")
+            ))
         }
     }
 }
@@ -60,7 +63,10 @@ mod tests {
     fn gates() {
         let pl = SchedulingGates::new();
         assert!(pl.pre_enqueue(&info(pod("p", json!({})))).is_success());
-        let gated = info(pod("p", json!({"spec": {"schedulingGates": [{"name": "a"}, {"name": "b"}]}})));
+        let gated = info(pod(
+            "p",
+            json!({"spec": {"schedulingGates": [{"name": "a"}, {"name": "b"}]}}),
+        ));
         let s = pl.pre_enqueue(&gated);
         assert!(s.is_rejected());
         assert_eq!(s.message(), "waiting for scheduling gates: [a b]");

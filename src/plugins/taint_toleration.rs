@@ -21,15 +21,15 @@ pub const ERR_REASON: &str = "node(s) had untolerated taint(s)";
 /// with `Exists` matches all keys), and `Exists` ignores the value while `Equal` (or empty)
 /// compares it.
 pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty()) {
-        if effect != taint.effect {
-            return false;
-        }
+    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect
+    {
+        return false;
     }
-    if let Some(key) = t.key.as_deref().filter(|k| !k.is_empty()) {
-        if key != taint.key {
-            return false;
-        }
+    if let Some(key) = t.key.as_deref().filter(|k| !k.is_empty())
+        && key != taint.key
+    {
+        return false;
     }
     match t.operator.as_deref().unwrap_or("") {
         "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
@@ -46,7 +46,8 @@ pub fn tolerations_tolerate(tolerations: &[Toleration], taint: &Taint) -> bool {
 /// The first `NoSchedule`/`NoExecute` taint none of the tolerations tolerate.
 pub fn find_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
     taints.iter().find(|t| {
-        (t.effect == "NoSchedule" || t.effect == "NoExecute") && !tolerations_tolerate(tolerations, t)
+        (t.effect == "NoSchedule" || t.effect == "NoExecute")
+            && !tolerations_tolerate(tolerations, t)
     })
 }
 
@@ -126,7 +127,12 @@ impl PreScorePlugin for TaintToleration {
         let tolerations = pod
             .tolerations()
             .iter()
-            .filter(|t| matches!(t.effect.as_deref(), None | Some("") | Some("PreferNoSchedule")))
+            .filter(|t| {
+                matches!(
+                    t.effect.as_deref(),
+                    None | Some("") | Some("PreferNoSchedule")
+                )
+            })
             .cloned()
             .collect();
         state.write(PreScoreState { tolerations });
@@ -174,15 +180,27 @@ mod tests {
     fn toleration_table() {
         let t = taint(json!({"key": "dedicated", "value": "db", "effect": "NoSchedule"}));
         let cases = [
-            (json!({"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}), true),
+            (
+                json!({"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}),
+                true,
+            ),
             (json!({"key": "dedicated", "value": "db"}), true),
-            (json!({"key": "dedicated", "operator": "Equal", "value": "web"}), false),
+            (
+                json!({"key": "dedicated", "operator": "Equal", "value": "web"}),
+                false,
+            ),
             (json!({"key": "dedicated", "operator": "Exists"}), true),
             (json!({"operator": "Exists"}), true),
             (json!({"operator": "Exists", "effect": "NoExecute"}), false),
             (json!({"key": "other", "operator": "Exists"}), false),
-            (json!({"key": "dedicated", "operator": "Exists", "effect": "PreferNoSchedule"}), false),
-            (json!({"key": "dedicated", "operator": "Bogus", "value": "db"}), false),
+            (
+                json!({"key": "dedicated", "operator": "Exists", "effect": "PreferNoSchedule"}),
+                false,
+            ),
+            (
+                json!({"key": "dedicated", "operator": "Bogus", "value": "db"}),
+                false,
+            ),
         ];
         for (tv, want) in cases {
             assert_eq!(tolerates(&tol(tv.clone()), &t), want, "{tv}");
@@ -194,11 +212,23 @@ mod tests {
         let snap = crate::snapshot::Snapshot::build(
             [
                 node("clean", json!({})),
-                node("db", json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}})),
-                node("soft1", json!({"spec": {"taints": [{"key": "a", "effect": "PreferNoSchedule"}]}})),
-                node("soft2", json!({"spec": {"taints": [
-                    {"key": "a", "effect": "PreferNoSchedule"}, {"key": "b", "effect": "PreferNoSchedule"}]}})),
-                node("exec", json!({"spec": {"taints": [{"key": "x", "effect": "NoExecute"}]}})),
+                node(
+                    "db",
+                    json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}}),
+                ),
+                node(
+                    "soft1",
+                    json!({"spec": {"taints": [{"key": "a", "effect": "PreferNoSchedule"}]}}),
+                ),
+                node(
+                    "soft2",
+                    json!({"spec": {"taints": [
+                    {"key": "a", "effect": "PreferNoSchedule"}, {"key": "b", "effect": "PreferNoSchedule"}]}}),
+                ),
+                node(
+                    "exec",
+                    json!({"spec": {"taints": [{"key": "x", "effect": "NoExecute"}]}}),
+                ),
             ],
             [],
         );
@@ -206,21 +236,48 @@ mod tests {
         let got = filter_all(&TaintToleration::new().register(), &snap, &p);
         let codes: Vec<Code> = got.iter().map(|(_, s)| s.code).collect();
         use Code::*;
-        assert_eq!(codes, [Success, UnschedulableAndUnresolvable, Success, Success, UnschedulableAndUnresolvable]);
+        assert_eq!(
+            codes,
+            [
+                Success,
+                UnschedulableAndUnresolvable,
+                Success,
+                Success,
+                UnschedulableAndUnresolvable
+            ]
+        );
         assert_eq!(got[1].1.message(), ERR_REASON);
-        assert!(got[1].1.detail.as_deref().unwrap().contains("{dedicated: db}"));
+        assert!(
+            got[1]
+                .1
+                .detail
+                .as_deref()
+                .unwrap()
+                .contains("{dedicated: db}")
+        );
 
         let scores = score_all(TaintToleration::new().register(), &snap, &p).unwrap();
         assert_eq!(
             scores,
-            vec![("clean".into(), 100), ("soft1".into(), 50), ("soft2".into(), 0)]
+            vec![
+                ("clean".into(), 100),
+                ("soft1".into(), 50),
+                ("soft2".into(), 0)
+            ]
         );
         // Tolerating "a" leaves one intolerable taint on soft2 only.
-        let p2 = info(pod("p2", json!({"spec": {"tolerations": [{"key": "a", "operator": "Exists"}]}})));
+        let p2 = info(pod(
+            "p2",
+            json!({"spec": {"tolerations": [{"key": "a", "operator": "Exists"}]}}),
+        ));
         let scores = score_all(TaintToleration::new().register(), &snap, &p2).unwrap();
         assert_eq!(
             scores,
-            vec![("clean".into(), 100), ("soft1".into(), 100), ("soft2".into(), 0)]
+            vec![
+                ("clean".into(), 100),
+                ("soft1".into(), 100),
+                ("soft2".into(), 0)
+            ]
         );
     }
 }

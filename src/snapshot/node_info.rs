@@ -55,7 +55,10 @@ impl NodeInfo {
         let name: Arc<str> = Arc::from(node.metadata.name.as_deref().unwrap_or(""));
         let (allocatable, error) = match node_allocatable(&node) {
             Ok(a) => (a, None),
-            Err(e) => (Resources::default(), Some(format!("unreadable quantity at {e}"))),
+            Err(e) => (
+                Resources::default(),
+                Some(format!("unreadable quantity at {e}")),
+            ),
         };
         let images = node
             .status

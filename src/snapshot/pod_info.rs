@@ -51,14 +51,15 @@ impl AffinityTerm {
         pod_namespace: &str,
         field: &str,
     ) -> Result<Self, crate::selector::SelectorError> {
-        let selector =
-            Selector::from_label_selector(term.label_selector.as_ref(), &format!("{field}.labelSelector"))?;
+        let selector = Selector::from_label_selector(
+            term.label_selector.as_ref(),
+            &format!("{field}.labelSelector"),
+        )?;
         let namespace_selector = Selector::from_label_selector(
             term.namespace_selector.as_ref(),
             &format!("{field}.namespaceSelector"),
         )?;
-        let mut namespaces: BTreeSet<String> =
-            term.namespaces.iter().flatten().cloned().collect();
+        let mut namespaces: BTreeSet<String> = term.namespaces.iter().flatten().cloned().collect();
         if namespaces.is_empty() && term.namespace_selector.is_none() {
             namespaces.insert(pod_namespace.to_string());
         }
@@ -73,7 +74,8 @@ impl AffinityTerm {
     /// Whether `pod` (in a namespace with `namespace_labels`) is one the term is about.
     #[inline]
     pub fn matches(&self, pod: &PodInfo, namespace_labels: &Labels) -> bool {
-        (self.namespaces.contains(&pod.namespace) || self.namespace_selector.matches(namespace_labels))
+        (self.namespaces.contains(&pod.namespace)
+            || self.namespace_selector.matches(namespace_labels))
             && self.selector.matches(pod.labels())
     }
 }
@@ -120,7 +122,10 @@ impl PodInfo {
     /// Derives the scheduling view of a pod. Never fails: problems land in `error`.
     pub fn new(pod: Arc<Pod>) -> PodInfo {
         let meta = &pod.metadata;
-        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let namespace = meta
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
         let mut error = None;
         let requests = match pod_requests(&pod) {
             Ok(r) => r,
@@ -180,12 +185,26 @@ impl PodInfo {
         };
         let ns = self.namespace.clone();
         if let Some(a) = &affinity.pod_affinity {
-            for (i, t) in a.required_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
-                let f = format!("spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]");
+            for (i, t) in a
+                .required_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .enumerate()
+            {
+                let f = format!(
+                    "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
+                );
                 self.required_affinity.push(AffinityTerm::new(t, &ns, &f)?);
             }
-            for (i, t) in a.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
-                let f = format!("spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            for (i, t) in a
+                .preferred_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .enumerate()
+            {
+                let f = format!(
+                    "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+                );
                 self.preferred_affinity.push(WeightedAffinityTerm {
                     term: AffinityTerm::new(&t.pod_affinity_term, &ns, &f)?,
                     weight: t.weight,
@@ -193,12 +212,27 @@ impl PodInfo {
             }
         }
         if let Some(a) = &affinity.pod_anti_affinity {
-            for (i, t) in a.required_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
-                let f = format!("spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]");
-                self.required_anti_affinity.push(AffinityTerm::new(t, &ns, &f)?);
+            for (i, t) in a
+                .required_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .enumerate()
+            {
+                let f = format!(
+                    "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
+                );
+                self.required_anti_affinity
+                    .push(AffinityTerm::new(t, &ns, &f)?);
             }
-            for (i, t) in a.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
-                let f = format!("spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            for (i, t) in a
+                .preferred_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .enumerate()
+            {
+                let f = format!(
+                    "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+                );
                 self.preferred_anti_affinity.push(WeightedAffinityTerm {
                     term: AffinityTerm::new(&t.pod_affinity_term, &ns, &f)?,
                     weight: t.weight,

@@ -1,0 +1,216 @@
+//! The CLI as users run it: `place` on the bundled examples and on bad input, `check-config`.
+
+use serde_json::Value;
+
+use super::{repo, run};
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn place_example_pod() {
+    let o = run(&[
+        "place",
+        "--cluster",
+        repo("examples/cluster.yaml").to_str().unwrap(),
+        "--pod",
+        repo("examples/pod.yaml").to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let r = &v[0];
+    assert_eq!(r["pod"], "ci/builder-c-1");
+    // build-2 has 12 free CPUs and build-1 8: LeastAllocated prefers build-2.
+    assert_eq!(r["node"], "build-2");
+    let nodes = r["nodes"].as_array().unwrap();
+    let verdict = |n: &str| nodes.iter().find(|x| x["name"] == n).unwrap().clone();
+    assert_eq!(verdict("db-1")["plugin"], "TaintToleration");
+    assert_eq!(
+        verdict("build-3")["reasons"][0],
+        "node(s) were unschedulable"
+    );
+    let b2 = verdict("build-2");
+    assert_eq!(b2["chosen"], true);
+    let fit = b2["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["plugin"] == "NodeResourcesFit")
+        .unwrap();
+    assert!(fit["detail"].as_str().unwrap().contains("cpu"), "{fit}");
+    assert_eq!(
+        fit["weighted"],
+        fit["normalized"].as_i64().unwrap() * fit["weight"].as_i64().unwrap()
+    );
+}
+
+#[test]
+fn place_sequence_sees_previous_placements_and_exits_3() {
+    let o = run(&[
+        "place",
+        "--cluster",
+        repo("examples/cluster.yaml").to_str().unwrap(),
+        "--pod",
+        repo("examples/pods.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("pod ci/builder-d-1"), "{text}");
+    // After builder-d-1 takes 8 CPUs on build-2, builder-e-1 still fits on build-1 (8 free)...
+    assert!(
+        text.contains("pod ci/builder-e-1 (profile headroom)\n  placed on build-1"),
+        "{text}"
+    );
+    // ...and mysql-1's anti-affinity keeps it off db-1, where mysql-0 runs.
+    assert!(
+        text.contains("pod db/mysql-1 (profile headroom)\n  not placed: 0/4 nodes are available:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_input_exits_2_naming_object_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = repo("examples/cluster.yaml");
+    let cases = [
+        (
+            "kind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: [{name: c, resources: {requests: {cpu: [1]}}}]}\n",
+            "Pod ns/p: at spec.containers[0].resources.requests.cpu",
+        ),
+        (
+            "kind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
+            "at spec.containers",
+        ),
+        ("{not yaml: [\n", "not valid YAML/JSON"),
+        ("kind: Node\nmetadata: {name: n}\n", "no Pod objects found"),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let pod = write(&dir, &format!("pod{i}.yaml"), text);
+        let o = run(&[
+            "place",
+            "--cluster",
+            cluster.to_str().unwrap(),
+            "--pod",
+            &pod,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
+    }
+    let o = run(&[
+        "place",
+        "--cluster",
+        "/nonexistent.yaml",
+        "--pod",
+        "/nonexistent.yaml",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent.yaml"));
+}
+
+#[test]
+fn bad_quantities_reject_the_pod_or_the_node_with_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = write(
+        &dir,
+        "cluster.yaml",
+        "kind: Node\nmetadata: {name: good}\nstatus: {allocatable: {cpu: '4', memory: 8Gi, pods: '10'}}\n---\nkind: Node\nmetadata: {name: broken}\nstatus: {allocatable: {cpu: four, memory: 8Gi, pods: '10'}}\n",
+    );
+    let pod = write(
+        &dir,
+        "pod.yaml",
+        "kind: Pod\nmetadata: {name: ok}\nspec: {containers: [{name: c, resources: {requests: {cpu: 500m}}}]}\n---\nkind: Pod\nmetadata: {name: bad}\nspec: {containers: [{name: c, resources: {requests: {memory: 1Gb}}}]}\n",
+    );
+    let o = run(&[
+        "place",
+        "--cluster",
+        &cluster,
+        "--pod",
+        &pod,
+        "--output",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v[0]["node"], "good");
+    let broken = v[0]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "broken")
+        .unwrap()
+        .clone();
+    assert!(
+        broken["detail"]
+            .as_str()
+            .unwrap()
+            .contains("status.allocatable[cpu]"),
+        "{broken}"
+    );
+    assert_eq!(v[1]["placed"], false);
+    let msg = v[1]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.containers[0].resources.requests[memory]") && msg.contains("1Gb"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn check_config_prints_effective_config_or_names_the_field() {
+    let o = run(&[
+        "check-config",
+        repo("examples/config.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("type: MostAllocated"), "{out}");
+    assert!(out.contains("seed: 42"), "{out}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        &dir,
+        "bad.yaml",
+        "profiles:\n  - schedulerName: headroom\n    plugins:\n      TaintToleration: {wieght: 3}\n",
+    );
+    let o = run(&["check-config", &bad]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("profiles[0].plugins.TaintToleration") && err.contains("wieght"),
+        "{err}"
+    );
+
+    // A config given to `place` is used: disabling TaintToleration lets the pod onto db-1.
+    let cfg = write(
+        &dir,
+        "cfg.yaml",
+        "profiles:\n  - plugins: {TaintToleration: {enabled: false}, NodeUnschedulable: {enabled: false}}\n",
+    );
+    let pod = write(
+        &dir,
+        "p.yaml",
+        "kind: Pod\nmetadata: {name: p}\nspec: {nodeSelector: {kubernetes.io/hostname: db-1}, containers: [{name: c}]}\n",
+    );
+    let o = run(&[
+        "place",
+        "--config",
+        &cfg,
+        "--cluster",
+        repo("examples/cluster.yaml").to_str().unwrap(),
+        "--pod",
+        &pod,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+}

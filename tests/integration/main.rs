@@ -1,0 +1,22 @@
+//! headroom's integration tests, in one binary (one link step, one process start).
+
+mod cli;
+mod conformance;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The `headroom` binary under test.
+pub fn headroom() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+}
+
+/// Runs `headroom` with args.
+pub fn run(args: &[&str]) -> Output {
+    headroom().args(args).output().expect("run headroom")
+}
+
+/// A path under the repository root.
+pub fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
