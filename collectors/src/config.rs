@@ -46,12 +46,13 @@ impl CollectorsConfig {
                     check_url("kubelet.endpoint.api_server", api_server)?
                 }
                 KubeletEndpoint::Template { url } => {
-                    if !url.contains("{node}") {
+                    if !url.contains("{node}") && !url.contains("{address}") {
                         return Err(CollectError::Config(format!(
-                            "kubelet.endpoint.url {url:?} must contain the {{node}} placeholder"
+                            "kubelet.endpoint.url {url:?} must contain {{node}} or {{address}}"
                         )));
                     }
-                    check_url("kubelet.endpoint.url", &url.replace("{node}", "node"))?
+                    let example = url.replace("{node}", "node").replace("{address}", "node");
+                    check_url("kubelet.endpoint.url", &example)?
                 }
                 KubeletEndpoint::ReadOnlyPort { .. } => {}
             }

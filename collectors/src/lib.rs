@@ -118,12 +118,16 @@ type WrittenKey = (&'static str, Vec<(String, String)>);
 /// twice at the same time.
 #[derive(Default)]
 struct SeriesWriter {
-    last: HashMap<WrittenKey, i64>,
+    /// Series → (newest sample time written, wall time of that write).
+    last: HashMap<WrittenKey, (i64, i64)>,
 }
 
 impl SeriesWriter {
-    fn prune(&mut self, older_than_ms: i64) {
-        self.last.retain(|_, ts| *ts >= older_than_ms);
+    /// Forgets series not written since `written_before_ms` (wall time, not sample time:
+    /// a source may report old observation times).
+    fn prune(&mut self, written_before_ms: i64) {
+        self.last
+            .retain(|_, (_, written)| *written >= written_before_ms);
     }
 }
 
@@ -202,13 +206,14 @@ impl SourceRunner {
         let mut newest = None;
         let mut sink_error: Option<SinkError> = None;
         let mut sink_failures = 0usize;
+        let wall_ms = now_ms();
         for s in &batch.samples {
             let key = (s.signal.metric(), s.labels.clone());
             if self
                 .writer
                 .last
                 .get(&key)
-                .is_some_and(|&last| s.ts_ms <= last)
+                .is_some_and(|&(last, _)| s.ts_ms <= last)
             {
                 duplicates += 1;
                 continue;
@@ -221,7 +226,7 @@ impl SourceRunner {
                     written += 1;
                     newest = newest.max(Some(s.ts_ms));
                     series.insert(key.clone());
-                    self.writer.last.insert(key, s.ts_ms);
+                    self.writer.last.insert(key, (s.ts_ms, wall_ms));
                 }
                 Err(e) => {
                     sink_failures += 1;
@@ -240,7 +245,7 @@ impl SourceRunner {
             .saturating_mul(20)
             .max(Duration::from_secs(600));
         self.writer
-            .prune(now_ms() - i64::try_from(keep.as_millis()).unwrap_or(i64::MAX / 2));
+            .prune(wall_ms - i64::try_from(keep.as_millis()).unwrap_or(i64::MAX / 2));
 
         let mut runs_written = 0;
         if let (Some(tracker), Some(view)) = (&mut self.runs, &batch.pods) {
