@@ -199,10 +199,10 @@ pub async fn wait_ready(url: &str, limit: Duration, what: &str, proc: &mut Proc)
     let client = reqwest::Client::new();
     let start = Instant::now();
     loop {
-        if let Ok(r) = client.get(url).timeout(Duration::from_secs(1)).send().await {
-            if r.status().is_success() {
-                return;
-            }
+        if let Ok(r) = client.get(url).timeout(Duration::from_secs(1)).send().await
+            && r.status().is_success()
+        {
+            return;
         }
         if let Ok(Some(status)) = proc.child.try_wait() {
             let log = std::fs::read_to_string(proc.dir.path().join("log")).unwrap_or_default();
