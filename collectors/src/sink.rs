@@ -171,9 +171,13 @@ impl Sink for MemorySink {
             .series
             .entry((metric.to_owned(), labels.to_vec()))
             .or_default();
-        // Keep each series sorted by time, as a TSDB would, even if sources interleave.
-        let pos = samples.partition_point(|(t, _)| *t <= ts_ms);
-        samples.insert(pos, (ts_ms, value));
+        // Keep each series sorted by time with one value per time, as a TSDB would, even if
+        // sources interleave or two collectors write the same observation.
+        let pos = samples.partition_point(|(t, _)| *t < ts_ms);
+        match samples.get_mut(pos) {
+            Some(existing) if existing.0 == ts_ms => existing.1 = value,
+            _ => samples.insert(pos, (ts_ms, value)),
+        }
         Ok(())
     }
 
