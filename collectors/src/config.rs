@@ -181,9 +181,9 @@ pub struct HttpConfig {
     pub tls_ca_file: Option<PathBuf>,
 }
 
-/// Authentication of HTTP requests.
+/// Authentication of HTTP requests, e.g. `{kind: bearer, token_file: ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AuthConfig {
     /// HTTP basic authentication.
     Basic {
