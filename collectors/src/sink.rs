@@ -1,0 +1,197 @@
+//! Where collected samples, runs and placements go.
+//!
+//! The real destination is `headroom-storage`'s `Store`; this crate only knows the [`Sink`]
+//! trait so that it can be built and tested on its own. [`MemorySink`] keeps everything in
+//! memory (tests, `collect --once` dry runs).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+/// A sink refused a write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SinkError(pub String);
+
+/// Usage statistics of one resource over a run.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct UsageSummary {
+    /// Mean over the run's samples.
+    pub mean: f64,
+    /// 95th percentile (nearest rank) over the run's samples.
+    pub p95: f64,
+    /// Maximum sample.
+    pub max: f64,
+}
+
+/// One finished run of a builder pod: where it ran, when, and what it used.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunRecord {
+    /// UID of the pod (or `namespace/name` when the source does not know the UID).
+    pub pod_uid: String,
+    /// Node the pod ran on.
+    pub node: String,
+    /// First observation of the pod, milliseconds since the Unix epoch.
+    pub start_ms: i64,
+    /// Last observation of the pod, milliseconds since the Unix epoch.
+    pub end_ms: i64,
+    /// CPU usage, in cores.
+    pub cpu: UsageSummary,
+    /// Memory working set, in bytes.
+    pub memory: UsageSummary,
+}
+
+/// Destination of collected data. Implementations must be cheap to call concurrently.
+///
+/// Samples are appended with the time they were *observed* (the kubelet's stats time, the
+/// Prometheus evaluation time, the exposition timestamp), which doubles as their freshness:
+/// a consumer compares the newest `ts_ms` of a series with its clock to tell stale data.
+pub trait Sink: Send + Sync {
+    /// Appends one sample of the series `metric{labels}`; `labels` are sorted by key.
+    fn append(
+        &self,
+        metric: &str,
+        labels: &[(String, String)],
+        ts_ms: i64,
+        value: f64,
+    ) -> Result<(), SinkError>;
+
+    /// Stores a finished run of `builder`.
+    fn put_run(&self, builder: &str, run: &RunRecord) -> Result<(), SinkError>;
+
+    /// Records that `builder` was last placed on `node` (placement history, most recent first).
+    fn record_placement(&self, builder: &str, node: &str) -> Result<(), SinkError>;
+}
+
+/// Key of one series in [`MemorySink`]: metric name and sorted labels.
+pub type SeriesKey = (String, Vec<(String, String)>);
+
+#[derive(Default)]
+struct MemoryInner {
+    series: BTreeMap<SeriesKey, Vec<(i64, f64)>>,
+    runs: Vec<(String, RunRecord)>,
+    placements: HashMap<String, Vec<String>>,
+}
+
+/// An in-memory [`Sink`], for tests and dry runs.
+#[derive(Default)]
+pub struct MemorySink {
+    inner: Mutex<MemoryInner>,
+    fail_appends: std::sync::atomic::AtomicBool,
+}
+
+impl MemorySink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every following `append` fail (to test that sink failures are counted).
+    pub fn set_fail_appends(&self, fail: bool) {
+        self.fail_appends
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemoryInner> {
+        // A panic while holding the lock cannot leave the maps half-updated in a way that
+        // matters for tests, so a poisoned lock is simply taken over.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// All series with their samples, in key order.
+    pub fn series(&self) -> BTreeMap<SeriesKey, Vec<(i64, f64)>> {
+        self.lock().series.clone()
+    }
+
+    /// Samples of the series of `metric` whose labels contain all of `matchers`.
+    pub fn find(
+        &self,
+        metric: &str,
+        matchers: &[(&str, &str)],
+    ) -> Vec<(SeriesKey, Vec<(i64, f64)>)> {
+        self.lock()
+            .series
+            .iter()
+            .filter(|((m, labels), _)| {
+                m == metric
+                    && matchers
+                        .iter()
+                        .all(|(k, v)| labels.iter().any(|(lk, lv)| lk == k && lv == v))
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Newest sample of the single series of `metric` matching `matchers`, if exactly one matches.
+    pub fn latest(&self, metric: &str, matchers: &[(&str, &str)]) -> Option<(i64, f64)> {
+        let found = self.find(metric, matchers);
+        match found.as_slice() {
+            [(_, samples)] => samples.last().copied(),
+            _ => None,
+        }
+    }
+
+    /// Total number of samples stored.
+    pub fn sample_count(&self) -> usize {
+        self.lock().series.values().map(Vec::len).sum()
+    }
+
+    /// Number of series stored.
+    pub fn series_count(&self) -> usize {
+        self.lock().series.len()
+    }
+
+    /// Runs stored, in the order they were put.
+    pub fn runs(&self) -> Vec<(String, RunRecord)> {
+        self.lock().runs.clone()
+    }
+
+    /// Placement history of `builder`, most recent first.
+    pub fn placements(&self, builder: &str) -> Vec<String> {
+        self.lock()
+            .placements
+            .get(builder)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Sink for MemorySink {
+    fn append(
+        &self,
+        metric: &str,
+        labels: &[(String, String)],
+        ts_ms: i64,
+        value: f64,
+    ) -> Result<(), SinkError> {
+        if self.fail_appends.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(SinkError("memory sink set to fail".into()));
+        }
+        let mut inner = self.lock();
+        let samples = inner
+            .series
+            .entry((metric.to_owned(), labels.to_vec()))
+            .or_default();
+        // Keep each series sorted by time with one value per time, as a TSDB would, even if
+        // sources interleave or two collectors write the same observation.
+        let pos = samples.partition_point(|(t, _)| *t < ts_ms);
+        match samples.get_mut(pos) {
+            Some(existing) if existing.0 == ts_ms => existing.1 = value,
+            _ => samples.insert(pos, (ts_ms, value)),
+        }
+        Ok(())
+    }
+
+    fn put_run(&self, builder: &str, run: &RunRecord) -> Result<(), SinkError> {
+        self.lock().runs.push((builder.to_owned(), run.clone()));
+        Ok(())
+    }
+
+    fn record_placement(&self, builder: &str, node: &str) -> Result<(), SinkError> {
+        self.lock()
+            .placements
+            .entry(builder.to_owned())
+            .or_default()
+            .insert(0, node.to_owned());
+        Ok(())
+    }
+}
