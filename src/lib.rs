@@ -13,6 +13,7 @@
 pub mod framework;
 pub mod plugins;
 pub mod quantity;
+pub mod queue;
 pub mod resources;
 pub mod selector;
 pub mod snapshot;
