@@ -9,8 +9,9 @@
 //! - **unschedulable**: its last attempt found no node; it waits for a [`ClusterEvent`] that
 //!   could help (see the table there) or for `unschedulableTimeout`, then moves to backoff
 //!   (if still backing off) or active;
-//! - **gated**: a PreEnqueue check (by default: `spec.schedulingGates`) refused it; only an
-//!   update of the pod (or an event, for custom checks) lets it in;
+//! - **gated**: a PreEnqueue check (by default: `spec.schedulingGates`) refused it; an update
+//!   of the pod runs the check again (so does the unschedulable-timeout flush, for custom
+//!   checks);
 //! - **in flight**: popped and being scheduled or bound, until [`SchedulingQueue::done`] or
 //!   [`SchedulingQueue::add_unschedulable`]. Events and updates that arrive meanwhile are
 //!   remembered, so a pod rejected on a stale snapshot is retried instead of parked (upstream's
@@ -100,7 +101,7 @@ pub struct QueueLengths {
     pub unschedulable: usize,
     /// Gated pods.
     pub gated: usize,
-    /// Pods popped and not yet done or re-added.
+    /// Pods popped and not yet done or re-added (deleted ones not counted).
     pub in_flight: usize,
 }
 
@@ -287,8 +288,10 @@ impl SchedulingQueue {
         }
         let mut inner = self.lock();
         if let Some(f) = inner.in_flight.get_mut(&key) {
+            // Only a change scheduling can see earns the pod a retry; a replayed Add or a
+            // status write keeps the verdict of the running attempt.
+            f.updated |= pod_updated(&f.info.pod_info.pod, &pod.pod);
             f.info.pod_info = pod;
-            f.updated = true;
             return Some(SubQueue::InFlight);
         }
         let Some(mut entry) = inner.remove(&key) else {
@@ -460,8 +463,14 @@ impl SchedulingQueue {
     }
 
     /// A cluster event happened: moves the unschedulable pods it [may help](ClusterEvent::may_help)
-    /// to backoff or active, re-runs PreEnqueue for gated pods, and remembers the event for
-    /// pods in flight. Returns how many pods moved.
+    /// to backoff or active, and remembers the event for pods in flight. Returns how many pods
+    /// moved.
+    ///
+    /// Gated pods stay: the scheduling gates are in the pod's own spec, so only an
+    /// [`update`](Self::update) can lift them (as upstream's `SchedulingGates`, which listens
+    /// to pod updates only). Re-checking thousands of gated pods on every node heartbeat would
+    /// cost a lot for nothing; a custom PreEnqueue check that depends on the cluster is still
+    /// re-run by the unschedulable-timeout flush.
     pub fn move_all_to_active_or_backoff(&self, event: ClusterEvent) -> usize {
         let now = Instant::now();
         let mut inner = self.lock();
@@ -475,7 +484,6 @@ impl SchedulingQueue {
                 let e = &inner.pods[*k];
                 event.may_help(e.rejectors.iter().copied())
             })
-            .chain(inner.gated.iter())
             .cloned()
             .collect();
         let moved = self.requeue_keys(&mut inner, candidates, now);
@@ -504,7 +512,8 @@ impl SchedulingQueue {
     }
 
     /// Moves unschedulable pods that waited `unschedulableTimeout` or longer to backoff or
-    /// active (upstream's `flushUnschedulablePodsLeftover`).
+    /// active, and re-runs PreEnqueue for gated pods that old (upstream's
+    /// `flushUnschedulablePodsLeftover`, which covers gated pods too).
     pub fn flush_unschedulable_leftover(&self) -> usize {
         let now = Instant::now();
         let timeout = self.config.unschedulable_timeout;
@@ -512,6 +521,7 @@ impl SchedulingQueue {
         let stale: Vec<PodKey> = inner
             .unschedulable
             .iter()
+            .chain(inner.gated.iter())
             .filter(|k| now.saturating_duration_since(inner.pods[*k].info.timestamp) >= timeout)
             .cloned()
             .collect();
@@ -572,7 +582,7 @@ impl SchedulingQueue {
             backoff: inner.backoff.len(),
             unschedulable: inner.unschedulable.len(),
             gated: inner.gated.len(),
-            in_flight: inner.in_flight.len(),
+            in_flight: inner.in_flight.values().filter(|f| !f.deleted).count(),
         }
     }
 
@@ -655,14 +665,20 @@ impl SchedulingQueue {
     fn requeue_keys(&self, inner: &mut Inner, keys: Vec<PodKey>, now: Instant) -> usize {
         let mut moved = 0;
         for key in keys {
+            // A still-gated pod is left where it is (only its message refreshed), rather than
+            // taken out and filed again.
+            if let Some(e) = inner.pods.get_mut(&key)
+                && matches!(e.location, Location::Gated)
+                && let Some(status) = (self.pre_enqueue)(&e.info.pod_info)
+            {
+                e.last_failure = Some(status.to_string());
+                continue;
+            }
             let Some(entry) = inner.remove(&key) else {
                 continue;
             };
-            let was_gated = matches!(entry.location, Location::Gated);
-            let to = self.requeue(inner, key, entry, now);
-            if !(was_gated && to == SubQueue::Gated) {
-                moved += 1;
-            }
+            self.requeue(inner, key, entry, now);
+            moved += 1;
         }
         moved
     }

@@ -345,7 +345,7 @@ async fn gated_pod_never_pops_until_ungated() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn custom_pre_enqueue_runs_on_every_way_in() {
+async fn custom_pre_enqueue_is_rechecked_on_update_and_timeout() {
     let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let check: PreEnqueueFn = {
         let open = open.clone();
@@ -356,10 +356,18 @@ async fn custom_pre_enqueue_runs_on_every_way_in() {
     };
     let q = SchedulingQueue::with_pre_enqueue(QueueConfig::default(), check);
     assert_eq!(q.add(pod("p", 0)), Some(SubQueue::Gated));
-    assert_eq!(q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded), 0);
+    advance(Duration::from_secs(300)).await;
+    assert_eq!(q.flush(), 0, "still closed");
     open.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded), 1);
+    // Cluster events do not re-check gated pods; the leftover flush does.
+    assert_eq!(q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded), 0);
+    assert_eq!(q.flush(), 1);
     assert_eq!(popped_name(&q).as_deref(), Some("p"));
+    // Gated pods are also re-checked when they are updated.
+    open.store(false, std::sync::atomic::Ordering::SeqCst);
+    q.add(pod("r", 0));
+    open.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(q.update(pod("r", 0)), Some(SubQueue::Active));
 }
 
 #[tokio::test(start_paused = true)]
@@ -628,4 +636,47 @@ fn failure_from_status_and_event_rules() {
     assert!(ClusterEvent::PodDeleted.may_help(["NodeAffinity", "NodePorts"]));
     assert!(ClusterEvent::PodDeleted.may_help(std::iter::empty::<&str>()));
     assert!(ClusterEvent::NodeAdded.may_help(["TaintToleration"]));
+}
+
+#[test]
+fn failure_from_decision_blames_every_rejecting_plugin() {
+    use crate::framework::{Decision, Outcome};
+    let names = Arc::new(vec![
+        Arc::<str>::from("n1"),
+        Arc::from("n2"),
+        Arc::from("n3"),
+    ]);
+    let mut d = Decision::new("ns", "p", "u", "default-scheduler", 1, names);
+    d.rejected.push((
+        0,
+        Status::unschedulable("Insufficient cpu").with_plugin("NodeResourcesFit"),
+    ));
+    d.rejected.push((
+        1,
+        Status::unresolvable("taint").with_plugin("TaintToleration"),
+    ));
+    d.rejected.push((
+        2,
+        Status::unschedulable("Insufficient memory").with_plugin("NodeResourcesFit"),
+    ));
+    d.outcome = Outcome::Unschedulable {
+        message: d.fit_error_message(),
+    };
+    let f = Failure::from(&d);
+    assert_eq!(f.kind, FailureKind::Unschedulable);
+    assert_eq!(
+        f.plugins.iter().copied().collect::<Vec<_>>(),
+        ["NodeResourcesFit", "TaintToleration"]
+    );
+    assert!(
+        f.message.starts_with("0/3 nodes are available"),
+        "{}",
+        f.message
+    );
+    // Freed resources may help: one plugin is curable by a pod deletion.
+    assert!(ClusterEvent::PodDeleted.may_help(f.plugins.iter().copied()));
+    d.outcome = Outcome::Error {
+        message: "plugin failed".to_string(),
+    };
+    assert_eq!(Failure::from(&d).kind, FailureKind::Error);
 }
