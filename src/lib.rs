@@ -17,6 +17,7 @@ pub mod objects;
 pub mod place;
 pub mod plugins;
 pub mod quantity;
+pub mod queue;
 pub mod resources;
 pub mod scheduler;
 pub mod selector;
