@@ -22,3 +22,4 @@ pub mod resources;
 pub mod scheduler;
 pub mod selector;
 pub mod snapshot;
+pub mod synthetic;

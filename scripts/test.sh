@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what the tests need, then checks formatting,
+# lints, and runs every test of the workspace.
+#
+# Usage: bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The collectors' tests run a real Prometheus and node-exporter (Debian packages) on loopback.
+need=()
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-node-exporter >/dev/null 2>&1 || need+=(prometheus-node-exporter)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "==> installing ${need[*]} (apt-get)"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  # --no-install-recommends: no services are started or needed beyond the two binaries.
+  $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all --check
+
+echo "==> cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "==> tests"
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+else
+  cargo test --workspace --no-fail-fast
+fi
