@@ -107,8 +107,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 ///
 /// - every `flush_interval`: `flush` (the durability loss window);
 /// - every `maintenance_interval`, and whenever `trigger` is notified: a pass (`flush`
-///   then `maintain(clock())`). Notifications that arrive while a pass is running or
-///   pending collapse into one (a `Notify` holds at most one permit);
+///   then `maintain(clock())`). Notifications that arrive before a pass starts are all
+///   served by it; those arriving while it runs collapse into one more pass;
 /// - after a failure, the next attempt is a full pass after `backoff_min`, doubling up to
 ///   `backoff_max`; the trigger is ignored (stays coalesced) until an attempt succeeds.
 ///
@@ -141,6 +141,16 @@ pub async fn run_maintenance<T: MaintenanceTarget>(
             _ = sleep_until(deadline) => false,
         };
         let pass = triggered || is_pass;
+        if pass {
+            // This pass covers every notification so far: absorb a stored permit so a
+            // burst of notifications yields one pass (ones arriving during the pass
+            // still queue exactly one more).
+            tokio::select! {
+                biased;
+                _ = trigger.notified() => {}
+                _ = async {} => {}
+            }
+        }
         let result = if pass {
             let t = target.clone();
             let now_ms = (config.clock)();
