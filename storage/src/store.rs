@@ -309,7 +309,7 @@ impl Store {
     /// Makes everything appended so far durable (see the module docs). Blocking I/O.
     pub fn flush(&self) -> Result<FlushStats> {
         let _f = lock(&self.inner.flush_lock);
-        self.flush_locked(false)
+        self.flush_locked(Checkpoint::Due)
     }
 
     /// Like [`Store::flush`], but also checkpoints every open chunk so the whole log can
@@ -317,10 +317,10 @@ impl Store {
     /// at shutdown, to make the next open fast).
     pub fn checkpoint(&self) -> Result<FlushStats> {
         let _f = lock(&self.inner.flush_lock);
-        self.flush_locked(true)
+        self.flush_locked(Checkpoint::All)
     }
 
-    fn flush_locked(&self, checkpoint_all: bool) -> Result<FlushStats> {
+    fn flush_locked(&self, mode: Checkpoint) -> Result<FlushStats> {
         let started = Instant::now();
         let mut stats = FlushStats::default();
         let mut batch = sled::Batch::default();
@@ -348,7 +348,12 @@ impl Store {
                 let (Some(enc), true) = (&head.open, head.wal_seq != NO_SEQ) else {
                     continue;
                 };
-                if checkpoint_all || head.wal_seq.saturating_add(k) <= seq {
+                let due = match mode {
+                    Checkpoint::Due => false,
+                    Checkpoint::All => true,
+                    Checkpoint::Before(cutoff) => enc.first_ts() < cutoff,
+                };
+                if due || head.wal_seq.saturating_add(k) <= seq {
                     batch.insert(&chunk_key(id as u64, enc.first_ts()), enc.encode());
                     snaps.push((id, enc.first_ts(), enc.count()));
                 } else {
@@ -611,7 +616,8 @@ impl Store {
         Ok(merge_rollups(stored, rollup_samples(&raw)))
     }
 
-    /// One retention + downsampling pass at time `now_ms`: raw chunks entirely older than
+    /// One retention + downsampling pass at time `now_ms`. It first raises the raw cutoff
+    /// and flushes (so it also makes all appended samples durable); then raw chunks entirely older than
     /// `now − raw_retention` are folded into 5-minute rollups and deleted (atomically per
     /// series), rollup blocks older than `now − rollup_retention` are deleted, and decision
     /// records older than `decision_log_max_age` are dropped. Blocking I/O.
@@ -643,6 +649,10 @@ impl Store {
                 .insert(RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes())?;
         }
         let raw_cutoff = lock(&self.inner.state).raw_cutoff;
+        // Make every sample older than the cutoff durable in a chunk (not only in the
+        // log): recovery skips log records older than the cutoff, because those of
+        // rolled-up chunks must not come back. No such sample can arrive any more.
+        self.flush_locked(Checkpoint::Before(raw_cutoff))?;
         let n = lock(&self.inner.state).heads.len();
         for id in 0..n as u64 {
             self.maintain_series(id, raw_cutoff, rollup_cutoff, &mut stats)?;
@@ -772,6 +782,15 @@ impl Store {
             disk_bytes: self.inner.db.size_on_disk().unwrap_or(0),
         }
     }
+}
+
+/// Which open chunks a flush checkpoints besides those due by `wal_checkpoint_flushes`.
+#[derive(Clone, Copy)]
+enum Checkpoint {
+    Due,
+    All,
+    /// Open chunks starting before this time (so nothing older than it is log-only).
+    Before(i64),
 }
 
 enum ChunkBytes {
