@@ -422,6 +422,41 @@ impl Store {
         Ok(stats)
     }
 
+    /// Writes a compacted copy of the store into the new directory `dst`: checkpoints
+    /// (so the log is empty), then copies every tree in key order into a fresh sled
+    /// database. sled reclaims space of overwritten and deleted values only gradually,
+    /// so a long-running store's directory can be several times its live data; the copy
+    /// has none of that garbage. Swap directories while headroom is stopped. Blocking I/O.
+    pub fn compact_to(&self, dst: impl AsRef<Path>) -> Result<()> {
+        self.checkpoint()?;
+        let dst = dst.as_ref();
+        let new = sled::Config::new()
+            .path(dst)
+            .create_new(true)
+            .open()
+            .map_err(|source| Error::Open {
+                path: dst.to_path_buf(),
+                source,
+            })?;
+        for name in self.inner.db.tree_names() {
+            let src = self.inner.db.open_tree(&name)?;
+            let out = new.open_tree(&name)?;
+            let mut batch = sled::Batch::default();
+            let mut n = 0;
+            for kv in src.iter() {
+                let (k, v) = kv?;
+                batch.insert(k, v);
+                n += 1;
+                if n % 10_000 == 0 {
+                    out.apply_batch(std::mem::take(&mut batch))?;
+                }
+            }
+            out.apply_batch(batch)?;
+        }
+        new.flush()?;
+        Ok(())
+    }
+
     /// Series matching all `matchers` (all series if empty), ordered by id.
     pub fn select(&self, matchers: &[Matcher]) -> Result<Vec<SeriesInfo>> {
         let compiled = matchers
@@ -495,6 +530,19 @@ impl Store {
             decode_chunk(&bytes, start, end, out)?;
         }
         Ok(())
+    }
+
+    /// First timestamp and encoded size of each raw chunk of a series (diagnostics and the
+    /// footprint bench).
+    pub fn raw_chunk_sizes(&self, id: SeriesId) -> Result<Vec<(i64, usize)>> {
+        Ok(self
+            .raw_chunks(id, 0, MAX_TIMESTAMP_MS)?
+            .iter()
+            .map(|c| {
+                let t0 = chunk_header(c).map(|(h, _)| h.first_ts).unwrap_or(0);
+                (t0, c.len())
+            })
+            .collect())
     }
 
     /// Encoded chunks of a series that may hold samples in `[start, end]`, time ordered.
