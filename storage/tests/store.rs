@@ -366,3 +366,26 @@ fn typed_trees() {
     let u = s.tree::<u64>("counters").unwrap();
     assert!(u.get("p1").unwrap().is_none());
 }
+
+#[test]
+fn compact_to_copies_everything() {
+    let s = Store::open_temporary(cfg()).unwrap();
+    let id = s.append("m", &labels("a"), T0, 1.0).unwrap();
+    for i in 1..500 {
+        s.append_id(id, T0 + i * 15_000, i as f64).unwrap();
+    }
+    s.record_placement("b", "n1").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dst = dir.path().join("copy");
+    s.compact_to(&dst).unwrap();
+    let c = Store::open(&dst, cfg()).unwrap();
+    assert_eq!(
+        c.query_range(id, 0, i64::MAX).unwrap(),
+        s.query_range(id, 0, i64::MAX).unwrap()
+    );
+    assert_eq!(c.placement_history("b").unwrap(), ["n1"]);
+    assert!(
+        s.compact_to(&dst).is_err(),
+        "refuses a non-empty destination"
+    );
+}
