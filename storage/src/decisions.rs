@@ -1,0 +1,210 @@
+//! The scheduler's decision log, bounded by count and age, looked up by pod.
+//!
+//! One tree, three key kinds, so each `put_decision` is one atomic batch:
+//! - `L` + ts (u64 BE) + sequence (u64 BE) → entry (the log, oldest first);
+//! - `P` + varint len + namespace + name → the `L` key of the pod's newest decision;
+//! - `U` + uid → the `L` key of the uid's newest decision.
+//!
+//! Index entries may outlive the log entry they point to (after trimming); lookups then
+//! return `None`, and trimming removes index entries that still point at what it drops.
+
+use std::sync::atomic::Ordering;
+
+use crate::Store;
+use crate::chunk::{get_uvarint, put_uvarint};
+use crate::error::{Error, Result};
+use crate::store::lock;
+
+/// Identifies a decision: the pod and the decision time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct DecisionKey {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Decision time, ms since the epoch.
+    pub ts_ms: i64,
+}
+
+const LOG: u8 = b'L';
+const POD: u8 = b'P';
+const UID: u8 = b'U';
+
+pub(crate) fn count(tree: &sled::Tree) -> Result<usize> {
+    let mut n = 0;
+    for kv in tree.scan_prefix([LOG]) {
+        kv?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn pod_key(namespace: &str, name: &str) -> Vec<u8> {
+    let mut k = vec![POD];
+    put_uvarint(&mut k, namespace.len() as u64);
+    k.extend_from_slice(namespace.as_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn uid_key(uid: &str) -> Vec<u8> {
+    let mut k = vec![UID];
+    k.extend_from_slice(uid.as_bytes());
+    k
+}
+
+fn encode_entry(key: &DecisionKey, record: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(record.len() + 64);
+    v.push(1);
+    for s in [&key.namespace, &key.name, &key.uid] {
+        put_uvarint(&mut v, s.len() as u64);
+        v.extend_from_slice(s.as_bytes());
+    }
+    v.extend_from_slice(record);
+    v
+}
+
+struct Entry {
+    namespace: String,
+    name: String,
+    uid: String,
+    record: Vec<u8>,
+}
+
+fn decode_entry(v: &[u8]) -> Result<Entry> {
+    const W: &str = "decision entry";
+    if v.first() != Some(&1) {
+        return Err(Error::corrupt(W, "unknown encoding"));
+    }
+    let mut pos = 1;
+    let mut strs = Vec::with_capacity(3);
+    for _ in 0..3 {
+        let n = get_uvarint(v, &mut pos).ok_or_else(|| Error::corrupt(W, "length"))? as usize;
+        let end = pos
+            .checked_add(n)
+            .filter(|&e| e <= v.len())
+            .ok_or_else(|| Error::corrupt(W, "truncated"))?;
+        strs.push(
+            String::from_utf8(v[pos..end].to_vec()).map_err(|_| Error::corrupt(W, "not UTF-8"))?,
+        );
+        pos = end;
+    }
+    let uid = strs.pop().unwrap_or_default();
+    let name = strs.pop().unwrap_or_default();
+    let namespace = strs.pop().unwrap_or_default();
+    Ok(Entry {
+        namespace,
+        name,
+        uid,
+        record: v[pos..].to_vec(),
+    })
+}
+
+impl Store {
+    /// Appends a decision record (opaque bytes; the scheduler writes JSON). It becomes the
+    /// pod's and the uid's current decision unless a newer one (by `ts_ms`) is recorded.
+    /// The oldest records beyond `decision_log_max_records` are dropped.
+    pub fn put_decision(&self, key: &DecisionKey, record: &[u8]) -> Result<()> {
+        if key.namespace.len() > 1024 || key.name.len() > 1024 || key.uid.len() > 1024 {
+            return Err(Error::InvalidArgument(
+                "decision key field longer than 1024 bytes".into(),
+            ));
+        }
+        if key.ts_ms < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "negative decision time {}",
+                key.ts_ms
+            )));
+        }
+        let tree = &self.inner.decisions;
+        let _g = lock(&self.inner.record_lock);
+        let seq = self.inner.db.generate_id()?;
+        let mut log_key = vec![LOG];
+        log_key.extend_from_slice(&(key.ts_ms as u64).to_be_bytes());
+        log_key.extend_from_slice(&seq.to_be_bytes());
+        let mut batch = sled::Batch::default();
+        batch.insert(log_key.as_slice(), encode_entry(key, record));
+        for ik in [pod_key(&key.namespace, &key.name), uid_key(&key.uid)] {
+            let newer_exists = tree
+                .get(&ik)?
+                .is_some_and(|cur| cur.as_ref() > log_key.as_slice());
+            if !newer_exists {
+                batch.insert(ik, log_key.as_slice());
+            }
+        }
+        tree.apply_batch(batch)?;
+        let n = self.inner.decision_count.fetch_add(1, Ordering::Relaxed) + 1;
+        let max = self.inner.config.decision_log_max_records.max(1);
+        if n > max {
+            self.trim_decisions(n - max, i64::MAX)?;
+        }
+        Ok(())
+    }
+
+    /// Drops up to `n` oldest entries with ts < `before_ms`; returns how many it dropped.
+    /// The caller holds `record_lock`.
+    fn trim_decisions(&self, n: usize, before_ms: i64) -> Result<u64> {
+        let tree = &self.inner.decisions;
+        let mut batch = sled::Batch::default();
+        let mut dropped = 0u64;
+        for kv in tree.scan_prefix([LOG]).take(n) {
+            let (k, v) = kv?;
+            let ts = k.get(1..9).map(|b| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                u64::from_be_bytes(a) as i64
+            });
+            if ts.is_none_or(|t| t >= before_ms) {
+                break;
+            }
+            if let Ok(e) = decode_entry(&v) {
+                for ik in [pod_key(&e.namespace, &e.name), uid_key(&e.uid)] {
+                    if tree.get(&ik)?.is_some_and(|cur| cur == k) {
+                        batch.remove(ik);
+                    }
+                }
+            }
+            batch.remove(k);
+            dropped += 1;
+        }
+        tree.apply_batch(batch)?;
+        self.inner
+            .decision_count
+            .fetch_sub(dropped as usize, Ordering::Relaxed);
+        Ok(dropped)
+    }
+
+    pub(crate) fn expire_decisions(&self, now_ms: i64) -> Result<u64> {
+        let _g = lock(&self.inner.record_lock);
+        let age = crate::config::ms(self.inner.config.decision_log_max_age);
+        self.trim_decisions(usize::MAX, now_ms.saturating_sub(age))
+    }
+
+    fn decision_via(&self, index_key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let tree = &self.inner.decisions;
+        let Some(log_key) = tree.get(index_key)? else {
+            return Ok(None);
+        };
+        match tree.get(log_key)? {
+            Some(v) => Ok(Some(decode_entry(&v)?.record)),
+            None => Ok(None),
+        }
+    }
+
+    /// The newest decision record of pod `namespace/name`.
+    pub fn decision_by_pod(&self, namespace: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        self.decision_via(&pod_key(namespace, name))
+    }
+
+    /// The newest decision record of the pod with this uid.
+    pub fn decision_by_uid(&self, uid: &str) -> Result<Option<Vec<u8>>> {
+        self.decision_via(&uid_key(uid))
+    }
+
+    /// Number of decision records kept.
+    pub fn decision_count(&self) -> usize {
+        self.inner.decision_count.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,976 @@
+//! The store: series index + heads in memory, chunks/log/rollups in sled.
+//!
+//! # Write path
+//! [`Store::append`] validates the sample, appends it to the series' open chunk (Gorilla
+//! encoded in memory) and to an in-memory log buffer. [`Store::flush`] writes, in **one
+//! atomic sled batch**, the log buffer as a new log segment, every chunk sealed since the
+//! last flush, new series definitions, checkpoints of open chunks that have lived in the
+//! log for `wal_checkpoint_flushes` flushes, and deletions of log segments no open chunk
+//! needs any more; then it calls `sled::Db::flush` (fsync). So after a crash the store is
+//! exactly the state of the last completed flush: chunks on disk plus log segments
+//! replayed into the heads at open.
+//!
+//! # Concurrency
+//! `Store` is `Clone + Send + Sync`. Appends take a short mutex; flush and maintenance
+//! serialise on a second mutex and hold the first only to copy what they write. All
+//! methods are synchronous and some (flush, maintain, open, large queries) do real I/O:
+//! async callers should run them in `tokio::task::spawn_blocking`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::chunk::{ChunkEncoder, MAX_CHUNK_SPAN_MS, chunk_header, decode_chunk};
+use crate::config::{StoreConfig, ms};
+use crate::error::{Error, Result};
+use crate::head::{Appended, Head, NO_SEQ, Reject};
+use crate::index::Index;
+use crate::keys::*;
+use crate::labels::{CompiledMatcher, Labels, Matcher, validate_metric_name};
+use crate::rollup::{
+    ROLLUP_BLOCK_MS, Rollup, block_start, bucket_start, decode_block, encode_block, merge_rollups,
+    rollup_samples,
+};
+use crate::{MAX_TIMESTAMP_MS, Sample, SeriesId, SeriesInfo};
+
+/// On-disk format version, stored in the `meta` tree and checked at open.
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_KEY: &[u8] = b"format_version";
+
+/// What one [`Store::flush`] wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushStats {
+    /// Sequence number of the flush (and of its log segment).
+    pub seq: u64,
+    /// Samples in the log segment written.
+    pub samples: u64,
+    /// Bytes of the log segment written (0 if it was not needed).
+    pub wal_bytes: u64,
+    /// New series definitions written.
+    pub series_written: u64,
+    /// Sealed chunks written.
+    pub chunks_sealed: u64,
+    /// Open chunks checkpointed.
+    pub chunks_checkpointed: u64,
+    /// Log segments deleted.
+    pub segments_deleted: u64,
+    /// Wall time spent.
+    pub duration: Duration,
+}
+
+/// What one [`Store::maintain`] pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MaintenanceStats {
+    /// Raw chunks expired (folded into rollups and deleted).
+    pub chunks_expired: u64,
+    /// Raw samples folded into rollups.
+    pub samples_rolled_up: u64,
+    /// Rollup blocks written.
+    pub rollup_blocks_written: u64,
+    /// Rollup blocks deleted (past rollup retention).
+    pub rollup_blocks_deleted: u64,
+    /// Decision records deleted (past the age limit).
+    pub decisions_expired: u64,
+}
+
+/// Point-in-time statistics (for `/metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Number of series.
+    pub series: u64,
+    /// Samples held in open chunks.
+    pub head_samples: u64,
+    /// Bytes of open-chunk buffers.
+    pub head_chunk_bytes: u64,
+    /// Approximate heap bytes of the series index.
+    pub index_bytes: u64,
+    /// Sealed chunks waiting for the next flush.
+    pub pending_chunks: u64,
+    /// Bytes of the log buffer waiting for the next flush.
+    pub pending_wal_bytes: u64,
+    /// Completed flushes since open.
+    pub flushes: u64,
+    /// Size of the sled directory as sled reports it.
+    pub disk_bytes: u64,
+}
+
+pub(crate) struct State {
+    pub(crate) index: Index,
+    pub(crate) heads: Vec<Head>,
+    /// Log records appended since the last flush.
+    wal: Vec<u8>,
+    wal_samples: u64,
+    /// Chunks cut since the last completed flush, by (id, first ts).
+    sealed: BTreeMap<(u64, i64), Box<[u8]>>,
+    /// Series created since the last completed flush (definitions to write).
+    new_series: Vec<u64>,
+    /// Sequence number the next flush will use.
+    next_seq: u64,
+    /// Samples older than this are rejected (raw data there has been rolled up).
+    raw_cutoff: i64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) db: sled::Db,
+    pub(crate) tsdb: sled::Tree,
+    pub(crate) config: StoreConfig,
+    pub(crate) state: Mutex<State>,
+    /// Serialises flush and maintenance (both write the tsdb tree).
+    flush_lock: Mutex<()>,
+    /// Serialises read-modify-write of runs, placements and decisions.
+    pub(crate) record_lock: Mutex<()>,
+    pub(crate) runs: sled::Tree,
+    pub(crate) placements: sled::Tree,
+    pub(crate) decisions: sled::Tree,
+    pub(crate) decision_count: AtomicUsize,
+    flushes: AtomicU64,
+    path: Option<PathBuf>,
+}
+
+/// headroom's embedded time-series and record store. Cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section leaves the state consistent
+/// at each step, so a panic elsewhere must not make the store unusable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn check_sample(ts_ms: i64, value: f64) -> Result<()> {
+    if !value.is_finite() {
+        return Err(Error::InvalidValue { ts_ms, value });
+    }
+    if !(0..=MAX_TIMESTAMP_MS).contains(&ts_ms) {
+        return Err(Error::TimestampOutOfRange(ts_ms));
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Opens (or creates) a store in `dir`.
+    ///
+    /// Fails with [`Error::FormatVersion`] if the directory holds another format version.
+    /// Recovery replays the log segments of the last completed flushes; it takes time
+    /// proportional to the number of series plus the log length.
+    pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
+        let path = dir.as_ref().to_path_buf();
+        let db = sled::Config::new()
+            .path(&path)
+            .cache_capacity(config.cache_capacity_bytes)
+            .open()
+            .map_err(|source| Error::Open {
+                path: path.clone(),
+                source,
+            })?;
+        Self::from_db(db, config, Some(path))
+    }
+
+    /// Opens a store in a fresh temporary directory that is removed when the last clone
+    /// is dropped (for the simulator and tests).
+    pub fn open_temporary(config: StoreConfig) -> Result<Store> {
+        let db = sled::Config::new()
+            .temporary(true)
+            .cache_capacity(config.cache_capacity_bytes)
+            .open()?;
+        Self::from_db(db, config, None)
+    }
+
+    fn from_db(db: sled::Db, config: StoreConfig, path: Option<PathBuf>) -> Result<Store> {
+        let meta = db.open_tree("meta")?;
+        match meta.get(FORMAT_KEY)? {
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(v.as_ref())
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| Error::corrupt("format version", "not 4 bytes"))?;
+                if found != FORMAT_VERSION {
+                    return Err(Error::FormatVersion {
+                        found,
+                        expected: FORMAT_VERSION,
+                    });
+                }
+            }
+            None => {
+                meta.insert(FORMAT_KEY, &FORMAT_VERSION.to_be_bytes())?;
+                db.flush()?;
+            }
+        }
+        let tsdb = db.open_tree("tsdb")?;
+        let decisions = db.open_tree("decisions")?;
+        let decision_count = crate::decisions::count(&decisions)?;
+        let state = recover(&tsdb)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                runs: db.open_tree("runs")?,
+                placements: db.open_tree("placements")?,
+                decisions,
+                decision_count: AtomicUsize::new(decision_count),
+                tsdb,
+                db,
+                config,
+                state: Mutex::new(state),
+                flush_lock: Mutex::new(()),
+                record_lock: Mutex::new(()),
+                flushes: AtomicU64::new(0),
+                path,
+            }),
+        })
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// Directory of the store (`None` for a temporary store).
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// Id of the series `metric{labels}`, creating it if needed.
+    ///
+    /// A new series is durable with the next flush. Errors: invalid metric name,
+    /// [`Error::TooManySeries`].
+    pub fn series_id(&self, metric: &str, labels: &Labels) -> Result<SeriesId> {
+        let mut st = lock(&self.inner.state);
+        self.series_id_locked(&mut st, metric, labels)
+    }
+
+    fn series_id_locked(&self, st: &mut State, metric: &str, labels: &Labels) -> Result<SeriesId> {
+        if let Some(id) = st.index.get(metric, labels) {
+            return Ok(SeriesId(id as u64));
+        }
+        validate_metric_name(metric)?;
+        if st.index.len() >= self.inner.config.max_series {
+            return Err(Error::TooManySeries(st.index.len()));
+        }
+        let id = st.index.id_bound();
+        st.index.insert(id, metric, labels);
+        st.heads.push(Head::new());
+        st.new_series.push(id as u64);
+        Ok(SeriesId(id as u64))
+    }
+
+    /// Appends a sample to `metric{labels}` (creating the series), returning its id.
+    ///
+    /// Bad input has defined behaviour, and a rejected sample leaves the store unchanged:
+    /// - NaN or ±∞ → [`Error::InvalidValue`];
+    /// - timestamp outside `0..=MAX_TIMESTAMP_MS` → [`Error::TimestampOutOfRange`];
+    /// - older than the series' newest sample → [`Error::OutOfOrder`];
+    /// - same timestamp as the newest sample: ignored if the value is bit-identical (a
+    ///   re-scrape), else [`Error::DuplicateTimestamp`];
+    /// - older than the raw-retention cutoff of the last maintenance pass →
+    ///   [`Error::TooOld`].
+    pub fn append(
+        &self,
+        metric: &str,
+        labels: &Labels,
+        ts_ms: i64,
+        value: f64,
+    ) -> Result<SeriesId> {
+        check_sample(ts_ms, value)?;
+        let mut st = lock(&self.inner.state);
+        let id = self.series_id_locked(&mut st, metric, labels)?;
+        append_locked(&mut st, id.0, ts_ms, value, true)?;
+        Ok(id)
+    }
+
+    /// Appends a sample to a known series (the fast path). Same rules as [`Store::append`];
+    /// an unknown id is [`Error::UnknownSeries`].
+    pub fn append_id(&self, id: SeriesId, ts_ms: i64, value: f64) -> Result<()> {
+        check_sample(ts_ms, value)?;
+        let mut st = lock(&self.inner.state);
+        append_locked(&mut st, id.0, ts_ms, value, true)
+    }
+
+    /// Appends many samples to known series under one lock; stops at the first error
+    /// (earlier samples stay appended).
+    pub fn append_many(&self, samples: &[(SeriesId, i64, f64)]) -> Result<()> {
+        let mut st = lock(&self.inner.state);
+        for &(id, ts, v) in samples {
+            check_sample(ts, v)?;
+            append_locked(&mut st, id.0, ts, v, true)?;
+        }
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable (see the module docs). Blocking I/O.
+    pub fn flush(&self) -> Result<FlushStats> {
+        let _f = lock(&self.inner.flush_lock);
+        self.flush_locked(Checkpoint::Due)
+    }
+
+    /// Like [`Store::flush`], but also checkpoints every open chunk so the whole log can
+    /// be deleted: the on-disk size is then chunks only (used before measuring size and
+    /// at shutdown, to make the next open fast).
+    pub fn checkpoint(&self) -> Result<FlushStats> {
+        let _f = lock(&self.inner.flush_lock);
+        self.flush_locked(Checkpoint::All)
+    }
+
+    fn flush_locked(&self, mode: Checkpoint) -> Result<FlushStats> {
+        let started = Instant::now();
+        let mut stats = FlushStats::default();
+        let mut batch = sled::Batch::default();
+        let k = self.inner.config.wal_checkpoint_flushes.max(1);
+        let (seq, wal, sealed_keys, n_new, snapshots, min_live);
+        {
+            let mut st = lock(&self.inner.state);
+            seq = st.next_seq;
+            st.next_seq += 1;
+            wal = std::mem::take(&mut st.wal);
+            stats.samples = std::mem::take(&mut st.wal_samples);
+            n_new = st.new_series.len();
+            for &id in &st.new_series {
+                if let Some((m, l)) = st.index.resolve(id as u32) {
+                    batch.insert(&series_key(id), encode_series_def(&m, &l));
+                }
+            }
+            sealed_keys = st.sealed.keys().copied().collect::<Vec<_>>();
+            for ((id, t0), bytes) in &st.sealed {
+                batch.insert(&chunk_key(*id, *t0), bytes.as_ref());
+            }
+            let mut snaps = Vec::new();
+            let mut live = u64::MAX;
+            for (id, head) in st.heads.iter().enumerate() {
+                let (Some(enc), true) = (&head.open, head.wal_seq != NO_SEQ) else {
+                    continue;
+                };
+                let due = match mode {
+                    Checkpoint::Due => false,
+                    Checkpoint::All => true,
+                    Checkpoint::Before(cutoff) => enc.first_ts() < cutoff,
+                };
+                if due || head.wal_seq.saturating_add(k) <= seq {
+                    batch.insert(&chunk_key(id as u64, enc.first_ts()), enc.encode());
+                    snaps.push((id, enc.first_ts(), enc.count()));
+                } else {
+                    live = live.min(head.wal_seq);
+                }
+            }
+            snapshots = snaps;
+            min_live = live;
+        }
+        stats.series_written = n_new as u64;
+        stats.chunks_sealed = sealed_keys.len() as u64;
+        stats.chunks_checkpointed = snapshots.len() as u64;
+        if wal.len() > 1 && min_live <= seq {
+            stats.wal_bytes = wal.len() as u64;
+            batch.insert(&wal_key(seq), wal.as_slice());
+        }
+        let result = (|| -> Result<()> {
+            for kv in self
+                .inner
+                .tsdb
+                .range(wal_key(0)..wal_key(min_live.min(seq + 1)))
+            {
+                let (key, _) = kv?;
+                batch.remove(key);
+                stats.segments_deleted += 1;
+            }
+            self.inner.tsdb.apply_batch(batch)?;
+            self.inner.db.flush()?;
+            Ok(())
+        })();
+        let mut st = lock(&self.inner.state);
+        if let Err(e) = result {
+            // Put the log records back in front of those appended meanwhile; sealed chunks
+            // and new series were only copied, so they are still pending.
+            if !wal.is_empty() {
+                let mut old = wal;
+                if st.wal.len() > 1 {
+                    old.extend_from_slice(&st.wal[1..]);
+                }
+                st.wal = old;
+                st.wal_samples += stats.samples;
+            }
+            return Err(e);
+        }
+        for key in sealed_keys {
+            st.sealed.remove(&key);
+        }
+        st.new_series.drain(..n_new);
+        for (id, t0, count) in snapshots {
+            let head = &mut st.heads[id];
+            if let Some(enc) = &head.open
+                && enc.first_ts() == t0
+            {
+                // Samples appended after the copy went to the next segment.
+                head.wal_seq = if enc.count() == count {
+                    NO_SEQ
+                } else {
+                    seq + 1
+                };
+            }
+        }
+        drop(st);
+        self.inner.flushes.fetch_add(1, Ordering::Relaxed);
+        stats.seq = seq;
+        stats.duration = started.elapsed();
+        Ok(stats)
+    }
+
+    /// Writes a compacted copy of the store into the new directory `dst`: checkpoints
+    /// (so the log is empty), then copies every tree in key order into a fresh sled
+    /// database. sled reclaims space of overwritten and deleted values only gradually,
+    /// so a long-running store's directory can be several times its live data; the copy
+    /// has none of that garbage. Swap directories while headroom is stopped. Blocking I/O.
+    pub fn compact_to(&self, dst: impl AsRef<Path>) -> Result<()> {
+        self.checkpoint()?;
+        let dst = dst.as_ref();
+        let new = sled::Config::new()
+            .path(dst)
+            .create_new(true)
+            .open()
+            .map_err(|source| Error::Open {
+                path: dst.to_path_buf(),
+                source,
+            })?;
+        for name in self.inner.db.tree_names() {
+            let src = self.inner.db.open_tree(&name)?;
+            let out = new.open_tree(&name)?;
+            let mut batch = sled::Batch::default();
+            let mut n = 0;
+            for kv in src.iter() {
+                let (k, v) = kv?;
+                batch.insert(k, v);
+                n += 1;
+                if n % 10_000 == 0 {
+                    out.apply_batch(std::mem::take(&mut batch))?;
+                }
+            }
+            out.apply_batch(batch)?;
+        }
+        new.flush()?;
+        Ok(())
+    }
+
+    /// Series matching all `matchers` (all series if empty), ordered by id.
+    pub fn select(&self, matchers: &[Matcher]) -> Result<Vec<SeriesInfo>> {
+        let compiled = matchers
+            .iter()
+            .map(CompiledMatcher::compile)
+            .collect::<Result<Vec<_>>>()?;
+        let st = lock(&self.inner.state);
+        let ids = st.index.select(&compiled);
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| {
+                let (metric, labels) = st.index.resolve(id)?;
+                Some(SeriesInfo {
+                    id: SeriesId(id as u64),
+                    metric,
+                    labels,
+                    last: st.heads.get(id as usize).and_then(Head::latest),
+                })
+            })
+            .collect())
+    }
+
+    /// Metric and labels of a series.
+    pub fn series_info(&self, id: SeriesId) -> Result<SeriesInfo> {
+        let st = lock(&self.inner.state);
+        let (metric, labels) = u32::try_from(id.0)
+            .ok()
+            .and_then(|i| st.index.resolve(i))
+            .ok_or(Error::UnknownSeries(id.0))?;
+        Ok(SeriesInfo {
+            id,
+            metric,
+            labels,
+            last: st.heads.get(id.0 as usize).and_then(Head::latest),
+        })
+    }
+
+    /// Samples of one series with `start_ms <= ts <= end_ms`, in time order.
+    ///
+    /// Raw samples where they are kept; where raw data has expired (older than
+    /// `raw_retention` at the last maintenance pass) each stored 5-minute rollup appears
+    /// as **one sample stamped at the bucket start with the bucket's average**.
+    pub fn query_range(&self, id: SeriesId, start_ms: i64, end_ms: i64) -> Result<Vec<Sample>> {
+        let mut out = Vec::new();
+        self.query_into(id, start_ms, end_ms, &mut out)?;
+        Ok(out)
+    }
+
+    fn query_into(
+        &self,
+        id: SeriesId,
+        start_ms: i64,
+        end_ms: i64,
+        out: &mut Vec<Sample>,
+    ) -> Result<()> {
+        let start = start_ms.max(0);
+        let end = end_ms.min(MAX_TIMESTAMP_MS);
+        if start > end {
+            return Ok(());
+        }
+        // Stored rollups first: they only exist for data older than any raw chunk.
+        for r in self.stored_rollups(id, start, end)? {
+            if r.start_ms >= start {
+                out.push(Sample {
+                    ts_ms: r.start_ms,
+                    value: r.avg(),
+                });
+            }
+        }
+        for bytes in self.raw_chunks(id, start, end)? {
+            decode_chunk(&bytes, start, end, out)?;
+        }
+        Ok(())
+    }
+
+    /// First timestamp and encoded size of each raw chunk of a series (diagnostics and the
+    /// footprint bench).
+    pub fn raw_chunk_sizes(&self, id: SeriesId) -> Result<Vec<(i64, usize)>> {
+        Ok(self
+            .raw_chunks(id, 0, MAX_TIMESTAMP_MS)?
+            .iter()
+            .map(|c| {
+                let t0 = chunk_header(c).map(|(h, _)| h.first_ts).unwrap_or(0);
+                (t0, c.len())
+            })
+            .collect())
+    }
+
+    /// Encoded chunks of a series that may hold samples in `[start, end]`, time ordered.
+    /// In-memory versions (open chunk, chunks awaiting flush) supersede on-disk versions
+    /// with the same first timestamp (an on-disk checkpoint is a prefix of them).
+    fn raw_chunks(&self, id: SeriesId, start: i64, end: i64) -> Result<Vec<ChunkBytes>> {
+        let mut mem: Vec<(i64, Vec<u8>)> = Vec::new();
+        {
+            let st = lock(&self.inner.state);
+            let head = u32::try_from(id.0)
+                .ok()
+                .and_then(|i| st.heads.get(i as usize))
+                .ok_or(Error::UnknownSeries(id.0))?;
+            for ((_, t0), b) in st.sealed.range((id.0, 0)..=(id.0, end)) {
+                mem.push((*t0, b.to_vec()));
+            }
+            if let Some(enc) = &head.open
+                && enc.first_ts() <= end
+                && enc.last_ts() >= start
+            {
+                mem.push((enc.first_ts(), enc.encode()));
+            }
+        }
+        let lo = start.saturating_sub(MAX_CHUNK_SPAN_MS).max(0);
+        let mut chunks: BTreeMap<i64, ChunkBytes> = BTreeMap::new();
+        for kv in self
+            .inner
+            .tsdb
+            .range(chunk_key(id.0, lo)..=chunk_key(id.0, end))
+        {
+            let (k, v) = kv?;
+            let (_, t0) = parse_id_ts_key(&k)?;
+            chunks.insert(t0, ChunkBytes::Disk(v));
+        }
+        for (t0, b) in mem {
+            chunks.insert(t0, ChunkBytes::Mem(b));
+        }
+        Ok(chunks.into_values().collect())
+    }
+
+    /// Matching series with their samples in `[start_ms, end_ms]` (see [`Store::query_range`]).
+    pub fn query(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<(SeriesInfo, Vec<Sample>)>> {
+        let mut out = Vec::new();
+        self.for_each_series(matchers, start_ms, end_ms, |info, samples| {
+            out.push((info.clone(), samples.to_vec()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` once per matching series, in id order (which is on-disk order, so the
+    /// scan reads the tree contiguously), with that series' samples in `[start_ms, end_ms]`.
+    /// An error from `f` stops the scan and is returned.
+    pub fn for_each_series(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+        mut f: impl FnMut(&SeriesInfo, &[Sample]) -> Result<()>,
+    ) -> Result<()> {
+        let mut buf = Vec::new();
+        for info in self.select(matchers)? {
+            buf.clear();
+            self.query_into(info.id, start_ms, end_ms, &mut buf)?;
+            f(&info, &buf)?;
+        }
+        Ok(())
+    }
+
+    /// Newest raw sample of a series (`None` if it has none, e.g. all expired).
+    pub fn latest(&self, id: SeriesId) -> Result<Option<Sample>> {
+        let st = lock(&self.inner.state);
+        u32::try_from(id.0)
+            .ok()
+            .and_then(|i| st.heads.get(i as usize))
+            .map(Head::latest)
+            .ok_or(Error::UnknownSeries(id.0))
+    }
+
+    fn stored_rollups(&self, id: SeriesId, start: i64, end: i64) -> Result<Vec<Rollup>> {
+        let mut out = Vec::new();
+        let lo = block_start(bucket_start(start));
+        for kv in self
+            .inner
+            .tsdb
+            .range(rollup_key(id.0, lo)..=rollup_key(id.0, end))
+        {
+            let (k, v) = kv?;
+            let (_, day) = parse_id_ts_key(&k)?;
+            out.extend(
+                decode_block(day, &v)?
+                    .into_iter()
+                    .filter(|r| r.start_ms >= bucket_start(start) && r.start_ms <= end),
+            );
+        }
+        Ok(out)
+    }
+
+    /// 5-minute rollups of a series for buckets starting in
+    /// `[bucket_start(start_ms), end_ms]`, each aggregating all of its samples: stored
+    /// rollups where raw data expired, computed from raw samples elsewhere.
+    pub fn rollups(&self, id: SeriesId, start_ms: i64, end_ms: i64) -> Result<Vec<Rollup>> {
+        let start = bucket_start(start_ms.max(0));
+        let end = end_ms.min(MAX_TIMESTAMP_MS);
+        if start > end {
+            return Ok(Vec::new());
+        }
+        let stored = self.stored_rollups(id, start, end)?;
+        let mut raw = Vec::new();
+        let raw_end = (bucket_start(end) + crate::rollup::ROLLUP_STEP_MS - 1).min(MAX_TIMESTAMP_MS);
+        for bytes in self.raw_chunks(id, start, raw_end)? {
+            decode_chunk(&bytes, start, raw_end, &mut raw)?;
+        }
+        Ok(merge_rollups(stored, rollup_samples(&raw)))
+    }
+
+    /// One retention + downsampling pass at time `now_ms`. It first raises the raw cutoff
+    /// and flushes (so it also makes all appended samples durable); then raw chunks entirely older than
+    /// `now − raw_retention` are folded into 5-minute rollups and deleted (atomically per
+    /// series), rollup blocks older than `now − rollup_retention` are deleted, and decision
+    /// records older than `decision_log_max_age` are dropped. Blocking I/O.
+    ///
+    /// Afterwards samples older than the raw cutoff are rejected by `append`
+    /// ([`Error::TooOld`]), so a rolled-up bucket never receives raw samples again.
+    pub fn maintain(&self, now_ms: i64) -> Result<MaintenanceStats> {
+        let _f = lock(&self.inner.flush_lock);
+        let mut stats = MaintenanceStats::default();
+        let raw_cutoff = now_ms
+            .saturating_sub(ms(self.inner.config.raw_retention))
+            .clamp(0, MAX_TIMESTAMP_MS);
+        let rollup_cutoff = now_ms
+            .saturating_sub(ms(self.inner.config.rollup_retention))
+            .clamp(0, MAX_TIMESTAMP_MS);
+        // Raise the cutoff first so no sample older than it is accepted from now on.
+        let cutoff_changed = {
+            let mut st = lock(&self.inner.state);
+            if raw_cutoff > st.raw_cutoff {
+                st.raw_cutoff = raw_cutoff;
+                true
+            } else {
+                false
+            }
+        };
+        if cutoff_changed {
+            self.inner
+                .tsdb
+                .insert(RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes())?;
+        }
+        let raw_cutoff = lock(&self.inner.state).raw_cutoff;
+        // Make every sample older than the cutoff durable in a chunk (not only in the
+        // log): recovery skips log records older than the cutoff, because those of
+        // rolled-up chunks must not come back. No such sample can arrive any more.
+        self.flush_locked(Checkpoint::Before(raw_cutoff))?;
+        let n = lock(&self.inner.state).heads.len();
+        for id in 0..n as u64 {
+            self.maintain_series(id, raw_cutoff, rollup_cutoff, &mut stats)?;
+        }
+        stats.decisions_expired = self.expire_decisions(now_ms)?;
+        self.inner.db.flush()?;
+        Ok(stats)
+    }
+
+    fn maintain_series(
+        &self,
+        id: u64,
+        raw_cutoff: i64,
+        rollup_cutoff: i64,
+        stats: &mut MaintenanceStats,
+    ) -> Result<()> {
+        let tsdb = &self.inner.tsdb;
+        // What the head holds in memory is not expired here, except a fully checkpointed
+        // open chunk that is itself older than the cutoff (a series that went quiet).
+        let (open_t0, stale_open) = {
+            let st = lock(&self.inner.state);
+            let head = &st.heads[id as usize];
+            let open_t0 = head.open.as_ref().map(ChunkEncoder::first_ts);
+            let stale = head
+                .open
+                .as_ref()
+                .is_some_and(|c| c.last_ts() < raw_cutoff && head.wal_seq == NO_SEQ)
+                && !st.sealed.range((id, 0)..=(id, i64::MAX)).any(|_| true);
+            (open_t0, stale)
+        };
+        let mut expired_keys = Vec::new();
+        let mut samples = Vec::new();
+        if raw_cutoff > 0 {
+            for kv in tsdb.range(chunk_key(id, 0)..chunk_key(id, raw_cutoff)) {
+                let (k, v) = kv?;
+                let (_, t0) = parse_id_ts_key(&k)?;
+                let (h, _) = chunk_header(&v)?;
+                let pending = lock(&self.inner.state).sealed.contains_key(&(id, t0));
+                if h.last_ts >= raw_cutoff || pending || (Some(t0) == open_t0 && !stale_open) {
+                    break;
+                }
+                decode_chunk(&v, 0, MAX_TIMESTAMP_MS, &mut samples)?;
+                expired_keys.push(k);
+            }
+        }
+        let mut batch = sled::Batch::default();
+        let mut dirty = false;
+        if !expired_keys.is_empty() {
+            stats.chunks_expired += expired_keys.len() as u64;
+            stats.samples_rolled_up += samples.len() as u64;
+            let new = rollup_samples(&samples);
+            let mut by_block: BTreeMap<i64, Vec<Rollup>> = BTreeMap::new();
+            for r in new {
+                by_block.entry(block_start(r.start_ms)).or_default().push(r);
+            }
+            for (day, rs) in by_block {
+                if day + ROLLUP_BLOCK_MS <= rollup_cutoff {
+                    continue;
+                }
+                let key = rollup_key(id, day);
+                let old = match tsdb.get(key)? {
+                    Some(v) => decode_block(day, &v)?,
+                    None => Vec::new(),
+                };
+                batch.insert(&key, encode_block(day, &merge_rollups(old, rs)));
+                stats.rollup_blocks_written += 1;
+            }
+            for k in &expired_keys {
+                batch.remove(k);
+            }
+            dirty = true;
+        }
+        if rollup_cutoff - ROLLUP_BLOCK_MS + 1 > 0 {
+            for kv in
+                tsdb.range(rollup_key(id, 0)..rollup_key(id, rollup_cutoff - ROLLUP_BLOCK_MS + 1))
+            {
+                let (k, _) = kv?;
+                batch.remove(k);
+                stats.rollup_blocks_deleted += 1;
+                dirty = true;
+            }
+        }
+        if dirty {
+            // The watermark travels with the deletions so recovery never replays log
+            // records of chunks that were rolled up (see `recover`).
+            batch.insert(RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes());
+            let drops_open = stale_open
+                && expired_keys
+                    .iter()
+                    .any(|k| parse_id_ts_key(k).ok().map(|x| x.1) == open_t0);
+            if drops_open {
+                // Hold the state lock so no append can slip into the chunk being dropped.
+                let mut st = lock(&self.inner.state);
+                let head = &mut st.heads[id as usize];
+                if head.open.as_ref().map(ChunkEncoder::first_ts) == open_t0
+                    && head.wal_seq == NO_SEQ
+                {
+                    tsdb.apply_batch(batch)?;
+                    head.open = None;
+                }
+            } else {
+                tsdb.apply_batch(batch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> StoreStats {
+        let st = lock(&self.inner.state);
+        let (mut samples, mut bytes) = (0u64, 0u64);
+        for h in &st.heads {
+            if let Some(c) = &h.open {
+                samples += c.count() as u64;
+                bytes += c.heap_bytes() as u64;
+            }
+        }
+        StoreStats {
+            series: st.index.len() as u64,
+            head_samples: samples,
+            head_chunk_bytes: bytes,
+            index_bytes: (st.index.heap_bytes() + st.heads.capacity() * std::mem::size_of::<Head>())
+                as u64,
+            pending_chunks: st.sealed.len() as u64,
+            pending_wal_bytes: st.wal.len() as u64,
+            flushes: self.inner.flushes.load(Ordering::Relaxed),
+            disk_bytes: self.inner.db.size_on_disk().unwrap_or(0),
+        }
+    }
+}
+
+/// Which open chunks a flush checkpoints besides those due by `wal_checkpoint_flushes`.
+#[derive(Clone, Copy)]
+enum Checkpoint {
+    Due,
+    All,
+    /// Open chunks starting before this time (so nothing older than it is log-only).
+    Before(i64),
+}
+
+enum ChunkBytes {
+    Disk(sled::IVec),
+    Mem(Vec<u8>),
+}
+
+impl std::ops::Deref for ChunkBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ChunkBytes::Disk(v) => v,
+            ChunkBytes::Mem(v) => v,
+        }
+    }
+}
+
+/// Appends under the state lock. `log`: also record in the log buffer (false on replay).
+fn append_locked(st: &mut State, id: u64, ts_ms: i64, value: f64, log: bool) -> Result<()> {
+    if ts_ms < st.raw_cutoff {
+        return Err(Error::TooOld {
+            ts_ms,
+            cutoff_ms: st.raw_cutoff,
+        });
+    }
+    let seq = st.next_seq;
+    let head = usize::try_from(id)
+        .ok()
+        .and_then(|i| st.heads.get_mut(i))
+        .ok_or(Error::UnknownSeries(id))?;
+    match head.check(ts_ms, value) {
+        Ok(true) => return Ok(()),
+        Ok(false) => {}
+        Err(Reject::OutOfOrder(newest_ms)) => {
+            return Err(Error::OutOfOrder {
+                series: id,
+                ts_ms,
+                newest_ms,
+            });
+        }
+        Err(Reject::DuplicateTimestamp) => {
+            return Err(Error::DuplicateTimestamp { series: id, ts_ms });
+        }
+    }
+    if let Appended::Cut(old) = head.append(ts_ms, value, seq) {
+        st.sealed
+            .insert((id, old.first_ts()), old.encode().into_boxed_slice());
+    }
+    if log {
+        wal_record(&mut st.wal, id, ts_ms, value);
+        st.wal_samples += 1;
+    }
+    Ok(())
+}
+
+/// Rebuilds the in-memory state from the tsdb tree: series definitions, the newest chunk
+/// of each series as its open chunk, then the log segments replayed on top.
+fn recover(tsdb: &sled::Tree) -> Result<State> {
+    let mut st = State {
+        index: Index::new(),
+        heads: Vec::new(),
+        wal: Vec::new(),
+        wal_samples: 0,
+        sealed: BTreeMap::new(),
+        new_series: Vec::new(),
+        next_seq: 1,
+        raw_cutoff: 0,
+    };
+    if let Some(v) = tsdb.get(RAW_CUTOFF_KEY)? {
+        let a = <[u8; 8]>::try_from(v.as_ref())
+            .map_err(|_| Error::corrupt("raw cutoff", "not 8 bytes"))?;
+        st.raw_cutoff = i64::from_be_bytes(a);
+    }
+    for kv in tsdb.scan_prefix([SERIES]) {
+        let (k, v) = kv?;
+        let id = parse_u64_suffix(&k)?;
+        let id32 = u32::try_from(id).map_err(|_| Error::corrupt("series key", "id too large"))?;
+        let (metric, labels) = decode_series_def(&v)?;
+        st.index.insert(id32, &metric, &labels);
+    }
+    st.heads
+        .resize_with(st.index.id_bound() as usize, Head::new);
+    let mut buf = Vec::new();
+    for (id, head) in st.heads.iter_mut().enumerate() {
+        let Some(kv) = tsdb
+            .range(chunk_key(id as u64, 0)..=chunk_key(id as u64, MAX_TIMESTAMP_MS))
+            .next_back()
+        else {
+            continue;
+        };
+        let (_, v) = kv?;
+        buf.clear();
+        decode_chunk(&v, 0, MAX_TIMESTAMP_MS, &mut buf)?;
+        // Re-encoding is deterministic, so the reloaded chunk will overwrite the same key
+        // with a superset of the same bytes.
+        if let Some((first, rest)) = buf.split_first() {
+            let mut enc = ChunkEncoder::new(first.ts_ms, first.value);
+            for s in rest {
+                enc.append(s.ts_ms, s.value);
+            }
+            head.open = Some(enc);
+        }
+    }
+    let mut segments = Vec::new();
+    for kv in tsdb.scan_prefix([WAL]) {
+        let (k, v) = kv?;
+        segments.push((parse_u64_suffix(&k)?, v));
+    }
+    for (seq, data) in segments {
+        st.next_seq = st.next_seq.max(seq + 1);
+        let mut err = None;
+        decode_wal(&data, |id, ts, v| {
+            // Skip what is already in chunks (ts ≤ newest) and what was rolled up.
+            let known = (id as usize) < st.heads.len();
+            let newer = known && st.heads[id as usize].latest().is_none_or(|l| ts > l.ts_ms);
+            if known && newer && ts >= st.raw_cutoff && err.is_none() {
+                let prev = st.next_seq;
+                st.next_seq = seq;
+                if let Err(e) =
+                    check_sample(ts, v).and_then(|_| append_locked(&mut st, id, ts, v, false))
+                {
+                    err = Some(e);
+                }
+                st.next_seq = prev;
+            }
+        })?;
+        if let Some(e) = err {
+            return Err(Error::corrupt(
+                "log segment",
+                format!("replaying segment {seq}: {e}"),
+            ));
+        }
+    }
+    Ok(st)
+}
