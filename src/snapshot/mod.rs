@@ -64,10 +64,7 @@ impl Snapshot {
 
     /// Builds a snapshot from nodes and pods; pods with `spec.nodeName` naming a known node are
     /// placed on it, others are ignored (they are pending, not part of the cluster state).
-    pub fn build(
-        nodes: impl IntoIterator<Item = Node>,
-        pods: impl IntoIterator<Item = Pod>,
-    ) -> Snapshot {
+    pub fn build(nodes: impl IntoIterator<Item = Node>, pods: impl IntoIterator<Item = Pod>) -> Snapshot {
         let mut s = Snapshot::new();
         for n in nodes {
             s.upsert_node(Arc::new(n));
@@ -228,8 +225,7 @@ impl Snapshot {
         self.generation += 1;
         let info = self.nodes[idx as usize].clone();
         for p in &info.pods {
-            self.pod_nodes
-                .remove(&pod_key(&p.namespace, &p.name, &p.uid));
+            self.pod_nodes.remove(&pod_key(&p.namespace, &p.name, &p.uid));
             self.pod_index.remove(idx, p);
         }
         if info.pods_with_affinity > 0 {
@@ -246,8 +242,7 @@ impl Snapshot {
             let moved = self.nodes[idx as usize].clone();
             self.by_name.insert(moved.name.clone(), idx);
             for p in &moved.pods {
-                self.pod_nodes
-                    .insert(pod_key(&p.namespace, &p.name, &p.uid), idx);
+                self.pod_nodes.insert(pod_key(&p.namespace, &p.name, &p.uid), idx);
                 self.pod_index.remove(last as NodeIdx, p);
                 self.pod_index.add(idx, p);
             }
@@ -319,12 +314,7 @@ mod tests {
     fn incremental_updates_keep_aggregates() {
         let mut s = Snapshot::build(
             [node("a", "img:1"), node("b", "img:1"), node("c", "img:2")],
-            [
-                pod("p1", "a", "1"),
-                pod("p2", "a", "500m"),
-                pod("p3", "c", "2"),
-                pod("x", "nope", "1"),
-            ],
+            [pod("p1", "a", "1"), pod("p2", "a", "500m"), pod("p3", "c", "2"), pod("x", "nope", "1")],
         );
         assert_eq!(s.len(), 3);
         assert_eq!(s.get("a").unwrap().requested.milli_cpu, 1500);
