@@ -334,7 +334,9 @@ impl InterPodAffinity {
                 }
             }
         }
-        if !pods_exist && !(s.affinity.is_empty() && s.self_match) {
+        // Upstream's escape hatch: the first pod of a series with affinity to itself.
+        let first_of_series = s.affinity.is_empty() && s.self_match;
+        if !pods_exist && !first_of_series {
             return Err((
                 Status::unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH),
                 Some(format!(
