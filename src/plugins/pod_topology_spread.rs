@@ -1156,6 +1156,9 @@ mod tests {
             &[taint("x", "", "PreferNoSchedule")],
             &[]
         ));
-        assert!(has_untolerated_do_not_schedule_taint(std::slice::from_ref(&t), &[]));
+        assert!(has_untolerated_do_not_schedule_taint(
+            std::slice::from_ref(&t),
+            &[]
+        ));
     }
 }
