@@ -232,3 +232,99 @@ fn summary_parsing() {
     assert_eq!(m.get("node(s) didn't match pod affinity rules"), Some(&2));
     assert_eq!(m.get("node(s) had untolerated taint(s)"), Some(&2));
 }
+
+/// Timing probe for the 5,000 nodes × 30 pods target (run with `--release --ignored`): a pod
+/// with one required anti-affinity term through both plugins' PreFilter, Filter (every node),
+/// PreScore and Score.
+#[test]
+#[ignore]
+fn timing_anti_affinity_5000_nodes_30_pods() {
+    use serde_json::json;
+    let nodes: Vec<Node> = (0..5000)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("n{i}"), "labels": {
+                    "kubernetes.io/hostname": format!("n{i}"),
+                    "topology.kubernetes.io/zone": format!("z{}", i % 3)}},
+                "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}
+            }))
+            .unwrap()
+        })
+        .collect();
+    let pods: Vec<Pod> = (0..150_000)
+        .map(|i| {
+            let mut spec = json!({"nodeName": format!("n{}", i % 5000), "containers": [{"name": "c"}]});
+            if i % 100 == 0 {
+                spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": format!("a{}", i % 500)}},
+                     "topologyKey": "kubernetes.io/hostname"}]}});
+            }
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("p{i}"), "namespace": "default", "uid": format!("u{i}"),
+                             "labels": {"app": format!("a{}", i % 500), "team": format!("t{}", i % 20)}},
+                "spec": spec
+            }))
+            .unwrap()
+        })
+        .collect();
+    let snapshot = Snapshot::build(nodes, pods);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "new", "namespace": "default", "labels": {"app": "a7"}},
+        "spec": {"containers": [{"name": "c"}], "affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "a7"}}, "topologyKey": "kubernetes.io/hostname"}]}}}
+    }))
+    .unwrap();
+    let pod = PodInfo::new(Arc::new(pod));
+    let plugins = [
+        InterPodAffinity::new(InterPodAffinityArgs::default()).register(),
+        PodTopologySpread::new(PodTopologySpreadArgs::default()).register(),
+    ];
+    let all: Vec<NodeIdx> = (0..snapshot.len() as NodeIdx).collect();
+    let rounds = 50u32;
+    let mut phases = [std::time::Duration::ZERO; 3];
+    let mut rejected = 0;
+    for _ in 0..rounds {
+        for r in &plugins {
+            let t0 = std::time::Instant::now();
+            let mut state = CycleState::new(false);
+            let (s, _) = r
+                .pre_filter
+                .as_ref()
+                .unwrap()
+                .pre_filter(&mut state, &pod, &snapshot);
+            let t1 = std::time::Instant::now();
+            if s.is_success() {
+                let f = r.filter.as_ref().unwrap();
+                for n in snapshot.nodes() {
+                    rejected += usize::from(!f.filter(&state, &pod, n).is_success());
+                }
+            }
+            let t2 = std::time::Instant::now();
+            if !r
+                .pre_score
+                .as_ref()
+                .unwrap()
+                .pre_score(&mut state, &pod, &snapshot, &all)
+                .is_skip()
+            {
+                let sp = r.score.as_ref().unwrap();
+                let mut raw: Vec<i64> = all
+                    .iter()
+                    .map(|i| sp.score(&state, &pod, snapshot.node(*i)).unwrap())
+                    .collect();
+                assert!(sp.normalize(&state, &pod, &mut raw).is_success());
+            }
+            let t3 = std::time::Instant::now();
+            phases[0] += t1 - t0;
+            phases[1] += t2 - t1;
+            phases[2] += t3 - t2;
+        }
+    }
+    let [pf, f, sc] = phases.map(|d| d / rounds);
+    eprintln!(
+        "per pod: prefilter {pf:?}, filter (5000 nodes) {f:?}, prescore+score {sc:?}, total {:?}; {} rejections per round",
+        pf + f + sc,
+        rejected / rounds as usize
+    );
+}

@@ -250,12 +250,11 @@ impl PreFilterPlugin for InterPodAffinity {
 
         // Existing pods' required anti-affinity against the incoming pod.
         let incoming_ns = IncomingNamespace::new(snapshot, &pod.namespace);
-        for e in index.with_required_anti_affinity() {
-            let labels = snapshot.node(e.node).labels();
-            for t in &e.pod.required_anti_affinity {
-                if incoming_ns.term_matches(t, pod) {
-                    add_count(&mut s.existing_anti_affinity, &t.topology_key, labels, 1);
-                }
+        for e in index.anti_affinity_terms_for(pod.labels()) {
+            let t = &e.pod.required_anti_affinity[e.term];
+            if incoming_ns.term_matches(t, pod) {
+                let labels = snapshot.node(e.node).labels();
+                add_count(&mut s.existing_anti_affinity, &t.topology_key, labels, 1);
             }
         }
         if no_terms && s.existing_anti_affinity.is_empty() {

@@ -31,6 +31,28 @@ pub struct IndexedPod {
 
 type Posting = Arc<Vec<IndexedPod>>;
 
+/// One required anti-affinity term of an assigned pod.
+#[derive(Debug, Clone)]
+pub struct IndexedTerm {
+    /// The node the pod sits on.
+    pub node: NodeIdx,
+    /// The pod owning the term.
+    pub pod: Arc<PodInfo>,
+    /// The term's position in `pod.required_anti_affinity`.
+    pub term: usize,
+}
+
+type TermPosting = Arc<Vec<IndexedTerm>>;
+
+/// The `In` requirement a term's selector is indexed under: a pod can only match the term if
+/// it carries `key=` one of `values`.
+fn term_index_key(sel: &Selector) -> Option<(&str, &[String])> {
+    sel.requirements.iter().find_map(|r| match &r.op {
+        Op::In(values) => Some((r.key.as_str(), values.as_slice())),
+        _ => None,
+    })
+}
+
 /// Label index over assigned pods.
 #[derive(Debug, Clone, Default)]
 pub struct PodIndex {
@@ -40,6 +62,10 @@ pub struct PodIndex {
     with_affinity: Posting,
     /// Pods with required anti-affinity terms.
     with_required_anti_affinity: Posting,
+    /// Required anti-affinity terms, by the `key=value` a pod must carry to match them.
+    anti_terms_by_label: HashMap<String, HashMap<String, TermPosting>>,
+    /// Required anti-affinity terms without an `In` requirement (checked for every pod).
+    anti_terms_unindexed: TermPosting,
     /// Number of pods indexed.
     pods: usize,
 }
@@ -78,6 +104,25 @@ impl PodIndex {
         }
         if pod.has_required_anti_affinity() {
             Arc::make_mut(&mut self.with_required_anti_affinity).push(entry);
+            for (i, t) in pod.required_anti_affinity.iter().enumerate() {
+                if t.selector.nothing {
+                    continue;
+                }
+                let e = IndexedTerm {
+                    node,
+                    pod: pod.clone(),
+                    term: i,
+                };
+                match term_index_key(&t.selector) {
+                    Some((key, values)) => {
+                        let by_value = self.anti_terms_by_label.entry(key.to_string()).or_default();
+                        for v in values {
+                            Arc::make_mut(by_value.entry(v.clone()).or_default()).push(e.clone());
+                        }
+                    }
+                    None => Arc::make_mut(&mut self.anti_terms_unindexed).push(e),
+                }
+            }
         }
         self.pods += 1;
     }
@@ -104,6 +149,35 @@ impl PodIndex {
         }
         if pod.has_required_anti_affinity() {
             found |= remove_entry(&mut self.with_required_anti_affinity, node, pod);
+            let same = |e: &IndexedTerm| e.node == node && Arc::ptr_eq(&e.pod, pod);
+            for t in &pod.required_anti_affinity {
+                if t.selector.nothing {
+                    continue;
+                }
+                match term_index_key(&t.selector) {
+                    Some((key, values)) => {
+                        let Some(by_value) = self.anti_terms_by_label.get_mut(key) else {
+                            continue;
+                        };
+                        for v in values {
+                            if let Some(list) = by_value.get_mut(v.as_str()) {
+                                Arc::make_mut(list).retain(|e| !same(e));
+                                if list.is_empty() {
+                                    by_value.remove(v.as_str());
+                                }
+                            }
+                        }
+                        if by_value.is_empty() {
+                            self.anti_terms_by_label.remove(key);
+                        }
+                    }
+                    None => {
+                        if self.anti_terms_unindexed.iter().any(same) {
+                            Arc::make_mut(&mut self.anti_terms_unindexed).retain(|e| !same(e));
+                        }
+                    }
+                }
+            }
         }
         if found || pod.labels().is_empty() {
             self.pods = self.pods.saturating_sub(1);
@@ -128,6 +202,22 @@ impl PodIndex {
     /// Pods that have required pod anti-affinity terms.
     pub fn with_required_anti_affinity(&self) -> &[IndexedPod] {
         &self.with_required_anti_affinity
+    }
+
+    /// Every required anti-affinity term of an assigned pod that a pod with `labels` may match
+    /// (a superset: confirm with the full term). Each term appears once.
+    pub fn anti_affinity_terms_for<'a>(
+        &'a self,
+        labels: &'a crate::selector::Labels,
+    ) -> impl Iterator<Item = &'a IndexedTerm> + 'a {
+        let indexed = labels.iter().flat_map(move |(k, v)| {
+            self.anti_terms_by_label
+                .get(k.as_str())
+                .and_then(|by_value| by_value.get(v.as_str()))
+                .into_iter()
+                .flat_map(|l| l.iter())
+        });
+        self.anti_terms_unindexed.iter().chain(indexed)
     }
 
     /// The pods labelled `key=value`.
@@ -296,6 +386,50 @@ mod tests {
             s(&idx, json!({"matchLabels": {"app": "web"}})).unwrap(),
             ["c@3"]
         );
+    }
+
+    #[test]
+    fn anti_affinity_terms_by_label() {
+        let anti = |name: &str, sel: serde_json::Value| {
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [], "affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": sel, "topologyKey": "zone"}]}}}
+            }))
+            .unwrap();
+            Arc::new(PodInfo::new(Arc::new(p)))
+        };
+        let mut idx = PodIndex::default();
+        let a = anti(
+            "a",
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "api"]}]}),
+        );
+        let b = anti(
+            "b",
+            json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]}),
+        );
+        let c = anti("c", json!({"matchLabels": {"app": "db"}}));
+        idx.add(0, &a);
+        idx.add(1, &b);
+        idx.add(2, &c);
+        let names = |idx: &PodIndex, l: serde_json::Value| {
+            let labels: crate::selector::Labels = serde_json::from_value(l).unwrap();
+            let mut v: Vec<String> = idx
+                .anti_affinity_terms_for(&labels)
+                .map(|e| e.pod.name.clone())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(&idx, json!({"app": "web"})), ["a", "b"]);
+        assert_eq!(names(&idx, json!({"app": "db", "x": "y"})), ["b", "c"]);
+        assert_eq!(names(&idx, json!({})), ["b"]);
+        idx.remove(0, &a);
+        idx.remove(1, &b);
+        assert!(names(&idx, json!({"app": "web"})).is_empty());
+        assert!(idx.anti_terms_unindexed.is_empty());
+        assert!(!idx.anti_terms_by_label["app"].contains_key("web"));
     }
 
     #[test]
