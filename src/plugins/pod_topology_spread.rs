@@ -1,29 +1,1164 @@
-//! PodTopologySpread (placeholder until the full plugin lands).
+//! `PodTopologySpread`: spreads matching pods evenly over topology domains, as upstream's
+//! `pkg/scheduler/framework/plugins/podtopologyspread`.
+//!
+//! - Filter enforces the pod's `DoNotSchedule` constraints: for the node's domain,
+//!   `matching pods + (1 if the pod matches its own selector) - global minimum ≤ maxSkew`,
+//!   where the global minimum is 0 while fewer than `minDomains` domains are eligible. A node
+//!   lacking a constraint's topology key is rejected (unresolvable).
+//! - Score ranks nodes for the `ScheduleAnyway` constraints: fewer matching pods in the node's
+//!   domain is better, each constraint weighted by `ln(number of domains + 2)`.
+//!
+//! Only nodes carrying every constraint's topology key take part. With
+//! `nodeAffinityPolicy: Honor` (the default) only nodes matching the pod's `nodeSelector` and
+//! required node affinity count; with `nodeTaintsPolicy: Honor` (default `Ignore`) only nodes
+//! whose `NoSchedule`/`NoExecute` taints the pod tolerates count. Pods are counted in the
+//! incoming pod's namespace, terminating pods excluded; a selector without requirements
+//! counts nothing (as upstream). `matchLabelKeys` add `key=value` (from the pod's labels) to
+//! the selector. Matching pods are found through the snapshot's label index.
+//!
+//! Default constraints (for pods without their own) need the selector of the Services,
+//! ReplicationControllers, ReplicaSets and StatefulSets that own the pod; the snapshot does not
+//! hold those objects, so a caller that has them installs a
+//! [`PodTopologySpread::with_default_selector`] function. Without it (and by default, as
+//! `defaultConstraints` is empty and `defaultingType` is `List`) no default spreading happens:
+//! headroom deliberately leaves upstream's system default spreading off unless configured.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
 use serde::{Deserialize, Serialize};
 
-use crate::framework::Registered;
+use super::inter_pod_affinity::for_each_candidate;
+use crate::framework::{
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
+    Registered, ScorePlugin, Status,
+};
+use crate::selector::{Labels, NodeSelector, Op, Requirement, Selector, SelectorError};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
-/// Plugin name.
+/// The plugin's name.
 pub const NAME: &str = "PodTopologySpread";
 
-/// Arguments.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
-pub struct PodTopologySpreadArgs {}
+/// Reason when placing the pod on the node would exceed a constraint's `maxSkew`.
+pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str =
+    "node(s) didn't match pod topology spread constraints";
+/// Reason when the node lacks a constraint's topology key.
+pub const ERR_REASON_NODE_LABEL_NOT_MATCH: &str =
+    "node(s) didn't match pod topology spread constraints (missing required label)";
 
-/// The plugin.
-#[derive(Debug, Default)]
-pub struct PodTopologySpread;
+/// `kubernetes.io/hostname`: per-node domains, counted at Score time.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// `topology.kubernetes.io/zone`.
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+
+const DO_NOT_SCHEDULE: &str = "DoNotSchedule";
+const SCHEDULE_ANYWAY: &str = "ScheduleAnyway";
+
+/// Where default constraints come from (upstream's `PodTopologySpreadConstraintsDefaulting`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DefaultingType {
+    /// Use `defaultConstraints` as given (headroom's default).
+    #[default]
+    List,
+    /// Use upstream's system defaults: hostname `maxSkew: 3` and zone `maxSkew: 5`, both
+    /// `ScheduleAnyway`; `defaultConstraints` must then be empty.
+    System,
+}
+
+/// Arguments of the plugin (upstream's `PodTopologySpreadArgs`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct PodTopologySpreadArgs {
+    /// Constraints applied to pods that have none of their own, with the selector of the
+    /// workloads owning the pod (no `labelSelector` allowed here). Default: none. Note that
+    /// upstream defaults to `System` spreading; headroom does not.
+    pub default_constraints: Vec<TopologySpreadConstraint>,
+    /// `List` (use `defaultConstraints`) or `System` (upstream's built-in defaults).
+    /// Default `List`.
+    pub defaulting_type: DefaultingType,
+}
+
+impl PodTopologySpreadArgs {
+    /// Checks the arguments as upstream's `ValidatePodTopologySpreadArgs`.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.defaulting_type == DefaultingType::System && !self.default_constraints.is_empty() {
+            return Err(
+                "defaultConstraints: Invalid value: when .defaultingType is \"System\", .defaultConstraints must be empty"
+                    .to_string(),
+            );
+        }
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for (i, c) in self.default_constraints.iter().enumerate() {
+            let f = format!("defaultConstraints[{i}]");
+            if c.max_skew <= 0 {
+                return Err(format!(
+                    "{f}.maxSkew: Invalid value: {}: not in valid range [1, inf)",
+                    c.max_skew
+                ));
+            }
+            if c.topology_key.is_empty() {
+                return Err(format!("{f}.topologyKey: Required value: can not be empty"));
+            }
+            if c.when_unsatisfiable != DO_NOT_SCHEDULE && c.when_unsatisfiable != SCHEDULE_ANYWAY {
+                return Err(format!(
+                    "{f}.whenUnsatisfiable: Unsupported value: {:?}",
+                    c.when_unsatisfiable
+                ));
+            }
+            if c.label_selector.is_some() {
+                return Err(format!(
+                    "{f}.labelSelector: Forbidden: constraint must not define a selector, as they deduced for each pod"
+                ));
+            }
+            let pair = (c.topology_key.as_str(), c.when_unsatisfiable.as_str());
+            if seen.contains(&pair) {
+                return Err(format!("{f}: Duplicate value: {pair:?}"));
+            }
+            seen.push(pair);
+        }
+        Ok(())
+    }
+}
+
+/// Computes the selector of the workloads (Services, ReplicationControllers, ReplicaSets,
+/// StatefulSets) owning a pod, for default constraints (upstream's `helper.DefaultSelector`).
+pub type DefaultSelectorFn = Arc<dyn Fn(&PodInfo) -> Selector + Send + Sync>;
+
+/// The PodTopologySpread plugin.
+#[derive(Clone, Default)]
+pub struct PodTopologySpread {
+    args: PodTopologySpreadArgs,
+    /// The effective default constraints.
+    default_constraints: Vec<TopologySpreadConstraint>,
+    /// True with `DefaultingType::System`.
+    system_defaulted: bool,
+    default_selector: Option<DefaultSelectorFn>,
+}
+
+impl std::fmt::Debug for PodTopologySpread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodTopologySpread")
+            .field("args", &self.args)
+            .field("system_defaulted", &self.system_defaulted)
+            .field("default_selector", &self.default_selector.is_some())
+            .finish()
+    }
+}
 
 impl PodTopologySpread {
-    /// Creates the plugin.
-    pub fn new(_args: PodTopologySpreadArgs) -> Self {
-        PodTopologySpread
+    /// Builds the plugin.
+    pub fn new(args: PodTopologySpreadArgs) -> Self {
+        let (default_constraints, system_defaulted) = match args.defaulting_type {
+            DefaultingType::List => (args.default_constraints.clone(), false),
+            DefaultingType::System => (system_default_constraints(), true),
+        };
+        PodTopologySpread {
+            args,
+            default_constraints,
+            system_defaulted,
+            default_selector: None,
+        }
     }
 
-    /// Registers its extension points.
+    /// Installs the function that yields the owning workloads' selector for default
+    /// constraints. Without it, default constraints never apply.
+    pub fn with_default_selector(
+        mut self,
+        f: impl Fn(&PodInfo) -> Selector + Send + Sync + 'static,
+    ) -> Self {
+        self.default_selector = Some(Arc::new(f));
+        self
+    }
+
+    /// Registers the plugin for PreFilter, Filter, PreScore and Score.
     pub fn register(self) -> Registered {
-        Registered::new(NAME)
+        let me = Arc::new(self);
+        let mut r = Registered::new(NAME);
+        r.pre_filter = Some(me.clone());
+        r.filter = Some(me.clone());
+        r.pre_score = Some(me.clone());
+        r.score = Some(me);
+        r
+    }
+
+    /// The pod's constraints for one `whenUnsatisfiable` action (its own, else the defaults).
+    fn constraints(&self, pod: &PodInfo, action: &str) -> Result<Vec<Constraint>, SelectorError> {
+        let own = pod_constraints(pod);
+        if !own.is_empty() {
+            return compile_constraints(own, pod.labels(), action);
+        }
+        let mut cs = compile_constraints(&self.default_constraints, pod.labels(), action)?;
+        if cs.is_empty() {
+            return Ok(cs);
+        }
+        let selector = match &self.default_selector {
+            Some(f) => f(pod),
+            None => return Ok(Vec::new()),
+        };
+        if selector.nothing || selector.requirements.is_empty() {
+            return Ok(Vec::new());
+        }
+        for c in &mut cs {
+            c.selector = selector.clone();
+        }
+        Ok(cs)
+    }
+}
+
+fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
+    vec![
+        TopologySpreadConstraint {
+            topology_key: LABEL_HOSTNAME.to_string(),
+            when_unsatisfiable: SCHEDULE_ANYWAY.to_string(),
+            max_skew: 3,
+            ..Default::default()
+        },
+        TopologySpreadConstraint {
+            topology_key: LABEL_ZONE.to_string(),
+            when_unsatisfiable: SCHEDULE_ANYWAY.to_string(),
+            max_skew: 5,
+            ..Default::default()
+        },
+    ]
+}
+
+fn pod_constraints(pod: &PodInfo) -> &[TopologySpreadConstraint] {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.topology_spread_constraints.as_deref())
+        .unwrap_or(&[])
+}
+
+/// A compiled constraint (upstream's `topologySpreadConstraint`).
+#[derive(Debug, Clone)]
+struct Constraint {
+    max_skew: i32,
+    topology_key: String,
+    selector: Selector,
+    min_domains: i32,
+    honor_node_affinity: bool,
+    honor_node_taints: bool,
+}
+
+impl Constraint {
+    /// Upstream's `countPodsMatchSelector` for one pod: same namespace, not terminating,
+    /// selected (a selector without requirements selects nothing here).
+    fn counts(&self, p: &PodInfo, namespace: &str) -> bool {
+        !self.selector.requirements.is_empty()
+            && p.namespace == namespace
+            && p.pod.metadata.deletion_timestamp.is_none()
+            && self.selector.matches(p.labels())
+    }
+}
+
+fn compile_constraints(
+    list: &[TopologySpreadConstraint],
+    pod_labels: &Labels,
+    action: &str,
+) -> Result<Vec<Constraint>, SelectorError> {
+    let mut out = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        if c.when_unsatisfiable != action {
+            continue;
+        }
+        let field = format!("spec.topologySpreadConstraints[{i}].labelSelector");
+        let mut selector = Selector::from_label_selector(c.label_selector.as_ref(), &field)?;
+        if !selector.nothing {
+            let mut extra: Vec<Requirement> = Vec::new();
+            for key in c.match_label_keys.iter().flatten() {
+                if let Some(v) = pod_labels.get(key)
+                    && !extra.iter().any(|r| &r.key == key)
+                {
+                    extra.push(Requirement {
+                        key: key.clone(),
+                        op: Op::In(vec![v.clone()]),
+                    });
+                }
+            }
+            if !extra.is_empty() {
+                extra.append(&mut selector.requirements);
+                selector.requirements = extra;
+            }
+        }
+        out.push(Constraint {
+            max_skew: c.max_skew,
+            topology_key: c.topology_key.clone(),
+            selector,
+            min_domains: c.min_domains.unwrap_or(1),
+            honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+            honor_node_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+        });
+    }
+    Ok(out)
+}
+
+/// The pod's `nodeSelector` and required node affinity (upstream's
+/// `nodeaffinity.GetRequiredNodeAffinity`).
+struct RequiredNodeAffinity {
+    node_selector: Option<Selector>,
+    affinity: Option<NodeSelector>,
+}
+
+impl RequiredNodeAffinity {
+    fn new(pod: &PodInfo) -> Self {
+        let spec = pod.pod.spec.as_ref();
+        let node_selector = spec
+            .and_then(|s| s.node_selector.as_ref())
+            .filter(|m| !m.is_empty())
+            .map(Selector::from_map);
+        let affinity = spec
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
+            .map(|ns| {
+                NodeSelector::new(
+                    &ns.node_selector_terms,
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
+                )
+            });
+        RequiredNodeAffinity {
+            node_selector,
+            affinity,
+        }
+    }
+
+    fn matches(&self, node: &NodeInfo) -> bool {
+        let labels = node.labels();
+        if let Some(s) = &self.node_selector
+            && !s.matches(labels)
+        {
+            return false;
+        }
+        match &self.affinity {
+            Some(ns) => ns.matches(labels, &node.name),
+            None => true,
+        }
+    }
+}
+
+/// Whether a toleration tolerates a taint (upstream's `Toleration.ToleratesTaint`, without the
+/// alpha `Gt`/`Lt` operators).
+fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if let Some(e) = t.effect.as_deref()
+        && !e.is_empty()
+        && e != taint.effect
+    {
+        return false;
+    }
+    if let Some(k) = t.key.as_deref()
+        && !k.is_empty()
+        && k != taint.key
+    {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// Whether the node has a `NoSchedule`/`NoExecute` taint none of the tolerations tolerate.
+fn has_untolerated_do_not_schedule_taint(taints: &[Taint], tolerations: &[Toleration]) -> bool {
+    taints.iter().any(|taint| {
+        matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
+            && !tolerations.iter().any(|t| tolerates(t, taint))
+    })
+}
+
+fn has_all_keys(labels: &Labels, constraints: &[Constraint]) -> bool {
+    constraints
+        .iter()
+        .all(|c| labels.contains_key(&c.topology_key))
+}
+
+/// Per node, per constraint: does the node take part (all keys present, inclusion policies)?
+/// Flattened `node * constraints.len() + constraint`.
+fn eligible_nodes(
+    snapshot: &Snapshot,
+    pod: &PodInfo,
+    constraints: &[Constraint],
+    require_all_keys: bool,
+) -> Vec<bool> {
+    let k = constraints.len();
+    let mut out = vec![false; snapshot.len() * k];
+    let need_affinity = constraints.iter().any(|c| c.honor_node_affinity);
+    let need_taints = constraints.iter().any(|c| c.honor_node_taints);
+    let affinity = need_affinity.then(|| RequiredNodeAffinity::new(pod));
+    let tolerations = pod.tolerations();
+    for (i, node) in snapshot.nodes().iter().enumerate() {
+        if require_all_keys && !has_all_keys(node.labels(), constraints) {
+            continue;
+        }
+        let affinity_ok = affinity.as_ref().is_none_or(|a| a.matches(node));
+        let taints_ok =
+            !need_taints || !has_untolerated_do_not_schedule_taint(node.taints(), tolerations);
+        for (ci, c) in constraints.iter().enumerate() {
+            out[i * k + ci] =
+                (!c.honor_node_affinity || affinity_ok) && (!c.honor_node_taints || taints_ok);
+        }
+    }
+    out
+}
+
+/// Adds one matching pod to its node's domain, when that domain is tracked.
+fn count_into(counts: &mut HashMap<String, i64>, labels: &Labels, key: &str) {
+    let value = labels.get(key).map_or("", String::as_str);
+    if let Some(c) = counts.get_mut(value) {
+        *c += 1;
+    }
+}
+
+/// What PreFilter computed for Filter.
+#[derive(Debug)]
+struct PreFilterState {
+    constraints: Vec<Constraint>,
+    /// Per constraint: eligible domain value → matching pods.
+    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: the smallest count over eligible domains (`i32::MAX` with none).
+    min: Vec<i64>,
+}
+
+/// What PreScore computed for Score and NormalizeScore.
+#[derive(Debug)]
+struct PreScoreState {
+    constraints: Vec<Constraint>,
+    /// Nodes lacking a topology key are not scored (only with the pod's own constraints or
+    /// non-system defaults).
+    require_all_keys: bool,
+    /// Per constraint (non-hostname): domain value of a feasible node → matching pods.
+    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: `ln(domains + 2)`.
+    weights: Vec<f64>,
+    /// Per feasible node (in order): ignored for missing keys.
+    ignored: Vec<bool>,
+    /// The incoming pod's namespace.
+    namespace: String,
+}
+
+impl PreScoreState {
+    fn ignored(&self, node: &NodeInfo) -> bool {
+        self.require_all_keys && !has_all_keys(node.labels(), &self.constraints)
+    }
+
+    /// Per constraint: the matching-pod count of the node's domain, when it has the key.
+    fn node_count(&self, i: usize, node: &NodeInfo) -> Option<i64> {
+        let c = &self.constraints[i];
+        let v = node.labels().get(&c.topology_key)?;
+        Some(if c.topology_key == LABEL_HOSTNAME {
+            node.pods
+                .iter()
+                .filter(|p| c.counts(p, &self.namespace))
+                .count() as i64
+        } else {
+            self.counts[i].get(v.as_str()).copied().unwrap_or(0)
+        })
+    }
+}
+
+impl Plugin for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+impl PreFilterPlugin for PodTopologySpread {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Status, Option<NodeNames>) {
+        let constraints = match self.constraints(pod, DO_NOT_SCHEDULE) {
+            Ok(c) => c,
+            Err(e) => {
+                return (
+                    Status::error(format!("get constraints from pod: {e}")),
+                    None,
+                );
+            }
+        };
+        if constraints.is_empty() {
+            return (Status::skip(), None);
+        }
+        let k = constraints.len();
+        let eligible = eligible_nodes(snapshot, pod, &constraints, true);
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); k];
+        for (i, node) in snapshot.nodes().iter().enumerate() {
+            for (ci, c) in constraints.iter().enumerate() {
+                if eligible[i * k + ci]
+                    && let Some(v) = node.labels().get(&c.topology_key)
+                    && !counts[ci].contains_key(v.as_str())
+                {
+                    counts[ci].insert(v.clone(), 0);
+                }
+            }
+        }
+        for (ci, c) in constraints.iter().enumerate() {
+            if c.selector.requirements.is_empty() {
+                continue;
+            }
+            for_each_candidate(snapshot, &c.selector, |n, p| {
+                if eligible[n as usize * k + ci] && c.counts(p, &pod.namespace) {
+                    count_into(&mut counts[ci], snapshot.node(n).labels(), &c.topology_key);
+                }
+            });
+        }
+        let min = counts
+            .iter()
+            .map(|m| m.values().copied().min().unwrap_or(i64::from(i32::MAX)))
+            .collect();
+        state.write(PreFilterState {
+            constraints,
+            counts,
+            min,
+        });
+        (Status::success(), None)
+    }
+}
+
+impl FilterPlugin for PodTopologySpread {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.read::<PreFilterState>() else {
+            return Status::error("PodTopologySpread: PreFilter state missing");
+        };
+        let labels = node.labels();
+        for (i, c) in s.constraints.iter().enumerate() {
+            let Some(value) = labels.get(&c.topology_key) else {
+                let st = Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
+                return if state.explain {
+                    st.with_detail(format!("node lacks topology key {:?}", c.topology_key))
+                } else {
+                    st
+                };
+            };
+            let min = if (s.counts[i].len() as i64) < i64::from(c.min_domains) {
+                0
+            } else {
+                s.min[i]
+            };
+            let self_match = i64::from(c.selector.matches(pod.labels()));
+            let match_num = s.counts[i].get(value.as_str()).copied().unwrap_or(0);
+            let skew = match_num + self_match - min;
+            if skew > i64::from(c.max_skew) {
+                let st = Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
+                return if state.explain {
+                    st.with_detail(format!(
+                        "{}={value}: {match_num} matching + {self_match} self - global minimum {min} = skew {skew} > maxSkew {}",
+                        c.topology_key, c.max_skew
+                    ))
+                } else {
+                    st
+                };
+            }
+        }
+        Status::success()
+    }
+}
+
+impl PreScorePlugin for PodTopologySpread {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[NodeIdx],
+    ) -> Status {
+        if snapshot.is_empty() {
+            return Status::skip();
+        }
+        let constraints = match self.constraints(pod, SCHEDULE_ANYWAY) {
+            Ok(c) => c,
+            Err(e) => return Status::error(format!("calculating preScoreState: {e}")),
+        };
+        if constraints.is_empty() {
+            return Status::skip();
+        }
+        let require_all_keys = !pod_constraints(pod).is_empty() || !self.system_defaulted;
+        let k = constraints.len();
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); k];
+        let mut ignored = Vec::with_capacity(feasible.len());
+        for idx in feasible {
+            let labels = snapshot.node(*idx).labels();
+            let skip = require_all_keys && !has_all_keys(labels, &constraints);
+            ignored.push(skip);
+            if skip {
+                continue;
+            }
+            for (ci, c) in constraints.iter().enumerate() {
+                if c.topology_key == LABEL_HOSTNAME {
+                    continue;
+                }
+                let value = labels.get(&c.topology_key).map_or("", String::as_str);
+                if !counts[ci].contains_key(value) {
+                    counts[ci].insert(value.to_string(), 0);
+                }
+            }
+        }
+        let scored = ignored.iter().filter(|i| !**i).count();
+        let weights = constraints
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| {
+                let size = if c.topology_key == LABEL_HOSTNAME {
+                    scored
+                } else {
+                    m.len()
+                };
+                ((size + 2) as f64).ln()
+            })
+            .collect();
+
+        let eligible = eligible_nodes(snapshot, pod, &constraints, require_all_keys);
+        for (ci, c) in constraints.iter().enumerate() {
+            if c.topology_key == LABEL_HOSTNAME || c.selector.requirements.is_empty() {
+                continue;
+            }
+            for_each_candidate(snapshot, &c.selector, |n, p| {
+                if eligible[n as usize * k + ci] && c.counts(p, &pod.namespace) {
+                    count_into(&mut counts[ci], snapshot.node(n).labels(), &c.topology_key);
+                }
+            });
+        }
+        state.write(PreScoreState {
+            constraints,
+            require_all_keys,
+            counts,
+            weights,
+            ignored,
+            namespace: pod.namespace.clone(),
+        });
+        Status::success()
+    }
+}
+
+impl ScorePlugin for PodTopologySpread {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(s) = state.read::<PreScoreState>() else {
+            return Err(Status::error("PodTopologySpread: PreScore state missing"));
+        };
+        if s.ignored(node) {
+            return Ok(0);
+        }
+        let mut score = 0f64;
+        for (i, c) in s.constraints.iter().enumerate() {
+            if let Some(cnt) = s.node_count(i, node) {
+                score += cnt as f64 * s.weights[i] + f64::from(c.max_skew - 1);
+            }
+        }
+        Ok(score.round() as i64)
+    }
+
+    fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let s = state.read::<PreScoreState>()?;
+        if s.ignored(node) {
+            return Some("node lacks a topology key: not scored".to_string());
+        }
+        let parts: Vec<String> = s
+            .constraints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match s.node_count(i, node) {
+                Some(cnt) => format!(
+                    "{}: {cnt} matching × ln-weight {:.3} + (maxSkew-1) {}",
+                    c.topology_key,
+                    s.weights[i],
+                    c.max_skew - 1
+                ),
+                None => format!("{}: no such label", c.topology_key),
+            })
+            .collect();
+        Some(parts.join("; "))
+    }
+
+    fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) -> Status {
+        let Some(s) = state.read::<PreScoreState>() else {
+            return Status::success();
+        };
+        let ignored = |i: usize| s.ignored.get(i).copied().unwrap_or(false);
+        let mut min = i64::MAX;
+        let mut max = 0i64;
+        for (i, v) in scores.iter().enumerate() {
+            if ignored(i) {
+                continue;
+            }
+            min = min.min(*v);
+            max = max.max(*v);
+        }
+        for (i, v) in scores.iter_mut().enumerate() {
+            *v = if ignored(i) {
+                0
+            } else if max == 0 {
+                MAX_NODE_SCORE
+            } else {
+                MAX_NODE_SCORE * (max + min - *v) / max
+            };
+        }
+        Status::success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::{Value, json};
+
+    fn node(name: &str, labels: Value, taints: Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, node: &str, labels: Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "c"}]}
+        }))
+        .unwrap()
+    }
+
+    fn incoming(labels: Value, extra_spec: Value) -> PodInfo {
+        let mut spec = json!({"containers": [{"name": "c"}]});
+        for (k, v) in extra_spec.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "incoming", "namespace": "default", "labels": labels},
+            "spec": spec
+        }))
+        .unwrap();
+        PodInfo::new(Arc::new(p))
+    }
+
+    type Verdicts = Vec<(String, Code, String)>;
+
+    /// Runs PreFilter/Filter over every node, then PreScore/Score/Normalize over `feasible`
+    /// (node names; `None`: the nodes that passed). Returns the prefilter code, the rejected
+    /// nodes, and the normalized scores (`None` when PreScore skips).
+    fn run(
+        pl: &PodTopologySpread,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: Option<&[&str]>,
+    ) -> (Code, Verdicts, Option<Vec<(String, i64)>>) {
+        let mut state = CycleState::new(true);
+        let (s, _) = pl.pre_filter(&mut state, pod, snapshot);
+        let mut rejected = Vec::new();
+        let mut passed = Vec::new();
+        for (i, n) in snapshot.nodes().iter().enumerate() {
+            if !s.is_skip() {
+                let f = pl.filter(&state, pod, n);
+                if !f.is_success() {
+                    rejected.push((n.name.to_string(), f.code, f.message()));
+                    continue;
+                }
+            }
+            passed.push(i as NodeIdx);
+        }
+        let feasible: Vec<NodeIdx> = match feasible {
+            Some(names) => names
+                .iter()
+                .map(|n| snapshot.index_of(n).unwrap())
+                .collect(),
+            None => passed,
+        };
+        let ps = pl.pre_score(&mut state, pod, snapshot, &feasible);
+        let scores = (!ps.is_skip()).then(|| {
+            let mut raw: Vec<i64> = feasible
+                .iter()
+                .map(|i| pl.score(&state, pod, snapshot.node(*i)).unwrap())
+                .collect();
+            assert!(pl.normalize(&state, pod, &mut raw).is_success());
+            feasible
+                .iter()
+                .zip(raw)
+                .map(|(i, s)| (snapshot.node(*i).name.to_string(), s))
+                .collect()
+        });
+        (s.code, rejected, scores)
+    }
+
+    fn zone(z: &str) -> Value {
+        json!({"topology.kubernetes.io/zone": z})
+    }
+
+    fn spread(when: &str, max_skew: i32, key: &str, labels: Value, extra: Value) -> Value {
+        let mut c = json!({"maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": when,
+                           "labelSelector": {"matchLabels": labels}});
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        json!({"topologySpreadConstraints": [c]})
+    }
+
+    #[test]
+    fn skips_without_constraints() {
+        let snap = Snapshot::build([node("a", zone("z1"), Value::Null)], []);
+        let p = incoming(json!({"app": "web"}), json!({}));
+        let (code, rejected, scores) = run(&PodTopologySpread::default(), &p, &snap, None);
+        assert_eq!(code, Code::Skip);
+        assert!(rejected.is_empty());
+        assert!(scores.is_none());
+    }
+
+    #[test]
+    fn filter_table() {
+        use Code::{Unschedulable as U, UnschedulableAndUnresolvable as UU};
+        let skew = ERR_REASON_CONSTRAINTS_NOT_MATCH;
+        let label = ERR_REASON_NODE_LABEL_NOT_MATCH;
+        let nodes = || {
+            vec![
+                node("a1", zone("a"), Value::Null),
+                node("a2", zone("a"), Value::Null),
+                node("b1", zone("b"), Value::Null),
+                node(
+                    "c1",
+                    zone("c"),
+                    json!([{"key": "gpu", "effect": "NoSchedule"}]),
+                ),
+                node("x", json!({}), Value::Null),
+            ]
+        };
+        let web = || json!({"app": "web"});
+        // zone a: 2 web pods, b: 1, c: 0.
+        let pods = || {
+            vec![
+                pod("w1", "a1", web()),
+                pod("w2", "a2", web()),
+                pod("w3", "b1", web()),
+                pod("d1", "b1", json!({"app": "db"})),
+            ]
+        };
+        type Case = (
+            &'static str,
+            Value,
+            Value,
+            Vec<(&'static str, Code, &'static str)>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "maxSkew 1: min is zone c (0); a (2+1) and b (1+1) too skewed",
+                web(),
+                spread(DO_NOT_SCHEDULE, 1, LABEL_ZONE, web(), json!({})),
+                vec![
+                    ("a1", U, skew),
+                    ("a2", U, skew),
+                    ("b1", U, skew),
+                    ("x", UU, label),
+                ],
+            ),
+            (
+                "pod not matching its own selector: no self count",
+                json!({"app": "other"}),
+                spread(DO_NOT_SCHEDULE, 1, LABEL_ZONE, web(), json!({})),
+                vec![("a1", U, skew), ("a2", U, skew), ("x", UU, label)],
+            ),
+            (
+                "nodeTaintsPolicy Honor: zone c (untolerated taint) leaves; min becomes 1",
+                web(),
+                spread(
+                    DO_NOT_SCHEDULE,
+                    1,
+                    LABEL_ZONE,
+                    web(),
+                    json!({"nodeTaintsPolicy": "Honor"}),
+                ),
+                vec![("a1", U, skew), ("a2", U, skew), ("x", UU, label)],
+            ),
+            (
+                "minDomains 4 > 3 eligible domains: global minimum 0",
+                web(),
+                spread(
+                    DO_NOT_SCHEDULE,
+                    2,
+                    LABEL_ZONE,
+                    web(),
+                    json!({"nodeTaintsPolicy": "Honor", "minDomains": 4}),
+                ),
+                vec![("a1", U, skew), ("a2", U, skew), ("x", UU, label)],
+            ),
+            (
+                "minDomains 2 ≤ 2 eligible domains: minimum 1, a (3-1=2) fits maxSkew 2",
+                web(),
+                spread(
+                    DO_NOT_SCHEDULE,
+                    2,
+                    LABEL_ZONE,
+                    web(),
+                    json!({"nodeTaintsPolicy": "Honor", "minDomains": 2}),
+                ),
+                vec![("x", UU, label)],
+            ),
+            (
+                "empty selector counts nothing, yet the pod matches itself",
+                web(),
+                json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": LABEL_ZONE,
+                    "whenUnsatisfiable": DO_NOT_SCHEDULE, "labelSelector": {}}]}),
+                vec![("x", UU, label)],
+            ),
+            (
+                "matchLabelKeys narrows the selector to app=db",
+                json!({"app": "db"}),
+                spread(
+                    DO_NOT_SCHEDULE,
+                    1,
+                    LABEL_ZONE,
+                    json!({}),
+                    json!({"matchLabelKeys": ["app"]}),
+                ),
+                vec![("b1", U, skew), ("x", UU, label)],
+            ),
+            (
+                "ScheduleAnyway constraints do not filter",
+                web(),
+                spread(SCHEDULE_ANYWAY, 1, LABEL_ZONE, web(), json!({})),
+                vec![],
+            ),
+        ];
+        for (name, labels, spec, want) in cases {
+            let snap = Snapshot::build(nodes(), pods());
+            let p = incoming(labels, spec);
+            let (_, rejected, _) = run(&PodTopologySpread::default(), &p, &snap, None);
+            let got: Vec<(&str, Code, &str)> = rejected
+                .iter()
+                .map(|(n, c, m)| (n.as_str(), *c, m.as_str()))
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn node_affinity_policy_restricts_domains() {
+        // Zone c holds no pod but the pod's nodeSelector excludes it: with Honor the minimum
+        // is zone b's 1; with Ignore it is zone c's 0.
+        let nodes = vec![
+            node(
+                "a1",
+                json!({"topology.kubernetes.io/zone": "a", "disk": "ssd"}),
+                Value::Null,
+            ),
+            node(
+                "b1",
+                json!({"topology.kubernetes.io/zone": "b", "disk": "ssd"}),
+                Value::Null,
+            ),
+            node(
+                "c1",
+                json!({"topology.kubernetes.io/zone": "c"}),
+                Value::Null,
+            ),
+        ];
+        let pods = vec![
+            pod("w1", "a1", json!({"app": "web"})),
+            pod("w2", "a1", json!({"app": "web"})),
+            pod("w3", "b1", json!({"app": "web"})),
+        ];
+        let snap = Snapshot::build(nodes, pods);
+        // Honor: domains a=2, b=1 (c1 excluded), minimum 1: only a1 (2+1-1) is too skewed; c1's
+        // zone is not eligible (count 0) and the NodeAffinity plugin, not this one, rejects it.
+        // Ignore: zone c counts with 0 pods, minimum 0: a1 and b1 are too skewed.
+        for (policy, want) in [("Honor", vec!["a1"]), ("Ignore", vec!["a1", "b1"])] {
+            let mut spec = spread(
+                DO_NOT_SCHEDULE,
+                1,
+                LABEL_ZONE,
+                json!({"app": "web"}),
+                json!({"nodeAffinityPolicy": policy}),
+            );
+            spec["nodeSelector"] = json!({"disk": "ssd"});
+            let p = incoming(json!({"app": "web"}), spec);
+            let (_, rejected, _) = run(&PodTopologySpread::default(), &p, &snap, None);
+            let got: Vec<&str> = rejected.iter().map(|r| r.0.as_str()).collect();
+            assert_eq!(got, want, "{policy}");
+        }
+    }
+
+    /// Modelled on kube-scheduler case 292: one ScheduleAnyway zone constraint (maxSkew 2,
+    /// app=cache), required node affinity `zone NotIn [zone-b]`; nodes without a zone are
+    /// ignored (0), zone-a holds 3 cache pods, zone-c 2. Upstream: zone-a 80, zone-c 100.
+    #[test]
+    fn score_like_case_292() {
+        let nodes = vec![
+            node("node-1", json!({}), Value::Null),
+            node("node-5", zone("zone-a"), Value::Null),
+            node("node-25", zone("zone-c"), Value::Null),
+            node("node-26", zone("zone-c"), Value::Null),
+            node("node-29", zone("zone-a"), Value::Null),
+            node("node-16", zone("zone-a"), Value::Null),
+            node("node-28", zone("zone-a"), Value::Null),
+            node(
+                "node-30",
+                zone("zone-a"),
+                json!([{"key": "m", "value": "true", "effect": "NoExecute"}]),
+            ),
+            node("node-17", zone("zone-c"), Value::Null),
+            node("node-8", zone("zone-c"), Value::Null),
+            node("node-10", zone("zone-b"), Value::Null),
+        ];
+        let cache = || json!({"app": "cache"});
+        let pods = vec![
+            pod("c1", "node-16", cache()),
+            pod("c2", "node-28", cache()),
+            pod("c3", "node-30", cache()),
+            pod("c4", "node-17", cache()),
+            pod("c5", "node-8", cache()),
+            pod("c6", "node-10", cache()),
+            pod("c7", "node-1", cache()),
+            pod("w1", "node-5", json!({"app": "web"})),
+        ];
+        let snap = Snapshot::build(nodes, pods);
+        let mut spec = spread(SCHEDULE_ANYWAY, 2, LABEL_ZONE, cache(), json!({}));
+        spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": LABEL_ZONE, "operator": "NotIn", "values": ["zone-b"]}]}]}}});
+        let p = incoming(json!({"app": "web"}), spec);
+        let feasible = ["node-1", "node-5", "node-25", "node-26", "node-29"];
+        let (code, rejected, scores) =
+            run(&PodTopologySpread::default(), &p, &snap, Some(&feasible));
+        assert_eq!(code, Code::Skip, "no DoNotSchedule constraint");
+        assert!(rejected.is_empty());
+        let want = [
+            ("node-1", 0),
+            ("node-5", 80),
+            ("node-25", 100),
+            ("node-26", 100),
+            ("node-29", 80),
+        ];
+        let want: Vec<(String, i64)> = want.iter().map(|(n, s)| (n.to_string(), *s)).collect();
+        assert_eq!(scores.unwrap(), want);
+    }
+
+    #[test]
+    fn score_hostname_and_all_zero() {
+        let nodes = vec![
+            node("h1", json!({"kubernetes.io/hostname": "h1"}), Value::Null),
+            node("h2", json!({"kubernetes.io/hostname": "h2"}), Value::Null),
+            node("h3", json!({"kubernetes.io/hostname": "h3"}), Value::Null),
+        ];
+        let pods = vec![
+            pod("a", "h1", json!({"app": "web"})),
+            pod("b", "h1", json!({"app": "web"})),
+            pod("c", "h2", json!({"app": "web"})),
+        ];
+        let snap = Snapshot::build(nodes, pods);
+        let p = incoming(
+            json!({"app": "web"}),
+            spread(
+                SCHEDULE_ANYWAY,
+                1,
+                LABEL_HOSTNAME,
+                json!({"app": "web"}),
+                json!({}),
+            ),
+        );
+        // 3 scored nodes: weight ln(5) = 1.609; raw h1 round(3.22)=3, h2 2, h3 0.
+        // normalized 100*(3+0-s)/3: 0, 33, 100.
+        let (_, _, scores) = run(&PodTopologySpread::default(), &p, &snap, None);
+        assert_eq!(
+            scores.unwrap(),
+            vec![("h1".into(), 0), ("h2".into(), 33), ("h3".into(), 100)]
+        );
+        // No matching pod anywhere: all raw 0 → all 100.
+        let p = incoming(
+            json!({}),
+            spread(
+                SCHEDULE_ANYWAY,
+                1,
+                LABEL_HOSTNAME,
+                json!({"app": "none"}),
+                json!({}),
+            ),
+        );
+        let (_, _, scores) = run(&PodTopologySpread::default(), &p, &snap, None);
+        assert!(scores.unwrap().iter().all(|(_, s)| *s == 100));
+    }
+
+    #[test]
+    fn default_constraints_need_a_selector_source() {
+        let nodes = vec![
+            node("h1", json!({"kubernetes.io/hostname": "h1"}), Value::Null),
+            node("h2", json!({"kubernetes.io/hostname": "h2"}), Value::Null),
+        ];
+        let snap = Snapshot::build(nodes, [pod("a", "h1", json!({"app": "web"}))]);
+        let p = incoming(json!({"app": "web"}), json!({}));
+        let args = PodTopologySpreadArgs {
+            defaulting_type: DefaultingType::System,
+            ..Default::default()
+        };
+        assert!(args.validate().is_ok());
+        // No selector source: nothing to spread.
+        let pl = PodTopologySpread::new(args.clone());
+        assert!(run(&pl, &p, &snap, None).2.is_none());
+        // With the owning workload's selector: hostname spreading (maxSkew 3) applies, and
+        // nodes without a zone still score (system defaults do not require every key).
+        let pl = PodTopologySpread::new(args).with_default_selector(|_| {
+            Selector::from_map(&[("app".to_string(), "web".to_string())].into())
+        });
+        // weight ln(4)=1.386: h1 1*1.386+2 = 3.39 → 3, h2 2 → 100*(3+2-s)/3: 66, 100.
+        let (_, _, scores) = run(&pl, &p, &snap, None);
+        assert_eq!(scores.unwrap(), vec![("h1".into(), 66), ("h2".into(), 100)]);
+    }
+
+    #[test]
+    fn args_serde_and_validation() {
+        let a: PodTopologySpreadArgs = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(a.defaulting_type, DefaultingType::List);
+        assert!(a.default_constraints.is_empty());
+        let a: PodTopologySpreadArgs = serde_json::from_value(json!({
+            "defaultingType": "System",
+            "defaultConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]
+        }))
+        .unwrap();
+        assert!(a.validate().is_err());
+        assert!(serde_json::from_value::<PodTopologySpreadArgs>(json!({"x": 1})).is_err());
+        let r = PodTopologySpread::default().register();
+        assert_eq!(r.name, NAME);
+        assert!(
+            r.pre_filter.is_some()
+                && r.filter.is_some()
+                && r.pre_score.is_some()
+                && r.score.is_some()
+        );
+    }
+
+    #[test]
+    fn toleration_matching() {
+        let taint = |k: &str, v: &str, e: &str| -> Taint {
+            serde_json::from_value(json!({"key": k, "value": v, "effect": e})).unwrap()
+        };
+        let tol = |v: Value| -> Toleration { serde_json::from_value(v).unwrap() };
+        let t = taint("gpu", "yes", "NoSchedule");
+        assert!(tolerates(
+            &tol(json!({"key": "gpu", "operator": "Exists"})),
+            &t
+        ));
+        assert!(tolerates(&tol(json!({"operator": "Exists"})), &t));
+        assert!(tolerates(&tol(json!({"key": "gpu", "value": "yes"})), &t));
+        assert!(!tolerates(&tol(json!({"key": "gpu", "value": "no"})), &t));
+        assert!(!tolerates(
+            &tol(json!({"key": "gpu", "operator": "Exists", "effect": "NoExecute"})),
+            &t
+        ));
+        assert!(tolerates(
+            &tol(
+                json!({"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"})
+            ),
+            &t
+        ));
+        // PreferNoSchedule taints never block.
+        assert!(!has_untolerated_do_not_schedule_taint(
+            &[taint("x", "", "PreferNoSchedule")],
+            &[]
+        ));
+        assert!(has_untolerated_do_not_schedule_taint(
+            std::slice::from_ref(&t),
+            &[]
+        ));
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 
-pub use index::PodIndex;
+pub use index::{IndexedPod, IndexedTerm, PodIndex};
 pub use node_info::{NodeImage, NodeInfo};
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 
