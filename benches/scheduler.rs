@@ -35,13 +35,17 @@ fn decisions(c: &mut Criterion) {
                 d
             })
         });
-        group.bench_with_input(BenchmarkId::new("anti-affinity", nodes), &snap, |b, snap| {
-            b.iter(|| {
-                let (d, _) = fw.schedule(black_box(&anti), snap, &mut rng, false);
-                assert!(d.node().is_some());
-                d
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::new("anti-affinity", nodes),
+            &snap,
+            |b, snap| {
+                b.iter(|| {
+                    let (d, _) = fw.schedule(black_box(&anti), snap, &mut rng, false);
+                    assert!(d.node().is_some());
+                    d
+                })
+            },
+        );
     }
     group.finish();
 }

@@ -9,7 +9,8 @@ use serde_json::json;
 pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// Workload names pods are labelled with (`app`).
 pub const APPS: [&str; 12] = [
-    "api", "web", "cache", "builder", "worker", "db", "queue", "search", "auth", "cron", "etl", "ml",
+    "api", "web", "cache", "builder", "worker", "db", "queue", "search", "auth", "cron", "etl",
+    "ml",
 ];
 
 /// A cluster of `nodes` nodes with `pods_per_node` running pods each.
@@ -20,7 +21,12 @@ pub const APPS: [&str; 12] = [
 /// required anti-affinity on its app per hostname.
 pub fn cluster(nodes: usize, pods_per_node: usize, seed: u64) -> (Vec<Node>, Vec<Pod>) {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let types = [("m5.xlarge", 4, 16), ("m5.2xlarge", 8, 32), ("m5.4xlarge", 16, 64), ("c5.9xlarge", 36, 72)];
+    let types = [
+        ("m5.xlarge", 4, 16),
+        ("m5.2xlarge", 8, 32),
+        ("m5.4xlarge", 16, 64),
+        ("c5.9xlarge", 36, 72),
+    ];
     let mut out_nodes = Vec::with_capacity(nodes);
     let mut out_pods = Vec::with_capacity(nodes * pods_per_node);
     for i in 0..nodes {
@@ -61,7 +67,8 @@ pub fn cluster(nodes: usize, pods_per_node: usize, seed: u64) -> (Vec<Node>, Vec
         for j in 0..pods_per_node {
             let app = APPS[rng.random_range(0..APPS.len())];
             let cpu_m = rng.random_range(50..=(budget_cpu as i64).max(60));
-            let mem_mi = rng.random_range(64..=(mem * 1024 * 6 / 10 / pods_per_node.max(1) as i64).max(65));
+            let mem_mi =
+                rng.random_range(64..=(mem * 1024 * 6 / 10 / pods_per_node.max(1) as i64).max(65));
             let mut spec = json!({
                 "nodeName": name,
                 "containers": [{"name": "main", "image": format!("registry.example/img-{}:v1", rng.random_range(0..60)),

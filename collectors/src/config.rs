@@ -13,7 +13,7 @@ use crate::error::CollectError;
 
 /// The whole collectors configuration. A source is enabled by having its section.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CollectorsConfig {
     /// Prometheus HTTP API source (`/api/v1/query`, `/api/v1/query_range`).
     #[serde(default)]
@@ -80,7 +80,7 @@ fn check_url(field: &str, url: &str) -> Result<(), CollectError> {
 
 /// Timing of one source's collection loop and of its requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScheduleConfig {
     /// Time between the starts of two cycles. Default `15s`.
     #[serde(with = "humantime_serde", default = "default_interval")]
@@ -170,7 +170,7 @@ impl ScheduleConfig {
 
 /// HTTP client settings shared by all sources.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpConfig {
     /// Authentication sent with every request. Default none.
     #[serde(default)]
@@ -181,9 +181,14 @@ pub struct HttpConfig {
     pub tls_ca_file: Option<PathBuf>,
 }
 
-/// Authentication of HTTP requests, e.g. `{kind: bearer, token_file: ...}`.
+/// Authentication of HTTP requests, e.g. `{kind: bearer, tokenFile: ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    rename_all_fields = "camelCase"
+)]
 pub enum AuthConfig {
     /// HTTP basic authentication.
     Basic {
@@ -209,7 +214,7 @@ pub enum AuthConfig {
 
 /// Prometheus HTTP API source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PrometheusConfig {
     /// Base URL, e.g. `http://prometheus-k8s.monitoring.svc:9090` (no `/api/v1`).
     pub url: String,
@@ -252,7 +257,7 @@ fn default_mountpoint() -> String {
 /// disables the signal. `{window}` and `{mountpoint}` are replaced by
 /// [`PrometheusConfig::rate_window`] and [`PrometheusConfig::mountpoint`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields)] // keys are the stored metric names, kept as they are
 pub struct QueriesConfig {
     /// Default: `sum by (instance, node) (rate(node_cpu_seconds_total{mode!~"idle|iowait|steal"}[{window}]))`.
     #[serde(default)]
@@ -288,7 +293,7 @@ pub struct QueriesConfig {
 
 /// Names of the Prometheus labels that identify where a series belongs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LabelMapping {
     /// Labels holding the node name, tried in order. Default `["node"]`; when none is
     /// present the `instance` label is mapped (see [`InstanceMapConfig`]).
@@ -341,7 +346,7 @@ impl Default for LabelMapping {
 /// Order: the `static` table (exact value, then without port), then the table built from
 /// `query`, then (if `strip_port`) the instance without its port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct InstanceMapConfig {
     /// Fixed `instance` (or host without port) → node name entries.
     #[serde(default, rename = "static")]
@@ -380,7 +385,7 @@ impl Default for InstanceMapConfig {
 
 /// Kubelet summary API source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeletConfig {
     /// Nodes to poll: a name, or `{name, address}` when the name does not resolve.
     #[serde(default)]
@@ -408,7 +413,7 @@ pub enum NodeTarget {
 
 /// A node name with an explicit address.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeAddress {
     /// Node name (used in stored labels and in the API-server proxy path).
     pub name: String,
@@ -436,7 +441,12 @@ impl NodeTarget {
 
 /// Where the kubelet summary is fetched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    rename_all_fields = "camelCase"
+)]
 pub enum KubeletEndpoint {
     /// `{scheme}://<node address>:{port}/stats/summary`.
     ReadOnlyPort {
@@ -497,7 +507,7 @@ impl KubeletEndpoint {
 
 /// Prometheus text exposition scrape source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScrapeConfig {
     /// Endpoints to scrape.
     #[serde(default)]
@@ -515,7 +525,7 @@ pub struct ScrapeConfig {
 
 /// One scrape endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScrapeTarget {
     /// Full URL, e.g. `http://node-1:10255/metrics/resource` or `http://node-1:9100/metrics`.
     pub url: String,
@@ -538,7 +548,7 @@ pub enum ScrapeKind {
 
 /// How a pod's builder identity is found (see [`crate::identity`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct IdentityConfig {
     /// Pod label naming the builder, used when present. Default `bkci.dispatch.kubenetes/core`
     /// (bk-ci's dispatch label). `null` disables it.
@@ -596,7 +606,7 @@ impl std::fmt::Display for SourceKind {
 
 /// Run detection settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunsConfig {
     /// Default `true`.
     #[serde(default = "default_true")]

@@ -84,7 +84,7 @@ fn unknown_fields_and_bad_values_are_errors() {
         serde_norway::from_str("kubelet:\n  nodes: [n]\n  schedule: { interval: 0s }\n").unwrap();
     assert!(zero.validate().is_err());
     let missing_ca: CollectorsConfig = serde_norway::from_str(
-        "prometheus:\n  url: https://p\n  http: { tls_ca_file: /nonexistent/ca.pem }\n",
+        "prometheus:\n  url: https://p\n  http: { tlsCaFile: /nonexistent/ca.pem }\n",
     )
     .unwrap();
     assert!(headroom_collectors::Collectors::new(missing_ca).is_err());

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// Configuration of a [`Store`](crate::Store). Every field has a default; in YAML,
 /// durations are humantime strings such as `"10s"`, `"48h"` or `"30d"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct StoreConfig {
     /// How often the maintenance task flushes appended samples to disk. Samples appended
     /// since the last completed flush are lost on a crash, so this is the loss window.
@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn json_roundtrip_and_humantime() {
         let c: StoreConfig =
-            serde_json::from_str(r#"{"flush_interval":"5s","raw_retention":"1day"}"#).unwrap();
+            serde_json::from_str(r#"{"flushInterval":"5s","rawRetention":"1day"}"#).unwrap();
         assert_eq!(c.flush_interval, Duration::from_secs(5));
         assert_eq!(c.raw_retention, Duration::from_secs(86400));
         assert_eq!(c.max_runs_per_builder, 50);
