@@ -17,8 +17,9 @@ pub const APPS: [&str; 12] = [
 ///
 /// Nodes: 3 zones, 4 instance types, `kubernetes.io/hostname`, 10 % tainted
 /// `dedicated=db:NoSchedule`, 5 % with a `PreferNoSchedule` taint, 2 % cordoned, 20 images each.
-/// Pods: requests between 100m/128Mi and 2/4Gi, labels `app`/`tier`, every tenth with a
-/// required anti-affinity on its app per hostname.
+/// Pods: requests under 70 % of the node, labels `app` (one of `nodes × pods_per_node / 40`
+/// workloads, so about 40 replicas each, as deployments are) and `tier`; every tenth pod has a
+/// required anti-affinity against its own workload per hostname.
 pub fn cluster(nodes: usize, pods_per_node: usize, seed: u64) -> (Vec<Node>, Vec<Pod>) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let types = [
@@ -65,7 +66,10 @@ pub fn cluster(nodes: usize, pods_per_node: usize, seed: u64) -> (Vec<Node>, Vec
         // Keep requests under ~70 % of the node so the cluster stays schedulable.
         let budget_cpu = cpu as f64 * 1000.0 * 0.7 / pods_per_node.max(1) as f64;
         for j in 0..pods_per_node {
-            let app = APPS[rng.random_range(0..APPS.len())];
+            let workloads = (nodes * pods_per_node / 40).max(1);
+            let w = rng.random_range(0..workloads);
+            let app = format!("{}-{w}", APPS[w % APPS.len()]);
+            let app = app.as_str();
             let cpu_m = rng.random_range(50..=(budget_cpu as i64).max(60));
             let mem_mi =
                 rng.random_range(64..=(mem * 1024 * 6 / 10 / pods_per_node.max(1) as i64).max(65));
@@ -102,14 +106,15 @@ pub fn plain_pod(name: &str) -> Pod {
     .expect("plain pod")
 }
 
-/// A pod with required anti-affinity against `app=api` per hostname (about 1 in 12 pods).
+/// A pod of workload `api-0` (about 40 replicas in a synthetic cluster) with a required
+/// anti-affinity against its own workload per hostname: one replica per node.
 pub fn anti_affinity_pod(name: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "api"}},
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "api-0"}},
         "spec": {
             "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "api"}}, "topologyKey": "kubernetes.io/hostname"}]}},
+                {"labelSelector": {"matchLabels": {"app": "api-0"}}, "topologyKey": "kubernetes.io/hostname"}]}},
             "containers": [{"name": "main", "image": "registry.example/img-3:v1",
                 "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}
     }))

@@ -62,9 +62,9 @@ impl BalancedAllocation {
     }
 
     /// Requested fractions (after, before) placing the pod.
-    fn fractions(&self, pod: &PodInfo, node: &NodeInfo) -> (Vec<f64>, Vec<f64>) {
-        let mut after = Vec::with_capacity(self.args.resources.len());
-        let mut before = Vec::with_capacity(self.args.resources.len());
+    fn fractions(&self, pod: &PodInfo, node: &NodeInfo) -> (Fractions, Fractions) {
+        let mut after = Fractions::new();
+        let mut before = Fractions::new();
         for r in &self.args.resources {
             if let Some((alloc, req)) = allocatable_requested(node, pod, &r.name, true) {
                 let pod_req = pod.requests.requests.get(&r.name);
@@ -82,6 +82,9 @@ impl BalancedAllocation {
         ((150 + a - b) / 2, a, b)
     }
 }
+
+/// Requested fractions, inline for the usual handful of resources (no allocation per node).
+type Fractions = smallvec::SmallVec<[f64; 4]>;
 
 /// Upstream's `balancedResourceScorer` over requested fractions.
 fn balanced_score(fractions: &[f64]) -> i64 {

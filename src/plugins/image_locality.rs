@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
 };
-use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, image_hash};
 
 /// Plugin name.
 pub const NAME: &str = "ImageLocality";
@@ -33,8 +33,8 @@ pub fn normalized_image_name(name: &str) -> String {
 pub struct ImageLocality;
 
 struct PreScoreState {
-    /// The pod's images (normalised) with the fraction of nodes that have each.
-    images: Vec<(String, f64)>,
+    /// The pod's images (normalised) with their hash and the fraction of nodes that have each.
+    images: Vec<(String, u64, f64)>,
     containers: i64,
 }
 
@@ -56,13 +56,9 @@ impl ImageLocality {
 
     fn sum(s: &PreScoreState, node: &NodeInfo) -> i64 {
         let mut sum = 0i64;
-        for (image, spread) in &s.images {
-            if let Some(img) = node
-                .images
-                .iter()
-                .find(|i| i.names.iter().any(|n| n == image))
-            {
-                sum += (img.size_bytes as f64 * spread) as i64;
+        for (image, hash, spread) in &s.images {
+            if let Some(size) = node.image_size(image, *hash) {
+                sum += (size as f64 * spread) as i64;
             }
         }
         sum
@@ -111,7 +107,8 @@ impl PreScorePlugin for ImageLocality {
             let nodes = snapshot.image_node_count(&name);
             // Images no node has contribute nothing: leave them out so Score does no lookups.
             if nodes > 0 {
-                images.push((name, f64::from(nodes) / total));
+                let hash = image_hash(&name);
+                images.push((name, hash, f64::from(nodes) / total));
             }
         }
         state.write(PreScoreState {

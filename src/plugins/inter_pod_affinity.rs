@@ -439,7 +439,7 @@ impl PreScorePlugin for InterPodAffinity {
         // Existing pods' terms that the incoming pod matches.
         let incoming_ns = IncomingNamespace::new(snapshot, &pod.namespace);
         let hard = i64::from(self.args.hard_pod_affinity_weight);
-        for e in index.with_affinity() {
+        for e in index.with_scoring_terms() {
             let labels = snapshot.node(e.node).labels();
             if labels.is_empty() {
                 continue;

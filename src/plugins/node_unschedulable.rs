@@ -43,7 +43,7 @@ impl Plugin for NodeUnschedulable {
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if !node.unschedulable() {
+        if !node.unschedulable {
             return Status::success();
         }
         let taint = Taint {

@@ -60,6 +60,9 @@ pub struct PodIndex {
     by_label: HashMap<String, HashMap<String, Posting>>,
     /// Pods with any pod affinity or anti-affinity term.
     with_affinity: Posting,
+    /// Pods with terms that score other pods: required affinity or preferred terms (pods with
+    /// only required anti-affinity never add to InterPodAffinity's score, so scoring skips them).
+    with_scoring_terms: Posting,
     /// Pods with required anti-affinity terms.
     with_required_anti_affinity: Posting,
     /// Required anti-affinity terms, by the `key=value` a pod must carry to match them.
@@ -79,6 +82,12 @@ fn remove_entry(list: &mut Posting, node: NodeIdx, pod: &Arc<PodInfo>) -> bool {
     };
     Arc::make_mut(list).swap_remove(pos);
     true
+}
+
+fn has_scoring_terms(pod: &PodInfo) -> bool {
+    !pod.required_affinity.is_empty()
+        || !pod.preferred_affinity.is_empty()
+        || !pod.preferred_anti_affinity.is_empty()
 }
 
 impl PodIndex {
@@ -101,6 +110,9 @@ impl PodIndex {
         }
         if pod.has_affinity() {
             Arc::make_mut(&mut self.with_affinity).push(entry.clone());
+        }
+        if has_scoring_terms(pod) {
+            Arc::make_mut(&mut self.with_scoring_terms).push(entry.clone());
         }
         if pod.has_required_anti_affinity() {
             Arc::make_mut(&mut self.with_required_anti_affinity).push(entry);
@@ -146,6 +158,9 @@ impl PodIndex {
         }
         if pod.has_affinity() {
             found |= remove_entry(&mut self.with_affinity, node, pod);
+        }
+        if has_scoring_terms(pod) {
+            remove_entry(&mut self.with_scoring_terms, node, pod);
         }
         if pod.has_required_anti_affinity() {
             found |= remove_entry(&mut self.with_required_anti_affinity, node, pod);
@@ -199,7 +214,13 @@ impl PodIndex {
         &self.with_affinity
     }
 
-    /// Pods that have required pod anti-affinity terms.
+    /// Pods whose terms can add to another pod's InterPodAffinity score (required affinity,
+    /// preferred affinity or anti-affinity).
+    pub fn with_scoring_terms(&self) -> &[IndexedPod] {
+        &self.with_scoring_terms
+    }
+
+    /// Pods with required anti-affinity terms.
     pub fn with_required_anti_affinity(&self) -> &[IndexedPod] {
         &self.with_required_anti_affinity
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 
 pub use index::{IndexedPod, IndexedTerm, PodIndex};
-pub use node_info::{NodeImage, NodeInfo};
+pub use node_info::{NodeImage, NodeInfo, image_hash};
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 
 use crate::selector::Labels;

@@ -10,6 +10,14 @@ use crate::selector::Labels;
 
 static EMPTY_LABELS: Labels = Labels::new();
 
+/// The hash ImageLocality uses for image names (SipHash with fixed keys: stable in-process).
+pub fn image_hash(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
+}
+
 /// One image on a node: every name it is known by, and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeImage {
@@ -45,6 +53,13 @@ pub struct NodeInfo {
     pub used_ports: Vec<HostPort>,
     /// `status.images`, names as given.
     pub images: Vec<NodeImage>,
+    /// Hashes of every image name with the index of its image in `images`, sorted: lets
+    /// ImageLocality look an image up without comparing strings on every node.
+    pub image_hashes: Vec<(u64, u32)>,
+    /// `spec.unschedulable`, read once.
+    pub unschedulable: bool,
+    /// Whether the node has any taint (most have none: filters and scores skip them cheaply).
+    pub has_taints: bool,
     /// Why the node's status could not be read; such a node accepts no pod.
     pub error: Option<String>,
 }
@@ -60,7 +75,7 @@ impl NodeInfo {
                 Some(format!("unreadable quantity at {e}")),
             ),
         };
-        let images = node
+        let images: Vec<NodeImage> = node
             .status
             .as_ref()
             .and_then(|s| s.images.as_ref())
@@ -73,7 +88,24 @@ impl NodeInfo {
                     .collect()
             })
             .unwrap_or_default();
+        let mut image_hashes: Vec<(u64, u32)> = images
+            .iter()
+            .enumerate()
+            .flat_map(|(i, img): (usize, &NodeImage)| {
+                img.names.iter().map(move |n| (image_hash(n), i as u32))
+            })
+            .collect();
+        image_hashes.sort_unstable();
+        image_hashes.dedup_by_key(|(h, _)| *h);
+        let spec = node.spec.as_ref();
+        let unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        let has_taints = spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| !t.is_empty());
         NodeInfo {
+            image_hashes,
+            unschedulable,
+            has_taints,
             node,
             name,
             allocatable,
@@ -96,6 +128,9 @@ impl NodeInfo {
         self.name = fresh.name;
         self.allocatable = fresh.allocatable;
         self.images = fresh.images;
+        self.image_hashes = fresh.image_hashes;
+        self.unschedulable = fresh.unschedulable;
+        self.has_taints = fresh.has_taints;
         self.error = fresh.error;
     }
 
@@ -108,6 +143,9 @@ impl NodeInfo {
     /// The node's taints.
     #[inline]
     pub fn taints(&self) -> &[Taint] {
+        if !self.has_taints {
+            return &[];
+        }
         self.node
             .spec
             .as_ref()
@@ -115,14 +153,18 @@ impl NodeInfo {
             .unwrap_or(&[])
     }
 
-    /// `spec.unschedulable`.
-    #[inline]
-    pub fn unschedulable(&self) -> bool {
-        self.node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
+    /// The size of the image known by `name` on this node, if present.
+    pub fn image_size(&self, name: &str, hash: u64) -> Option<i64> {
+        let i = self
+            .image_hashes
+            .binary_search_by_key(&hash, |(h, _)| *h)
+            .ok()?;
+        let img = &self.images[self.image_hashes[i].1 as usize];
+        // Confirm: a 64-bit hash collision must not count a missing image.
+        img.names
+            .iter()
+            .any(|n| n == name)
+            .then_some(img.size_bytes)
     }
 
     /// Adds a pod's requests, ports and affinity counters.
