@@ -20,6 +20,7 @@ pub mod quantity;
 pub mod queue;
 pub mod resources;
 pub mod scheduler;
+pub mod scheduling_loop;
 pub mod selector;
 pub mod snapshot;
 pub mod synthetic;

@@ -109,6 +109,18 @@ pub trait PermitPlugin: Plugin {
     fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
 }
 
+/// A boxed future, for the one asynchronous extension point (Bind).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Bind: makes the placement real (the API server's `pods/binding`, or instantly in the
+/// simulator). It runs outside the scheduling cycle, after the pod was assumed on its node, so
+/// the next cycle does not wait for it. A non-success status makes the scheduler forget the
+/// assumed pod and requeue it with backoff.
+pub trait BindPlugin: Plugin {
+    /// Binds `pod` to `node`.
+    fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status>;
+}
+
 /// PreEnqueue: whether the pod may enter the active queue at all (e.g. scheduling gates).
 pub trait PreEnqueuePlugin: Plugin {
     /// The PreEnqueue call.

@@ -1,0 +1,328 @@
+//! The scheduling loop: pops pods from the queue, runs a cycle, assumes the pod on its node,
+//! and binds it in the background so the next cycle does not wait for the bind.
+//!
+//! ```text
+//! queue.pop ─► Scheduler::schedule_one ─► no node: queue.add_unschedulable (backoff/unschedulable)
+//!                                     └─► node:    assumed in the snapshot ─► spawn bind
+//!                                                   bind ok:   finish_binding (+ confirm), queue.done
+//!                                                   bind fail: forget (node freed), requeue with backoff
+//! ```
+//!
+//! Shutdown stops taking pods at once and then waits for the binds in flight, so a pod that was
+//! assumed is either bound or forgotten, never left half-done.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::framework::{BindPlugin, Decision};
+use crate::queue::{Failure, PodKey, SchedulingQueue};
+use crate::scheduler::Scheduler;
+use crate::snapshot::PodInfo;
+
+/// Counters of what the loop did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LoopStats {
+    /// Cycles run.
+    pub attempts: u64,
+    /// Pods bound.
+    pub bound: u64,
+    /// Cycles that found no node.
+    pub unschedulable: u64,
+    /// Binds that failed (the pod was forgotten and requeued).
+    pub bind_errors: u64,
+    /// Decisions dropped because the observer's channel was full.
+    pub decisions_dropped: u64,
+}
+
+/// How the loop runs.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopOptions {
+    /// Build explanations (per-node numbers) for every decision.
+    pub explain: bool,
+    /// Confirm an assumed pod as soon as its bind succeeded (simulator, tests). Off when a
+    /// watch will confirm it (a real cluster), so a lost bind is caught by the assume TTL.
+    pub confirm_on_bind: bool,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            explain: false,
+            confirm_on_bind: true,
+        }
+    }
+}
+
+/// The parts the loop works with.
+pub struct SchedulingLoop {
+    /// The scheduler (profiles, snapshot, assume cache); cycles hold its lock, binds do not.
+    pub scheduler: Arc<Mutex<Scheduler>>,
+    /// The queue of pending pods.
+    pub queue: Arc<SchedulingQueue>,
+    /// The binder.
+    pub binder: Arc<dyn BindPlugin>,
+    /// Where decision records go (bounded: a slow reader loses records, not scheduling time).
+    pub decisions: Option<mpsc::Sender<Decision>>,
+    /// Options.
+    pub options: LoopOptions,
+}
+
+fn profile_of(scheduler: &Scheduler, pod: &PodInfo) -> Option<String> {
+    let name = pod
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())?;
+    scheduler
+        .framework(Some(name))
+        .map(|f| f.profile().to_string())
+}
+
+impl SchedulingLoop {
+    /// Runs until `shutdown` completes or the queue closes; returns what it did.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> LoopStats {
+        let stats = Arc::new(Mutex::new(LoopStats::default()));
+        let mut binds: JoinSet<()> = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            // Reap finished binds so the set does not grow.
+            while binds.try_join_next().is_some() {}
+            let popped = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                p = self.queue.pop() => p,
+            };
+            let Some(queued) = popped else { break };
+            let pod = queued.pod_info.clone();
+            let attempt = {
+                let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
+                let profile = profile_of(&s, &pod);
+                s.schedule_one(&pod, profile.as_deref(), self.options.explain)
+            };
+            stats.lock().unwrap_or_else(|e| e.into_inner()).attempts += 1;
+            let node = attempt.decision.node().map(str::to_string);
+            let failure = Failure::from(&attempt.decision);
+            self.publish(attempt.decision, &stats);
+            let (Some(node), Some(assumed)) = (node, attempt.assumed) else {
+                stats
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .unschedulable += 1;
+                self.queue.add_unschedulable(pod, failure);
+                continue;
+            };
+            let scheduler = self.scheduler.clone();
+            let queue = self.queue.clone();
+            let binder = self.binder.clone();
+            let stats = stats.clone();
+            let confirm = self.options.confirm_on_bind;
+            binds.spawn(async move {
+                let status = binder.bind(&assumed, &node).await;
+                let mut s = scheduler.lock().unwrap_or_else(|e| e.into_inner());
+                if status.is_success() {
+                    s.finish_binding(
+                        &pod.namespace,
+                        &pod.name,
+                        tokio::time::Instant::now().into_std(),
+                    );
+                    if confirm {
+                        s.confirm(&pod.namespace, &pod.name);
+                    }
+                    drop(s);
+                    queue.done(&PodKey::of(&pod));
+                    stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
+                } else {
+                    s.forget(&pod);
+                    drop(s);
+                    stats.lock().unwrap_or_else(|e| e.into_inner()).bind_errors += 1;
+                    let message = format!("binding to {node}: {}", status.message());
+                    queue.add_unschedulable(pod, Failure::error(message));
+                }
+            });
+        }
+        // Finish the binds in flight: every assumed pod ends bound or forgotten.
+        while binds.join_next().await.is_some() {}
+        let s = *stats.lock().unwrap_or_else(|e| e.into_inner());
+        s
+    }
+
+    fn publish(&self, decision: Decision, stats: &Mutex<LoopStats>) {
+        if let Some(tx) = &self.decisions
+            && tx.try_send(decision).is_err()
+        {
+            stats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .decisions_dropped += 1;
+        }
+    }
+}
+
+/// A binder that binds instantly and remembers every binding (the simulator, tests).
+#[derive(Default)]
+pub struct InstantBinder {
+    bound: Mutex<Vec<(String, String)>>,
+}
+
+impl InstantBinder {
+    /// Creates one.
+    pub fn new() -> Self {
+        InstantBinder::default()
+    }
+
+    /// `(namespace/name, node)` of every binding so far.
+    pub fn bindings(&self) -> Vec<(String, String)> {
+        self.bound.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl crate::framework::Plugin for InstantBinder {
+    fn name(&self) -> &'static str {
+        "InstantBinder"
+    }
+}
+
+impl BindPlugin for InstantBinder {
+    fn bind<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> crate::framework::BoxFuture<'a, crate::framework::Status> {
+        Box::pin(async move {
+            self.bound
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((pod.key(), node.to_string()));
+            crate::framework::Status::success()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::framework::{BoxFuture, Plugin, Status};
+    use crate::plugins::testutil::*;
+    use crate::queue::{ClusterEvent, QueueConfig};
+    use serde_json::json;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    /// Fails the first `fail` binds, then binds.
+    struct FlakyBinder {
+        fail: u32,
+        calls: AtomicU32,
+        inner: InstantBinder,
+    }
+
+    impl Plugin for FlakyBinder {
+        fn name(&self) -> &'static str {
+            "Flaky"
+        }
+    }
+
+    impl BindPlugin for FlakyBinder {
+        fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status> {
+            Box::pin(async move {
+                // A bind takes time: the next cycle must already see the assumed pod.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail {
+                    Status::error("Operation cannot be fulfilled: conflict")
+                } else {
+                    self.inner.bind(pod, node).await
+                }
+            })
+        }
+    }
+
+    fn cpu_pod(name: &str, cpu: &str) -> Arc<PodInfo> {
+        Arc::new(info(pod(
+            name,
+            json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}),
+        )))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn binds_requeues_on_bind_failure_and_unblocks_on_node_added() {
+        let mut config = Config::default();
+        config.scheduler.seed = Some(3);
+        let mut s = Scheduler::new(&config).unwrap();
+        *s.snapshot_mut() = crate::snapshot::Snapshot::build([node("n1", json!({}))], []);
+        let scheduler = Arc::new(Mutex::new(s));
+        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
+        let binder = Arc::new(FlakyBinder {
+            fail: 1,
+            calls: AtomicU32::new(0),
+            inner: InstantBinder::new(),
+        });
+        let (tx, mut rx) = mpsc::channel(16);
+        let lp = SchedulingLoop {
+            scheduler: scheduler.clone(),
+            queue: queue.clone(),
+            binder: binder.clone(),
+            decisions: Some(tx),
+            options: LoopOptions::default(),
+        };
+        // a (3 CPU) fits n1; b (3 CPU) then does not, because a is assumed there.
+        queue.add(cpu_pod("a", "3"));
+        queue.add(cpu_pod("b", "3"));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(lp.run(async {
+            let _ = stop_rx.await;
+        }));
+
+        let first = rx.recv().await.unwrap();
+        assert_eq!((first.name.as_str(), first.node()), ("a", Some("n1")));
+        let second = rx.recv().await.unwrap();
+        assert_eq!(second.name, "b");
+        assert!(
+            second.node().is_none(),
+            "a is assumed on n1 before its bind finished"
+        );
+
+        // a's first bind fails: it is forgotten (n1 freed) and comes back after its 1 s backoff.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            scheduler
+                .lock()
+                .unwrap()
+                .snapshot()
+                .get("n1")
+                .unwrap()
+                .requested
+                .milli_cpu,
+            0
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let third = rx.recv().await.unwrap();
+        assert_eq!((third.name.as_str(), third.node()), ("a", Some("n1")));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            binder.inner.bindings(),
+            vec![("default/a".to_string(), "n1".to_string())]
+        );
+
+        // b waits until a node is added.
+        assert!(rx.try_recv().is_err());
+        scheduler
+            .lock()
+            .unwrap()
+            .snapshot_mut()
+            .upsert_node(Arc::new(node("n2", json!({}))));
+        queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
+        let fourth = rx.recv().await.unwrap();
+        assert_eq!((fourth.name.as_str(), fourth.node()), ("b", Some("n2")));
+
+        stop_tx.send(()).unwrap();
+        let stats = handle.await.unwrap();
+        assert_eq!(stats.bound, 2);
+        assert_eq!(stats.bind_errors, 1);
+        assert_eq!(stats.unschedulable, 1);
+        assert_eq!(scheduler.lock().unwrap().assumed_count(), 0);
+    }
+}
