@@ -1,9 +1,10 @@
 //! The `headroom` command line: subcommands and their exit codes.
 //!
 //! Exit codes: 0 success; 2 bad input (unreadable file, invalid config or object; the message
-//! names the object and field); 3 `place` ran but some pod found no node.
+//! names the object and field); 3 the command ran but did not fully succeed (`place`: some
+//! pod found no node; `collect`: some source had errors or nothing was stored).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -25,7 +26,8 @@ pub struct Cli {
 pub enum Output {
     /// Human-readable text.
     Text,
-    /// JSON (a list with one decision per pod).
+    /// JSON (`place`: a list with one decision per pod; `collect`: the report; `series`: a
+    /// list of series).
     Json,
 }
 
@@ -64,6 +66,134 @@ pub enum Command {
         /// The YAML configuration file.
         file: PathBuf,
     },
+    /// Check the collector setup: run one collection cycle into the store and report it.
+    ///
+    /// Polls every source configured under `collectors` (prometheus, kubelet, scrape) once,
+    /// writes the samples into the store in the data directory (created if missing) and
+    /// prints per source: requests made, series and samples written, each error (subject,
+    /// reason, message) and the age of the newest sample. Exit code 0 when samples were
+    /// stored and no source had an error, 3 when some source had errors (or nothing was
+    /// stored), 2 on a bad configuration or when no source is configured.
+    Collect {
+        /// Run one cycle and exit (required for now: the continuous loop will run under
+        /// `headroom serve`).
+        #[arg(long)]
+        once: bool,
+        /// Configuration file with a `collectors` section.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Store directory (default: `dataDir` of the configuration, else ./headroom-data).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// List the series in the store: `metric{labels}`, last value and its age.
+    ///
+    /// Reads the store in the data directory (never creates it). SELECTOR is a PromQL series
+    /// selector such as `node_memory_working_set_bytes` or
+    /// `container_cpu_usage_cores{namespace="ci",pod=~"builder-.*"}`. Exit code 0 (also when
+    /// nothing is stored), 2 on a bad selector or configuration.
+    Series {
+        /// Only series matching this PromQL selector (default: all).
+        #[arg(long = "match", value_name = "SELECTOR")]
+        selector: Option<String>,
+        /// Store directory (default: `dataDir` of the configuration, else ./headroom-data).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Configuration file, for `dataDir` and `storage` (default: built-in defaults).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+/// Prints `value` as pretty JSON; false (after reporting) if it cannot be rendered.
+fn print_json<T: serde::Serialize>(value: &T) -> bool {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => {
+            println!("{s}");
+            true
+        }
+        Err(e) => {
+            eprintln!("error: rendering JSON: {e}");
+            false
+        }
+    }
+}
+
+fn run_collect(once: bool, config: &Path, data_dir: Option<&Path>, output: Output) -> ExitCode {
+    if !once {
+        eprintln!(
+            "error: `headroom collect` needs --once: it runs one collection cycle and exits; \
+             the continuous collection loop runs under `headroom serve`, which is not available yet"
+        );
+        return ExitCode::from(2);
+    }
+    let config = match Config::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = config.data_dir(data_dir);
+    match crate::collect::collect_once(&config, &dir) {
+        Ok(run) => {
+            match output {
+                Output::Text => print!("{}", run.to_text()),
+                Output::Json => {
+                    if !print_json(&run) {
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            ExitCode::from(run.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_series(
+    selector: Option<&str>,
+    data_dir: Option<&Path>,
+    config: Option<&PathBuf>,
+    output: Output,
+) -> ExitCode {
+    let config = match load_config(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = config.data_dir(data_dir);
+    match crate::collect::list_series(&config, &dir, selector) {
+        Ok(listing) => {
+            match output {
+                Output::Text => print!("{}", listing.to_text()),
+                Output::Json => {
+                    if let Some(note) = listing.note() {
+                        eprintln!("{note}");
+                    }
+                    if !print_json(&listing.rows()) {
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, crate::config::ConfigError> {
@@ -132,5 +262,22 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Collect {
+            once,
+            config,
+            data_dir,
+            output,
+        } => run_collect(once, &config, data_dir.as_deref(), output),
+        Command::Series {
+            selector,
+            data_dir,
+            config,
+            output,
+        } => run_series(
+            selector.as_deref(),
+            data_dir.as_deref(),
+            config.as_ref(),
+            output,
+        ),
     }
 }

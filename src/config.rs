@@ -12,10 +12,16 @@
 //!         scoringStrategy: { type: MostAllocated }
 //! scheduler:
 //!   seed: 42                           # tie-breaking randomness (default: from entropy)
+//! dataDir: /var/lib/headroom           # the store's directory (default: ./headroom-data)
+//! storage:                             # the store's settings (headroom-storage's StoreConfig)
+//!   rawRetention: 48h
+//! collectors:                          # usage sources (headroom-collectors); default: none
+//!   kubelet:
+//!     nodes: [node-a, { name: node-b, address: 10.0.3.8 }]
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -67,14 +73,41 @@ pub struct Config {
     pub profiles: Vec<ProfileConfig>,
     /// Scheduling-loop settings.
     pub scheduler: SchedulerConfig,
+    /// Directory of the embedded store (samples, runs, placements). Default: none, which
+    /// means [`DEFAULT_DATA_DIR`] (`./headroom-data`, relative to the working directory)
+    /// when a command needs a store. A `--data-dir` flag overrides it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Settings of the embedded store (flush interval, retention, limits), as
+    /// `headroom-storage` documents them. Default: that crate's defaults (flush every
+    /// `10s`, raw samples `48h`, 5-minute rollups `30d`).
+    pub storage: headroom_storage::StoreConfig,
+    /// Usage sources (`prometheus`, `kubelet`, `scrape`), as `headroom-collectors`
+    /// documents them; a source is enabled by having its section. Default: no source.
+    pub collectors: headroom_collectors::CollectorsConfig,
 }
+
+/// The store directory used when neither `--data-dir` nor `dataDir` is given.
+pub const DEFAULT_DATA_DIR: &str = "./headroom-data";
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             profiles: vec![ProfileConfig::default()],
             scheduler: SchedulerConfig::default(),
+            data_dir: None,
+            storage: headroom_storage::StoreConfig::default(),
+            collectors: headroom_collectors::CollectorsConfig::default(),
         }
+    }
+}
+
+impl Config {
+    /// The store directory: `flag` if given, else `dataDir`, else [`DEFAULT_DATA_DIR`].
+    pub fn data_dir(&self, flag: Option<&Path>) -> PathBuf {
+        flag.map(Path::to_path_buf)
+            .or_else(|| self.data_dir.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
     }
 }
 
@@ -166,7 +199,8 @@ impl Config {
         Config::from_yaml(&text, &path.display().to_string())
     }
 
-    /// Checks what serde cannot: unique profile names, known plugins, weights, args.
+    /// Checks what serde cannot: unique profile names, known plugins, weights, args, and
+    /// the collectors' URLs and schedules (reported under `collectors.`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.profiles.is_empty() {
             return Err(ConfigError::Invalid {
@@ -190,6 +224,9 @@ impl Config {
             }
             crate::plugins::build_framework(p)?;
         }
+        if let Err(e) = self.collectors.validate() {
+            return Err(collectors_error(e));
+        }
         Ok(())
     }
 
@@ -197,6 +234,23 @@ impl Config {
     pub fn to_yaml(&self) -> String {
         serde_norway::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
+}
+
+/// Turns a collectors validation error (`kubelet.schedule.interval must be > 0`) into one
+/// whose field path starts at the root (`collectors.kubelet.schedule.interval`).
+fn collectors_error(e: headroom_collectors::CollectError) -> ConfigError {
+    let text = match e {
+        headroom_collectors::CollectError::Config(text) => text,
+        other => other.to_string(),
+    };
+    // The collectors crate starts its messages with the field path, up to a space.
+    let (field, message) = match text.split_once(' ') {
+        Some((field, rest)) if field.contains('.') || field.ends_with(']') => {
+            (format!("collectors.{field}"), rest.to_string())
+        }
+        _ => ("collectors".to_string(), text),
+    };
+    ConfigError::Invalid { field, message }
 }
 
 #[cfg(test)]
@@ -239,5 +293,54 @@ mod tests {
             let err = Config::from_yaml(yaml, "t").unwrap_err().to_string();
             assert!(err.contains(field), "{yaml}: {err}");
         }
+    }
+
+    #[test]
+    fn storage_collectors_and_data_dir_sections() {
+        let c = Config::from_yaml(
+            "dataDir: /var/lib/headroom\n\
+             storage: {rawRetention: 24h, maxSeries: 1000}\n\
+             collectors:\n  kubelet:\n    nodes: [n1, {name: n2, address: 10.0.0.2}]\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.data_dir(None), PathBuf::from("/var/lib/headroom"));
+        assert_eq!(
+            c.data_dir(Some(Path::new("/tmp/x"))),
+            PathBuf::from("/tmp/x")
+        );
+        assert_eq!(c.storage.raw_retention.as_secs(), 24 * 3600);
+        assert_eq!(c.storage.max_series, 1000);
+        assert_eq!(c.collectors.kubelet.as_ref().unwrap().nodes.len(), 2);
+        assert_eq!(Config::from_yaml(&c.to_yaml(), "t").unwrap(), c);
+
+        let d = Config::default();
+        assert_eq!(d.data_dir(None), PathBuf::from(DEFAULT_DATA_DIR));
+        assert!(d.collectors.kubelet.is_none() && d.collectors.prometheus.is_none());
+        assert_eq!(d.storage, headroom_storage::StoreConfig::default());
+
+        let cases = [
+            (
+                "collectors: {kubelet: {nodes: [n1], bogus: 1}}",
+                "collectors.kubelet",
+            ),
+            ("storage: {flushEvery: 1s}", "storage"),
+            (
+                "collectors: {kubelet: {schedule: {interval: 0s}}}",
+                "collectors.kubelet.schedule.interval",
+            ),
+            (
+                "collectors: {prometheus: {url: 'ftp://x'}}",
+                "collectors.prometheus.url",
+            ),
+        ];
+        for (yaml, field) in cases {
+            let err = Config::from_yaml(yaml, "t").unwrap_err().to_string();
+            assert!(err.contains(field), "{yaml}: {err}");
+        }
+        let err = Config::from_yaml("collectors: {kubelet: {nodes: [n1], bogus: 1}}", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bogus"), "{err}");
     }
 }

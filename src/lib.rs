@@ -8,9 +8,11 @@
 //! - [`plugins`]: the plugins, one file each, and the registry that builds profiles;
 //! - [`queue`]: active, backoff and unschedulable queues;
 //! - [`config`]: the YAML configuration;
-//! - [`place`]: the `headroom place` what-if command.
+//! - [`place`]: the `headroom place` what-if command;
+//! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store.
 
 pub mod cli;
+pub mod collect;
 pub mod config;
 pub mod framework;
 pub mod objects;

@@ -1,8 +1,8 @@
 //! Where collected samples, runs and placements go.
 //!
-//! The real destination is `headroom-storage`'s `Store`; this crate only knows the [`Sink`]
-//! trait so that it can be built and tested on its own. [`MemorySink`] keeps everything in
-//! memory (tests, `collect --once` dry runs).
+//! The real destination is `headroom-storage`'s [`Store`](headroom_storage::Store), which
+//! implements [`Sink`] here; the collectors themselves only know the trait. [`MemorySink`]
+//! keeps everything in memory (tests, dry runs).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
@@ -193,5 +193,156 @@ impl Sink for MemorySink {
             .or_default()
             .insert(0, node.to_owned());
         Ok(())
+    }
+}
+
+impl Sink for headroom_storage::Store {
+    fn append(
+        &self,
+        metric: &str,
+        labels: &[(String, String)],
+        ts_ms: i64,
+        value: f64,
+    ) -> Result<(), SinkError> {
+        let set =
+            headroom_storage::Labels::new(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .map_err(|e| SinkError(format!("series {metric}: {e}")))?;
+        headroom_storage::Store::append(self, metric, &set, ts_ms, value)
+            .map(|_| ())
+            .map_err(|e| SinkError(format!("appending to {metric}{set} at {ts_ms}: {e}")))
+    }
+
+    fn put_run(&self, builder: &str, run: &RunRecord) -> Result<(), SinkError> {
+        let usage = |u: &UsageSummary| headroom_storage::UsageSummary {
+            mean: u.mean,
+            p95: u.p95,
+            max: u.max,
+        };
+        let record = headroom_storage::RunRecord {
+            pod_uid: run.pod_uid.clone(),
+            node: run.node.clone(),
+            start_ms: run.start_ms,
+            end_ms: run.end_ms,
+            cpu: usage(&run.cpu),
+            memory: usage(&run.memory),
+        };
+        headroom_storage::Store::put_run(self, builder, &record).map_err(|e| {
+            SinkError(format!(
+                "storing run of {builder} (pod {}) on {}: {e}",
+                run.pod_uid, run.node
+            ))
+        })
+    }
+
+    fn record_placement(&self, builder: &str, node: &str) -> Result<(), SinkError> {
+        headroom_storage::Store::record_placement(self, builder, node)
+            .map_err(|e| SinkError(format!("recording placement of {builder} on {node}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_storage::{Store, StoreConfig, parse_selector};
+
+    fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn store_sink_appends_samples_readable_by_select_and_latest() {
+        let store = Store::open_temporary(StoreConfig::default()).unwrap();
+        let sink: &dyn Sink = &store;
+        let l = labels(&[("node", "n1")]);
+        sink.append("node_memory_working_set_bytes", &l, 1_000, 1.5e9)
+            .unwrap();
+        sink.append("node_memory_working_set_bytes", &l, 16_000, 1.25e9)
+            .unwrap();
+        sink.append(
+            "node_memory_working_set_bytes",
+            &labels(&[("node", "n2")]),
+            16_000,
+            7.0,
+        )
+        .unwrap();
+
+        let found = store
+            .select(&parse_selector(r#"node_memory_working_set_bytes{node="n1"}"#).unwrap())
+            .unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].labels.get("node"), Some("n1"));
+        let last = store.latest(found[0].id).unwrap().unwrap();
+        assert_eq!((last.ts_ms, last.value), (16_000, 1.25e9));
+        assert_eq!(
+            store
+                .select(&parse_selector("node_memory_working_set_bytes").unwrap())
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn store_sink_errors_carry_context() {
+        let store = Store::open_temporary(StoreConfig::default()).unwrap();
+        let bad_label = Sink::append(&store, "m", &labels(&[("bad-name", "x")]), 1, 1.0)
+            .unwrap_err()
+            .0;
+        assert!(bad_label.contains("series m"), "{bad_label}");
+        Sink::append(&store, "m", &labels(&[("node", "a")]), 10, 1.0).unwrap();
+        let old = Sink::append(&store, "m", &labels(&[("node", "a")]), 5, 1.0)
+            .unwrap_err()
+            .0;
+        assert!(
+            old.contains("m{node=\"a\"}") && old.contains("out-of-order"),
+            "{old}"
+        );
+        let run = Sink::record_placement(&store, "", "n1").unwrap_err().0;
+        assert!(run.contains("placement"), "{run}");
+    }
+
+    #[test]
+    fn store_sink_round_trips_runs_and_placements() {
+        let store = Store::open_temporary(StoreConfig::default()).unwrap();
+        let run = RunRecord {
+            pod_uid: "uid-1".into(),
+            node: "n1".into(),
+            start_ms: 1_000,
+            end_ms: 61_000,
+            cpu: UsageSummary {
+                mean: 0.5,
+                p95: 0.9,
+                max: 1.0,
+            },
+            memory: UsageSummary {
+                mean: 1e9,
+                p95: 1.5e9,
+                max: 2e9,
+            },
+        };
+        let sink: &dyn Sink = &store;
+        sink.put_run("ci/Deployment/b", &run).unwrap();
+        sink.record_placement("ci/Deployment/b", "n1").unwrap();
+        sink.record_placement("ci/Deployment/b", "n2").unwrap();
+
+        let stored = store.runs("ci/Deployment/b").unwrap();
+        assert_eq!(stored.len(), 1);
+        let s = &stored[0];
+        assert_eq!(
+            (s.pod_uid.as_str(), s.node.as_str(), s.start_ms, s.end_ms),
+            ("uid-1", "n1", 1_000, 61_000)
+        );
+        assert_eq!((s.cpu.mean, s.cpu.p95, s.cpu.max), (0.5, 0.9, 1.0));
+        assert_eq!(
+            (s.memory.mean, s.memory.p95, s.memory.max),
+            (1e9, 1.5e9, 2e9)
+        );
+        assert_eq!(
+            store.placement_history("ci/Deployment/b").unwrap(),
+            vec!["n2".to_string(), "n1".to_string()]
+        );
     }
 }

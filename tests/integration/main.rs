@@ -1,6 +1,7 @@
 //! headroom's integration tests, in one binary (one link step, one process start).
 
 mod cli;
+mod collect;
 mod conformance;
 
 use std::path::PathBuf;
