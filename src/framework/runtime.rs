@@ -246,32 +246,61 @@ impl Framework {
             }
         }
 
-        // Score, normalise, weigh.
+        // Score node-major: every active plugin scores a node while its data is in cache, then
+        // the next node. Each plugin then normalises its own column.
         let n = d.feasible.len();
-        let mut totals = vec![0i64; n];
-        for (i, p) in self.plugins.iter().enumerate() {
-            let Some(sp) = &p.score else { continue };
-            if skip_score[i] {
-                d.skipped_scores.push(p.name);
-                continue;
+        let active: SmallVec<[(usize, &dyn ScorePlugin); 16]> = self
+            .plugins
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let sp = p.score.as_deref()?;
+                if skip_score[i] {
+                    d.skipped_scores.push(p.name);
+                    None
+                } else {
+                    Some((i, sp))
+                }
+            })
+            .collect();
+        let mut raw: Vec<Vec<i64>> = active.iter().map(|_| Vec::with_capacity(n)).collect();
+        for idx in &d.feasible {
+            let node = snapshot.node(*idx);
+            for (col, (i, sp)) in active.iter().enumerate() {
+                match sp.score(&state, pod, node) {
+                    Ok(v) => raw[col].push(v),
+                    Err(s) => {
+                        d.outcome = Outcome::Error {
+                            message: format!(
+                                "running Score plugin {:?} on node {:?}: {}",
+                                self.plugins[*i].name,
+                                node.name,
+                                s.message()
+                            ),
+                        };
+                        return (d, state);
+                    }
+                }
             }
-            match self.run_score(sp.as_ref(), &state, pod, snapshot, &d.feasible, explain) {
-                Ok((raw, normalized, details)) => {
-                    let weight = self.weights[i];
-                    for (t, s) in totals.iter_mut().zip(&normalized) {
+        }
+        let mut totals = vec![0i64; n];
+        for ((i, sp), raw) in active.iter().zip(raw) {
+            let name = self.plugins[*i].name;
+            match self.normalize(*sp, &state, pod, snapshot, &d.feasible, raw, explain) {
+                Ok(column) => {
+                    let weight = self.weights[*i];
+                    for (t, s) in totals.iter_mut().zip(&column.normalized) {
                         *t += s * weight;
                     }
                     d.scores.push(ScoreColumn {
-                        plugin: p.name,
+                        plugin: name,
                         weight,
-                        raw,
-                        normalized,
-                        details,
+                        ..column
                     });
                 }
                 Err(s) => {
                     d.outcome = Outcome::Error {
-                        message: format!("running Score plugin {:?}: {}", p.name, s.message()),
+                        message: format!("running Score plugin {name:?}: {}", s.message()),
                     };
                     return (d, state);
                 }
@@ -298,20 +327,18 @@ impl Framework {
         (d, state)
     }
 
-    #[allow(clippy::type_complexity)]
-    fn run_score(
+    /// Normalises one plugin's raw column, checks the range, and collects explanations.
+    #[allow(clippy::too_many_arguments)]
+    fn normalize(
         &self,
         sp: &dyn ScorePlugin,
         state: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
         feasible: &[NodeIdx],
+        raw: Vec<i64>,
         explain: bool,
-    ) -> Result<(Vec<i64>, Vec<i64>, Option<Vec<Option<String>>>), Status> {
-        let mut raw = Vec::with_capacity(feasible.len());
-        for idx in feasible {
-            raw.push(sp.score(state, pod, snapshot.node(*idx))?);
-        }
+    ) -> Result<ScoreColumn, Status> {
         let mut normalized = raw.clone();
         let s = sp.normalize(state, pod, &mut normalized);
         if !s.is_success() {
@@ -332,7 +359,13 @@ impl Framework {
                 .map(|idx| sp.explain_score(state, pod, snapshot.node(*idx)))
                 .collect()
         });
-        Ok((raw, normalized, details))
+        Ok(ScoreColumn {
+            plugin: sp.name(),
+            weight: 1,
+            raw,
+            normalized,
+            details,
+        })
     }
 
     /// Runs Reserve plugins in order; on failure, Unreserve runs for all of them in reverse.
