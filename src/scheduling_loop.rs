@@ -145,8 +145,7 @@ impl SchedulingLoop {
         }
         // Finish the binds in flight: every assumed pod ends bound or forgotten.
         while binds.join_next().await.is_some() {}
-        let s = *stats.lock().unwrap_or_else(|e| e.into_inner());
-        s
+        *stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn publish(&self, decision: Decision, stats: &Mutex<LoopStats>) {
