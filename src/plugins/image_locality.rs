@@ -34,7 +34,7 @@ pub struct ImageLocality;
 
 struct PreScoreState {
     /// The pod's images (normalised) with their hash and the fraction of nodes that have each.
-    images: Vec<(String, u64, f64)>,
+    images: Vec<(String, u128, f64)>,
     containers: i64,
 }
 
@@ -56,8 +56,8 @@ impl ImageLocality {
 
     fn sum(s: &PreScoreState, node: &NodeInfo) -> i64 {
         let mut sum = 0i64;
-        for (image, hash, spread) in &s.images {
-            if let Some(size) = node.image_size(image, *hash) {
+        for (_, hash, spread) in &s.images {
+            if let Some(size) = node.image_size(*hash) {
                 sum += (size as f64 * spread) as i64;
             }
         }

@@ -10,12 +10,16 @@ use crate::selector::Labels;
 
 static EMPTY_LABELS: Labels = Labels::new();
 
-/// The hash ImageLocality uses for image names (SipHash with fixed keys: stable in-process).
-pub fn image_hash(name: &str) -> u64 {
+/// The 128-bit hash ImageLocality uses for image names: two SipHash runs with fixed keys
+/// (stable within a process, which is all a snapshot needs).
+pub fn image_hash(name: &str) -> u128 {
     use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    name.hash(&mut h);
-    h.finish()
+    let mut a = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut a);
+    let mut b = std::collections::hash_map::DefaultHasher::new();
+    0xa5u8.hash(&mut b);
+    name.hash(&mut b);
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
 /// One image on a node: every name it is known by, and its size.
@@ -53,9 +57,10 @@ pub struct NodeInfo {
     pub used_ports: Vec<HostPort>,
     /// `status.images`, names as given.
     pub images: Vec<NodeImage>,
-    /// Hashes of every image name with the index of its image in `images`, sorted: lets
-    /// ImageLocality look an image up without comparing strings on every node.
-    pub image_hashes: Vec<(u64, u32)>,
+    /// 128-bit hashes of every image name with the size of its image, sorted: lets
+    /// ImageLocality look an image up on every node without touching strings (a false match
+    /// needs a 128-bit collision between two image names on one node).
+    pub image_hashes: Vec<(u128, i64)>,
     /// `spec.unschedulable`, read once.
     pub unschedulable: bool,
     /// Whether the node has any taint (most have none: filters and scores skip them cheaply).
@@ -88,12 +93,9 @@ impl NodeInfo {
                     .collect()
             })
             .unwrap_or_default();
-        let mut image_hashes: Vec<(u64, u32)> = images
+        let mut image_hashes: Vec<(u128, i64)> = images
             .iter()
-            .enumerate()
-            .flat_map(|(i, img): (usize, &NodeImage)| {
-                img.names.iter().map(move |n| (image_hash(n), i as u32))
-            })
+            .flat_map(|img: &NodeImage| img.names.iter().map(|n| (image_hash(n), img.size_bytes)))
             .collect();
         image_hashes.sort_unstable();
         image_hashes.dedup_by_key(|(h, _)| *h);
@@ -153,18 +155,14 @@ impl NodeInfo {
             .unwrap_or(&[])
     }
 
-    /// The size of the image known by `name` on this node, if present.
-    pub fn image_size(&self, name: &str, hash: u64) -> Option<i64> {
+    /// The size of the image whose name hashes to `hash` ([`image_hash`]), if present.
+    #[inline]
+    pub fn image_size(&self, hash: u128) -> Option<i64> {
         let i = self
             .image_hashes
             .binary_search_by_key(&hash, |(h, _)| *h)
             .ok()?;
-        let img = &self.images[self.image_hashes[i].1 as usize];
-        // Confirm: a 64-bit hash collision must not count a missing image.
-        img.names
-            .iter()
-            .any(|n| n == name)
-            .then_some(img.size_bytes)
+        Some(self.image_hashes[i].1)
     }
 
     /// Adds a pod's requests, ports and affinity counters.

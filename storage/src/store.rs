@@ -167,14 +167,34 @@ impl Store {
     /// proportional to the number of series plus the log length.
     pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
         let path = dir.as_ref().to_path_buf();
-        let db = sled::Config::new()
-            .path(&path)
-            .cache_capacity(config.cache_capacity_bytes)
-            .open()
-            .map_err(|source| Error::Open {
-                path: path.clone(),
-                source,
-            })?;
+        // sled releases its directory lock only when the last handle of a previous `Store`
+        // (possibly still being dropped on another thread) goes away, so a reopen in the same
+        // process can race it: retry briefly before reporting the lock as held.
+        let mut attempt = 0u32;
+        let db = loop {
+            match sled::Config::new()
+                .path(&path)
+                .cache_capacity(config.cache_capacity_bytes)
+                // Durability is our explicit `flush` (one fsync'd batch); sled's own periodic
+                // flusher thread would only keep the lock alive after drop.
+                .flush_every_ms(None)
+                .open()
+            {
+                Ok(db) => break db,
+                Err(source) => {
+                    let locked = source.to_string().contains("could not acquire lock");
+                    if locked && attempt < 50 {
+                        attempt += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        continue;
+                    }
+                    return Err(Error::Open {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        };
         Self::from_db(db, config, Some(path))
     }
 
@@ -184,6 +204,7 @@ impl Store {
         let db = sled::Config::new()
             .temporary(true)
             .cache_capacity(config.cache_capacity_bytes)
+            .flush_every_ms(None)
             .open()?;
         Self::from_db(db, config, None)
     }
@@ -433,6 +454,7 @@ impl Store {
         let new = sled::Config::new()
             .path(dst)
             .create_new(true)
+            .flush_every_ms(None)
             .open()
             .map_err(|source| Error::Open {
                 path: dst.to_path_buf(),

@@ -214,3 +214,26 @@ fn check_config_prints_effective_config_or_names_the_field() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
 }
+
+#[test]
+fn readme_configuration_examples_are_valid() {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut blocks = 0;
+    for (i, block) in readme.split("```yaml\n").skip(1).enumerate() {
+        let yaml = block.split("```").next().unwrap();
+        let path = write(&dir, &format!("readme{i}.yaml"), yaml);
+        let o = run(&["check-config", &path]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "README yaml block {i}:\n{yaml}\n{}",
+            stderr(&o)
+        );
+        blocks += 1;
+    }
+    assert!(
+        blocks >= 2,
+        "the README documents the configuration in YAML blocks"
+    );
+}
