@@ -3,6 +3,7 @@
 mod cli;
 mod collect;
 mod conformance;
+mod prometheus;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

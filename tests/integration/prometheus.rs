@@ -1,0 +1,242 @@
+//! `headroom collect --once` pointed at a real Prometheus (Debian's `prometheus`) that scrapes a
+//! real node-exporter (`prometheus-node-exporter`), both on 127.0.0.1 ephemeral ports. The test
+//! checks the stored node series against what node-exporter itself reports. If either program
+//! is missing it fails and says how to install it; it never skips.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::run;
+
+struct Proc {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn require(bin: &str, package: &str) -> String {
+    for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
+        let p = Path::new(dir).join(bin);
+        if p.exists() {
+            return p.display().to_string();
+        }
+    }
+    panic!(
+        "`{bin}` is not installed, so the test against a real {package} cannot run. \
+         Install it with: apt-get update && apt-get install -y {package} (scripts/test.sh does)"
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP GET on loopback; returns (status, body).
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn spawn(bin: &str, args: &[String], dir: tempfile::TempDir, port: u16, ready: &str) -> Proc {
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    let mut p = Proc {
+        child,
+        port,
+        _dir: dir,
+    };
+    wait_until(Duration::from_secs(30), bin, || {
+        if let Ok(Some(status)) = p.child.try_wait() {
+            panic!("{bin} exited with {status}");
+        }
+        get(port, ready).filter(|(s, _)| *s == 200)
+    });
+    p
+}
+
+/// The value of a node-exporter sample line `name{...labels containing `filter`...} value`.
+fn exporter_value(text: &str, name: &str, filter: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| l.contains(filter))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("node-exporter has no {name} {filter}"))
+}
+
+#[test]
+fn collect_once_from_a_real_prometheus_stores_node_series() {
+    let exporter_bin = require("prometheus-node-exporter", "prometheus-node-exporter");
+    let prometheus_bin = require("prometheus", "prometheus");
+
+    let exporter_port = free_port();
+    let exporter = spawn(
+        &exporter_bin,
+        &[
+            format!("--web.listen-address=127.0.0.1:{exporter_port}"),
+            "--collector.disable-defaults".into(),
+            "--collector.meminfo".into(),
+            "--collector.filesystem".into(),
+            "--collector.cpu".into(),
+            "--collector.uname".into(),
+        ],
+        tempfile::tempdir().unwrap(),
+        exporter_port,
+        "/metrics",
+    );
+
+    let prom_dir = tempfile::tempdir().unwrap();
+    let prom_port = free_port();
+    let prom_config = prom_dir.path().join("prometheus.yml");
+    std::fs::write(
+        &prom_config,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             scrape_configs:\n  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
+            exporter.port
+        ),
+    )
+    .unwrap();
+    let prom_args = vec![
+        format!("--config.file={}", prom_config.display()),
+        format!(
+            "--storage.tsdb.path={}",
+            prom_dir.path().join("data").display()
+        ),
+        format!("--web.listen-address=127.0.0.1:{prom_port}"),
+        "--log.level=warn".into(),
+    ];
+    let _prometheus = spawn(&prometheus_bin, &prom_args, prom_dir, prom_port, "/-/ready");
+
+    // headroom's config: node signals only (no cAdvisor here), instances mapped to node names
+    // through node_uname_info, as on a stock kube-prometheus stack without a node label.
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("headroom.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "collectors:\n  prometheus:\n    url: http://127.0.0.1:{prom_port}\n    rateWindow: 5s\n\
+             \x20   instanceMap: {{query: node_uname_info}}\n\
+             \x20   queries:\n      container_cpu_usage_cores: ''\n      container_memory_working_set_bytes: ''\n\
+             \x20     pod_ephemeral_storage_used_bytes: ''\n      node_imagefs_available_bytes: ''\n\
+             \x20     node_imagefs_capacity_bytes: ''\n"
+        ),
+    )
+    .unwrap();
+    let data = work.path().join("data");
+    let (cfg, data_s) = (config.to_str().unwrap(), data.to_str().unwrap());
+
+    // Prometheus needs a few scrapes (rate() over 5 s needs two points): retry until clean.
+    let report: Value = wait_until(Duration::from_secs(60), "a clean collect --once", || {
+        let o = run(&[
+            "collect",
+            "--once",
+            "--config",
+            cfg,
+            "--data-dir",
+            data_s,
+            "--output",
+            "json",
+        ]);
+        (o.status.code() == Some(0)).then(|| serde_json::from_slice(&o.stdout).unwrap())
+    });
+    assert!(report.to_string().contains("samples"), "{report}");
+
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let (_, metrics) = get(exporter.port, "/metrics").unwrap();
+    let series = |selector: &str| -> Vec<Value> {
+        let o = run(&[
+            "series",
+            "--data-dir",
+            data_s,
+            "--match",
+            selector,
+            "--output",
+            "json",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice::<Value>(&o.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+
+    // Filesystem size of "/" is stable: it must be exactly what node-exporter reports.
+    let fs = series("node_fs_capacity_bytes");
+    assert_eq!(fs.len(), 1, "{fs:?}");
+    assert!(
+        fs[0].to_string().contains(&hostname),
+        "node mapped from node_uname_info: {fs:?}"
+    );
+    let want = exporter_value(&metrics, "node_filesystem_size_bytes", "mountpoint=\"/\"");
+    assert_eq!(fs[0]["last_value"].as_f64().unwrap(), want, "{fs:?}");
+
+    // Available memory moves a little between reads: within 10 % of node-exporter's value.
+    let mem = series("node_memory_available_bytes");
+    let got = mem[0]["last_value"].as_f64().unwrap();
+    let want = exporter_value(&metrics, "node_memory_MemAvailable_bytes", "");
+    assert!(
+        (got - want).abs() / want < 0.10,
+        "stored {got}, node-exporter {want}"
+    );
+
+    // CPU usage is a rate over real counters: positive and at most the machine's cores.
+    let cpu = series("node_cpu_usage_cores");
+    let cores = std::thread::available_parallelism().map_or(64, |n| n.get()) as f64;
+    let used = cpu[0]["last_value"].as_f64().unwrap();
+    assert!(
+        used >= 0.0 && used <= cores + 0.5,
+        "cpu {used} of {cores} cores"
+    );
+}
