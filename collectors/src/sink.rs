@@ -12,33 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 #[error("{0}")]
 pub struct SinkError(pub String);
 
-/// Usage statistics of one resource over a run.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-pub struct UsageSummary {
-    /// Mean over the run's samples.
-    pub mean: f64,
-    /// 95th percentile (nearest rank) over the run's samples.
-    pub p95: f64,
-    /// Maximum sample.
-    pub max: f64,
-}
-
-/// One finished run of a builder pod: where it ran, when, and what it used.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RunRecord {
-    /// UID of the pod (or `namespace/name` when the source does not know the UID).
-    pub pod_uid: String,
-    /// Node the pod ran on.
-    pub node: String,
-    /// First observation of the pod, milliseconds since the Unix epoch.
-    pub start_ms: i64,
-    /// Last observation of the pod, milliseconds since the Unix epoch.
-    pub end_ms: i64,
-    /// CPU usage, in cores.
-    pub cpu: UsageSummary,
-    /// Memory working set, in bytes.
-    pub memory: UsageSummary,
-}
+/// A finished run and its usage summary are the store's own types: the collectors produce
+/// exactly what `headroom-storage` keeps (cpu in cores, memory in bytes; `pod_uid` is
+/// `namespace/name` when the source does not know the UID).
+pub use headroom_storage::{RunRecord, UsageSummary};
 
 /// Destination of collected data. Implementations must be cheap to call concurrently.
 ///
@@ -213,20 +190,7 @@ impl Sink for headroom_storage::Store {
     }
 
     fn put_run(&self, builder: &str, run: &RunRecord) -> Result<(), SinkError> {
-        let usage = |u: &UsageSummary| headroom_storage::UsageSummary {
-            mean: u.mean,
-            p95: u.p95,
-            max: u.max,
-        };
-        let record = headroom_storage::RunRecord {
-            pod_uid: run.pod_uid.clone(),
-            node: run.node.clone(),
-            start_ms: run.start_ms,
-            end_ms: run.end_ms,
-            cpu: usage(&run.cpu),
-            memory: usage(&run.memory),
-        };
-        headroom_storage::Store::put_run(self, builder, &record).map_err(|e| {
+        headroom_storage::Store::put_run(self, builder, run).map_err(|e| {
             SinkError(format!(
                 "storing run of {builder} (pod {}) on {}: {e}",
                 run.pod_uid, run.node

@@ -30,11 +30,13 @@ use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
 use serde::{Deserialize, Serialize};
 
 use super::inter_pod_affinity::for_each_candidate;
+use super::node_affinity::RequiredNodeAffinity;
+use super::taint_toleration::find_untolerated;
 use crate::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
     Registered, ScorePlugin, Status,
 };
-use crate::selector::{Labels, NodeSelector, Op, Requirement, Selector, SelectorError};
+use crate::selector::{Labels, Op, Requirement, Selector, SelectorError};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// The plugin's name.
@@ -294,78 +296,9 @@ fn compile_constraints(
     Ok(out)
 }
 
-/// The pod's `nodeSelector` and required node affinity (upstream's
-/// `nodeaffinity.GetRequiredNodeAffinity`).
-struct RequiredNodeAffinity {
-    node_selector: Option<Selector>,
-    affinity: Option<NodeSelector>,
-}
-
-impl RequiredNodeAffinity {
-    fn new(pod: &PodInfo) -> Self {
-        let spec = pod.pod.spec.as_ref();
-        let node_selector = spec
-            .and_then(|s| s.node_selector.as_ref())
-            .filter(|m| !m.is_empty())
-            .map(Selector::from_map);
-        let affinity = spec
-            .and_then(|s| s.affinity.as_ref())
-            .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
-            .map(|ns| {
-                NodeSelector::new(
-                    &ns.node_selector_terms,
-                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
-                )
-            });
-        RequiredNodeAffinity {
-            node_selector,
-            affinity,
-        }
-    }
-
-    fn matches(&self, node: &NodeInfo) -> bool {
-        let labels = node.labels();
-        if let Some(s) = &self.node_selector
-            && !s.matches(labels)
-        {
-            return false;
-        }
-        match &self.affinity {
-            Some(ns) => ns.matches(labels, &node.name),
-            None => true,
-        }
-    }
-}
-
-/// Whether a toleration tolerates a taint (upstream's `Toleration.ToleratesTaint`, without the
-/// alpha `Gt`/`Lt` operators).
-fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref()
-        && !e.is_empty()
-        && e != taint.effect
-    {
-        return false;
-    }
-    if let Some(k) = t.key.as_deref()
-        && !k.is_empty()
-        && k != taint.key
-    {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("") {
-        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        "Exists" => true,
-        _ => false,
-    }
-}
-
 /// Whether the node has a `NoSchedule`/`NoExecute` taint none of the tolerations tolerate.
 fn has_untolerated_do_not_schedule_taint(taints: &[Taint], tolerations: &[Toleration]) -> bool {
-    taints.iter().any(|taint| {
-        matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
-            && !tolerations.iter().any(|t| tolerates(t, taint))
-    })
+    find_untolerated(taints, tolerations).is_some()
 }
 
 fn has_all_keys(labels: &Labels, constraints: &[Constraint]) -> bool {
@@ -386,7 +319,7 @@ fn eligible_nodes(
     let mut out = vec![false; snapshot.len() * k];
     let need_affinity = constraints.iter().any(|c| c.honor_node_affinity);
     let need_taints = constraints.iter().any(|c| c.honor_node_taints);
-    let affinity = need_affinity.then(|| RequiredNodeAffinity::new(pod));
+    let affinity = need_affinity.then(|| RequiredNodeAffinity::of(pod));
     let tolerations = pod.tolerations();
     for (i, node) in snapshot.nodes().iter().enumerate() {
         if require_all_keys && !has_all_keys(node.labels(), constraints) {
@@ -1132,25 +1065,7 @@ mod tests {
         let taint = |k: &str, v: &str, e: &str| -> Taint {
             serde_json::from_value(json!({"key": k, "value": v, "effect": e})).unwrap()
         };
-        let tol = |v: Value| -> Toleration { serde_json::from_value(v).unwrap() };
         let t = taint("gpu", "yes", "NoSchedule");
-        assert!(tolerates(
-            &tol(json!({"key": "gpu", "operator": "Exists"})),
-            &t
-        ));
-        assert!(tolerates(&tol(json!({"operator": "Exists"})), &t));
-        assert!(tolerates(&tol(json!({"key": "gpu", "value": "yes"})), &t));
-        assert!(!tolerates(&tol(json!({"key": "gpu", "value": "no"})), &t));
-        assert!(!tolerates(
-            &tol(json!({"key": "gpu", "operator": "Exists", "effect": "NoExecute"})),
-            &t
-        ));
-        assert!(tolerates(
-            &tol(
-                json!({"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"})
-            ),
-            &t
-        ));
         // PreferNoSchedule taints never block.
         assert!(!has_untolerated_do_not_schedule_taint(
             &[taint("x", "", "PreferNoSchedule")],

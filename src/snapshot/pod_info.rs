@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration};
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm};
 
 use crate::resources::{PodRequests, pod_requests};
 use crate::selector::{Labels, Selector};
@@ -87,6 +87,41 @@ pub struct WeightedAffinityTerm {
     pub term: AffinityTerm,
     /// Its weight (1..=100).
     pub weight: i32,
+}
+
+fn required_terms(
+    terms: Option<&[PodAffinityTerm]>,
+    namespace: &str,
+    field: &str,
+) -> Result<Vec<AffinityTerm>, crate::selector::SelectorError> {
+    terms
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let f = format!("{field}.requiredDuringSchedulingIgnoredDuringExecution[{i}]");
+            AffinityTerm::new(t, namespace, &f)
+        })
+        .collect()
+}
+
+fn preferred_terms(
+    terms: Option<&[WeightedPodAffinityTerm]>,
+    namespace: &str,
+    field: &str,
+) -> Result<Vec<WeightedAffinityTerm>, crate::selector::SelectorError> {
+    terms
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let f = format!("{field}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            Ok(WeightedAffinityTerm {
+                term: AffinityTerm::new(&t.pod_affinity_term, namespace, &f)?,
+                weight: t.weight,
+            })
+        })
+        .collect()
 }
 
 /// A pod plus what the scheduler derives from it once: requests, ports, affinity terms.
@@ -183,61 +218,37 @@ impl PodInfo {
         let Some(affinity) = self.pod.spec.as_ref().and_then(|s| s.affinity.as_ref()) else {
             return Ok(());
         };
-        let ns = self.namespace.clone();
+        let ns = &self.namespace;
+        let base = "spec.affinity";
         if let Some(a) = &affinity.pod_affinity {
-            for (i, t) in a
-                .required_during_scheduling_ignored_during_execution
-                .iter()
-                .flatten()
-                .enumerate()
-            {
-                let f = format!(
-                    "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
-                );
-                self.required_affinity.push(AffinityTerm::new(t, &ns, &f)?);
-            }
-            for (i, t) in a
-                .preferred_during_scheduling_ignored_during_execution
-                .iter()
-                .flatten()
-                .enumerate()
-            {
-                let f = format!(
-                    "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-                );
-                self.preferred_affinity.push(WeightedAffinityTerm {
-                    term: AffinityTerm::new(&t.pod_affinity_term, &ns, &f)?,
-                    weight: t.weight,
-                });
-            }
+            let f = format!("{base}.podAffinity");
+            self.required_affinity = required_terms(
+                a.required_during_scheduling_ignored_during_execution
+                    .as_deref(),
+                ns,
+                &f,
+            )?;
+            self.preferred_affinity = preferred_terms(
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_deref(),
+                ns,
+                &f,
+            )?;
         }
         if let Some(a) = &affinity.pod_anti_affinity {
-            for (i, t) in a
-                .required_during_scheduling_ignored_during_execution
-                .iter()
-                .flatten()
-                .enumerate()
-            {
-                let f = format!(
-                    "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
-                );
-                self.required_anti_affinity
-                    .push(AffinityTerm::new(t, &ns, &f)?);
-            }
-            for (i, t) in a
-                .preferred_during_scheduling_ignored_during_execution
-                .iter()
-                .flatten()
-                .enumerate()
-            {
-                let f = format!(
-                    "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-                );
-                self.preferred_anti_affinity.push(WeightedAffinityTerm {
-                    term: AffinityTerm::new(&t.pod_affinity_term, &ns, &f)?,
-                    weight: t.weight,
-                });
-            }
+            let f = format!("{base}.podAntiAffinity");
+            self.required_anti_affinity = required_terms(
+                a.required_during_scheduling_ignored_during_execution
+                    .as_deref(),
+                ns,
+                &f,
+            )?;
+            self.preferred_anti_affinity = preferred_terms(
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_deref(),
+                ns,
+                &f,
+            )?;
         }
         Ok(())
     }
