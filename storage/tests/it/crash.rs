@@ -115,7 +115,12 @@ fn kill_9_mid_ingest() {
     let mut watermark = -1i64;
     for attempt in 0..6 {
         let mut child = Command::new(&exe)
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash::crash_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

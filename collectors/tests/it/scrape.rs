@@ -1,12 +1,10 @@
 //! Text exposition scrape: real node-exporter, the real kubelet 1.21 capture, and a
 //! kubelet `/metrics/resource` fixture whose counters advance between scrapes.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Fixture, Reply, fast_schedule, fixture, start_node_exporter};
+use crate::common::{Fixture, Reply, fast_schedule, fixture, start_node_exporter};
 use headroom_collectors::config::{ScrapeConfig, ScrapeKind, ScrapeTarget};
 use headroom_collectors::scrape::{parse_exposition, scalar};
 use headroom_collectors::{Collectors, CollectorsConfig, MemorySink, SourceKind};

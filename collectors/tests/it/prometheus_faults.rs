@@ -1,11 +1,9 @@
 //! Prometheus API faults a real server cannot be made to produce on demand: slow answers,
 //! HTTP 500, malformed JSON, query errors, NaN/Inf values, partial results.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Fixture, Reply, fast_schedule};
+use crate::common::{Fixture, Reply, fast_schedule};
 use headroom_collectors::config::{PrometheusConfig, QueriesConfig};
 use headroom_collectors::{Collectors, CollectorsConfig, MemorySink, SourceKind};
 
@@ -167,7 +165,7 @@ async fn each_fault_is_counted_under_its_reason_and_good_data_is_kept() {
 #[tokio::test]
 async fn prometheus_down_is_a_connect_error() {
     // Bind and drop: nothing listens on this port.
-    let port = common::free_port();
+    let port = crate::common::free_port();
     let mut c = Collectors::new(config(
         &format!("http://127.0.0.1:{port}"),
         "q_good",

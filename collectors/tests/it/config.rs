@@ -6,7 +6,7 @@ use headroom_collectors::CollectorsConfig;
 use headroom_collectors::config::{AuthConfig, KubeletEndpoint, NodeTarget, ScrapeKind};
 
 fn readme_yaml() -> String {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let start = readme.find("```yaml\n").expect("yaml block") + "```yaml\n".len();
     let end = start + readme[start..].find("```").expect("end of yaml block");
     readme[start..end].to_owned()

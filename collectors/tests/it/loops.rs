@@ -1,13 +1,11 @@
 //! The collection loop end to end: it keeps running through a hung kubelet and a failing
 //! one, counts the errors, detects a finished builder run and records its placement.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Reply, fast_schedule};
+use crate::common::{Fixture, Reply, fast_schedule};
 use headroom_collectors::config::{KubeletConfig, KubeletEndpoint, NodeTarget};
 use headroom_collectors::{Collectors, CollectorsConfig, MemorySink, SourceKind, StaticPods};
 use k8s_openapi::api::core::v1::Pod;

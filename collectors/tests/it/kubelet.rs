@@ -1,12 +1,10 @@
 //! Kubelet summary source: real captures, realistic fixtures served on loopback, faults.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Reply, fast_schedule, fixture};
+use crate::common::{Fixture, Reply, fast_schedule, fixture};
 use headroom_collectors::config::{KubeletConfig, KubeletEndpoint, NodeTarget};
 use headroom_collectors::kubelet::parse_summary;
 use headroom_collectors::{Collectors, CollectorsConfig, MemorySink, SourceKind, collect_once};

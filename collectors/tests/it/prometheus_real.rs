@@ -1,12 +1,12 @@
 //! The Prometheus source against a real Prometheus scraping a real node-exporter and a
 //! loopback cAdvisor-format fixture, so real PromQL `rate()` runs over real stored series.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Reply, fast_schedule, poll_until, start_node_exporter, start_prometheus};
+use crate::common::{
+    Fixture, Reply, fast_schedule, poll_until, start_node_exporter, start_prometheus,
+};
 use headroom_collectors::config::{InstanceMapConfig, PrometheusConfig, QueriesConfig};
 use headroom_collectors::prometheus::PrometheusClient;
 use headroom_collectors::scrape::{parse_exposition, scalar};

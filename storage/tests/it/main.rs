@@ -1,0 +1,6 @@
+//! headroom-storage's integration tests, in one binary (one link step).
+
+mod crash;
+mod maintenance;
+mod model;
+mod store;
