@@ -182,3 +182,53 @@ async fn prometheus_down_is_a_connect_error() {
     );
     assert!(p.errors[0].message.contains(&port.to_string()));
 }
+
+/// The configured credentials reach the server: a bearer token read from a file (trailing
+/// newline stripped, as service-account tokens have none but hand-written files do) and basic
+/// auth with a password file.
+#[tokio::test]
+async fn bearer_and_basic_auth_are_sent() {
+    use headroom_collectors::config::AuthConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "pa55\n").unwrap();
+    let ok = vector(&[(r#""node":"n1""#, "1024")]);
+    let cases = [
+        (
+            AuthConfig::Bearer {
+                token: None,
+                token_file: Some(token.clone()),
+            },
+            "authorization: Bearer s3cret-token".to_string(),
+        ),
+        (
+            AuthConfig::Basic {
+                username: "headroom".into(),
+                password: None,
+                password_file: Some(password.clone()),
+            },
+            // base64("headroom:pa55")
+            "authorization: Basic aGVhZHJvb206cGE1NQ==".to_string(),
+        ),
+    ];
+    for (auth, want) in cases {
+        let body = ok.clone();
+        let prom = Fixture::start(move |_| Reply::ok(body.clone())).await;
+        let mut cfg = config(&prom.url(), "q_node", "");
+        cfg.prometheus.as_mut().unwrap().http.auth = Some(auth);
+        let mut collectors = Collectors::new(cfg).unwrap();
+        let sink = MemorySink::new();
+        let report = collectors.collect_once(&sink).await;
+        assert!(report.samples() > 0, "{report:?}");
+        let heads = prom.heads.lock().unwrap().clone();
+        assert!(!heads.is_empty());
+        for h in &heads {
+            assert!(
+                h.to_ascii_lowercase().contains(&want.to_ascii_lowercase()),
+                "missing {want:?} in:\n{h}"
+            );
+        }
+    }
+}

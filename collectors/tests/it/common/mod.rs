@@ -64,6 +64,8 @@ type Handler = Arc<dyn Fn(&str) -> Reply + Send + Sync>;
 pub struct Fixture {
     pub addr: SocketAddr,
     pub requests: Arc<AtomicUsize>,
+    /// Request heads (request line and headers) in arrival order.
+    pub heads: Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -76,6 +78,8 @@ impl Fixture {
         let handler: Handler = Arc::new(handler);
         let requests = Arc::new(AtomicUsize::new(0));
         let counter = requests.clone();
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let heads_w = heads.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut stream, _)) = listener.accept().await else {
@@ -83,6 +87,7 @@ impl Fixture {
                 };
                 let handler = handler.clone();
                 let counter = counter.clone();
+                let heads_w = heads_w.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
@@ -94,6 +99,7 @@ impl Fixture {
                     }
                     counter.fetch_add(1, Ordering::SeqCst);
                     let head = String::from_utf8_lossy(&buf);
+                    heads_w.lock().unwrap().push(head.to_string());
                     let target = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
                     let reply = handler(&target);
                     if reply.hang {
@@ -118,6 +124,7 @@ impl Fixture {
         Self {
             addr,
             requests,
+            heads,
             task,
         }
     }
