@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 
+use super::NodeIdx;
 use super::pod_info::{HostPort, PodInfo};
 use crate::resources::{Resources, node_allocatable};
 use crate::selector::Labels;
@@ -34,6 +35,9 @@ pub struct NodeImage {
 /// A node and what is assigned to it, as of one snapshot generation.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
+    /// This node's index in its snapshot (kept current by [`super::Snapshot`]), so plugins can
+    /// keep per-cycle data in dense arrays instead of maps keyed by name.
+    pub idx: NodeIdx,
     /// The node object.
     pub node: Arc<Node>,
     /// `metadata.name`.
@@ -70,7 +74,7 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
-    /// Builds the info of a node with no pods yet.
+    /// Builds the info of a node with no pods yet (index 0 until a snapshot places it).
     pub fn new(node: Arc<Node>) -> NodeInfo {
         let name: Arc<str> = Arc::from(node.metadata.name.as_deref().unwrap_or(""));
         let (allocatable, error) = match node_allocatable(&node) {
@@ -105,6 +109,7 @@ impl NodeInfo {
             .and_then(|s| s.taints.as_ref())
             .is_some_and(|t| !t.is_empty());
         NodeInfo {
+            idx: 0,
             image_hashes,
             unschedulable,
             has_taints,
