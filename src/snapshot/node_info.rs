@@ -69,6 +69,12 @@ pub struct NodeInfo {
     pub unschedulable: bool,
     /// Whether the node has any taint (most have none: filters and scores skip them cheaply).
     pub has_taints: bool,
+    /// Whether any taint has effect `NoSchedule` or `NoExecute`: only those can fail
+    /// TaintToleration's filter, so nodes without them skip it without reading the node object.
+    pub has_no_schedule_taints: bool,
+    /// Whether any taint has effect `PreferNoSchedule`: only those count in TaintToleration's
+    /// score.
+    pub has_prefer_no_schedule_taints: bool,
     /// Why the node's status could not be read; such a node accepts no pod.
     pub error: Option<String>,
 }
@@ -105,11 +111,16 @@ impl NodeInfo {
         image_hashes.dedup_by_key(|(h, _)| *h);
         let spec = node.spec.as_ref();
         let unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
-        let has_taints = spec
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|t| !t.is_empty());
+        let taints = spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]);
+        let has_taints = !taints.is_empty();
+        let has_no_schedule_taints = taints
+            .iter()
+            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
+        let has_prefer_no_schedule_taints = taints.iter().any(|t| t.effect == "PreferNoSchedule");
         NodeInfo {
             idx: 0,
+            has_no_schedule_taints,
+            has_prefer_no_schedule_taints,
             image_hashes,
             unschedulable,
             has_taints,
@@ -138,6 +149,8 @@ impl NodeInfo {
         self.image_hashes = fresh.image_hashes;
         self.unschedulable = fresh.unschedulable;
         self.has_taints = fresh.has_taints;
+        self.has_no_schedule_taints = fresh.has_no_schedule_taints;
+        self.has_prefer_no_schedule_taints = fresh.has_prefer_no_schedule_taints;
         self.error = fresh.error;
     }
 
