@@ -36,6 +36,11 @@ struct PreScoreState {
     /// The pod's images (normalised) with their hash and the fraction of nodes that have each.
     images: Vec<(String, u128, f64)>,
     containers: i64,
+    /// Per node index, the spread-scaled sum of the sizes of the pod's images on it: computed
+    /// from the snapshot's image index over only the nodes that have one of the images, so
+    /// Score is an array read instead of an image lookup per node. Empty when no node has any
+    /// of the pod's images (every score is 0).
+    sums: Vec<i64>,
 }
 
 impl ImageLocality {
@@ -101,19 +106,30 @@ impl PreScorePlugin for ImageLocality {
             .flatten();
         let mut images = Vec::new();
         let mut count = 0;
+        let mut sums = Vec::new();
         for c in containers {
             count += 1;
             let name = normalized_image_name(c.image.as_deref().unwrap_or(""));
-            let nodes = snapshot.image_node_count(&name);
-            // Images no node has contribute nothing: leave them out so Score does no lookups.
-            if nodes > 0 {
+            let nodes = snapshot.image_nodes(&name);
+            // Images no node has contribute nothing: leave them out.
+            if !nodes.is_empty() {
+                let spread = nodes.len() as f64 / total;
+                if sums.is_empty() {
+                    sums = vec![0i64; snapshot.len()];
+                }
+                // Same per-image truncation as upstream's per-node sum; integer addition makes
+                // the order (image-major here, node-major upstream) irrelevant.
+                for &(idx, size) in nodes {
+                    sums[idx as usize] += (size as f64 * spread) as i64;
+                }
                 let hash = image_hash(&name);
-                images.push((name, hash, f64::from(nodes) / total));
+                images.push((name, hash, spread));
             }
         }
         state.write(PreScoreState {
             images,
             containers: count,
+            sums,
         });
         Status::success()
     }
@@ -124,10 +140,11 @@ impl ScorePlugin for ImageLocality {
         let s = state
             .read::<PreScoreState>()
             .ok_or_else(|| Status::error("ImageLocality PreScore state missing"))?;
-        if s.images.is_empty() || node.images.is_empty() {
-            return Ok(0);
+        match s.sums.get(node.idx as usize) {
+            Some(&sum) if sum > 0 => Ok(calculate_priority(sum, s.containers)),
+            // No image of the pod on the node: upstream's sum is 0, which scores 0.
+            _ => Ok(0),
         }
-        Ok(calculate_priority(Self::sum(s, node), s.containers))
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

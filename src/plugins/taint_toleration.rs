@@ -93,11 +93,11 @@ impl Plugin for TaintToleration {
 
 impl FilterPlugin for TaintToleration {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let taints = node.taints();
-        if taints.is_empty() {
+        // Only NoSchedule/NoExecute taints can fail: skip other nodes without reading the taints.
+        if !node.has_no_schedule_taints {
             return Status::success();
         }
-        match find_untolerated(taints, pod.tolerations()) {
+        match find_untolerated(node.taints(), pod.tolerations()) {
             None => Status::success(),
             Some(t) => {
                 let s = Status::unresolvable(ERR_REASON);
@@ -142,7 +142,8 @@ impl PreScorePlugin for TaintToleration {
 
 impl ScorePlugin for TaintToleration {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        if node.taints().is_empty() {
+        // Only PreferNoSchedule taints count: skip other nodes without reading the taints.
+        if !node.has_prefer_no_schedule_taints {
             return Ok(0);
         }
         Ok(match state.read::<PreScoreState>() {

@@ -36,8 +36,12 @@ pub struct Snapshot {
     by_name: HashMap<Arc<str>, NodeIdx>,
     /// Node names in index order, shared cheaply with decision records.
     names: Arc<Vec<Arc<str>>>,
-    /// How many nodes have each image name (for ImageLocality's spread factor).
-    image_nodes: HashMap<String, u32>,
+    /// For each image name, the nodes that have it with the image's size there
+    /// ([`NodeInfo::image_size`]). Its length is ImageLocality's spread numerator, and its
+    /// entries let ImageLocality sum sizes over just the nodes that have the pod's images
+    /// instead of looking every image up on every node. Shared like the pod index postings, so
+    /// a snapshot copy does not copy the lists.
+    image_nodes: HashMap<String, Arc<Vec<(NodeIdx, i64)>>>,
     /// Nodes that host at least one pod with (anti-)affinity terms.
     nodes_with_affinity_pods: u32,
     /// Namespace labels, for namespaceSelector.
@@ -131,7 +135,12 @@ impl Snapshot {
 
     /// How many nodes carry an image name.
     pub fn image_node_count(&self, image: &str) -> u32 {
-        self.image_nodes.get(image).copied().unwrap_or(0)
+        self.image_nodes.get(image).map_or(0, |l| l.len() as u32)
+    }
+
+    /// The nodes that have an image name, each with the image's size on it (no order).
+    pub fn image_nodes(&self, image: &str) -> &[(NodeIdx, i64)] {
+        self.image_nodes.get(image).map_or(&[], |l| l.as_slice())
     }
 
     /// True when some node hosts a pod with pod (anti-)affinity terms.
@@ -178,7 +187,8 @@ impl Snapshot {
         self.generation += 1;
     }
 
-    fn index_images(&mut self, info: &NodeInfo, add: bool) {
+    /// Adds (or removes) node `idx`'s image names to (from) the image index.
+    fn index_images(&mut self, info: &NodeInfo, idx: NodeIdx, add: bool) {
         let mut seen: Vec<&str> = Vec::new();
         for img in &info.images {
             for n in &img.names {
@@ -187,13 +197,33 @@ impl Snapshot {
                 }
                 seen.push(n);
                 if add {
-                    *self.image_nodes.entry(n.clone()).or_insert(0) += 1;
-                } else if let Some(c) = self.image_nodes.get_mut(n) {
-                    *c -= 1;
-                    if *c == 0 {
+                    // The size ImageLocality has always used for this name on this node.
+                    let size = info.image_size(image_hash(n)).unwrap_or(img.size_bytes);
+                    Arc::make_mut(self.image_nodes.entry(n.clone()).or_default()).push((idx, size));
+                } else if let Some(list) = self.image_nodes.get_mut(n) {
+                    if let Some(pos) = list.iter().position(|(i, _)| *i == idx) {
+                        Arc::make_mut(list).swap_remove(pos);
+                    }
+                    if list.is_empty() {
                         self.image_nodes.remove(n);
                     }
                 }
+            }
+        }
+    }
+
+    /// Re-points node `from`'s image index entries to `to` (the node moved slots).
+    fn move_images(&mut self, info: &NodeInfo, from: NodeIdx, to: NodeIdx) {
+        let mut seen: Vec<&str> = Vec::new();
+        for n in info.images.iter().flat_map(|img| &img.names) {
+            if seen.contains(&n.as_str()) {
+                continue;
+            }
+            seen.push(n);
+            if let Some(list) = self.image_nodes.get_mut(n)
+                && let Some(pos) = list.iter().position(|(i, _)| *i == from)
+            {
+                Arc::make_mut(list)[pos].0 = to;
             }
         }
     }
@@ -204,16 +234,17 @@ impl Snapshot {
         self.generation += 1;
         if let Some(idx) = self.index_of(&name) {
             let old = self.nodes[idx as usize].clone();
-            self.index_images(&old, false);
+            self.index_images(&old, idx, false);
             let info = Arc::make_mut(&mut self.nodes[idx as usize]);
             info.set_node(node);
             let updated = self.nodes[idx as usize].clone();
-            self.index_images(&updated, true);
+            self.index_images(&updated, idx, true);
             return idx;
         }
-        let info = NodeInfo::new(node);
+        let mut info = NodeInfo::new(node);
         let idx = self.nodes.len() as NodeIdx;
-        self.index_images(&info, true);
+        info.idx = idx;
+        self.index_images(&info, idx, true);
         self.by_name.insert(info.name.clone(), idx);
         Arc::make_mut(&mut self.names).push(info.name.clone());
         self.nodes.push(Arc::new(info));
@@ -235,7 +266,7 @@ impl Snapshot {
         if info.pods_with_affinity > 0 {
             self.nodes_with_affinity_pods -= 1;
         }
-        self.index_images(&info, false);
+        self.index_images(&info, idx, false);
         self.by_name.remove(name);
         let last = self.nodes.len() - 1;
         self.nodes.swap_remove(idx as usize);
@@ -243,7 +274,9 @@ impl Snapshot {
         names.swap_remove(idx as usize);
         if (idx as usize) != last {
             // The last node moved into `idx`: fix every reference to its old index.
+            Arc::make_mut(&mut self.nodes[idx as usize]).idx = idx;
             let moved = self.nodes[idx as usize].clone();
+            self.move_images(&moved, last as NodeIdx, idx);
             self.by_name.insert(moved.name.clone(), idx);
             for p in &moved.pods {
                 self.pod_nodes
@@ -338,6 +371,9 @@ mod tests {
         let c = s.index_of("c").unwrap();
         assert_eq!(s.node_of_pod("default", "p3", "uid-p3"), Some(c));
         assert_eq!(s.names()[c as usize].as_ref(), "c");
+        assert_eq!(s.get("c").unwrap().idx, c);
+        assert_eq!(s.image_nodes("img:2"), [(c, 100)]);
+        assert_eq!(s.image_nodes("img:1"), [(s.index_of("b").unwrap(), 100)]);
         assert!(s.remove_pod("default", "p3", "uid-p3").is_some());
         assert_eq!(s.get("c").unwrap().requested.milli_cpu, 0);
         let g = s.generation();

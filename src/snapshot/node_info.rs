@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 
+use super::NodeIdx;
 use super::pod_info::{HostPort, PodInfo};
 use crate::resources::{Resources, node_allocatable};
 use crate::selector::Labels;
@@ -34,6 +35,9 @@ pub struct NodeImage {
 /// A node and what is assigned to it, as of one snapshot generation.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
+    /// This node's index in its snapshot (kept current by [`super::Snapshot`]), so plugins can
+    /// keep per-cycle data in dense arrays instead of maps keyed by name.
+    pub idx: NodeIdx,
     /// The node object.
     pub node: Arc<Node>,
     /// `metadata.name`.
@@ -65,12 +69,18 @@ pub struct NodeInfo {
     pub unschedulable: bool,
     /// Whether the node has any taint (most have none: filters and scores skip them cheaply).
     pub has_taints: bool,
+    /// Whether any taint has effect `NoSchedule` or `NoExecute`: only those can fail
+    /// TaintToleration's filter, so nodes without them skip it without reading the node object.
+    pub has_no_schedule_taints: bool,
+    /// Whether any taint has effect `PreferNoSchedule`: only those count in TaintToleration's
+    /// score.
+    pub has_prefer_no_schedule_taints: bool,
     /// Why the node's status could not be read; such a node accepts no pod.
     pub error: Option<String>,
 }
 
 impl NodeInfo {
-    /// Builds the info of a node with no pods yet.
+    /// Builds the info of a node with no pods yet (index 0 until a snapshot places it).
     pub fn new(node: Arc<Node>) -> NodeInfo {
         let name: Arc<str> = Arc::from(node.metadata.name.as_deref().unwrap_or(""));
         let (allocatable, error) = match node_allocatable(&node) {
@@ -101,10 +111,16 @@ impl NodeInfo {
         image_hashes.dedup_by_key(|(h, _)| *h);
         let spec = node.spec.as_ref();
         let unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
-        let has_taints = spec
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|t| !t.is_empty());
+        let taints = spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]);
+        let has_taints = !taints.is_empty();
+        let has_no_schedule_taints = taints
+            .iter()
+            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
+        let has_prefer_no_schedule_taints = taints.iter().any(|t| t.effect == "PreferNoSchedule");
         NodeInfo {
+            idx: 0,
+            has_no_schedule_taints,
+            has_prefer_no_schedule_taints,
             image_hashes,
             unschedulable,
             has_taints,
@@ -133,6 +149,8 @@ impl NodeInfo {
         self.image_hashes = fresh.image_hashes;
         self.unschedulable = fresh.unschedulable;
         self.has_taints = fresh.has_taints;
+        self.has_no_schedule_taints = fresh.has_no_schedule_taints;
+        self.has_prefer_no_schedule_taints = fresh.has_prefer_no_schedule_taints;
         self.error = fresh.error;
     }
 
