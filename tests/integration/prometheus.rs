@@ -165,23 +165,36 @@ fn collect_once_from_a_real_prometheus_stores_node_series() {
         ),
     )
     .unwrap();
-    let data = work.path().join("data");
-    let (cfg, data_s) = (config.to_str().unwrap(), data.to_str().unwrap());
+    let cfg = config.to_str().unwrap();
 
-    // Prometheus needs a few scrapes (rate() over 5 s needs two points): retry until clean.
-    let report: Value = wait_until(Duration::from_secs(60), "a clean collect --once", || {
-        let o = run(&[
-            "collect",
-            "--once",
-            "--config",
-            cfg,
-            "--data-dir",
-            data_s,
-            "--output",
-            "json",
-        ]);
-        (o.status.code() == Some(0)).then(|| serde_json::from_slice(&o.stdout).unwrap())
-    });
+    // Wait until Prometheus has what the collector needs: node_uname_info (else instances
+    // fall back to their IP as node name) and two CPU points for rate() over 5 s.
+    for query in ["node_uname_info", "rate(node_cpu_seconds_total%5B5s%5D)"] {
+        wait_until(Duration::from_secs(60), query, || {
+            let (status, body) = get(prom_port, &format!("/api/v1/query?query={query}"))?;
+            (status == 200 && body.contains("\"metric\"")).then_some(())
+        });
+    }
+    // Each attempt gets a fresh store, so the one checked below holds one clean cycle.
+    let mut attempt = 0;
+    let (report, data): (Value, std::path::PathBuf) =
+        wait_until(Duration::from_secs(60), "a clean collect --once", || {
+            attempt += 1;
+            let data = work.path().join(format!("data-{attempt}"));
+            let d = data.to_str().unwrap();
+            let o = run(&[
+                "collect",
+                "--once",
+                "--config",
+                cfg,
+                "--data-dir",
+                d,
+                "--output",
+                "json",
+            ]);
+            (o.status.code() == Some(0)).then(|| (serde_json::from_slice(&o.stdout).unwrap(), data))
+        });
+    let data_s = data.to_str().unwrap();
     assert!(report.to_string().contains("samples"), "{report}");
 
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
