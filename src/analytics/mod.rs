@@ -178,9 +178,7 @@ pub struct RefreshReport {
 }
 
 fn system_now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| ms(d))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, ms)
 }
 
 /// Publishes a fresh [`UsageView`] on `publish` at start, every `refresh_interval` and
