@@ -11,6 +11,7 @@
 //! - [`place`]: the `headroom place` what-if command;
 //! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store.
 
+pub mod analytics;
 pub mod cli;
 pub mod collect;
 pub mod config;

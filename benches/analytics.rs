@@ -1,0 +1,150 @@
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+//! Cost of the analytics refresh: builder profiles over 10k builders × 20 runs, and node
+//! usage over 5k nodes × 15 min of 15 s samples (3 metrics, 900k rows), both from
+//! in-memory columns (polars only) and from a temporary store (store reads + polars).
+//!
+//! Run: `cargo bench --bench analytics`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use headroom::analytics::{
+    AnalyticsConfig, NodeParams, NodeSamples, PerRun, ProfileParams, RunColumns, compute,
+    node_usage, nodes::usage_from_samples, profiles::profiles_from_columns,
+};
+use headroom_storage::{Labels, RunRecord, Store, StoreConfig, UsageSummary};
+
+const BUILDERS: usize = 10_000;
+const RUNS: usize = 20;
+const NODES: usize = 5_000;
+const STEP_MS: i64 = 15_000;
+const SAMPLES: i64 = 60; // 15 min at 15 s
+const NOW: i64 = 1_700_000_000_000;
+
+fn runs_of(b: usize) -> Vec<RunRecord> {
+    (0..RUNS)
+        .map(|i| {
+            let v = ((b * 31 + i * 7) % 100) as f64;
+            let s = UsageSummary {
+                mean: v / 2.0,
+                p95: v,
+                max: v * 1.5,
+            };
+            RunRecord {
+                pod_uid: format!("{b}-{i}"),
+                node: format!("n{}", b % NODES),
+                start_ms: NOW - 1_000_000 + i as i64 * 1000,
+                end_ms: NOW - 1_000_000 + i as i64 * 1000 + 500,
+                cpu: s,
+                memory: s,
+            }
+        })
+        .collect()
+}
+
+fn profile_params() -> ProfileParams {
+    ProfileParams {
+        last_runs: RUNS,
+        ended_after_ms: None,
+        per_run: PerRun::P95,
+    }
+}
+
+fn profiles(c: &mut Criterion) {
+    let params = profile_params();
+    let all: Vec<(String, Vec<RunRecord>)> = (0..BUILDERS)
+        .map(|b| (format!("ns/Deployment/b{b}"), runs_of(b)))
+        .collect();
+    let mut group = c.benchmark_group("analytics");
+    group.sample_size(10);
+    group.bench_function("profiles_10k_builders_x20_runs_columns", |b| {
+        b.iter(|| {
+            let mut cols = RunColumns::new();
+            for (name, runs) in &all {
+                cols.push_runs(name, runs, &params);
+            }
+            let p = profiles_from_columns(cols, &params).unwrap();
+            assert_eq!(p.len(), BUILDERS);
+            black_box(p)
+        })
+    });
+    group.finish();
+}
+
+fn samples() -> NodeSamples {
+    let mut s = NodeSamples::new();
+    for n in 0..NODES {
+        let node = format!("n{n}");
+        for i in 0..SAMPLES {
+            let ts = NOW - (SAMPLES - 1 - i) * STEP_MS;
+            let v = ((n * 13 + i as usize * 5) % 64) as f64;
+            s.push_cpu(&node, ts, v / 8.0);
+            s.push_memory(&node, ts, v * 1e8);
+            s.push_fs_available(&node, ts, 5e10 - v * 1e6);
+        }
+        s.push_fs_capacity(&node, NOW, 1e11);
+    }
+    s
+}
+
+fn nodes(c: &mut Criterion) {
+    let base = samples();
+    let mut group = c.benchmark_group("analytics");
+    group.sample_size(10);
+    group.bench_function("node_usage_5k_nodes_columns", |b| {
+        b.iter(|| {
+            let u = usage_from_samples(base.clone(), 0.95).unwrap();
+            assert_eq!(u.len(), NODES);
+            black_box(u)
+        })
+    });
+
+    // The same data through the store, as the refresh loop reads it.
+    let store = Store::open_temporary(StoreConfig::default()).unwrap();
+    for n in 0..NODES {
+        let labels = Labels::new([("node", format!("n{n}"))]).unwrap();
+        let ids = [
+            "node_cpu_usage_cores",
+            "node_memory_working_set_bytes",
+            "node_fs_available_bytes",
+        ]
+        .map(|m| store.series_id(m, &labels).unwrap());
+        for i in 0..SAMPLES {
+            let ts = NOW - (SAMPLES - 1 - i) * STEP_MS;
+            let v = ((n * 13 + i as usize * 5) % 64) as f64;
+            store.append_id(ids[0], ts, v / 8.0).unwrap();
+            store.append_id(ids[1], ts, v * 1e8).unwrap();
+            store.append_id(ids[2], ts, 5e10 - v * 1e6).unwrap();
+        }
+    }
+    for b in 0..BUILDERS {
+        for r in runs_of(b) {
+            store.put_run(&format!("ns/Deployment/b{b}"), &r).unwrap();
+        }
+    }
+    store.flush().unwrap();
+    let params = NodeParams {
+        start_ms: NOW - 15 * 60 * 1000,
+        end_ms: NOW,
+        quantile: 0.95,
+    };
+    group.bench_function("node_usage_5k_nodes_store", |b| {
+        b.iter(|| {
+            let u = node_usage(&store, &params).unwrap();
+            assert_eq!(u.len(), NODES);
+            black_box(u)
+        })
+    });
+    group.bench_function("compute_view_store", |b| {
+        let config = AnalyticsConfig::default();
+        b.iter(|| {
+            let v = compute(&store, &config, NOW).unwrap();
+            assert_eq!(v.builders.len(), BUILDERS);
+            black_box(v)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, profiles, nodes);
+criterion_main!(benches);
