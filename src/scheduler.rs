@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
+use crate::analytics::UsageView;
 use crate::config::{Config, ConfigError};
 use crate::framework::{CycleState, Decision, Framework, Outcome, Status};
-use crate::plugins::build_framework;
+use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::{PodInfo, Snapshot};
 
 /// What happened to a pod in one `schedule_one` call.
@@ -37,6 +38,10 @@ struct Assumed {
     deadline: Option<Instant>,
 }
 
+/// How long a placement counts as "recent" at most when the node's metrics never catch up
+/// (10 minutes: far beyond any scrape interval, short enough not to hoard capacity).
+pub const RECENT_MAX_AGE_MS: i64 = 10 * 60 * 1000;
+
 /// Profiles, snapshot and assumed pods.
 pub struct Scheduler {
     frameworks: Vec<Framework>,
@@ -51,12 +56,18 @@ fn key(p: &PodInfo) -> String {
 }
 
 impl Scheduler {
-    /// Builds the scheduler from a configuration.
+    /// Builds the scheduler from a configuration, with default plugin dependencies (no
+    /// reservations).
     pub fn new(config: &Config) -> Result<Scheduler, ConfigError> {
+        Scheduler::with_deps(config, &PluginDeps::default())
+    }
+
+    /// Builds the scheduler from a configuration and the handles plugins hold.
+    pub fn with_deps(config: &Config, deps: &PluginDeps) -> Result<Scheduler, ConfigError> {
         let frameworks = config
             .profiles
             .iter()
-            .map(build_framework)
+            .map(|p| build_framework_with(p, deps))
             .collect::<Result<Vec<_>, _>>()?;
         let rng = match config.scheduler.seed {
             Some(s) => SmallRng::seed_from_u64(s),
@@ -90,6 +101,22 @@ impl Scheduler {
     pub fn set_snapshot(&mut self, snapshot: Snapshot) {
         self.snapshot = Arc::new(snapshot);
         self.assumed.clear();
+    }
+
+    /// Publishes a new usage view to the following cycles (from the analytics refresh).
+    pub fn set_usage_view(&mut self, view: Arc<UsageView>) {
+        let usage = self.snapshot_mut().usage_mut();
+        usage.view = view;
+        usage.prune(RECENT_MAX_AGE_MS);
+    }
+
+    /// Sets the scheduler's clock, ms since the epoch: staleness of usage, reservation
+    /// expiry and recent placements are judged against it. The simulator sets simulated
+    /// time; `serve` sets wall-clock time before each cycle.
+    pub fn set_now_ms(&mut self, now_ms: i64) {
+        if self.snapshot.usage().now_ms != now_ms {
+            self.snapshot_mut().usage_mut().now_ms = now_ms;
+        }
     }
 
     /// The profile names.

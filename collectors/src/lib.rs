@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::{Mutex, watch};
 
-pub use config::{CollectorsConfig, SourceKind};
+pub use config::{CollectorsConfig, IdentityConfig, SourceKind};
 pub use error::CollectError;
 pub use identity::{PodLister, StaticPods, builder_identity};
 pub use metrics::Metrics;

@@ -35,8 +35,41 @@ pub mod taint_toleration;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+use std::sync::Arc;
+
 use crate::config::{ConfigError, ProfileConfig};
 use crate::framework::{Framework, PluginWeight, Registered};
+use crate::reservation::{InMemoryReservations, ReservationSource};
+
+/// What plugins may hold besides their args: handles to state that lives outside the
+/// cycle (never I/O inside it).
+#[derive(Clone)]
+pub struct PluginDeps {
+    /// Where the Reservation plugin reads reservations and reports their consumption.
+    /// Default: an empty in-memory source.
+    pub reservations: Arc<dyn ReservationSource>,
+    /// How a pod's builder identity is derived (the collectors' rule, so that profiles
+    /// computed from collected runs are found again at scheduling time).
+    pub identity: headroom_collectors::IdentityConfig,
+}
+
+impl Default for PluginDeps {
+    fn default() -> Self {
+        PluginDeps {
+            reservations: Arc::new(InMemoryReservations::default()),
+            identity: headroom_collectors::IdentityConfig::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PluginDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginDeps")
+            .field("reservations", &self.reservations.current().len())
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
 
 /// A plugin the registry knows: name, default weight (score plugins), enabled by default.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +80,9 @@ pub struct KnownPlugin {
     pub weight: i64,
     /// Part of the default profile.
     pub default_enabled: bool,
+    /// A kube-scheduler in-tree plugin (false: one of headroom's own). In extender mode
+    /// kube-scheduler has already run the in-tree ones, so only headroom's own run.
+    pub upstream: bool,
 }
 
 /// Every plugin, in the order the framework runs them.
@@ -55,56 +91,67 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         name: scheduling_gates::NAME,
         weight: 0,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: node_unschedulable::NAME,
         weight: 0,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: node_name::NAME,
         weight: 0,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: taint_toleration::NAME,
         weight: 3,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: node_affinity::NAME,
         weight: 2,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: node_ports::NAME,
         weight: 0,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: node_resources_fit::NAME,
         weight: 1,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: pod_topology_spread::NAME,
         weight: 2,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: inter_pod_affinity::NAME,
         weight: 2,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: balanced_allocation::NAME,
         weight: 1,
         default_enabled: true,
+        upstream: true,
     },
     KnownPlugin {
         name: image_locality::NAME,
         weight: 1,
         default_enabled: true,
+        upstream: true,
     },
 ];
 
@@ -113,7 +160,12 @@ pub fn known(name: &str) -> Option<&'static KnownPlugin> {
     KNOWN_PLUGINS.iter().find(|p| p.name == name)
 }
 
-fn instantiate(name: &'static str, profile: &ProfileConfig) -> Result<Registered, ConfigError> {
+fn instantiate(
+    name: &'static str,
+    profile: &ProfileConfig,
+    deps: &PluginDeps,
+) -> Result<Registered, ConfigError> {
+    let _ = deps;
     let args = &profile.plugin_args;
     let invalid = |field: &str, message: String| ConfigError::Invalid {
         field: format!("profiles[{}].pluginArgs.{field}", profile.scheduler_name),
@@ -154,9 +206,17 @@ fn instantiate(name: &'static str, profile: &ProfileConfig) -> Result<Registered
     })
 }
 
+/// Builds the framework of one profile with default [`PluginDeps`].
+pub fn build_framework(profile: &ProfileConfig) -> Result<Framework, ConfigError> {
+    build_framework_with(profile, &PluginDeps::default())
+}
+
 /// Builds the framework of one profile: the default plugins, minus those disabled, with the
 /// configured weights and args.
-pub fn build_framework(profile: &ProfileConfig) -> Result<Framework, ConfigError> {
+pub fn build_framework_with(
+    profile: &ProfileConfig,
+    deps: &PluginDeps,
+) -> Result<Framework, ConfigError> {
     for name in profile.plugins.keys() {
         if known(name).is_none() {
             let names: Vec<&str> = KNOWN_PLUGINS.iter().map(|p| p.name).collect();
@@ -184,7 +244,7 @@ pub fn build_framework(profile: &ProfileConfig) -> Result<Framework, ConfigError
                 message: format!("{weight} is not in 1..=100"),
             });
         }
-        registered.push(instantiate(p.name, profile)?);
+        registered.push(instantiate(p.name, profile, deps)?);
         weights.push(PluginWeight {
             name: p.name,
             weight,

@@ -21,6 +21,7 @@ pub use node_info::{NodeImage, NodeInfo, image_hash};
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 
 use crate::selector::Labels;
+use crate::usage::UsageContext;
 
 /// Index of a node within one snapshot.
 pub type NodeIdx = u32;
@@ -50,6 +51,8 @@ pub struct Snapshot {
     pod_nodes: HashMap<String, NodeIdx>,
     /// Label index over all assigned pods.
     pod_index: PodIndex,
+    /// Real usage, time, reservations and recent placements (see [`crate::usage`]).
+    usage: Arc<UsageContext>,
 }
 
 fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
@@ -88,6 +91,16 @@ impl Snapshot {
             }
         }
         s
+    }
+
+    /// The usage-side inputs of the cycle.
+    pub fn usage(&self) -> &Arc<UsageContext> {
+        &self.usage
+    }
+
+    /// Mutable usage context (copied first if a cycle or reader still holds it).
+    pub fn usage_mut(&mut self) -> &mut UsageContext {
+        Arc::make_mut(&mut self.usage)
     }
 
     /// Increments on every change; recorded in decisions.

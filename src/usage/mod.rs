@@ -1,0 +1,92 @@
+//! What the scheduling cycle knows of real usage: the published [`UsageView`], the time,
+//! and the placements the scheduler made since the view was computed.
+//!
+//! A [`UsageContext`] is immutable during a cycle: it lives in the [`Snapshot`] behind an
+//! `Arc`, and the scheduler replaces or updates it between cycles (a new view from the
+//! refresh loop, the clock, each assumed pod). The real-usage plugins read it in PreFilter /
+//! PreScore and never touch polars, sled or the network.
+//!
+//! [`Snapshot`]: crate::snapshot::Snapshot
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::analytics::UsageView;
+
+/// How many of its own recent nodes per builder the scheduler remembers between views.
+pub const HISTORY_DEPTH: usize = 8;
+
+/// A pod the scheduler placed, counted with its predicted usage until the node's metrics
+/// include it (crane's "hot value": usage lags placement by a scrape interval or more).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecentPlacement {
+    /// Pod `namespace/name`.
+    pub pod: String,
+    /// When it was assumed, ms since the epoch.
+    pub at_ms: i64,
+    /// Predicted CPU, cores.
+    pub cpu_cores: f64,
+    /// Predicted memory, bytes.
+    pub memory_bytes: f64,
+    /// Disk it asked for, bytes.
+    pub disk_bytes: f64,
+}
+
+/// The usage-side inputs of one scheduling cycle.
+#[derive(Debug, Clone, Default)]
+pub struct UsageContext {
+    /// Measured usage and builder profiles (empty until the first refresh).
+    pub view: Arc<UsageView>,
+    /// The scheduler's clock, ms since the epoch (simulated time in the simulator).
+    pub now_ms: i64,
+    /// Per node, pods placed recently enough that the node's usage may not show them yet.
+    pub recent: HashMap<String, Vec<RecentPlacement>>,
+    /// Per builder, the nodes the scheduler placed it on itself, newest first (merged
+    /// before the store's placement history from the view).
+    pub history: HashMap<String, VecDeque<String>>,
+}
+
+impl UsageContext {
+    /// Records a placement: for compensation on `node` and in the builder's history.
+    pub fn record_placement(&mut self, builder: Option<&str>, node: &str, p: RecentPlacement) {
+        if let Some(b) = builder {
+            let h = self.history.entry(b.to_string()).or_default();
+            h.retain(|n| n != node);
+            h.push_front(node.to_string());
+            h.truncate(HISTORY_DEPTH);
+        }
+        let list = self.recent.entry(node.to_string()).or_default();
+        list.retain(|r| r.pod != p.pod);
+        list.push(p);
+    }
+
+    /// Forgets a placement (its bind failed or the pod left).
+    pub fn forget_placement(&mut self, node: &str, pod: &str) {
+        if let Some(list) = self.recent.get_mut(node) {
+            list.retain(|r| r.pod != pod);
+        }
+    }
+
+    /// Drops recent placements the node's usage already includes (placed before its newest
+    /// sample), and those older than `max_age_ms` (a node whose metrics stopped must not
+    /// accumulate forever).
+    pub fn prune(&mut self, max_age_ms: i64) {
+        let now = self.now_ms;
+        let view = &self.view;
+        self.recent.retain(|node, list| {
+            let newest = view.node(node).map_or(i64::MIN, |u| u.newest_ms);
+            list.retain(|r| r.at_ms > newest && now - r.at_ms <= max_age_ms);
+            !list.is_empty()
+        });
+    }
+
+    /// The recent placements on `node` that its newest usage sample does not include.
+    pub fn uncounted<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a RecentPlacement> + 'a {
+        let newest = self.view.node(node).map_or(i64::MIN, |u| u.newest_ms);
+        self.recent
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(move |r| r.at_ms > newest)
+    }
+}
