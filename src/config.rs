@@ -85,6 +85,12 @@ pub struct Config {
     /// Usage sources (`prometheus`, `kubelet`, `scrape`), as `headroom-collectors`
     /// documents them; a source is enabled by having its section. Default: no source.
     pub collectors: headroom_collectors::CollectorsConfig,
+    /// How samples become builder profiles and node usage (refresh interval, runs per
+    /// profile, node window and quantile); see [`crate::analytics::AnalyticsConfig`].
+    pub analytics: crate::analytics::AnalyticsConfig,
+    /// How real usage enters decisions: staleness, prediction percentile, class policies;
+    /// see [`crate::usage::UsagePolicy`].
+    pub usage: crate::usage::UsagePolicy,
 }
 
 /// The store directory used when neither `--data-dir` nor `dataDir` is given.
@@ -98,6 +104,8 @@ impl Default for Config {
             data_dir: None,
             storage: headroom_storage::StoreConfig::default(),
             collectors: headroom_collectors::CollectorsConfig::default(),
+            analytics: crate::analytics::AnalyticsConfig::default(),
+            usage: crate::usage::UsagePolicy::default(),
         }
     }
 }
@@ -169,6 +177,12 @@ pub struct PluginArgs {
     pub inter_pod_affinity: InterPodAffinityArgs,
     /// PodTopologySpread.
     pub pod_topology_spread: PodTopologySpreadArgs,
+    /// History (scores by history index, default `[30, 20, 10]`).
+    pub history: crate::plugins::history::HistoryArgs,
+    /// RealHeadroom (strategy `spread` / `binpack` / `target`).
+    pub real_headroom: crate::plugins::real_headroom::RealHeadroomArgs,
+    /// NodeStartRate (at most `maxStarts` per node per `window`).
+    pub node_start_rate: crate::plugins::node_start_rate::NodeStartRateArgs,
 }
 
 impl Config {
@@ -226,6 +240,15 @@ impl Config {
         }
         if let Err(e) = self.collectors.validate() {
             return Err(collectors_error(e));
+        }
+        if let Err(e) = self.analytics.validate() {
+            return Err(ConfigError::Invalid {
+                field: "analytics".into(),
+                message: e.to_string(),
+            });
+        }
+        if let Err((field, message)) = self.usage.validate() {
+            return Err(ConfigError::Invalid { field, message });
         }
         Ok(())
     }

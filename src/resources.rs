@@ -278,6 +278,26 @@ pub fn pod_requests(pod: &Pod) -> Result<PodRequests, QuantityError> {
     })
 }
 
+/// Reads a node's `status.capacity` CPU and memory (zero when absent).
+pub fn node_capacity(node: &Node) -> Result<Resources, QuantityError> {
+    let mut r = Resources::default();
+    let cap = node.status.as_ref().and_then(|s| s.capacity.as_ref());
+    for (name, q) in cap.into_iter().flatten() {
+        let parse = || {
+            Quantity::parse(&q.0).map_err(|source| QuantityError {
+                field: format!("status.capacity[{name}]"),
+                source,
+            })
+        };
+        match name.as_str() {
+            CPU => r.milli_cpu = parse()?.milli_value(),
+            MEMORY => r.memory = parse()?.value(),
+            _ => {}
+        }
+    }
+    Ok(r)
+}
+
 /// Reads a node's `status.allocatable` (falling back to `status.capacity` per resource, as
 /// the kubelet would report it if allocatable were missing).
 pub fn node_allocatable(node: &Node) -> Result<Resources, QuantityError> {

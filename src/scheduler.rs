@@ -19,6 +19,7 @@ use crate::config::{Config, ConfigError};
 use crate::framework::{CycleState, Decision, Framework, Outcome, Status};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::{PodInfo, Snapshot};
+use crate::usage::{PodUsage, RecentPlacement, cycle_usage};
 
 /// What happened to a pod in one `schedule_one` call.
 #[derive(Debug)]
@@ -29,6 +30,20 @@ pub struct Attempt {
     pub assumed: Option<Arc<PodInfo>>,
     /// Set when the pod could not enter scheduling (gates) — not a failed attempt.
     pub gated: Option<Status>,
+    /// When placed: the pod's builder identity and predicted usage, as recorded for
+    /// compensation and history (callers persist the placement in the store with it).
+    pub placement: Option<RecentPlacementOf>,
+}
+
+/// A placement as the scheduler recorded it in the usage context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecentPlacementOf {
+    /// Builder identity (the collectors' rule).
+    pub builder: String,
+    /// Node.
+    pub node: String,
+    /// What was recorded.
+    pub recent: RecentPlacement,
 }
 
 struct Assumed {
@@ -49,6 +64,7 @@ pub struct Scheduler {
     rng: SmallRng,
     assumed: HashMap<String, Assumed>,
     assume_ttl: Duration,
+    deps: PluginDeps,
 }
 
 fn key(p: &PodInfo) -> String {
@@ -59,7 +75,7 @@ impl Scheduler {
     /// Builds the scheduler from a configuration, with default plugin dependencies (no
     /// reservations).
     pub fn new(config: &Config) -> Result<Scheduler, ConfigError> {
-        Scheduler::with_deps(config, &PluginDeps::default())
+        Scheduler::with_deps(config, &PluginDeps::from_config(config))
     }
 
     /// Builds the scheduler from a configuration and the handles plugins hold.
@@ -79,6 +95,7 @@ impl Scheduler {
             rng,
             assumed: HashMap::new(),
             assume_ttl: Duration::from_secs(30),
+            deps: deps.clone(),
         })
     }
 
@@ -155,6 +172,7 @@ impl Scheduler {
                 decision: d,
                 assumed: None,
                 gated: None,
+                placement: None,
             };
         };
         let fw = &self.frameworks[idx];
@@ -175,6 +193,7 @@ impl Scheduler {
                 decision: d,
                 assumed: None,
                 gated: Some(s),
+                placement: None,
             };
         }
         let (mut decision, mut state) = fw.schedule(pod, &self.snapshot, &mut self.rng, explain);
@@ -183,13 +202,15 @@ impl Scheduler {
                 decision,
                 assumed: None,
                 gated: None,
+                placement: None,
             };
         };
         match self.reserve_and_assume(idx, &mut state, pod, &node) {
-            Ok(assumed) => Attempt {
+            Ok((assumed, placement)) => Attempt {
                 decision,
                 assumed: Some(assumed),
                 gated: None,
+                placement: Some(placement),
             },
             Err(s) => {
                 decision.outcome = Outcome::Error {
@@ -199,6 +220,7 @@ impl Scheduler {
                     decision,
                     assumed: None,
                     gated: None,
+                    placement: None,
                 }
             }
         }
@@ -210,7 +232,7 @@ impl Scheduler {
         state: &mut CycleState,
         pod: &PodInfo,
         node: &str,
-    ) -> Result<Arc<PodInfo>, Status> {
+    ) -> Result<(Arc<PodInfo>, RecentPlacementOf), Status> {
         let fw = &self.frameworks[idx];
         let s = fw.reserve(state, pod, node);
         if !s.is_success() {
@@ -224,7 +246,32 @@ impl Scheduler {
         let mut bound = (*pod.pod).clone();
         bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
         let info = Arc::new(PodInfo::new(Arc::new(bound)));
-        Arc::make_mut(&mut self.snapshot).add_pod(info.clone(), node);
+        // The pod's predicted usage counts on the node until its metrics show it
+        // (compensation), and the node joins the builder's history at once.
+        let usage = cycle_usage(state).map_or_else(
+            || PodUsage::of(pod, &self.snapshot, &self.deps.policy, &self.deps.identity),
+            |u| u.pod.clone(),
+        );
+        let recent = RecentPlacement {
+            pod: key(pod),
+            at_ms: self.snapshot.usage().now_ms,
+            cpu_cores: usage.prediction.cpu_cores,
+            memory_bytes: usage.prediction.memory_bytes,
+            disk_bytes: usage.disk_bytes as f64,
+        };
+        // A bare pod's identity is its own name: remembering a history for it would only
+        // grow the map.
+        let builder = (!usage.builder.contains("/Pod/")).then_some(usage.builder.as_str());
+        let snapshot = Arc::make_mut(&mut self.snapshot);
+        snapshot.add_pod(info.clone(), node);
+        snapshot
+            .usage_mut()
+            .record_placement(builder, node, recent.clone());
+        let placement = RecentPlacementOf {
+            builder: usage.builder.clone(),
+            node: node.to_string(),
+            recent,
+        };
         self.assumed.insert(
             key(pod),
             Assumed {
@@ -233,7 +280,7 @@ impl Scheduler {
                 deadline: None,
             },
         );
-        Ok(info)
+        Ok((info, placement))
     }
 
     /// Marks the bind of an assumed pod as finished: from `now`, it expires after the TTL
@@ -252,7 +299,9 @@ impl Scheduler {
     /// The bind failed: the pod leaves its node. Returns the node it had been assumed on.
     pub fn forget(&mut self, pod: &PodInfo) -> Option<String> {
         let a = self.assumed.remove(&key(pod))?;
-        Arc::make_mut(&mut self.snapshot).remove_pod(&pod.namespace, &pod.name, &pod.uid);
+        let snapshot = Arc::make_mut(&mut self.snapshot);
+        snapshot.remove_pod(&pod.namespace, &pod.name, &pod.uid);
+        snapshot.usage_mut().forget_placement(&a.node, &key(pod));
         Some(a.node)
     }
 
@@ -266,7 +315,9 @@ impl Scheduler {
             .collect();
         for k in &expired {
             if let (Some(a), Some((ns, name))) = (self.assumed.remove(k), k.split_once('/')) {
-                Arc::make_mut(&mut self.snapshot).remove_pod(ns, name, &a.uid);
+                let snapshot = Arc::make_mut(&mut self.snapshot);
+                snapshot.remove_pod(ns, name, &a.uid);
+                snapshot.usage_mut().forget_placement(&a.node, k);
             }
         }
         expired

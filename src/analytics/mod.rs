@@ -115,6 +115,9 @@ pub struct UsageView {
     pub builders: HashMap<String, BuilderProfile>,
     /// Usage by node name.
     pub nodes: HashMap<String, NodeUsage>,
+    /// Placement history by builder: the nodes it was placed on, most recent first (the
+    /// History plugin's fallback when the pod carries no history annotation).
+    pub placements: HashMap<String, Vec<String>>,
 }
 
 impl UsageView {
@@ -163,6 +166,7 @@ pub fn compute(store: &Store, config: &AnalyticsConfig, now_ms: i64) -> Result<U
         generated_ms: now_ms,
         builders: builder_profiles(store, &profile)?,
         nodes: node_usage(store, &node)?,
+        placements: store.placement_histories()?.into_iter().collect(),
     })
 }
 

@@ -7,6 +7,9 @@ use std::any::{Any, TypeId};
 #[derive(Default)]
 pub struct CycleState {
     slots: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
+    /// Notes for the decision record (ignored annotations, degraded data), copied into
+    /// [`Decision::notes`](super::Decision::notes) at the end of the cycle.
+    pub notes: Vec<String>,
     /// When true, plugins attach the numbers behind each verdict (`Status::detail`) and score.
     /// Off on the hot path so that no strings are built for nodes nobody will look at.
     pub explain: bool,
@@ -17,7 +20,15 @@ impl CycleState {
     pub fn new(explain: bool) -> CycleState {
         CycleState {
             slots: Vec::new(),
+            notes: Vec::new(),
             explain,
+        }
+    }
+
+    /// Leaves a note for the decision record (deduplicated).
+    pub fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
         }
     }
 

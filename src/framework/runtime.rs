@@ -82,6 +82,22 @@ impl Framework {
         rng: &mut R,
         explain: bool,
     ) -> (Decision, CycleState) {
+        let (mut d, mut state) = self.run_cycle(pod, snapshot, rng, explain);
+        // Plugins' notes (ignored annotations, stale data) belong to the record whatever
+        // the outcome; moved, not copied: the state is done with them.
+        let mut notes = std::mem::take(&mut state.notes);
+        notes.append(&mut d.notes);
+        d.notes = notes;
+        (d, state)
+    }
+
+    fn run_cycle<R: Rng + ?Sized>(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        rng: &mut R,
+        explain: bool,
+    ) -> (Decision, CycleState) {
         let mut state = CycleState::new(explain);
         let mut d = Decision::new(
             &pod.namespace,

@@ -17,18 +17,43 @@
 //! | NodeResourcesBalancedAllocation | Score | 1 |
 //! | ImageLocality | Score | 1 |
 //!
+//! and then headroom's own (see [`crate::usage`] for the data they read):
+//!
+//! | plugin | extension points | weight | default |
+//! |---|---|---|---|
+//! | Reservation | PreFilter, Filter, Reserve | | on |
+//! | NodeStartRate | PreFilter, Filter | | off |
+//! | RealMemoryFit | PreFilter, Filter | | on |
+//! | RealDiskFit | PreFilter, Filter | | on (database classes) |
+//! | RealCpuFit | PreFilter, Filter | | off |
+//! | History | PreScore, Score | 10 | on |
+//! | RealHeadroom | PreScore, Score | 7 | on |
+//!
+//! The default weights reproduce seed 000's balance: History scores at most 30 and
+//! RealHeadroom at most 100, so with weights 10 and 7 their maxima are 300 and 700 —
+//! history up to 30 %, real resources up to 70 % of headroom's own 1000 points, next to
+//! the upstream plugins' 1200. With no usage data at all, RealHeadroom skips and History
+//! scores nothing, so headroom decides exactly as kube-scheduler.
+//!
 //! Not implemented (no volumes or dynamic resources in headroom's model): VolumeRestrictions,
 //! NodeVolumeLimits, VolumeBinding, VolumeZone, DynamicResources, DefaultPreemption.
 
 pub mod balanced_allocation;
+pub mod history;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
+pub mod node_start_rate;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
+pub mod real_cpu_fit;
+pub mod real_disk_fit;
+pub mod real_headroom;
+pub mod real_memory_fit;
+pub mod reservation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 
@@ -37,9 +62,10 @@ pub(crate) mod testutil;
 
 use std::sync::Arc;
 
-use crate::config::{ConfigError, ProfileConfig};
+use crate::config::{Config, ConfigError, ProfileConfig};
 use crate::framework::{Framework, PluginWeight, Registered};
 use crate::reservation::{InMemoryReservations, ReservationSource};
+use crate::usage::UsagePolicy;
 
 /// What plugins may hold besides their args: handles to state that lives outside the
 /// cycle (never I/O inside it).
@@ -51,6 +77,26 @@ pub struct PluginDeps {
     /// How a pod's builder identity is derived (the collectors' rule, so that profiles
     /// computed from collected runs are found again at scheduling time).
     pub identity: headroom_collectors::IdentityConfig,
+    /// The `usage` section: staleness, prediction percentile, class policies.
+    pub policy: Arc<UsagePolicy>,
+}
+
+impl PluginDeps {
+    /// The dependencies a configuration implies (identity rule and usage policy), with no
+    /// reservations.
+    pub fn from_config(config: &Config) -> PluginDeps {
+        PluginDeps {
+            reservations: Arc::new(InMemoryReservations::default()),
+            identity: config.collectors.identity.clone(),
+            policy: Arc::new(config.usage.clone()),
+        }
+    }
+
+    /// Replaces the reservation source.
+    pub fn with_reservations(mut self, source: Arc<dyn ReservationSource>) -> PluginDeps {
+        self.reservations = source;
+        self
+    }
 }
 
 impl Default for PluginDeps {
@@ -58,6 +104,7 @@ impl Default for PluginDeps {
         PluginDeps {
             reservations: Arc::new(InMemoryReservations::default()),
             identity: headroom_collectors::IdentityConfig::default(),
+            policy: Arc::new(UsagePolicy::default()),
         }
     }
 }
@@ -153,6 +200,50 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         default_enabled: true,
         upstream: true,
     },
+    // headroom's own, after the upstream filters so that a node failing an upstream check
+    // keeps upstream's reason.
+    KnownPlugin {
+        name: reservation::NAME,
+        weight: 0,
+        default_enabled: true,
+        upstream: false,
+    },
+    KnownPlugin {
+        name: node_start_rate::NAME,
+        weight: 0,
+        default_enabled: false,
+        upstream: false,
+    },
+    KnownPlugin {
+        name: real_memory_fit::NAME,
+        weight: 0,
+        default_enabled: true,
+        upstream: false,
+    },
+    KnownPlugin {
+        name: real_disk_fit::NAME,
+        weight: 0,
+        default_enabled: true,
+        upstream: false,
+    },
+    KnownPlugin {
+        name: real_cpu_fit::NAME,
+        weight: 0,
+        default_enabled: false,
+        upstream: false,
+    },
+    KnownPlugin {
+        name: history::NAME,
+        weight: 10,
+        default_enabled: true,
+        upstream: false,
+    },
+    KnownPlugin {
+        name: real_headroom::NAME,
+        weight: 7,
+        default_enabled: true,
+        upstream: false,
+    },
 ];
 
 /// Looks a plugin up by name.
@@ -165,7 +256,6 @@ fn instantiate(
     profile: &ProfileConfig,
     deps: &PluginDeps,
 ) -> Result<Registered, ConfigError> {
-    let _ = deps;
     let args = &profile.plugin_args;
     let invalid = |field: &str, message: String| ConfigError::Invalid {
         field: format!("profiles[{}].pluginArgs.{field}", profile.scheduler_name),
@@ -197,6 +287,19 @@ fn instantiate(
         .map_err(|e| invalid("nodeResourcesBalancedAllocation", e))?
         .register(),
         image_locality::NAME => image_locality::ImageLocality::new().register(),
+        reservation::NAME => reservation::ReservationPlugin::new(deps).register(),
+        node_start_rate::NAME => node_start_rate::NodeStartRate::new(args.node_start_rate.clone())
+            .map_err(|e| invalid("nodeStartRate", e))?
+            .register(),
+        real_memory_fit::NAME => real_memory_fit::RealMemoryFit::new(deps).register(),
+        real_disk_fit::NAME => real_disk_fit::RealDiskFit::new(deps).register(),
+        real_cpu_fit::NAME => real_cpu_fit::RealCpuFit::new(deps).register(),
+        history::NAME => history::History::new(args.history.clone(), deps)
+            .map_err(|e| invalid("history", e))?
+            .register(),
+        real_headroom::NAME => real_headroom::RealHeadroom::new(args.real_headroom.clone(), deps)
+            .map_err(|e| invalid("realHeadroom", e))?
+            .register(),
         other => {
             return Err(ConfigError::Invalid {
                 field: format!("profiles[{}].plugins.{other}", profile.scheduler_name),

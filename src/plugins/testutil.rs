@@ -89,3 +89,73 @@ pub fn score_all(reg: Registered, snap: &Snapshot, pod: &PodInfo) -> Option<Vec<
 }
 
 use rand::SeedableRng;
+
+/// The time the usage helpers treat as now, ms since the epoch.
+pub const NOW_MS: i64 = 1_800_000_000_000;
+
+/// Measured usage of one node: `cpu` cores and `mem` bytes in use, newest sample `age_s`
+/// seconds before [`NOW_MS`]; disk `(total, free)` bytes when given.
+pub fn usage(
+    name: &str,
+    cpu: f64,
+    mem: f64,
+    age_s: i64,
+    disk: Option<(f64, f64)>,
+) -> crate::analytics::NodeUsage {
+    use crate::analytics::{NodeUsage, Stat};
+    let stat = |v: f64| Stat {
+        current: v,
+        windowed: v,
+    };
+    NodeUsage {
+        node: name.to_string(),
+        cpu_cores: stat(cpu),
+        memory_working_set_bytes: stat(mem),
+        fs_available_bytes: disk.map(|(_, free)| stat(free)),
+        fs_capacity_bytes: disk.map(|(total, _)| total),
+        newest_ms: NOW_MS - age_s * 1000,
+    }
+}
+
+/// Puts node usage and builder profiles into the snapshot's usage context at [`NOW_MS`].
+pub fn with_usage(
+    mut snap: Snapshot,
+    nodes: Vec<crate::analytics::NodeUsage>,
+    builders: Vec<crate::analytics::BuilderProfile>,
+) -> Snapshot {
+    let view = crate::analytics::UsageView {
+        generated_ms: NOW_MS,
+        builders: builders
+            .into_iter()
+            .map(|b| (b.builder.clone(), b))
+            .collect(),
+        nodes: nodes.into_iter().map(|n| (n.node.clone(), n)).collect(),
+        ..Default::default()
+    };
+    let u = snap.usage_mut();
+    u.view = Arc::new(view);
+    u.now_ms = NOW_MS;
+    snap
+}
+
+/// A builder profile with every percentile of CPU at `cpu` cores and memory at `mem` bytes.
+pub fn profile(builder: &str, cpu: f64, mem: f64) -> crate::analytics::BuilderProfile {
+    use crate::analytics::{BuilderProfile, Percentiles};
+    let p = |v: f64| Percentiles {
+        p50: v,
+        p90: v,
+        p95: v,
+        p99: v,
+        max: v,
+    };
+    BuilderProfile {
+        builder: builder.to_string(),
+        runs: 5,
+        cpu: p(cpu),
+        memory: p(mem),
+        newest_ms: NOW_MS,
+    }
+}
+
+/// GiB as f64 bytes.
+pub const GI: f64 = (1u64 << 30) as f64;

@@ -44,6 +44,9 @@ pub struct NodeInfo {
     pub name: Arc<str>,
     /// `status.allocatable`, read once.
     pub allocatable: Resources,
+    /// `status.capacity` CPU (millicores) and memory (bytes), falling back to allocatable:
+    /// the totals real usage (which includes system daemons) is measured against.
+    pub capacity: (i64, i64),
     /// Sum of the effective requests of the pods on the node.
     pub requested: Resources,
     /// Sum of the pods' CPU requests with upstream's scoring default (100m) for containers
@@ -90,6 +93,22 @@ impl NodeInfo {
                 Some(format!("unreadable quantity at {e}")),
             ),
         };
+        let capacity = crate::resources::node_capacity(&node)
+            .map(|c| {
+                (
+                    if c.milli_cpu > 0 {
+                        c.milli_cpu
+                    } else {
+                        allocatable.milli_cpu
+                    },
+                    if c.memory > 0 {
+                        c.memory
+                    } else {
+                        allocatable.memory
+                    },
+                )
+            })
+            .unwrap_or((allocatable.milli_cpu, allocatable.memory));
         let images: Vec<NodeImage> = node
             .status
             .as_ref()
@@ -127,6 +146,7 @@ impl NodeInfo {
             node,
             name,
             allocatable,
+            capacity,
             requested: Resources::default(),
             non_zero_milli_cpu: 0,
             non_zero_memory: 0,
@@ -145,6 +165,7 @@ impl NodeInfo {
         self.node = fresh.node;
         self.name = fresh.name;
         self.allocatable = fresh.allocatable;
+        self.capacity = fresh.capacity;
         self.images = fresh.images;
         self.image_hashes = fresh.image_hashes;
         self.unschedulable = fresh.unschedulable;

@@ -8,13 +8,26 @@
 //!
 //! [`Snapshot`]: crate::snapshot::Snapshot
 
+pub mod node;
+pub mod policy;
+pub mod predict;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::analytics::UsageView;
 
+pub use node::{Disk, DiskSource, Freshness, NodeReal};
+pub use policy::{
+    Class, ClassMatch, ClassRule, ClassSettings, Percentile, StalePolicy, UsagePolicy,
+};
+pub use predict::{CycleUsage, PodUsage, Prediction, Source, cycle_usage, pod_usage};
+
 /// How many of its own recent nodes per builder the scheduler remembers between views.
 pub const HISTORY_DEPTH: usize = 8;
+
+/// Placement times remembered per node (NodeStartRate's windows are far shorter).
+const MAX_STARTS: usize = 256;
 
 /// A pod the scheduler placed, counted with its predicted usage until the node's metrics
 /// include it (crane's "hot value": usage lags placement by a scrape interval or more).
@@ -41,6 +54,8 @@ pub struct UsageContext {
     pub now_ms: i64,
     /// Per node, pods placed recently enough that the node's usage may not show them yet.
     pub recent: HashMap<String, Vec<RecentPlacement>>,
+    /// Per node, when the scheduler placed pods there (newest last), for NodeStartRate.
+    pub starts: HashMap<String, VecDeque<i64>>,
     /// Per builder, the nodes the scheduler placed it on itself, newest first (merged
     /// before the store's placement history from the view).
     pub history: HashMap<String, VecDeque<String>>,
@@ -54,6 +69,11 @@ impl UsageContext {
             h.retain(|n| n != node);
             h.push_front(node.to_string());
             h.truncate(HISTORY_DEPTH);
+        }
+        let starts = self.starts.entry(node.to_string()).or_default();
+        starts.push_back(p.at_ms);
+        if starts.len() > MAX_STARTS {
+            starts.pop_front();
         }
         let list = self.recent.entry(node.to_string()).or_default();
         list.retain(|r| r.pod != p.pod);
@@ -78,6 +98,19 @@ impl UsageContext {
             list.retain(|r| r.at_ms > newest && now - r.at_ms <= max_age_ms);
             !list.is_empty()
         });
+        self.starts.retain(|_, s| {
+            while s.front().is_some_and(|t| now - t > max_age_ms) {
+                s.pop_front();
+            }
+            !s.is_empty()
+        });
+    }
+
+    /// Placements on `node` at or after `since_ms`.
+    pub fn starts_since(&self, node: &str, since_ms: i64) -> usize {
+        self.starts.get(node).map_or(0, |s| {
+            s.iter().rev().take_while(|t| **t >= since_ms).count()
+        })
     }
 
     /// The recent placements on `node` that its newest usage sample does not include.

@@ -125,6 +125,26 @@ impl Store {
         save(tree, builder, &nodes, "placement history")
     }
 
+    /// Every builder's placement history (nodes most recent first), sorted by builder: the
+    /// analytics refresh loads them all at once into the usage view.
+    pub fn placement_histories(&self) -> Result<Vec<(String, Vec<String>)>> {
+        self.inner
+            .placements
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv?;
+                let builder = String::from_utf8(k.to_vec())
+                    .map_err(|_| Error::corrupt("builder key", "not UTF-8"))?;
+                let nodes: Vec<String> =
+                    serde_json::from_slice(&v).map_err(|source| Error::Serde {
+                        what: "placement history",
+                        source,
+                    })?;
+                Ok((builder, nodes))
+            })
+            .collect()
+    }
+
     /// Nodes `builder` ran on, most recent first (empty if unknown).
     pub fn placement_history(&self, builder: &str) -> Result<Vec<String>> {
         load(&self.inner.placements, builder, "placement history")

@@ -282,6 +282,14 @@ fn runs_and_placements() {
     }
     assert_eq!(s.placement_history("b").unwrap(), ["n3", "n1"]);
     assert!(s.placement_history("c").unwrap().is_empty());
+    s.record_placement("a", "n9").unwrap();
+    assert_eq!(
+        s.placement_histories().unwrap(),
+        vec![
+            ("a".to_string(), vec!["n9".to_string()]),
+            ("b".to_string(), vec!["n3".to_string(), "n1".to_string()]),
+        ]
+    );
 }
 
 #[test]

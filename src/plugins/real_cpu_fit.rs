@@ -1,0 +1,162 @@
+//! RealCpuFit (off by default): real CPU utilisation after placing the pod stays at or
+//! below the class's `cpuThresholdPercent` (default 90 %).
+//!
+//! `(real_used + recently_assigned + pod_predicted) / capacity ≤ threshold`. Off by
+//! default because CPU is compressible: an over-busy node slows pods down but kills none,
+//! and RealHeadroom already steers pods away from it. Turn it on where latency matters.
+
+use std::sync::Arc;
+
+use crate::framework::{
+    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::usage::node::degraded_status;
+use crate::usage::{NodeReal, UsagePolicy, cycle_usage, pod_usage};
+
+use super::PluginDeps;
+
+/// Plugin name.
+pub const NAME: &str = "RealCpuFit";
+/// The reason counted in FailedScheduling messages.
+pub const REASON: &str = "node(s) had too high real CPU utilisation";
+
+/// The RealCpuFit plugin; the threshold comes from the pod's class.
+#[derive(Debug)]
+pub struct RealCpuFit {
+    policy: Arc<UsagePolicy>,
+    identity: headroom_collectors::IdentityConfig,
+}
+
+impl RealCpuFit {
+    /// Creates the plugin.
+    pub fn new(deps: &PluginDeps) -> Self {
+        RealCpuFit {
+            policy: deps.policy.clone(),
+            identity: deps.identity.clone(),
+        }
+    }
+
+    /// Registers its extension points (PreFilter, Filter).
+    pub fn register(self) -> Registered {
+        let me = Arc::new(self);
+        Registered {
+            pre_filter: Some(me.clone()),
+            filter: Some(me),
+            ..Registered::new(NAME)
+        }
+    }
+}
+
+impl Plugin for RealCpuFit {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+impl PreFilterPlugin for RealCpuFit {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Status, Option<NodeNames>) {
+        let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
+        if !u.pod.class.real_cpu_fit {
+            return (Status::skip(), None);
+        }
+        (Status::success(), None)
+    }
+}
+
+impl FilterPlugin for RealCpuFit {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(u) = cycle_usage(state) else {
+            return Status::error("RealCpuFit: PreFilter did not run");
+        };
+        let real = NodeReal::of(node, &u.ctx, &self.policy);
+        if !real.freshness.is_fresh() {
+            return degraded_status(
+                &self.policy,
+                &format!("CPU usage {}", real.freshness.describe()),
+                state.explain,
+            );
+        }
+        let predicted = u.pod.prediction.cpu_cores;
+        let after = real.cpu_used + predicted;
+        let limit = real.cpu_total * u.pod.class.cpu_threshold;
+        if after > limit {
+            let s = Status::unschedulable(REASON);
+            if state.explain {
+                return s.with_detail(format!(
+                    "real CPU {:.2} (incl. {} recent pod(s) {:.2}) + predicted {:.2} = {:.2} > {:.0} % of {:.2} cores (class {})",
+                    real.cpu_used,
+                    real.recent,
+                    real.recent_cpu,
+                    predicted,
+                    after,
+                    u.pod.class.cpu_threshold * 100.0,
+                    real.cpu_total,
+                    u.pod.class.name,
+                ));
+            }
+            return s;
+        }
+        Status::success()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    #[test]
+    fn table() {
+        // 4-core nodes; 90 % = 3.6 cores.
+        let snap = with_usage(
+            Snapshot::build(
+                [
+                    node("idle", json!({})),
+                    node("edge", json!({})),
+                    node("hot", json!({})),
+                    node("old", json!({})),
+                ],
+                [],
+            ),
+            vec![
+                usage("idle", 0.5, 0.0, 5, None),
+                usage("edge", 2.5, 0.0, 5, None),
+                usage("hot", 2.7, 0.0, 5, None),
+                usage("old", 3.9, 0.0, 3600, None),
+            ],
+            vec![],
+        );
+        let p = info(pod(
+            "p",
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}),
+        ));
+        let reg = RealCpuFit::new(&PluginDeps::default()).register();
+        let got = filter_all(&reg, &snap, &p);
+        let codes: Vec<Code> = got.iter().map(|(_, s)| s.code).collect();
+        assert_eq!(
+            codes,
+            [
+                Code::Success,
+                Code::Success,
+                Code::Unschedulable,
+                Code::Success
+            ]
+        );
+        assert!(
+            got[2]
+                .1
+                .detail
+                .as_deref()
+                .unwrap()
+                .contains("= 3.70 > 90 % of 4.00 cores")
+        );
+    }
+}

@@ -1,0 +1,344 @@
+//! RealHeadroom: scores nodes by what would really be free after placing the pod.
+//!
+//! For CPU and memory, `free_after = (capacity − real_used − recently_assigned −
+//! predicted) / capacity`, with the pod's prediction from its builder's profile (default
+//! p95), the bk-ci `builder-real-resources` annotation, or its requests. On a node whose
+//! usage is stale or missing the node's *requests* stand in for its real usage and the pod's
+//! requests for its prediction — the score falls back to requests, node by node, visibly.
+//! When no feasible node has fresh usage at all, PreScore skips the plugin: the request-based
+//! plugins (NodeResourcesFit, BalancedAllocation) alone then decide, as in kube-scheduler.
+//!
+//! Strategies (`pluginArgs.realHeadroom.strategy`):
+//! - `spread` (default): more free wins, `100 × mean(free_after)`;
+//! - `binpack`: fuller wins, `100 × (1 − mean(free_after))`, but a node that would fall
+//!   below the class's memory reserve scores 0;
+//! - `target`: utilisation closest to `targetPercent` wins, `100 × (1 − |u − t| /
+//!   max(t, 1 − t))` with `u = 1 − mean(free_after)`.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::usage::{NodeReal, UsagePolicy, cycle_usage, pod_usage};
+
+use super::PluginDeps;
+
+/// Plugin name.
+pub const NAME: &str = "RealHeadroom";
+
+/// How free space turns into a score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Strategy {
+    /// More real free space wins (default): spreads load, keeps headroom for spikes.
+    #[default]
+    Spread,
+    /// Fuller nodes win while staying above the reserve: frees whole nodes for scale-down.
+    Binpack,
+    /// Utilisation closest to `targetPercent` wins.
+    Target,
+}
+
+/// RealHeadroom's args (`pluginArgs.realHeadroom`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct RealHeadroomArgs {
+    /// Default `spread`.
+    pub strategy: Strategy,
+    /// Utilisation aimed at by `target`, percent. Default `70`.
+    pub target_percent: f64,
+    /// Weight of CPU in the mean. Default `1`.
+    pub cpu_weight: f64,
+    /// Weight of memory in the mean. Default `1`.
+    pub memory_weight: f64,
+}
+
+impl Default for RealHeadroomArgs {
+    fn default() -> Self {
+        RealHeadroomArgs {
+            strategy: Strategy::Spread,
+            target_percent: 70.0,
+            cpu_weight: 1.0,
+            memory_weight: 1.0,
+        }
+    }
+}
+
+/// The RealHeadroom plugin.
+#[derive(Debug)]
+pub struct RealHeadroom {
+    args: RealHeadroomArgs,
+    policy: Arc<UsagePolicy>,
+    identity: headroom_collectors::IdentityConfig,
+}
+
+/// One node's numbers behind its score.
+struct Inputs {
+    fresh: bool,
+    cpu_free: f64,
+    mem_free: f64,
+    cpu_total: f64,
+    mem_total: f64,
+    cpu_used: f64,
+    mem_used: f64,
+    cpu_pred: f64,
+    mem_pred: f64,
+}
+
+impl RealHeadroom {
+    /// Creates the plugin.
+    pub fn new(args: RealHeadroomArgs, deps: &PluginDeps) -> Result<Self, String> {
+        if !(0.0..=100.0).contains(&args.target_percent) {
+            return Err(format!(
+                "targetPercent {} is not in [0, 100]",
+                args.target_percent
+            ));
+        }
+        if args.cpu_weight < 0.0
+            || args.memory_weight < 0.0
+            || args.cpu_weight + args.memory_weight <= 0.0
+        {
+            return Err("cpuWeight and memoryWeight must be ≥ 0 and not both 0".into());
+        }
+        Ok(RealHeadroom {
+            args,
+            policy: deps.policy.clone(),
+            identity: deps.identity.clone(),
+        })
+    }
+
+    /// Registers its extension points (PreScore, Score).
+    pub fn register(self) -> Registered {
+        let me = Arc::new(self);
+        Registered {
+            pre_score: Some(me.clone()),
+            score: Some(me),
+            ..Registered::new(NAME)
+        }
+    }
+
+    fn inputs(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<Inputs> {
+        let u = cycle_usage(state)?;
+        let real = NodeReal::of(node, &u.ctx, &self.policy);
+        let fresh = real.freshness.is_fresh();
+        let (cpu_used, mem_used, cpu_pred, mem_pred) = if fresh {
+            (
+                real.cpu_used,
+                real.memory_used,
+                u.pod.prediction.cpu_cores,
+                u.pod.prediction.memory_bytes,
+            )
+        } else {
+            (
+                node.requested.milli_cpu as f64 / 1000.0,
+                node.requested.memory as f64,
+                pod.requests.non_zero_milli_cpu as f64 / 1000.0,
+                pod.requests.non_zero_memory as f64,
+            )
+        };
+        let frac = |total: f64, used: f64, pred: f64| {
+            if total <= 0.0 {
+                0.0
+            } else {
+                ((total - used - pred) / total).clamp(0.0, 1.0)
+            }
+        };
+        Some(Inputs {
+            fresh,
+            cpu_free: frac(real.cpu_total, cpu_used, cpu_pred),
+            mem_free: frac(real.memory_total, mem_used, mem_pred),
+            cpu_total: real.cpu_total,
+            mem_total: real.memory_total,
+            cpu_used,
+            mem_used,
+            cpu_pred,
+            mem_pred,
+        })
+    }
+
+    fn score_of(&self, i: &Inputs, reserve: f64) -> i64 {
+        let (wc, wm) = (self.args.cpu_weight, self.args.memory_weight);
+        let free = (i.cpu_free * wc + i.mem_free * wm) / (wc + wm);
+        let s = match self.args.strategy {
+            Strategy::Spread => free,
+            Strategy::Binpack => {
+                if i.mem_free < reserve {
+                    0.0
+                } else {
+                    1.0 - free
+                }
+            }
+            Strategy::Target => {
+                let t = self.args.target_percent / 100.0;
+                let u = 1.0 - free;
+                1.0 - (u - t).abs() / t.max(1.0 - t)
+            }
+        };
+        (s * 100.0).round().clamp(0.0, 100.0) as i64
+    }
+}
+
+impl Plugin for RealHeadroom {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+impl PreScorePlugin for RealHeadroom {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[NodeIdx],
+    ) -> Status {
+        let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
+        let stale_after = self.policy.stale_after.as_millis() as i64;
+        let any_fresh = feasible.iter().any(|&i| {
+            u.ctx
+                .view
+                .node(&snapshot.node(i).name)
+                .is_some_and(|n| u.ctx.now_ms - n.newest_ms <= stale_after)
+        });
+        if !any_fresh {
+            return Status::skip();
+        }
+        Status::success()
+    }
+}
+
+impl ScorePlugin for RealHeadroom {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let reserve = cycle_usage(state).map_or(0.1, |u| u.pod.class.memory_reserve);
+        let i = self
+            .inputs(state, pod, node)
+            .ok_or_else(|| Status::error("RealHeadroom: PreScore did not run"))?;
+        Ok(self.score_of(&i, reserve))
+    }
+
+    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let u = cycle_usage(state)?;
+        let i = self.inputs(state, pod, node)?;
+        let gi = |b: f64| b / (1u64 << 30) as f64;
+        let basis = if i.fresh {
+            format!("real usage, {}", u.pod.prediction.describe())
+        } else {
+            "usage stale or missing: node and pod requests".to_string()
+        };
+        Some(format!(
+            "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1} of {:.1} GiB → {:.0} % free ({basis})",
+            self.args.strategy,
+            i.cpu_used,
+            i.cpu_pred,
+            i.cpu_total,
+            i.cpu_free * 100.0,
+            gi(i.mem_used),
+            gi(i.mem_pred),
+            gi(i.mem_total),
+            i.mem_free * 100.0,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    fn plugin(args: RealHeadroomArgs) -> Registered {
+        RealHeadroom::new(args, &PluginDeps::default())
+            .unwrap()
+            .register()
+    }
+
+    fn snap() -> Snapshot {
+        // 4 CPU / 8 GiB nodes.
+        with_usage(
+            Snapshot::build(
+                [
+                    node("idle", json!({})),
+                    node("half", json!({})),
+                    node("full", json!({})),
+                    node("dark", json!({})),
+                ],
+                [],
+            ),
+            vec![
+                usage("idle", 0.0, 0.0, 5, None),
+                usage("half", 2.0, 4.0 * GI, 5, None),
+                usage("full", 3.6, 7.2 * GI, 5, None),
+            ],
+            vec![profile("default/Pod/p", 0.4, 0.8 * GI)],
+        )
+    }
+
+    fn scores(args: RealHeadroomArgs, p: &PodInfo) -> Vec<i64> {
+        score_all(plugin(args), &snap(), p)
+            .unwrap()
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    #[test]
+    fn strategies() {
+        // The profile predicts 0.4 CPU / 0.8 GiB: 10 % of each.
+        // Big requests (4 CPU) do not matter where usage is fresh: only on "dark" (no
+        // metrics), where requests stand in: 4 CPU of 4 → 0 % cpu free, 7.8 GiB free.
+        let p = info(pod(
+            "p",
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "memory": "256Mi"}}}]}}),
+        ));
+        assert_eq!(scores(RealHeadroomArgs::default(), &p), [90, 40, 0, 48]);
+        let binpack = RealHeadroomArgs {
+            strategy: Strategy::Binpack,
+            ..Default::default()
+        };
+        // full: 0 % memory free after < 10 % reserve → 0.
+        assert_eq!(scores(binpack, &p), [10, 60, 0, 52]);
+        let target = RealHeadroomArgs {
+            strategy: Strategy::Target,
+            ..Default::default()
+        };
+        // u = 0.1, 0.6, 1.0, 0.52 vs 0.7 → 1 − |u − 0.7| / 0.7.
+        assert_eq!(scores(target, &p), [14, 86, 57, 74]);
+        let mem_only = RealHeadroomArgs {
+            cpu_weight: 0.0,
+            ..Default::default()
+        };
+        assert_eq!(scores(mem_only, &p), [90, 40, 0, 97]);
+    }
+
+    #[test]
+    fn skips_without_fresh_usage_and_explains() {
+        let p = info(pod("p", json!({})));
+        let bare = Snapshot::build([node("a", json!({})), node("b", json!({}))], []);
+        assert!(score_all(plugin(RealHeadroomArgs::default()), &bare, &p).is_none());
+        let fw =
+            crate::framework::Framework::new("t", vec![plugin(RealHeadroomArgs::default())], &[]);
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+        let (d, _) = fw.schedule(&p, &snap(), &mut rng, true);
+        let details = d.scores[0].details.as_ref().unwrap();
+        let idle = details[0].as_deref().unwrap();
+        assert!(idle.contains("profile p95 of 5 runs"), "{idle}");
+        assert!(
+            details[3]
+                .as_deref()
+                .unwrap()
+                .contains("node and pod requests")
+        );
+        assert!(
+            RealHeadroom::new(
+                RealHeadroomArgs {
+                    target_percent: 120.0,
+                    ..Default::default()
+                },
+                &PluginDeps::default()
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! What a node really has free: measured usage plus the pods placed since its newest
+//! sample (compensation), against its capacity; disk from metrics or node annotations.
+
+use super::UsageContext;
+use super::policy::{StalePolicy, UsagePolicy};
+use crate::framework::Status;
+use crate::quantity::{Quantity, format_bytes};
+use crate::snapshot::NodeInfo;
+
+/// Node annotation with the node's disk size, a quantity (seed 003's sync script).
+pub const DISK_TOTAL_ANNOTATION: &str = "headroom.io/disk-total";
+/// Node annotation with the node's free disk, a quantity.
+pub const DISK_FREE_ANNOTATION: &str = "headroom.io/disk-free";
+
+/// Where a node's disk numbers came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskSource {
+    /// Collected metrics.
+    Metrics,
+    /// The `headroom.io/disk-*` node annotations.
+    Annotations,
+}
+
+/// A node's disk, bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Disk {
+    /// Size.
+    pub total: f64,
+    /// Free now (after recent placements' needs).
+    pub free: f64,
+    /// Source.
+    pub source: DiskSource,
+}
+
+/// Freshness of a node's usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Newest sample within `staleAfter`.
+    Fresh {
+        /// Its age, ms.
+        age_ms: i64,
+    },
+    /// Older.
+    Stale {
+        /// Its age, ms.
+        age_ms: i64,
+    },
+    /// No usage for the node at all.
+    Missing,
+}
+
+impl Freshness {
+    /// `fresh (12s old)`, `stale (5m 3s old)`, `no usage metrics`.
+    pub fn describe(&self) -> String {
+        let age = |ms: i64| {
+            humantime_serde::re::humantime::format_duration(std::time::Duration::from_secs(
+                (ms.max(0) / 1000) as u64,
+            ))
+        };
+        match self {
+            Freshness::Fresh { age_ms } => format!("fresh ({} old)", age(*age_ms)),
+            Freshness::Stale { age_ms } => format!("stale ({} old)", age(*age_ms)),
+            Freshness::Missing => "no usage metrics".to_string(),
+        }
+    }
+
+    /// Whether decisions may use the numbers.
+    pub fn is_fresh(&self) -> bool {
+        matches!(self, Freshness::Fresh { .. })
+    }
+}
+
+/// A node's real state for one cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeReal {
+    /// Freshness of the measured part.
+    pub freshness: Freshness,
+    /// CPU capacity, cores.
+    pub cpu_total: f64,
+    /// CPU in use (measured, conservative statistic) plus recent placements, cores.
+    pub cpu_used: f64,
+    /// Memory capacity, bytes.
+    pub memory_total: f64,
+    /// Memory in use (measured) plus recent placements, bytes.
+    pub memory_used: f64,
+    /// Pods counted by compensation (placed after the newest sample).
+    pub recent: usize,
+    /// Their predicted CPU, cores.
+    pub recent_cpu: f64,
+    /// Their predicted memory, bytes.
+    pub recent_memory: f64,
+    /// Disk, when known.
+    pub disk: Option<Disk>,
+}
+
+fn annotation_bytes(node: &NodeInfo, key: &str) -> Option<f64> {
+    let text = node.node.metadata.annotations.as_ref()?.get(key)?;
+    let q = Quantity::parse(text).ok()?;
+    (!q.is_negative()).then(|| q.value() as f64)
+}
+
+impl NodeReal {
+    /// The real state of `node` in `ctx`. Measured usage is the larger of the current value
+    /// and the windowed statistic (a quiet last scrape must not hide a busy window, nor a
+    /// windowed p95 hide a spike happening now); free disk the smaller.
+    pub fn of(node: &NodeInfo, ctx: &UsageContext, policy: &UsagePolicy) -> NodeReal {
+        let usage = ctx.view.node(&node.name);
+        let freshness = match usage {
+            None => Freshness::Missing,
+            Some(u) => {
+                let age_ms = ctx.now_ms.saturating_sub(u.newest_ms);
+                if age_ms <= policy.stale_after.as_millis() as i64 {
+                    Freshness::Fresh { age_ms }
+                } else {
+                    Freshness::Stale { age_ms }
+                }
+            }
+        };
+        let (mut recent, mut recent_cpu, mut recent_memory, mut recent_disk) = (0, 0.0, 0.0, 0.0);
+        for r in ctx.uncounted(&node.name) {
+            recent += 1;
+            recent_cpu += r.cpu_cores;
+            recent_memory += r.memory_bytes;
+            recent_disk += r.disk_bytes;
+        }
+        let (cpu_measured, mem_measured) = usage.map_or((0.0, 0.0), |u| {
+            (
+                u.cpu_cores.current.max(u.cpu_cores.windowed),
+                u.memory_working_set_bytes
+                    .current
+                    .max(u.memory_working_set_bytes.windowed),
+            )
+        });
+        // Disk from metrics only while they are fresh; the annotations (synced by a script,
+        // seed 003) stand in otherwise.
+        let metrics_disk = usage.filter(|_| freshness.is_fresh()).and_then(|u| {
+            let free = u.fs_available_bytes?;
+            Some(Disk {
+                total: u.fs_capacity_bytes?,
+                free: free.current.min(free.windowed) - recent_disk,
+                source: DiskSource::Metrics,
+            })
+        });
+        let disk = metrics_disk.or_else(|| {
+            Some(Disk {
+                total: annotation_bytes(node, DISK_TOTAL_ANNOTATION)?,
+                free: annotation_bytes(node, DISK_FREE_ANNOTATION)? - recent_disk,
+                source: DiskSource::Annotations,
+            })
+        });
+        NodeReal {
+            freshness,
+            cpu_total: node.capacity.0 as f64 / 1000.0,
+            cpu_used: cpu_measured + recent_cpu,
+            memory_total: node.capacity.1 as f64,
+            memory_used: mem_measured + recent_memory,
+            recent,
+            recent_cpu,
+            recent_memory,
+            disk,
+        }
+    }
+
+    /// `real used 5.0 GiB (incl. 2 recent pods 1.0 GiB) of 16.0 GiB, fresh (10s old)`.
+    pub fn describe_memory(&self) -> String {
+        let mut s = format!(
+            "real used {} of {}",
+            format_bytes(self.memory_used as i64),
+            format_bytes(self.memory_total as i64)
+        );
+        if self.recent > 0 {
+            s.push_str(&format!(
+                " (incl. {} recent pod(s) {})",
+                self.recent,
+                format_bytes(self.recent_memory as i64)
+            ));
+        }
+        s
+    }
+}
+
+/// The reason real filters give for a node whose usage is stale or missing under
+/// `onStale: reject`.
+pub const STALE_REASON: &str = "node(s) had stale usage metrics";
+
+/// What a real filter says about a node it cannot judge (`what` names the missing data):
+/// under `fallback` the node passes (requests decide, as kube-scheduler would); under
+/// `reject` it is rejected. Either way the detail says why when explaining.
+pub fn degraded_status(policy: &UsagePolicy, what: &str, explain: bool) -> Status {
+    let s = match policy.on_stale {
+        StalePolicy::Fallback => Status::success(),
+        StalePolicy::Reject => Status::unschedulable(STALE_REASON),
+    };
+    if explain {
+        let verdict = match policy.on_stale {
+            StalePolicy::Fallback => "passed on requests",
+            StalePolicy::Reject => "rejected (onStale: reject)",
+        };
+        s.with_detail(format!("{what}: {verdict}"))
+    } else {
+        s
+    }
+}

@@ -1,0 +1,318 @@
+//! What a pod will really use: its builder's profile, the bk-ci annotation, or its requests.
+//!
+//! Computed once per cycle ([`PodUsage::of`]) and shared by every real-usage plugin through
+//! the cycle state ([`pod_usage`]), so the class, the prediction and any ignored annotation
+//! are decided once and read the same way by all of them.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::UsageContext;
+use super::policy::{Class, Percentile, StalePolicy, UsagePolicy};
+use crate::framework::CycleState;
+use crate::quantity::{Quantity, format_bytes};
+use crate::selector::Labels;
+use crate::snapshot::{PodInfo, Snapshot};
+
+/// bk-ci's annotation with the builder's real usage records (seed 000).
+pub const REAL_RESOURCES_ANNOTATION: &str = "bkci.dispatch.kubenetes/builder-real-resources";
+/// headroom's annotation with a pod's disk need, a quantity (seed 003).
+pub const DISK_REQUEST_ANNOTATION: &str = "headroom.io/disk-request";
+
+/// Where a prediction came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// The builder's profile from the usage view.
+    Profile {
+        /// Runs behind it.
+        runs: usize,
+        /// The percentile used.
+        percentile: Percentile,
+    },
+    /// The `builder-real-resources` annotation.
+    Annotation {
+        /// Records in it.
+        records: usize,
+    },
+    /// The pod's requests (no profile, no annotation).
+    Requests,
+}
+
+/// A pod's predicted real usage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    /// CPU, cores.
+    pub cpu_cores: f64,
+    /// Memory, bytes.
+    pub memory_bytes: f64,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl Prediction {
+    /// `predicted 1.50 CPU, 2.0 GiB (profile p95 of 12 runs)`.
+    pub fn describe(&self) -> String {
+        let from = match &self.source {
+            Source::Profile { runs, percentile } => {
+                format!("profile {} of {runs} runs", percentile.as_str())
+            }
+            Source::Annotation { records } => {
+                format!("{REAL_RESOURCES_ANNOTATION}, {records} records")
+            }
+            Source::Requests => "requests".to_string(),
+        };
+        format!(
+            "predicted {:.2} CPU, {} ({from})",
+            self.cpu_cores,
+            format_bytes(self.memory_bytes as i64)
+        )
+    }
+}
+
+/// Everything the real-usage plugins need to know about the pod being scheduled.
+#[derive(Debug, Clone)]
+pub struct PodUsage {
+    /// The builder identity (the collectors' rule).
+    pub builder: String,
+    /// The pod's class and its settings.
+    pub class: Class,
+    /// Predicted usage.
+    pub prediction: Prediction,
+    /// Disk the pod needs, bytes (annotation, else the ephemeral-storage request).
+    pub disk_bytes: i64,
+    /// Problems with the pod's annotations (ignored, with the reason).
+    pub notes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Record {
+    #[serde(default)]
+    cpu: Option<serde_json::Value>,
+    #[serde(default)]
+    memory: Option<serde_json::Value>,
+}
+
+fn quantity_of(v: &serde_json::Value, what: &str) -> Result<f64, String> {
+    let q = match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        other => return Err(format!("{what} is {other}, not a quantity")),
+    };
+    let parsed = Quantity::parse(&q).map_err(|e| format!("{what} {q:?}: {e}"))?;
+    if parsed.is_negative() {
+        return Err(format!("{what} {q:?} is negative"));
+    }
+    Ok(parsed.nano_value() as f64 / 1e9)
+}
+
+/// Linear-interpolated quantile of `v` at `q` (the analytics module's method).
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let pos = (v.len() - 1) as f64 * q;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+}
+
+/// Reads the `builder-real-resources` annotation: `(cpu cores, memory bytes, records)` at
+/// the percentile, or why it is ignored.
+pub fn parse_real_resources(text: &str, p: Percentile) -> Result<(f64, f64, usize), String> {
+    let records: Vec<Record> =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON list of records: {e}"))?;
+    let mut cpu = Vec::new();
+    let mut mem = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        if let Some(c) = &r.cpu {
+            cpu.push(quantity_of(c, &format!("record {i} cpu"))?);
+        }
+        if let Some(m) = &r.memory {
+            mem.push(quantity_of(m, &format!("record {i} memory"))?);
+        }
+    }
+    if cpu.is_empty() && mem.is_empty() {
+        return Err("no cpu or memory values".into());
+    }
+    let q = p.fraction();
+    Ok((quantile(&mut cpu, q), quantile(&mut mem, q), records.len()))
+}
+
+fn annotations(pod: &PodInfo) -> &Labels {
+    static EMPTY: Labels = Labels::new();
+    pod.pod.metadata.annotations.as_ref().unwrap_or(&EMPTY)
+}
+
+impl PodUsage {
+    /// Decides class, prediction and disk need of `pod` against the snapshot's usage view.
+    pub fn of(
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        policy: &UsagePolicy,
+        identity: &headroom_collectors::IdentityConfig,
+    ) -> PodUsage {
+        let annotations = annotations(pod);
+        let class = policy.class_of(pod.labels(), annotations);
+        let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
+        let mut notes = Vec::new();
+        let p = policy.predict_percentile;
+        let view = &snapshot.usage().view;
+        let prediction = if let Some(profile) = view.builder(&builder) {
+            Prediction {
+                cpu_cores: p.pick(&profile.cpu),
+                memory_bytes: p.pick(&profile.memory),
+                source: Source::Profile {
+                    runs: profile.runs,
+                    percentile: p,
+                },
+            }
+        } else {
+            let from_annotation = annotations.get(REAL_RESOURCES_ANNOTATION).and_then(|text| {
+                parse_real_resources(text, p)
+                    .map_err(|e| notes.push(format!("ignored {REAL_RESOURCES_ANNOTATION}: {e}")))
+                    .ok()
+            });
+            match from_annotation {
+                Some((cpu, mem, records)) => Prediction {
+                    cpu_cores: cpu,
+                    memory_bytes: mem,
+                    source: Source::Annotation { records },
+                },
+                None => {
+                    let r = &pod.requests;
+                    Prediction {
+                        cpu_cores: r.requests.milli_cpu as f64 / 1000.0,
+                        memory_bytes: r.requests.memory as f64,
+                        source: Source::Requests,
+                    }
+                }
+            }
+        };
+        let mut disk_bytes = pod.requests.requests.ephemeral_storage;
+        if let Some(text) = annotations.get(DISK_REQUEST_ANNOTATION) {
+            match Quantity::parse(text) {
+                Ok(q) if !q.is_negative() => disk_bytes = q.value(),
+                Ok(_) => notes.push(format!(
+                    "ignored {DISK_REQUEST_ANNOTATION} {text:?}: negative; using the ephemeral-storage request"
+                )),
+                Err(e) => notes.push(format!(
+                    "ignored {DISK_REQUEST_ANNOTATION} {text:?}: {e}; using the ephemeral-storage request"
+                )),
+            }
+        }
+        PodUsage {
+            builder,
+            class,
+            prediction,
+            disk_bytes,
+            notes,
+        }
+    }
+}
+
+/// The disk a pod already on a node needs (the same rule as for the pod being placed).
+pub fn disk_of(pod: &PodInfo) -> i64 {
+    annotations(pod)
+        .get(DISK_REQUEST_ANNOTATION)
+        .and_then(|t| Quantity::parse(t).ok())
+        .filter(|q| !q.is_negative())
+        .map_or(pod.requests.requests.ephemeral_storage, |q| q.value())
+}
+
+/// The usage side of one cycle: the pod's [`PodUsage`] and the context it was decided in.
+#[derive(Debug)]
+pub struct CycleUsage {
+    /// The pod.
+    pub pod: PodUsage,
+    /// The snapshot's usage context (view, clock, recent placements).
+    pub ctx: Arc<UsageContext>,
+    /// Nodes of the snapshot whose usage is stale or missing.
+    pub degraded_nodes: usize,
+}
+
+struct Slot(Arc<CycleUsage>);
+
+/// The cycle's [`CycleUsage`], computed by the first real-usage plugin that asks and shared
+/// with the others (and with the scheduler's compensation bookkeeping after Reserve).
+/// The first call also leaves the decision-record notes: ignored annotations, and how many
+/// nodes have stale or missing usage (so degraded decisions are always visible).
+pub fn pod_usage(
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    policy: &UsagePolicy,
+    identity: &headroom_collectors::IdentityConfig,
+) -> Arc<CycleUsage> {
+    if let Some(Slot(u)) = state.read::<Slot>() {
+        return u.clone();
+    }
+    let ctx = snapshot.usage().clone();
+    let pod_usage = PodUsage::of(pod, snapshot, policy, identity);
+    for n in &pod_usage.notes {
+        state.note(n.clone());
+    }
+    // Counting fresh entries of the view is one pass without hashing; nodes the view has
+    // but the snapshot lacks (just deleted) are rare enough to ignore.
+    let oldest_fresh = ctx
+        .now_ms
+        .saturating_sub(policy.stale_after.as_millis() as i64);
+    let fresh = ctx
+        .view
+        .nodes
+        .values()
+        .filter(|u| u.newest_ms >= oldest_fresh)
+        .count();
+    let degraded_nodes = snapshot.len().saturating_sub(fresh);
+    if degraded_nodes > 0 {
+        let what = match policy.on_stale {
+            StalePolicy::Fallback => "real filters pass them and real scores use requests",
+            StalePolicy::Reject => "real filters reject them",
+        };
+        state.note(format!(
+            "usage of {degraded_nodes}/{} node(s) is stale (older than {}) or missing: {what}",
+            snapshot.len(),
+            humantime_serde::re::humantime::format_duration(policy.stale_after)
+        ));
+    }
+    let u = Arc::new(CycleUsage {
+        pod: pod_usage,
+        ctx,
+        degraded_nodes,
+    });
+    state.write(Slot(u.clone()));
+    u
+}
+
+/// The [`CycleUsage`] a plugin computed earlier in this cycle, if any.
+pub fn cycle_usage(state: &CycleState) -> Option<Arc<CycleUsage>> {
+    state.read::<Slot>().map(|s| s.0.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_resources_annotation() {
+        let (c, m, n) = parse_real_resources(
+            r#"[{"cpu":"1","memory":"1Gi"},{"cpu":"3000m","memory":"3Gi"},{"cpu":2,"memory":"2Gi"}]"#,
+            Percentile::P50,
+        )
+        .unwrap();
+        assert_eq!((c, m, n), (2.0, 2.0 * (1u64 << 30) as f64, 3));
+        let (c, _, _) =
+            parse_real_resources(r#"[{"cpu":"1"},{"cpu":"3"}]"#, Percentile::Max).unwrap();
+        assert_eq!(c, 3.0);
+        for bad in [
+            "nope",
+            "{}",
+            "[]",
+            r#"[{"cpu":"lots"}]"#,
+            r#"[{"cpu":"-1"}]"#,
+            r#"[{"cpu":true}]"#,
+        ] {
+            assert!(parse_real_resources(bad, Percentile::P95).is_err(), "{bad}");
+        }
+    }
+}
