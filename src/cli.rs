@@ -60,6 +60,14 @@ pub enum Command {
         /// Seed for the tie-breaker among equally scored nodes (overrides the config).
         #[arg(long)]
         seed: Option<u64>,
+        /// Real usage: node usage, builder profiles, reservations and placement history
+        /// (YAML; see the README's "Usage file" section).
+        #[arg(long, value_name = "FILE")]
+        usage: Option<PathBuf>,
+        /// Compute real usage from the store in this directory, as the scheduler does
+        /// (a usage file, if also given, overrides its entries).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
     },
     /// Validate a configuration file and print the effective configuration.
     CheckConfig {
@@ -213,6 +221,8 @@ pub fn run(cli: Cli) -> ExitCode {
             config,
             profile,
             seed,
+            usage,
+            data_dir,
         } => {
             let mut config = match load_config(config.as_ref()) {
                 Ok(c) => c,
@@ -224,7 +234,12 @@ pub fn run(cli: Cli) -> ExitCode {
             if seed.is_some() {
                 config.scheduler.seed = seed;
             }
-            match place_files(&config, &cluster, &pod, &PlaceOptions { profile }) {
+            let options = PlaceOptions {
+                profile,
+                usage,
+                data_dir,
+            };
+            match place_files(&config, &cluster, &pod, &options) {
                 Ok(report) => {
                     for i in &report.ignored {
                         eprintln!("note: ignored {i}");

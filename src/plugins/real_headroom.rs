@@ -3,8 +3,10 @@
 //! For CPU and memory, `free_after = (capacity − real_used − recently_assigned −
 //! predicted) / capacity`, with the pod's prediction from its builder's profile (default
 //! p95), the bk-ci `builder-real-resources` annotation, or its requests. On a node whose
-//! usage is stale or missing the node's *requests* stand in for its real usage and the pod's
-//! requests for its prediction — the score falls back to requests, node by node, visibly.
+//! usage is stale or missing the node's *requests* stand in for its real usage (a stale
+//! node's last measurement serving as a floor, so a node whose metrics stopped does not
+//! look empty) and the pod's requests for its prediction — the score falls back to
+//! requests, node by node, visibly.
 //! When no feasible node has fresh usage at all, PreScore skips the plugin: the request-based
 //! plugins (NodeResourcesFit, BalancedAllocation) alone then decide, as in kube-scheduler.
 //!
@@ -131,9 +133,13 @@ impl RealHeadroom {
                 u.pod.prediction.memory_bytes,
             )
         } else {
+            // Requests stand in; a stale node keeps its last measurement as a floor, so a
+            // node whose metrics stopped does not look empty and attract every pod.
+            let stale = matches!(real.freshness, crate::usage::Freshness::Stale { .. });
+            let floor = |v: f64| if stale { v } else { 0.0 };
             (
-                node.requested.milli_cpu as f64 / 1000.0,
-                node.requested.memory as f64,
+                (node.requested.milli_cpu as f64 / 1000.0).max(floor(real.cpu_used)),
+                (node.requested.memory as f64).max(floor(real.memory_used)),
                 pod.requests.non_zero_milli_cpu as f64 / 1000.0,
                 pod.requests.non_zero_memory as f64,
             )
@@ -225,7 +231,7 @@ impl ScorePlugin for RealHeadroom {
         let basis = if i.fresh {
             format!("real usage, {}", u.pod.prediction.describe())
         } else {
-            "usage stale or missing: node and pod requests".to_string()
+            "usage stale or missing: node and pod requests (a stale node's last measurement as a floor)".to_string()
         };
         Some(format!(
             "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1} of {:.1} GiB → {:.0} % free ({basis})",

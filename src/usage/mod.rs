@@ -8,6 +8,7 @@
 //!
 //! [`Snapshot`]: crate::snapshot::Snapshot
 
+pub mod file;
 pub mod node;
 pub mod policy;
 pub mod predict;

@@ -4,6 +4,7 @@ mod cli;
 mod collect;
 mod conformance;
 mod prometheus;
+mod usage;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
