@@ -3,11 +3,15 @@
 //! usage over 5k nodes × 15 min of 15 s samples (3 metrics, 900k rows), both from
 //! in-memory columns (polars only) and from a temporary store (store reads + polars).
 //!
+//! Also builder profiles from raw samples, 10M (and, with `HEADROOM_BENCH_100M=1`, 100M)
+//! samples over 10k builders, with the peak RSS printed.
+//!
 //! Run: `cargo bench --bench analytics`.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use headroom::analytics::samples::{SampleColumns, profiles_from_samples};
 use headroom::analytics::{
     AnalyticsConfig, NodeParams, NodeSamples, PerRun, ProfileParams, RunColumns, compute,
     node_usage, nodes::usage_from_samples, profiles::profiles_from_columns,
@@ -146,5 +150,68 @@ fn nodes(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, profiles, nodes);
+/// 10k builders × 20 runs × `per_run` samples.
+fn sample_columns(per_run: usize) -> SampleColumns {
+    let n = BUILDERS * RUNS * per_run;
+    let mut c = SampleColumns {
+        names: (0..BUILDERS).map(|b| format!("ns/Job/b{b}")).collect(),
+        builder: Vec::with_capacity(n),
+        run: Vec::with_capacity(n),
+        cpu: Vec::with_capacity(n),
+        memory: Vec::with_capacity(n),
+    };
+    for b in 0..BUILDERS {
+        for r in 0..RUNS {
+            for k in 0..per_run {
+                let v = ((b * 31 + r * 7 + k * 13) % 1000) as f64;
+                c.builder.push(b as u32);
+                c.run.push(r as u32);
+                c.cpu.push(v / 100.0);
+                c.memory.push(v * 1e7);
+            }
+        }
+    }
+    c
+}
+
+/// Peak resident memory of this process so far (Linux `VmHWM`), for the README.
+fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM"))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "VmHWM: unknown".into())
+}
+
+/// The targets: profiles over 10M samples / 10k builders ≤ 50 ms, over 100M ≤ 1 s.
+/// Input columns are cloned outside the timed part (`iter_batched`).
+fn profiles_from_raw_samples(c: &mut Criterion) {
+    let mut group = c.benchmark_group("analytics");
+    group.sample_size(10);
+    for (label, per_run) in [("10M", 50usize), ("100M", 500)] {
+        if label == "100M" && std::env::var_os("HEADROOM_BENCH_100M").is_none() {
+            eprintln!("skipping 100M samples (set HEADROOM_BENCH_100M=1; needs ~6 GiB)");
+            continue;
+        }
+        let cols = sample_columns(per_run);
+        group.bench_function(format!("profiles_from_samples_{label}"), |b| {
+            b.iter_batched(
+                || cols.clone(),
+                |cols| {
+                    let p = profiles_from_samples(cols, PerRun::P95).unwrap();
+                    assert_eq!(p.len(), BUILDERS);
+                    black_box(p)
+                },
+                criterion::BatchSize::PerIteration,
+            )
+        });
+        eprintln!("after {label}: {}", peak_rss());
+    }
+    group.finish();
+}
+
+criterion_group!(benches, profiles_from_raw_samples, profiles, nodes);
 criterion_main!(benches);

@@ -26,6 +26,7 @@ pub mod resources;
 pub mod scheduler;
 pub mod scheduling_loop;
 pub mod selector;
+pub mod simulate;
 pub mod snapshot;
 pub mod synthetic;
 pub mod usage;

@@ -13,6 +13,7 @@
 
 pub mod nodes;
 pub mod profiles;
+pub mod samples;
 
 use std::collections::HashMap;
 use std::future::Future;

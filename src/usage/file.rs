@@ -299,7 +299,7 @@ impl UsageFile {
         file.resolve(wall_ms).map_err(invalid)
     }
 
-    fn resolve(&self, wall_ms: i64) -> Result<UsageInputs, (String, String)> {
+    pub(crate) fn resolve(&self, wall_ms: i64) -> Result<UsageInputs, (String, String)> {
         let now_ms = match &self.now {
             Some(t) => parse_time(t, "now")?,
             None => wall_ms,

@@ -236,4 +236,24 @@ fn readme_configuration_examples_are_valid() {
         blocks >= 2,
         "the README documents the configuration in YAML blocks"
     );
+    // Usage-file examples are checked by `place --usage` on a one-node cluster.
+    let cluster = write(
+        &dir,
+        "cluster.yaml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: worker-1}\nstatus: {allocatable: {cpu: \"4\", memory: 8Gi, pods: \"10\"}}\n",
+    );
+    let pod = write(
+        &dir,
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: x}]}\n",
+    );
+    let mut usage_blocks = 0;
+    for (i, block) in readme.split("```yaml usage-file\n").skip(1).enumerate() {
+        let yaml = block.split("```").next().unwrap();
+        let path = write(&dir, &format!("usage{i}.yaml"), yaml);
+        let o = run(&["place", "--cluster", &cluster, "--pod", &pod, "--usage", &path]);
+        assert_eq!(o.status.code(), Some(0), "README usage block {i}:\n{yaml}\n{}", stderr(&o));
+        usage_blocks += 1;
+    }
+    assert!(usage_blocks >= 1, "the README shows a usage file");
 }

@@ -1,0 +1,203 @@
+//! Builder profiles straight from raw usage samples: per run, the run's statistic
+//! ([`PerRun`]: p95, max or mean) of CPU and memory; per builder, the percentiles of those
+//! over its runs. The two-level aggregation is what the collectors do incrementally for
+//! live runs (a [`RunRecord`](headroom_storage::RunRecord) per finished run); this form
+//! recomputes everything from samples at once — for a backfill from a store that holds
+//! samples but no run records, and as the benchmark of the polars path at 10⁷–10⁸ samples.
+
+use std::collections::HashMap;
+
+use polars::prelude::*;
+
+use super::profiles::{PerRun, Percentiles};
+use super::{Error, QUANTILE_METHOD};
+
+/// Raw samples as columns: each row is one sample of one run of one builder. Builders are
+/// dictionary-coded (`builder` indexes `names`) so that 10⁸ rows stay 24 bytes each.
+#[derive(Debug, Clone, Default)]
+pub struct SampleColumns {
+    /// Builder names.
+    pub names: Vec<String>,
+    /// Builder index per sample.
+    pub builder: Vec<u32>,
+    /// Run number per sample (unique within its builder).
+    pub run: Vec<u32>,
+    /// CPU, cores.
+    pub cpu: Vec<f64>,
+    /// Memory, bytes.
+    pub memory: Vec<f64>,
+}
+
+impl SampleColumns {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.builder.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.builder.is_empty()
+    }
+}
+
+/// A builder's profile from samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleProfile {
+    /// Runs seen.
+    pub runs: usize,
+    /// Per-run CPU percentiles, cores.
+    pub cpu: Percentiles,
+    /// Per-run memory percentiles, bytes.
+    pub memory: Percentiles,
+}
+
+fn per_run(name: &str, how: PerRun) -> Expr {
+    let c = col(name);
+    match how {
+        PerRun::P95 => c.quantile(lit(0.95), QUANTILE_METHOD),
+        PerRun::Max => c.max(),
+        PerRun::Mean => c.mean(),
+    }
+    .alias(name)
+}
+
+fn percentiles(name: &str) -> Vec<Expr> {
+    let q = |p: f64, s: &str| {
+        col(name)
+            .quantile(lit(p), QUANTILE_METHOD)
+            .alias(format!("{name}_{s}"))
+    };
+    vec![
+        q(0.5, "p50"),
+        q(0.9, "p90"),
+        q(0.95, "p95"),
+        q(0.99, "p99"),
+        col(name).max().alias(format!("{name}_max")),
+    ]
+}
+
+/// Computes every builder's profile from its samples. Blocking; run it off the async
+/// threads. Rows with a builder index outside `names` are an error, not a panic.
+pub fn profiles_from_samples(
+    cols: SampleColumns,
+    how: PerRun,
+) -> Result<HashMap<String, SampleProfile>, Error> {
+    if let Some(bad) = cols
+        .builder
+        .iter()
+        .find(|b| **b as usize >= cols.names.len())
+    {
+        return Err(Error::Config(format!(
+            "sample builder index {bad} outside the {} builder names",
+            cols.names.len()
+        )));
+    }
+    if cols.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let n = cols.len();
+    let df = DataFrame::new(
+        n,
+        vec![
+            Column::new("builder".into(), cols.builder),
+            Column::new("run".into(), cols.run),
+            Column::new("cpu".into(), cols.cpu),
+            Column::new("memory".into(), cols.memory),
+        ],
+    )?;
+    let mut aggs = vec![len().alias("runs")];
+    aggs.extend(percentiles("cpu"));
+    aggs.extend(percentiles("memory"));
+    let out = df
+        .lazy()
+        .group_by([col("builder"), col("run")])
+        .agg([per_run("cpu", how), per_run("memory", how)])
+        .group_by([col("builder")])
+        .agg(aggs)
+        .with_column(col("runs").cast(DataType::UInt64))
+        .collect()?;
+    let builders = out.column("builder")?.u32()?;
+    let runs = out.column("runs")?.u64()?;
+    let read = |name: &str| -> Result<Vec<Percentiles>, Error> {
+        let get = |s: &str| -> Result<Vec<f64>, Error> {
+            Ok(out
+                .column(&format!("{name}_{s}"))?
+                .f64()?
+                .iter()
+                .map(|v| v.unwrap_or(0.0))
+                .collect())
+        };
+        let (p50, p90, p95, p99, max) = (
+            get("p50")?,
+            get("p90")?,
+            get("p95")?,
+            get("p99")?,
+            get("max")?,
+        );
+        Ok((0..out.height())
+            .map(|i| Percentiles {
+                p50: p50[i],
+                p90: p90[i],
+                p95: p95[i],
+                p99: p99[i],
+                max: max[i],
+            })
+            .collect())
+    };
+    let (cpu, memory) = (read("cpu")?, read("memory")?);
+    let mut result = HashMap::with_capacity(out.height());
+    for i in 0..out.height() {
+        let Some(b) = builders.get(i) else { continue };
+        result.insert(
+            cols.names[b as usize].clone(),
+            SampleProfile {
+                runs: runs.get(i).unwrap_or(0) as usize,
+                cpu: cpu[i],
+                memory: memory[i],
+            },
+        );
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_level_percentiles() {
+        // Builder a: runs 0..4; run r has samples r, 2r, ..., 10r (cpu) → max 10r.
+        // Builder b: one run of constant 7.
+        let mut c = SampleColumns {
+            names: vec!["a".into(), "b".into()],
+            ..Default::default()
+        };
+        for r in 0..5u32 {
+            for k in 1..=10 {
+                c.builder.push(0);
+                c.run.push(r);
+                c.cpu.push((r * k) as f64);
+                c.memory.push(1.0);
+            }
+        }
+        c.builder.extend([1, 1]);
+        c.run.extend([0, 0]);
+        c.cpu.extend([7.0, 7.0]);
+        c.memory.extend([7.0, 7.0]);
+        let p = profiles_from_samples(c.clone(), PerRun::Max).unwrap();
+        let a = &p["a"];
+        assert_eq!(a.runs, 5);
+        // Per-run maxima 0, 10, 20, 30, 40: median 20, max 40, p90 = 36 (linear).
+        assert_eq!((a.cpu.p50, a.cpu.p90, a.cpu.max), (20.0, 36.0, 40.0));
+        assert_eq!(p["b"].cpu.p99, 7.0);
+        let mean = profiles_from_samples(c.clone(), PerRun::Mean).unwrap();
+        assert_eq!(mean["a"].cpu.max, 22.0); // run 4: mean of 4..40 = 22
+        c.builder[0] = 9;
+        assert!(profiles_from_samples(c, PerRun::Max).is_err());
+        assert!(
+            profiles_from_samples(SampleColumns::default(), PerRun::P95)
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

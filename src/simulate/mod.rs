@@ -1,0 +1,661 @@
+//! `headroom simulate`: the real pipeline over a simulated cluster.
+//!
+//! A simulated clock (tokio's paused clock, advanced one `step` at a time) drives
+//! everything: pods arrive per the scenario's workloads and go through the real
+//! [`SchedulingQueue`] and [`Scheduler`] (binding is instant); running pods use CPU and
+//! memory drawn from their builder's real-usage factors; every step the simulator writes
+//! node samples into a real store, finished builds become run records and placements, and
+//! the analytics refresh computes the usage view from the store on simulated time (polars
+//! on the blocking pool). The run is deterministic for a given seed: arrivals and usage
+//! draws do not depend on the policy, so policies are compared on the same arrivals.
+//!
+//! Policies: `headroom` (the configuration as given) and `requests` (the same with every
+//! headroom plugin disabled: kube-scheduler's request-based default, the baseline).
+
+pub mod report;
+pub mod scenario;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::analytics::{self, UsageView};
+use crate::config::{Config, ConfigError, PluginSetting};
+use crate::plugins::{KNOWN_PLUGINS, PluginDeps};
+use crate::queue::{ClusterEvent, Failure, PodKey, QueueConfig, SchedulingQueue};
+use crate::reservation::{InMemoryReservations, ReservationSource};
+use crate::scheduler::Scheduler;
+use crate::snapshot::PodInfo;
+use crate::usage::file::UsageFile;
+use headroom_storage::{Labels, RunRecord, Store, UsageSummary};
+
+pub use report::{PolicyReport, Report};
+pub use scenario::{Kind, Scenario};
+
+/// Errors of a simulation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The scenario is invalid.
+    #[error(transparent)]
+    Scenario(#[from] scenario::Error),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store failed.
+    #[error("store: {0}")]
+    Store(#[from] headroom_storage::Error),
+    /// The analytics failed.
+    #[error("analytics: {0}")]
+    Analytics(#[from] analytics::Error),
+}
+
+/// Which scheduling policy a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "camelCase")]
+pub enum Policy {
+    /// The configuration as given (headroom's real-usage plugins on).
+    Headroom,
+    /// Request-based only: every headroom plugin disabled (kube-scheduler's default).
+    Requests,
+}
+
+impl Policy {
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Headroom => "headroom",
+            Policy::Requests => "requests",
+        }
+    }
+
+    /// The configuration this policy runs with.
+    pub fn config(self, base: &Config) -> Config {
+        let mut c = base.clone();
+        if self == Policy::Requests {
+            for p in &mut c.profiles {
+                for k in KNOWN_PLUGINS.iter().filter(|k| !k.upstream) {
+                    p.plugins.insert(
+                        k.name.to_string(),
+                        PluginSetting {
+                            enabled: Some(false),
+                            weight: None,
+                        },
+                    );
+                }
+            }
+        }
+        c
+    }
+}
+
+/// Options of one simulation.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Seed (default: the scenario's).
+    pub seed: Option<u64>,
+    /// Policies to run, each on the same arrivals.
+    pub policies: Vec<Policy>,
+    /// Store directory for the first policy (default: a temporary store per policy).
+    pub data_dir: Option<PathBuf>,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+/// Simulated time starts here (2026-01-01T00:00:00Z), so samples have real-looking times.
+pub const EPOCH_MS: i64 = 1_767_225_600_000;
+
+/// How long a pod's memory takes to reach its working set.
+const RAMP_MS: f64 = 120_000.0;
+/// How long a database takes to fill its disk need.
+const DISK_FILL_MS: f64 = 1_800_000.0;
+
+/// One pod to be, decided before any policy runs.
+#[derive(Debug, Clone)]
+struct Arrival {
+    at_ms: i64,
+    workload: usize,
+    builder: Option<usize>,
+    /// Run time before any warm-cache speed-up (builders only).
+    base_ms: Option<i64>,
+    cpu_factor: f64,
+    mem_factor: f64,
+    seq: usize,
+}
+
+/// Per-workload resolved numbers.
+#[derive(Debug, Clone)]
+struct WorkloadNums {
+    req_cpu: f64,
+    req_mem: f64,
+    disk: f64,
+}
+
+#[derive(Clone)]
+struct NodeState {
+    name: String,
+    cpu: f64,
+    mem: f64,
+    disk: f64,
+    sys_cpu: f64,
+    sys_mem: f64,
+    object: Node,
+}
+
+struct Running {
+    arrival: Arrival,
+    name: String,
+    node: String,
+    start_ms: i64,
+    end_ms: Option<i64>,
+    warm: bool,
+    rng: SmallRng,
+    cpu: Vec<f64>,
+    mem: Vec<f64>,
+}
+
+fn amount(a: &crate::usage::file::Amount, field: &str) -> Result<f64, Error> {
+    let text = match a {
+        crate::usage::file::Amount::Number(n) => n.to_string(),
+        crate::usage::file::Amount::Text(t) => t.clone(),
+    };
+    crate::quantity::Quantity::parse(&text)
+        .map(|q| q.nano_value() as f64 / 1e9)
+        .map_err(|e| {
+            Error::Scenario(scenario::Error::Invalid {
+                path: "scenario".into(),
+                field: field.into(),
+                message: format!("{text:?}: {e}"),
+            })
+        })
+}
+
+fn make_nodes(spec: &scenario::NodeSpec, field: &str, start: usize) -> Result<Vec<NodeState>, Error> {
+    let sys_cpu = amount(&spec.system_cpu, &format!("{field}.systemCpu"))?;
+    let sys_mem = amount(&spec.system_memory, &format!("{field}.systemMemory"))?;
+    let bad = |m: String| {
+        Error::Scenario(scenario::Error::Invalid {
+            path: "scenario".into(),
+            field: field.into(),
+            message: m,
+        })
+    };
+    if let Some(obj) = &spec.node {
+        let node: Node = serde_json::from_value(obj.clone()).map_err(|e| bad(format!("not a Node: {e}")))?;
+        let info = crate::snapshot::NodeInfo::new(Arc::new(node.clone()));
+        if let Some(e) = &info.error {
+            return Err(bad(e.clone()));
+        }
+        return Ok(vec![NodeState {
+            name: info.name.to_string(),
+            cpu: info.capacity.0 as f64 / 1000.0,
+            mem: info.capacity.1 as f64,
+            disk: info.allocatable.ephemeral_storage as f64,
+            sys_cpu,
+            sys_mem,
+            object: node,
+        }]);
+    }
+    let cpu = amount(&spec.cpu, &format!("{field}.cpu"))?;
+    let mem = amount(&spec.memory, &format!("{field}.memory"))?;
+    let disk = amount(&spec.disk, &format!("{field}.disk"))?;
+    (0..spec.count)
+        .map(|i| {
+            let name = format!("{}{}", spec.name_prefix, start + i + 1);
+            let mut labels = spec.labels.clone();
+            labels.insert("kubernetes.io/hostname".into(), name.clone());
+            let q = |v: f64| format!("{}m", (v * 1000.0).round() as i64);
+            let obj = json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"taints": spec.taints},
+                "status": {
+                    "capacity": {"cpu": q(cpu), "memory": format!("{}", mem as i64), "ephemeral-storage": format!("{}", disk as i64), "pods": "110"},
+                    "allocatable": {"cpu": q(cpu), "memory": format!("{}", mem as i64), "ephemeral-storage": format!("{}", disk as i64), "pods": "110"}
+                }
+            });
+            let object: Node = serde_json::from_value(obj).map_err(|e| bad(e.to_string()))?;
+            Ok(NodeState {
+                name,
+                cpu,
+                mem,
+                disk,
+                sys_cpu,
+                sys_mem,
+                object,
+            })
+        })
+        .collect()
+}
+
+/// Everything decided from the scenario and the seed, shared by all policies.
+struct Plan {
+    nodes: Vec<NodeState>,
+    workloads: Vec<WorkloadNums>,
+    arrivals: Vec<Arrival>,
+}
+
+fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut nodes = Vec::new();
+    for (i, spec) in s.nodes.iter().enumerate() {
+        let start = nodes.len();
+        nodes.extend(make_nodes(spec, &format!("nodes[{i}]"), start)?);
+    }
+    let mut workloads = Vec::new();
+    let mut arrivals = Vec::new();
+    let end_ms = s.duration.as_millis() as i64;
+    for (wi, w) in s.workloads.iter().enumerate() {
+        let f = |k: &str| format!("workloads[{wi}].{k}");
+        workloads.push(WorkloadNums {
+            req_cpu: amount(&w.requests.cpu, &f("requests.cpu"))?,
+            req_mem: amount(&w.requests.memory, &f("requests.memory"))?,
+            disk: w.disk.as_ref().map(|d| amount(d, &f("disk"))).transpose()?.unwrap_or(0.0),
+        });
+        let draw = |r: [f64; 2], rng: &mut SmallRng| r[0] + (r[1] - r[0]) * rng.random::<f64>();
+        match w.kind {
+            Kind::Builder => {
+                // Each builder: its own usage factors and mean run time.
+                let builders: Vec<(f64, f64, f64)> = (0..w.builders)
+                    .map(|_| {
+                        (
+                            draw(w.usage.cpu, &mut rng),
+                            draw(w.usage.memory, &mut rng),
+                            w.duration.as_millis() as f64 * (0.5 + rng.random::<f64>()),
+                        )
+                    })
+                    .collect();
+                let rate_per_ms = w.arrivals_per_hour / 3_600_000.0;
+                let mut t = 0.0f64;
+                let mut times = Vec::new();
+                if rate_per_ms > 0.0 {
+                    loop {
+                        t += -(1.0 - rng.random::<f64>()).ln() / rate_per_ms;
+                        if t >= end_ms as f64 {
+                            break;
+                        }
+                        times.push(t as i64);
+                    }
+                }
+                for e in s.events.iter().filter_map(|e| e.burst.as_ref().map(|b| (e.at, b))) {
+                    if e.1.workload == w.name {
+                        times.extend(std::iter::repeat_n(e.0.as_millis() as i64, e.1.count));
+                    }
+                }
+                times.sort_unstable();
+                for at in times {
+                    let b = rng.random_range(0..w.builders);
+                    let (c, m, mean) = builders[b];
+                    arrivals.push(Arrival {
+                        at_ms: at,
+                        workload: wi,
+                        builder: Some(b),
+                        base_ms: Some((mean * (0.8 + 0.4 * rng.random::<f64>())) as i64),
+                        cpu_factor: c,
+                        mem_factor: m,
+                        seq: 0,
+                    });
+                }
+            }
+            Kind::Database | Kind::Service => {
+                for _ in 0..w.count {
+                    arrivals.push(Arrival {
+                        at_ms: 0,
+                        workload: wi,
+                        builder: None,
+                        base_ms: None,
+                        cpu_factor: draw(w.usage.cpu, &mut rng),
+                        mem_factor: draw(w.usage.memory, &mut rng),
+                        seq: 0,
+                    });
+                }
+            }
+        }
+    }
+    arrivals.sort_by_key(|a| a.at_ms);
+    for (i, a) in arrivals.iter_mut().enumerate() {
+        a.seq = i;
+    }
+    Ok(Plan {
+        nodes,
+        workloads,
+        arrivals,
+    })
+}
+
+/// The builder identity label (bk-ci's), which the scheduler's identity rule reads.
+const BUILDER_LABEL: &str = "bkci.dispatch.kubenetes/core";
+
+fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
+    let w = &s.workloads[a.workload];
+    let n = &p.workloads[a.workload];
+    let mut labels = w.labels.clone();
+    labels.insert("app".into(), w.name.clone());
+    let mut annotations = BTreeMap::new();
+    if let Some(b) = a.builder {
+        labels.insert(BUILDER_LABEL.into(), format!("{}-b{b}", w.name));
+    }
+    if n.disk > 0.0 {
+        annotations.insert("headroom.io/disk-request".to_string(), format!("{}", n.disk as i64));
+    }
+    let obj = json!({
+        "metadata": {"name": name, "namespace": w.namespace, "uid": format!("sim-{name}"), "labels": labels, "annotations": annotations},
+        "spec": {
+            "schedulerName": crate::config::DEFAULT_SCHEDULER_NAME,
+            "nodeSelector": w.node_selector,
+            "tolerations": w.tolerations,
+            "containers": [{"name": "main", "image": format!("sim/{}", w.name), "resources": {"requests": {
+                "cpu": format!("{}m", (n.req_cpu * 1000.0).round() as i64),
+                "memory": format!("{}", n.req_mem as i64)
+            }}}]
+        }
+    });
+    serde_json::from_value(obj).expect("simulated pods are well-formed")
+}
+
+fn summary(v: &[f64]) -> UsageSummary {
+    if v.is_empty() {
+        return UsageSummary { mean: 0.0, p95: 0.0, max: 0.0 };
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let p95 = s[((s.len() - 1) as f64 * 0.95).round() as usize];
+    UsageSummary {
+        mean: s.iter().sum::<f64>() / s.len() as f64,
+        p95,
+        max: s[s.len() - 1],
+    }
+}
+
+/// Runs a scenario under every policy of `options`, on the same arrivals.
+pub async fn run(scenario: &Scenario, config: &Config, options: &Options) -> Result<Report, Error> {
+    let seed = options.seed.unwrap_or(scenario.seed);
+    let mut report = Report::new(scenario, seed);
+    for (i, policy) in options.policies.iter().enumerate() {
+        let dir = if i == 0 { options.data_dir.clone() } else { None };
+        let r = run_policy(scenario, config, *policy, seed, dir, options.progress).await?;
+        report.policies.push(r);
+    }
+    Ok(report)
+}
+
+/// Runs one policy. Runs on a paused tokio clock if the caller's runtime is paused
+/// (the CLI builds one); otherwise the queue's backoffs see real time, which only makes
+/// retries happen at the next steps.
+async fn run_policy(
+    s: &Scenario,
+    base: &Config,
+    policy: Policy,
+    seed: u64,
+    data_dir: Option<PathBuf>,
+    progress: bool,
+) -> Result<PolicyReport, Error> {
+    let config = policy.config(base);
+    let plan = plan(s, seed)?;
+    let store = match &data_dir {
+        Some(d) => Store::open(d, config.storage.clone())?,
+        None => Store::open_temporary(config.storage.clone())?,
+    };
+    let reservations = UsageFile {
+        reservations: s.reservations.clone(),
+        ..UsageFile::default()
+    }
+    .resolve(EPOCH_MS)
+    .map_err(|(field, message)| scenario::Error::Invalid {
+        path: "scenario".into(),
+        field,
+        message,
+    })?
+    .reservations;
+    let source = Arc::new(InMemoryReservations::new(reservations));
+    let deps = PluginDeps::from_config(&config).with_reservations(source.clone());
+    let mut scheduler = Scheduler::with_deps(&config, &deps)?;
+    scheduler.set_now_ms(EPOCH_MS);
+    let queue = SchedulingQueue::new(QueueConfig::default());
+
+    let mut nodes: Vec<NodeState> = plan.nodes.clone();
+    for n in &nodes {
+        scheduler.snapshot_mut().upsert_node(Arc::new(n.object.clone()));
+    }
+    let mut node_series: HashMap<String, [headroom_storage::SeriesId; 4]> = HashMap::new();
+
+    let step_ms = s.step.as_millis() as i64;
+    let ticks = (s.duration.as_millis() as i64 / step_ms) as usize;
+    let refresh_ms = config.analytics.refresh_interval.as_millis().max(1) as i64;
+    let mut next_refresh = 0i64;
+    let mut r = PolicyReport::new(policy);
+    let mut next_arrival = 0usize;
+    let mut running: HashMap<String, Running> = HashMap::new();
+    let mut arrived_at: HashMap<String, (i64, Arrival)> = HashMap::new();
+    let mut history: HashMap<(usize, usize), HashSet<String>> = HashMap::new();
+    let mut events: Vec<&scenario::Event> = s.events.iter().filter(|e| e.burst.is_none()).collect();
+    events.sort_by_key(|e| e.at);
+    let mut next_event = 0usize;
+    let mut resubmits = 0usize;
+    let mut sched_wall = Duration::ZERO;
+    let bar = progress.then(|| {
+        let b = indicatif::ProgressBar::new(ticks as u64);
+        b.set_message(policy.as_str());
+        b
+    });
+
+    for tick in 0..=ticks {
+        let rel = tick as i64 * step_ms;
+        let now = EPOCH_MS + rel;
+        // Events.
+        while next_event < events.len() && events[next_event].at.as_millis() as i64 <= rel {
+            let e = events[next_event];
+            next_event += 1;
+            if let Some(name) = e.cordon.as_ref().or(e.uncordon.as_ref()) {
+                if let Some(n) = nodes.iter_mut().find(|n| &n.name == name) {
+                    n.object.spec.get_or_insert_with(Default::default).unschedulable = Some(e.cordon.is_some());
+                    scheduler.snapshot_mut().upsert_node(Arc::new(n.object.clone()));
+                    queue.move_all_to_active_or_backoff(ClusterEvent::NodeUpdated);
+                }
+            } else if let Some(spec) = &e.add_nodes {
+                let added = make_nodes(spec, "events.addNodes", 0)?;
+                for n in added {
+                    if nodes.iter().any(|x| x.name == n.name) {
+                        continue;
+                    }
+                    scheduler.snapshot_mut().upsert_node(Arc::new(n.object.clone()));
+                    nodes.push(n);
+                }
+                queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
+            } else if let Some(name) = &e.remove_node {
+                nodes.retain(|n| &n.name != name);
+                scheduler.snapshot_mut().remove_node(name);
+                // Its pods are lost; their controllers make new ones.
+                let lost: Vec<String> = running.iter().filter(|(_, p)| &p.node == name).map(|(k, _)| k.clone()).collect();
+                for k in lost {
+                    if let Some(p) = running.remove(&k) {
+                        resubmits += 1;
+                        let pname = format!("{}-r{resubmits}", p.name);
+                        let pod = pod_of(s, &plan, &p.arrival, &pname);
+                        let key = format!("{}/{pname}", s.workloads[p.arrival.workload].namespace);
+                        arrived_at.insert(key, (now, p.arrival.clone()));
+                        r.arrived += 1;
+                        r.lost_and_resubmitted += 1;
+                        queue.add(Arc::new(PodInfo::new(Arc::new(pod))));
+                    }
+                }
+            }
+        }
+        // Arrivals up to now.
+        while next_arrival < plan.arrivals.len() && plan.arrivals[next_arrival].at_ms <= rel {
+            let a = plan.arrivals[next_arrival].clone();
+            next_arrival += 1;
+            let w = &s.workloads[a.workload];
+            let name = format!("{}-{}", w.name, a.seq);
+            let pod = pod_of(s, &plan, &a, &name);
+            arrived_at.insert(format!("{}/{name}", w.namespace), (EPOCH_MS + a.at_ms, a));
+            r.arrived += 1;
+            queue.add(Arc::new(PodInfo::new(Arc::new(pod))));
+        }
+        // Completions.
+        let done: Vec<String> = running.iter().filter(|(_, p)| p.end_ms.is_some_and(|e| e <= now)).map(|(k, _)| k.clone()).collect();
+        for k in &done {
+            let Some(p) = running.remove(k) else { continue };
+            let w = &s.workloads[p.arrival.workload];
+            scheduler.snapshot_mut().remove_pod(&w.namespace, &p.name, &format!("sim-{}", p.name));
+            r.completed += 1;
+            if let Some(b) = p.arrival.builder {
+                let builder = format!("{}-b{b}", w.name);
+                let run = RunRecord {
+                    pod_uid: format!("sim-{}", p.name),
+                    node: p.node.clone(),
+                    start_ms: p.start_ms,
+                    end_ms: now,
+                    cpu: summary(&p.cpu),
+                    memory: summary(&p.mem),
+                };
+                store.put_run(&builder, &run)?;
+                store.record_placement(&builder, &p.node)?;
+            }
+        }
+        if !done.is_empty() {
+            queue.move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
+        }
+        // Usage samples: what each node really uses this step.
+        let mut node_use: HashMap<&str, (f64, f64, f64)> = nodes.iter().map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0))).collect();
+        for p in running.values_mut() {
+            let w = &s.workloads[p.arrival.workload];
+            let n = &plan.workloads[p.arrival.workload];
+            let age = (now - p.start_ms) as f64;
+            let jitter = |rng: &mut SmallRng| 1.0 + w.noise * (2.0 * rng.random::<f64>() - 1.0);
+            let cpu = n.req_cpu * p.arrival.cpu_factor * jitter(&mut p.rng);
+            let mem = n.req_mem * p.arrival.mem_factor * (age / RAMP_MS).clamp(0.1, 1.0) * (1.0 + (jitter(&mut p.rng) - 1.0) * 0.3);
+            let disk = n.disk * (age / DISK_FILL_MS).clamp(0.05, 1.0);
+            p.cpu.push(cpu);
+            p.mem.push(mem);
+            if let Some(u) = node_use.get_mut(p.node.as_str()) {
+                u.0 += cpu;
+                u.1 += mem;
+                u.2 += disk;
+            }
+        }
+        let mut busy_nodes: HashSet<&str> = HashSet::new();
+        for p in running.values() {
+            busy_nodes.insert(p.node.as_str());
+        }
+        let mut mem_utils = Vec::with_capacity(nodes.len());
+        for n in &nodes {
+            let (cpu, mem, disk) = node_use[n.name.as_str()];
+            let cpu = cpu.min(n.cpu);
+            let ids = match node_series.get(&n.name) {
+                Some(ids) => *ids,
+                None => {
+                    let l = Labels::new([("node", n.name.as_str())])?;
+                    let ids = [
+                        store.series_id("node_cpu_usage_cores", &l)?,
+                        store.series_id("node_memory_working_set_bytes", &l)?,
+                        store.series_id("node_fs_available_bytes", &l)?,
+                        store.series_id("node_fs_capacity_bytes", &l)?,
+                    ];
+                    node_series.insert(n.name.clone(), ids);
+                    ids
+                }
+            };
+            store.append_many(&[
+                (ids[0], now, cpu),
+                (ids[1], now, mem),
+                (ids[2], now, (n.disk - disk).max(0.0)),
+                (ids[3], now, n.disk),
+            ])?;
+            let (cu, mu) = (cpu / n.cpu.max(1e-9), mem / n.mem.max(1e-9));
+            r.observe_node(cu, mu, step_ms, busy_nodes.contains(n.name.as_str()));
+            mem_utils.push(mu);
+        }
+        r.observe_spread(&mut mem_utils);
+        // The usage view, on simulated time, off the async threads.
+        if rel >= next_refresh {
+            store.flush()?;
+            let (st, ac) = (store.clone(), config.analytics.clone());
+            let view: UsageView = tokio::task::spawn_blocking(move || analytics::compute(&st, &ac, now))
+                .await
+                .map_err(|e| analytics::Error::Task(e.to_string()))??;
+            scheduler.set_usage_view(Arc::new(view));
+            next_refresh = rel + refresh_ms;
+        }
+        scheduler.set_now_ms(now);
+        source.purge_expired(now);
+        // Schedule everything that is due.
+        queue.flush_backoff_completed();
+        queue.flush_unschedulable_leftover();
+        while let Some(q) = queue.try_pop() {
+            let pod = q.pod_info.clone();
+            let t0 = Instant::now();
+            let attempt = scheduler.schedule_one(&pod, None, false);
+            sched_wall += t0.elapsed();
+            r.attempts += 1;
+            let key = PodKey::of(&pod);
+            let Some(node) = attempt.decision.node().map(str::to_string) else {
+                r.unschedulable_attempts += 1;
+                queue.add_unschedulable(pod, Failure::from(&attempt.decision));
+                continue;
+            };
+            // Binding is instant here.
+            scheduler.confirm(&pod.namespace, &pod.name);
+            queue.done(&key);
+            let full = format!("{}/{}", pod.namespace, pod.name);
+            let Some((at, a)) = arrived_at.remove(&full) else { continue };
+            r.placed += 1;
+            r.latencies_s.push((now - at) as f64 / 1000.0);
+            let mut warm = false;
+            if let Some(b) = a.builder {
+                let seen = history.entry((a.workload, b)).or_default();
+                if !seen.is_empty() {
+                    r.repeat_placements += 1;
+                    warm = seen.contains(&node);
+                    if warm {
+                        r.warm_placements += 1;
+                    }
+                }
+                seen.insert(node.clone());
+            }
+            let end_ms = a.base_ms.map(|base| {
+                let speed = if warm { 1.0 - s.workloads[a.workload].warm_speedup } else { 1.0 };
+                if warm {
+                    r.build_ms_saved += base as f64 * s.workloads[a.workload].warm_speedup;
+                }
+                now + (base as f64 * speed) as i64
+            });
+            let name = pod.name.clone();
+            running.insert(
+                full,
+                Running {
+                    rng: SmallRng::seed_from_u64(seed ^ (a.seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                    arrival: a,
+                    name,
+                    node,
+                    start_ms: now,
+                    end_ms,
+                    warm,
+                    cpu: Vec::new(),
+                    mem: Vec::new(),
+                },
+            );
+        }
+        let pending = queue.len().total();
+        let mem = r.tick_mean_mem();
+        r.series.push((rel as f64 / 3_600_000.0, mem, pending));
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        tokio::time::advance(s.step).await;
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    store.flush()?;
+    r.running_end = running.len();
+    r.pending_end = queue.len().total();
+    r.warm_running = running.values().filter(|p| p.warm).count();
+    r.decision_wall_s = sched_wall.as_secs_f64();
+    r.finish();
+    Ok(r)
+}

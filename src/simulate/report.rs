@@ -1,0 +1,324 @@
+//! What a simulation measured, per policy: as a text table, JSON, and an SVG plot.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use super::Policy;
+use super::scenario::{Kind, Scenario};
+
+/// The measurements of one policy's run.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyReport {
+    /// The policy.
+    pub policy: Policy,
+    /// Pods that arrived (including replacements of pods lost with a removed node).
+    pub arrived: usize,
+    /// Pods placed.
+    pub placed: usize,
+    /// Pods that finished.
+    pub completed: usize,
+    /// Pods running at the end.
+    pub running_end: usize,
+    /// Pods still pending at the end.
+    pub pending_end: usize,
+    /// Pods lost with a removed node and submitted again.
+    pub lost_and_resubmitted: usize,
+    /// Scheduling cycles.
+    pub attempts: usize,
+    /// Cycles that found no node.
+    pub unschedulable_attempts: usize,
+    /// Time from arrival to placement, p50, seconds of simulated time.
+    pub time_to_schedule_p50_s: f64,
+    /// Same, p99.
+    pub time_to_schedule_p99_s: f64,
+    /// Node-hours with at least one pod running.
+    pub node_hours_busy: f64,
+    /// Mean real CPU utilisation over node-steps.
+    pub cpu_util_mean: f64,
+    /// p95 of it.
+    pub cpu_util_p95: f64,
+    /// Mean real memory utilisation over node-steps.
+    pub memory_util_mean: f64,
+    /// p95 of it.
+    pub memory_util_p95: f64,
+    /// Node-hours above 90 % real memory.
+    pub node_hours_memory_above_90: f64,
+    /// Mean over steps of (p95 − p50) of real memory utilisation across nodes.
+    pub memory_spread_p95_minus_p50: f64,
+    /// Builder placements of a builder that ran before.
+    pub repeat_placements: usize,
+    /// Of those, placements on a node the builder ran on (warm cache).
+    pub warm_placements: usize,
+    /// `warm / repeat`.
+    pub warm_rate: f64,
+    /// Warm pods still running at the end.
+    pub warm_running: usize,
+    /// Build time saved by warm caches, hours.
+    pub build_hours_saved: f64,
+    /// Scheduling cycles per second of wall time spent in them.
+    pub decisions_per_second: f64,
+    /// Wall time in scheduling cycles, seconds.
+    pub decision_wall_s: f64,
+    /// (hour, mean memory utilisation, pending pods) per step, for the plot.
+    #[serde(skip)]
+    pub series: Vec<(f64, f64, usize)>,
+    #[serde(skip)]
+    pub(crate) latencies_s: Vec<f64>,
+    #[serde(skip)]
+    pub(crate) build_ms_saved: f64,
+    #[serde(skip)]
+    cpu_utils: Vec<f64>,
+    #[serde(skip)]
+    mem_utils: Vec<f64>,
+    #[serde(skip)]
+    busy_ms: i64,
+    #[serde(skip)]
+    hot_ms: i64,
+    #[serde(skip)]
+    spreads: Vec<f64>,
+    #[serde(skip)]
+    tick_mem: (f64, usize),
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let pos = (v.len() - 1) as f64 * q;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+}
+
+impl PolicyReport {
+    pub(crate) fn new(policy: Policy) -> PolicyReport {
+        PolicyReport {
+            policy,
+            arrived: 0,
+            placed: 0,
+            completed: 0,
+            running_end: 0,
+            pending_end: 0,
+            lost_and_resubmitted: 0,
+            attempts: 0,
+            unschedulable_attempts: 0,
+            time_to_schedule_p50_s: 0.0,
+            time_to_schedule_p99_s: 0.0,
+            node_hours_busy: 0.0,
+            cpu_util_mean: 0.0,
+            cpu_util_p95: 0.0,
+            memory_util_mean: 0.0,
+            memory_util_p95: 0.0,
+            node_hours_memory_above_90: 0.0,
+            memory_spread_p95_minus_p50: 0.0,
+            repeat_placements: 0,
+            warm_placements: 0,
+            warm_rate: 0.0,
+            warm_running: 0,
+            build_hours_saved: 0.0,
+            decisions_per_second: 0.0,
+            decision_wall_s: 0.0,
+            series: Vec::new(),
+            latencies_s: Vec::new(),
+            build_ms_saved: 0.0,
+            cpu_utils: Vec::new(),
+            mem_utils: Vec::new(),
+            busy_ms: 0,
+            hot_ms: 0,
+            spreads: Vec::new(),
+            tick_mem: (0.0, 0),
+        }
+    }
+
+    pub(crate) fn observe_node(&mut self, cpu: f64, mem: f64, step_ms: i64, busy: bool) {
+        self.cpu_utils.push(cpu);
+        self.mem_utils.push(mem);
+        if busy {
+            self.busy_ms += step_ms;
+        }
+        if mem > 0.9 {
+            self.hot_ms += step_ms;
+        }
+        self.tick_mem.0 += mem;
+        self.tick_mem.1 += 1;
+    }
+
+    pub(crate) fn observe_spread(&mut self, mems: &mut [f64]) {
+        if !mems.is_empty() {
+            let p95 = quantile(mems, 0.95);
+            let p50 = quantile(mems, 0.5);
+            self.spreads.push(p95 - p50);
+        }
+    }
+
+    /// Mean memory utilisation of the step just observed (resets for the next).
+    pub(crate) fn tick_mean_mem(&mut self) -> f64 {
+        let (sum, n) = std::mem::take(&mut self.tick_mem);
+        if n == 0 { 0.0 } else { sum / n as f64 }
+    }
+
+    pub(crate) fn finish(&mut self) {
+        let mut lat = std::mem::take(&mut self.latencies_s);
+        self.time_to_schedule_p50_s = quantile(&mut lat, 0.5);
+        self.time_to_schedule_p99_s = quantile(&mut lat, 0.99);
+        self.latencies_s = lat;
+        self.node_hours_busy = self.busy_ms as f64 / 3_600_000.0;
+        self.node_hours_memory_above_90 = self.hot_ms as f64 / 3_600_000.0;
+        self.cpu_util_mean = mean(&self.cpu_utils);
+        self.memory_util_mean = mean(&self.mem_utils);
+        let (mut c, mut m) = (std::mem::take(&mut self.cpu_utils), std::mem::take(&mut self.mem_utils));
+        self.cpu_util_p95 = quantile(&mut c, 0.95);
+        self.memory_util_p95 = quantile(&mut m, 0.95);
+        self.memory_spread_p95_minus_p50 = mean(&self.spreads);
+        self.warm_rate = if self.repeat_placements == 0 {
+            0.0
+        } else {
+            self.warm_placements as f64 / self.repeat_placements as f64
+        };
+        self.build_hours_saved = self.build_ms_saved / 3_600_000.0;
+        self.decisions_per_second = if self.decision_wall_s > 0.0 {
+            self.attempts as f64 / self.decision_wall_s
+        } else {
+            0.0
+        };
+    }
+
+    /// Whether every pod that arrived is accounted for: completed, running or pending.
+    pub fn no_pod_lost(&self) -> bool {
+        self.arrived == self.completed + self.running_end + self.pending_end + self.lost_and_resubmitted
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Seed used.
+    pub seed: u64,
+    /// Simulated hours.
+    pub hours: f64,
+    /// Step, seconds.
+    pub step_s: f64,
+    /// Warm-cache speed-ups the scenario assumes, per builder workload.
+    pub warm_speedups: Vec<(String, f64)>,
+    /// One entry per policy.
+    pub policies: Vec<PolicyReport>,
+}
+
+impl Report {
+    pub(crate) fn new(s: &Scenario, seed: u64) -> Report {
+        Report {
+            seed,
+            hours: s.duration.as_secs_f64() / 3600.0,
+            step_s: s.step.as_secs_f64(),
+            warm_speedups: s
+                .workloads
+                .iter()
+                .filter(|w| w.kind == Kind::Builder)
+                .map(|w| (w.name.clone(), w.warm_speedup))
+                .collect(),
+            policies: Vec::new(),
+        }
+    }
+
+    /// The report of a policy.
+    pub fn policy(&self, p: Policy) -> Option<&PolicyReport> {
+        self.policies.iter().find(|r| r.policy == p)
+    }
+
+    /// A text table, policies as columns.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "simulated {:.1} h in {} s steps, seed {}; warm-cache speed-up assumed: {}",
+            self.hours,
+            self.step_s,
+            self.seed,
+            self.warm_speedups
+                .iter()
+                .map(|(w, s)| format!("{w} {:.0} %", s * 100.0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let pct = |v: f64| format!("{:.1} %", v * 100.0);
+        type Row = (&'static str, fn(&PolicyReport) -> String);
+        let rows: Vec<Row> = vec![
+            ("pods arrived", |r| r.arrived.to_string()),
+            ("placed", |r| r.placed.to_string()),
+            ("completed", |r| r.completed.to_string()),
+            ("pending at end", |r| r.pending_end.to_string()),
+            ("unschedulable attempts", |r| r.unschedulable_attempts.to_string()),
+            ("time to schedule p50", |r| format!("{:.0} s", r.time_to_schedule_p50_s)),
+            ("time to schedule p99", |r| format!("{:.0} s", r.time_to_schedule_p99_s)),
+            ("node-hours busy", |r| format!("{:.1}", r.node_hours_busy)),
+            ("real CPU mean / p95", |r| format!("{:.1} % / {:.1} %", r.cpu_util_mean * 100.0, r.cpu_util_p95 * 100.0)),
+            ("real memory mean / p95", |r| format!("{:.1} % / {:.1} %", r.memory_util_mean * 100.0, r.memory_util_p95 * 100.0)),
+            ("node-hours > 90 % memory", |r| format!("{:.2}", r.node_hours_memory_above_90)),
+            ("memory spread p95−p50", |r| format!("{:.1} pts", r.memory_spread_p95_minus_p50 * 100.0)),
+            ("warm-cache placements", |r| format!("{}/{} ({:.1} %)", r.warm_placements, r.repeat_placements, r.warm_rate * 100.0)),
+            ("build hours saved", |r| format!("{:.1}", r.build_hours_saved)),
+            ("decisions/s", |r| format!("{:.0}", r.decisions_per_second)),
+        ];
+        let _ = pct;
+        let mut header = format!("{:<26}", "");
+        for p in &self.policies {
+            header.push_str(&format!("{:>22}", p.policy.as_str()));
+        }
+        let _ = writeln!(out, "{header}");
+        for (label, f) in rows {
+            let mut line = format!("{label:<26}");
+            for p in &self.policies {
+                line.push_str(&format!("{:>22}", f(p)));
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        out
+    }
+
+    /// An SVG plot: mean real memory utilisation and pending pods over time, per policy.
+    pub fn to_svg(&self) -> String {
+        let (w, h, pad) = (900.0f64, 420.0f64, 50.0f64);
+        let max_t = self.hours.max(1e-9);
+        let max_pending = self
+            .policies
+            .iter()
+            .flat_map(|p| p.series.iter().map(|s| s.2))
+            .max()
+            .unwrap_or(0)
+            .max(1) as f64;
+        let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+        );
+        let half = (h - 3.0 * pad) / 2.0;
+        for (panel, title) in [(0, "mean real memory utilisation (0–100 %)"), (1, &*format!("pending pods (0–{max_pending:.0})"))] {
+            let top = pad + panel as f64 * (half + pad);
+            let _ = writeln!(svg, "<rect x=\"{pad}\" y=\"{top}\" width=\"{}\" height=\"{half}\" fill=\"none\" stroke=\"#999\"/>", w - 2.0 * pad);
+            let _ = writeln!(svg, "<text x=\"{pad}\" y=\"{}\">{title}</text>", top - 6.0);
+            for (i, p) in self.policies.iter().enumerate() {
+                let pts: Vec<String> = p
+                    .series
+                    .iter()
+                    .map(|(t, mem, pending)| {
+                        let v = if panel == 0 { mem.min(1.0) } else { *pending as f64 / max_pending };
+                        format!("{:.1},{:.1}", pad + t / max_t * (w - 2.0 * pad), top + half - v * half)
+                    })
+                    .collect();
+                let _ = writeln!(svg, "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>", colors[i % colors.len()], pts.join(" "));
+            }
+        }
+        for (i, p) in self.policies.iter().enumerate() {
+            let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>", w - pad - 140.0, 20.0 + 14.0 * i as f64, colors[i % colors.len()], p.policy.as_str());
+        }
+        let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\">hours</text>", w / 2.0, h - 10.0);
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
