@@ -1,0 +1,1 @@
+//! Grafana dashboards: placeholder, filled below.
