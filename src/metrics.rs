@@ -39,6 +39,8 @@
 //! | `headroom_api_decision_store_errors_total` | counter | |
 //! | `headroom_collector_*` | | see `headroom-collectors` |
 //!
+//! `headroom_usage_view_age_seconds` is `+Inf` until a usage view was computed.
+//!
 //! `kind` on the node gauges: `allocatable`, `requested` (sum of the pods' requests),
 //! `used` (newest measured sample), `used_windowed` (the windowed quantile the scheduler
 //! judges by), `headroom` (allocatable minus `used_windowed`; for disk, the windowed free

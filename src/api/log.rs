@@ -92,10 +92,13 @@ impl ExplainResponse {
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
+        let at = chrono::DateTime::from_timestamp_millis(self.decided_at_ms).map_or_else(
+            || format!("{} ms", self.decided_at_ms),
+            |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        );
         let _ = write!(
             out,
-            "decided at {} ms, cycle {:.3} ms",
-            self.decided_at_ms,
+            "decided at {at}, cycle {:.3} ms",
             self.cycle_seconds * 1000.0
         );
         if let Some(age) = self.inputs.usage_view_age_seconds {
@@ -423,6 +426,10 @@ mod tests {
         let back: ExplainResponse = serde_json::from_value(json).unwrap();
         assert_eq!(back, r);
         let text = r.to_text();
+        assert!(
+            text.starts_with("decided at 1970-01-01T00:00:00.010Z, cycle 0.000 ms\n"),
+            "{text}"
+        );
         assert!(text.contains("placed on n2"), "{text}");
         assert!(
             text.contains("NodeResourcesFit: Insufficient cpu"),

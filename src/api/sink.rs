@@ -18,6 +18,7 @@ use super::log::{DecisionInputs, LoggedDecision, NodeInputs};
 use crate::analytics::UsageView;
 use crate::framework::Decision;
 use crate::metrics::PlacementCache;
+use crate::snapshot::Snapshot;
 
 /// Decisions taken from the channel per batch.
 const BATCH: usize = 64;
@@ -48,11 +49,17 @@ pub async fn run_decision_sink(mut rx: mpsc::Receiver<Decision>, state: ApiState
         report.decisions += batch.len() as u64;
         let view = state.usage_view();
         let now = state.now_ms();
+        // Once per batch: the snapshot source may be the scheduler's lock, which the loop
+        // holds during every cycle.
+        let snapshot = batch
+            .iter()
+            .any(|d| d.node().is_some())
+            .then(|| state.snapshot());
         let mut logged = Vec::with_capacity(batch.len());
         for d in batch.drain(..) {
             state.metrics().observe_decision(&d, d.cycle_duration);
             let builder = d.node().and_then(|_| state.builder_of(&d));
-            let inputs = inputs(&state, &d, builder, &view, now);
+            let inputs = inputs(&state, &d, builder, &view, snapshot.as_deref(), now);
             let decided_at_ms = if d.decided_at_ms > 0 {
                 d.decided_at_ms
             } else {
@@ -110,14 +117,14 @@ fn inputs(
     d: &Decision,
     builder: Option<String>,
     view: &UsageView,
+    snapshot: Option<&Snapshot>,
     now: i64,
 ) -> DecisionInputs {
     let stale_ms =
         i64::try_from(state.metrics().options().stale_after.as_millis()).unwrap_or(i64::MAX);
     let chosen_node = d.node().and_then(|node| {
         let u = view.node(node)?;
-        let snapshot = state.snapshot();
-        let n = snapshot.get(node)?;
+        let n = snapshot?.get(node)?;
         let age_ms = now.saturating_sub(u.newest_ms).max(0);
         Some(NodeInputs {
             usage: u.clone(),
