@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 success; 2 bad input (unreadable file, invalid config or object; the message
 //! names the object and field); 3 the command ran but did not fully succeed (`place`: some
-//! pod found no node; `collect`: some source had errors or nothing was stored).
+//! pod found no node; `collect`: some source had errors or nothing was stored; `explain`: no
+//! decision recorded for the pod).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -150,6 +151,173 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Why did this pod go where it went? Asks a running headroom (the inspection API of
+    /// `headroom simulate --serve` or `headroom serve`) for the pod's latest decision.
+    ///
+    /// Prints every node's verdict (the filter that rejected it and why, or each score
+    /// plugin's raw, normalised and weighted score with the numbers behind it) and the chosen
+    /// node. Exit code 0 when a decision was found, 3 when the server has none for the pod,
+    /// 2 on a bad argument or when the server cannot be reached.
+    Explain {
+        /// The pod, as NAMESPACE/NAME.
+        pod: String,
+        /// The headroom server's base URL.
+        #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
+        server: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+/// Where `headroom explain` looks for the API when no `--server` is given.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+/// Errors of `headroom explain` (all exit 2, except [`ExplainError::NotFound`], 3).
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    /// The pod argument is not NAMESPACE/NAME with Kubernetes names.
+    #[error("{0}")]
+    BadPod(String),
+    /// The server URL is not a URL.
+    #[error("invalid --server {url:?}: {reason}")]
+    BadServer {
+        /// The URL given.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The server could not be reached or did not answer.
+    #[error("cannot reach headroom at {url}: {reason}")]
+    Unreachable {
+        /// The URL asked.
+        url: String,
+        /// The transport error.
+        reason: String,
+    },
+    /// The server has no decision for the pod.
+    #[error("{0}")]
+    NotFound(String),
+    /// The server answered with an error.
+    #[error("headroom at {url} answered {status}: {message}")]
+    Server {
+        /// The URL asked.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The `error` of its body, or the body.
+        message: String,
+    },
+    /// The async runtime could not be started.
+    #[error("starting the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl ExplainError {
+    /// The exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ExplainError::NotFound(_) => 3,
+            _ => 2,
+        }
+    }
+}
+
+/// A Kubernetes object name as a pod or namespace has it: a DNS subdomain (lowercase
+/// letters, digits, `-` and `.`, at most 253 characters, alphanumeric at both ends). Being
+/// strict here also means the name needs no escaping in the URL path.
+fn is_k8s_name(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 253
+        && s.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+}
+
+/// Splits and checks `NAMESPACE/NAME`.
+pub fn parse_pod_arg(pod: &str) -> Result<(&str, &str), ExplainError> {
+    let (ns, name) = pod
+        .split_once('/')
+        .ok_or_else(|| ExplainError::BadPod(format!("pod must be NAMESPACE/NAME, got {pod:?}")))?;
+    for (what, v) in [("namespace", ns), ("pod name", name)] {
+        if !is_k8s_name(v) {
+            return Err(ExplainError::BadPod(format!(
+                "{v:?} is not a valid {what} (lowercase letters, digits, '-' and '.')"
+            )));
+        }
+    }
+    Ok((ns, name))
+}
+
+/// Fetches the pod's decision from the API at `server` as text or JSON.
+pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<String, ExplainError> {
+    let (ns, name) = parse_pod_arg(pod)?;
+    let base = server.trim_end_matches('/');
+    let format = match output {
+        Output::Text => "text",
+        Output::Json => "json",
+    };
+    let url = format!("{base}/explain/{ns}/{name}?format={format}");
+    let parsed = reqwest::Url::parse(&url).map_err(|e| ExplainError::BadServer {
+        url: server.to_string(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(ExplainError::BadServer {
+            url: server.to_string(),
+            reason: "the scheme must be http or https".into(),
+        });
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ExplainError::Runtime)?;
+    runtime.block_on(async {
+        let unreachable = |e: reqwest::Error| ExplainError::Unreachable {
+            url: url.clone(),
+            reason: e.to_string(),
+        };
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(unreachable)?;
+        let response = client.get(parsed).send().await.map_err(unreachable)?;
+        let status = response.status();
+        let body = response.text().await.map_err(unreachable)?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        // The API's errors are `{"error": "..."}`; anything else is shown as it came.
+        let message = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+            .unwrap_or_else(|| body.trim().to_string());
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(ExplainError::NotFound(message));
+        }
+        Err(ExplainError::Server {
+            url: url.clone(),
+            status: status.as_u16(),
+            message,
+        })
+    })
+}
+
+fn run_explain(pod: &str, server: &str, output: Output) -> ExitCode {
+    match fetch_explanation(server, pod, output) {
+        Ok(body) => {
+            print!("{body}");
+            if !body.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 /// Prints `value` as pretty JSON; false (after reporting) if it cannot be rendered.
@@ -416,5 +584,10 @@ pub fn run(cli: Cli) -> ExitCode {
             config.as_ref(),
             output,
         ),
+        Command::Explain {
+            pod,
+            server,
+            output,
+        } => run_explain(&pod, &server, output),
     }
 }

@@ -9,13 +9,17 @@
 //! - [`queue`]: active, backoff and unschedulable queues;
 //! - [`config`]: the YAML configuration;
 //! - [`place`]: the `headroom place` what-if command;
-//! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store.
+//! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store;
+//! - [`metrics`]: headroom's Prometheus metrics;
+//! - [`api`]: the inspection API (`/explain`, `/nodes`, `/builders`, `/queue`, `/metrics`).
 
 pub mod analytics;
+pub mod api;
 pub mod cli;
 pub mod collect;
 pub mod config;
 pub mod framework;
+pub mod metrics;
 pub mod objects;
 pub mod place;
 pub mod plugins;

@@ -100,7 +100,13 @@ impl SchedulingLoop {
             let attempt = {
                 let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
                 let profile = profile_of(&s, &pod);
-                s.schedule_one(&pod, profile.as_deref(), self.options.explain)
+                // Wall time, not tokio's (possibly paused or simulated) clock: the latency
+                // metric is what the cycle cost.
+                let started = std::time::Instant::now();
+                let mut attempt = s.schedule_one(&pod, profile.as_deref(), self.options.explain);
+                attempt.decision.cycle_duration = started.elapsed();
+                attempt.decision.decided_at_ms = s.snapshot().usage().now_ms;
+                attempt
             };
             stats.lock().unwrap_or_else(|e| e.into_inner()).attempts += 1;
             let node = attempt.decision.node().map(str::to_string);

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,12 @@ pub struct Decision {
     pub outcome: Outcome,
     /// Extra notes plugins left for the explanation (degraded data, ignored annotations...).
     pub notes: Vec<String>,
+    /// Wall-clock time the cycle took (zero unless the caller measured it; the scheduling
+    /// loop does). Real time even under a simulated clock: it is what the cycle cost.
+    pub cycle_duration: Duration,
+    /// The scheduler's clock when the cycle ran, ms since the epoch (simulated time in the
+    /// simulator); 0 when the caller did not set it.
+    pub decided_at_ms: i64,
 }
 
 impl Decision {
@@ -112,6 +119,8 @@ impl Decision {
                 message: "not scheduled yet".to_string(),
             },
             notes: Vec::new(),
+            cycle_duration: Duration::ZERO,
+            decided_at_ms: 0,
         }
     }
 

@@ -1,8 +1,10 @@
 //! headroom's integration tests, in one binary (one link step, one process start).
 
+mod api;
 mod cli;
 mod collect;
 mod conformance;
+mod grafana;
 mod prometheus;
 mod usage;
 

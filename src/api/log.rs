@@ -1,0 +1,439 @@
+//! The decision log behind `/explain`: the latest decision per pod, in memory and bounded,
+//! with the store (optional) as the record of older ones.
+//!
+//! Memory holds the compact [`Decision`] (indices and numbers) and renders the
+//! [`Explanation`] only when asked, so an entry costs a fraction of its JSON. It is bounded
+//! both by entries and by an estimate of their bytes: on a large cluster one decision
+//! carries a verdict per node, so a count alone would not bound memory.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::analytics::{BuilderProfile, NodeHeadroom, NodeUsage};
+use crate::framework::Decision;
+use crate::framework::decision::Explanation;
+
+/// Bounds of the in-memory log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    /// At most this many pods' decisions. Default 10,000.
+    pub max_entries: usize,
+    /// At most about this many bytes of decisions. Default 64 MiB.
+    pub max_bytes: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            max_entries: 10_000,
+            max_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The inputs behind a decision that the decision record itself does not carry, captured
+/// when the decision was logged: the pod's builder and its profile, the age of the usage
+/// view, and the chosen node's measured usage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionInputs {
+    /// The pod's builder identity, when known.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub builder: Option<String>,
+    /// The builder's usage profile the scheduler had, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub profile: Option<BuilderProfile>,
+    /// Whether the chosen node is in the builder's placement history (warm caches); absent
+    /// when unknown.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub warm_cache: Option<bool>,
+    /// Age of the usage view at decision time, seconds; absent when no view was computed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub usage_view_age_seconds: Option<f64>,
+    /// The chosen node's measured usage at decision time.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub chosen_node: Option<NodeInputs>,
+}
+
+/// A node's measured usage as a decision saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInputs {
+    /// Measured usage (current and windowed).
+    pub usage: NodeUsage,
+    /// Allocatable minus windowed usage.
+    pub headroom: NodeHeadroom,
+    /// Age of the node's newest sample, seconds.
+    pub age_seconds: f64,
+    /// Older than the stale threshold.
+    pub stale: bool,
+}
+
+/// What `/explain` serves: the decision's [`Explanation`] with when it was made, what the
+/// cycle cost, and the inputs behind it. The store keeps this JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainResponse {
+    /// When the decision was made, ms since the epoch (the scheduler's clock).
+    pub decided_at_ms: i64,
+    /// Wall time of the scheduling cycle, seconds.
+    pub cycle_seconds: f64,
+    /// Inputs behind the decision not in the per-node details.
+    pub inputs: DecisionInputs,
+    /// The decision: every node's verdict and scores.
+    #[serde(flatten)]
+    pub explanation: Explanation,
+}
+
+impl ExplainResponse {
+    /// The human-readable table: the explanation's, after a header with time and inputs.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let at = chrono::DateTime::from_timestamp_millis(self.decided_at_ms).map_or_else(
+            || format!("{} ms", self.decided_at_ms),
+            |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        );
+        let _ = write!(
+            out,
+            "decided at {at}, cycle {:.3} ms",
+            self.cycle_seconds * 1000.0
+        );
+        if let Some(age) = self.inputs.usage_view_age_seconds {
+            let _ = write!(out, ", usage view {age:.0} s old");
+        }
+        out.push('\n');
+        if let Some(b) = &self.inputs.builder {
+            let _ = write!(out, "builder {b}");
+            match &self.inputs.profile {
+                Some(p) => {
+                    let _ = write!(
+                        out,
+                        ": profile of {} run(s), cpu p95 {:.3} cores, memory p95 {:.0} bytes",
+                        p.runs, p.cpu.p95, p.memory.p95
+                    );
+                }
+                None => out.push_str(": no profile"),
+            }
+            match self.inputs.warm_cache {
+                Some(true) => out.push_str(", chosen node in its placement history"),
+                Some(false) => out.push_str(", chosen node new to it"),
+                None => {}
+            }
+            out.push('\n');
+        }
+        if let (Some(n), Some(node)) = (&self.inputs.chosen_node, &self.explanation.node) {
+            let _ = writeln!(
+                out,
+                "{node}: cpu {:.3} cores used (windowed {:.3}), headroom {:.3}; memory {:.0} bytes used (windowed {:.0}), headroom {:.0}; sample {:.0} s old{}",
+                n.usage.cpu_cores.current,
+                n.usage.cpu_cores.windowed,
+                n.headroom.cpu_cores,
+                n.usage.memory_working_set_bytes.current,
+                n.usage.memory_working_set_bytes.windowed,
+                n.headroom.memory_bytes,
+                n.age_seconds,
+                if n.stale { " (stale)" } else { "" }
+            );
+        }
+        out.push_str(&self.explanation.to_text());
+        out
+    }
+}
+
+/// A decision as the log holds it.
+#[derive(Debug, Clone)]
+pub struct LoggedDecision {
+    /// The record.
+    pub decision: Decision,
+    /// When it was made, ms since the epoch.
+    pub decided_at_ms: i64,
+    /// Inputs captured when it was logged.
+    pub inputs: DecisionInputs,
+}
+
+impl LoggedDecision {
+    /// Renders it for `/explain`.
+    pub fn render(&self) -> ExplainResponse {
+        ExplainResponse {
+            decided_at_ms: self.decided_at_ms,
+            cycle_seconds: self.decision.cycle_duration.as_secs_f64(),
+            inputs: self.inputs.clone(),
+            explanation: self.decision.explain(),
+        }
+    }
+}
+
+/// An estimate of the heap bytes a decision holds (what the byte bound counts).
+pub fn approx_bytes(d: &Decision) -> usize {
+    let status = |s: &crate::framework::Status| {
+        64 + s.detail.as_ref().map_or(0, String::len)
+            + s.reasons
+                .iter()
+                .map(|r| match r {
+                    std::borrow::Cow::Borrowed(_) => 0,
+                    std::borrow::Cow::Owned(o) => o.len(),
+                })
+                .sum::<usize>()
+    };
+    let mut n = 512 + d.namespace.len() + d.name.len() + d.uid.len() + d.profile.len();
+    n += d.pre_filter.iter().map(status).sum::<usize>();
+    n += d.rejected.iter().map(|(_, s)| 8 + status(s)).sum::<usize>();
+    n += d.absent.as_ref().map_or(0, status);
+    n += d.feasible.len() * 4 + d.totals.len() * 8;
+    for c in &d.scores {
+        n += 64 + (c.raw.len() + c.normalized.len()) * 8;
+        if let Some(details) = &c.details {
+            n += details
+                .iter()
+                .map(|x| 24 + x.as_ref().map_or(0, String::len))
+                .sum::<usize>();
+        }
+    }
+    n += d.notes.iter().map(|s| 24 + s.len()).sum::<usize>();
+    n
+}
+
+struct Entry {
+    seq: u64,
+    bytes: usize,
+    record: Arc<LoggedDecision>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_pod: HashMap<String, Entry>,
+    by_uid: HashMap<String, String>,
+    /// Insertion order, oldest first; an item whose `seq` no longer matches its pod's entry
+    /// was superseded and is skipped.
+    order: VecDeque<(u64, String)>,
+    bytes: usize,
+    seq: u64,
+}
+
+/// The latest decision per pod (`namespace/name`) and per uid, in memory.
+pub struct DecisionLog {
+    limits: LogLimits,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for DecisionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (entries, bytes) = self.size();
+        f.debug_struct("DecisionLog")
+            .field("limits", &self.limits)
+            .field("entries", &entries)
+            .field("bytes", &bytes)
+            .finish()
+    }
+}
+
+impl Default for DecisionLog {
+    fn default() -> Self {
+        DecisionLog::new(LogLimits::default())
+    }
+}
+
+fn pod_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl DecisionLog {
+    /// An empty log.
+    pub fn new(limits: LogLimits) -> DecisionLog {
+        DecisionLog {
+            limits,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves at worst a stale entry; refusing
+        // every later lookup would be worse.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a decision as its pod's latest (and its uid's), evicting the oldest entries
+    /// beyond the limits. A decision older than the one held for the pod is ignored.
+    pub fn insert(&self, record: LoggedDecision) {
+        let key = pod_key(&record.decision.namespace, &record.decision.name);
+        let bytes = approx_bytes(&record.decision);
+        let uid = record.decision.uid.clone();
+        let mut inner = self.lock();
+        if let Some(cur) = inner.by_pod.get(&key)
+            && cur.record.decided_at_ms > record.decided_at_ms
+        {
+            return;
+        }
+        inner.seq += 1;
+        let seq = inner.seq;
+        if let Some(old) = inner.by_pod.insert(
+            key.clone(),
+            Entry {
+                seq,
+                bytes,
+                record: Arc::new(record),
+            },
+        ) {
+            inner.bytes -= old.bytes;
+            if old.record.decision.uid != uid {
+                inner.by_uid.remove(&old.record.decision.uid);
+            }
+        }
+        inner.bytes += bytes;
+        if !uid.is_empty() {
+            inner.by_uid.insert(uid, key.clone());
+        }
+        inner.order.push_back((seq, key));
+        // Keep at least the newest entry, however large.
+        while inner.by_pod.len() > self.limits.max_entries.max(1)
+            || (inner.bytes > self.limits.max_bytes && inner.by_pod.len() > 1)
+        {
+            let Some((seq, key)) = inner.order.pop_front() else {
+                break;
+            };
+            if inner.by_pod.get(&key).is_some_and(|e| e.seq == seq)
+                && let Some(e) = inner.by_pod.remove(&key)
+            {
+                inner.bytes -= e.bytes;
+                if inner.by_uid.get(&e.record.decision.uid) == Some(&key) {
+                    inner.by_uid.remove(&e.record.decision.uid);
+                }
+            }
+        }
+        // Superseded order items of pods still present would otherwise pile up.
+        if inner.order.len() > 2 * inner.by_pod.len() + 64 {
+            let Inner { order, by_pod, .. } = &mut *inner;
+            order.retain(|(seq, key)| by_pod.get(key).is_some_and(|e| e.seq == *seq));
+        }
+    }
+
+    /// The latest decision of pod `namespace/name` held in memory.
+    pub fn by_pod(&self, namespace: &str, name: &str) -> Option<Arc<LoggedDecision>> {
+        self.lock()
+            .by_pod
+            .get(&pod_key(namespace, name))
+            .map(|e| e.record.clone())
+    }
+
+    /// The latest decision of the pod with this uid held in memory.
+    pub fn by_uid(&self, uid: &str) -> Option<Arc<LoggedDecision>> {
+        let inner = self.lock();
+        let key = inner.by_uid.get(uid)?;
+        inner.by_pod.get(key).map(|e| e.record.clone())
+    }
+
+    /// Entries held and their estimated bytes.
+    pub fn size(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.by_pod.len(), inner.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::{Outcome, Status};
+
+    fn logged(name: &str, uid: &str, at: i64, detail: usize) -> LoggedDecision {
+        let names = Arc::new(vec![Arc::from("n1"), Arc::from("n2")]);
+        let mut d = Decision::new("ns", name, uid, "headroom", 1, names);
+        d.rejected = vec![(
+            0,
+            Status::unschedulable("Insufficient cpu")
+                .with_plugin("NodeResourcesFit")
+                .with_detail("x".repeat(detail)),
+        )];
+        d.feasible = vec![1];
+        d.outcome = Outcome::Placed { node: "n2".into() };
+        LoggedDecision {
+            decision: d,
+            decided_at_ms: at,
+            inputs: DecisionInputs::default(),
+        }
+    }
+
+    #[test]
+    fn latest_per_pod_and_uid() {
+        let log = DecisionLog::default();
+        log.insert(logged("a", "u1", 10, 0));
+        log.insert(logged("a", "u2", 20, 0));
+        // An older decision arriving late does not replace the newer one.
+        log.insert(logged("a", "u0", 5, 0));
+        assert_eq!(log.by_pod("ns", "a").unwrap().decided_at_ms, 20);
+        assert_eq!(log.by_uid("u2").unwrap().decided_at_ms, 20);
+        // The recreated pod's old uid no longer finds the pod's newer decision.
+        assert!(log.by_uid("u1").is_none());
+        assert!(log.by_pod("ns", "b").is_none());
+        assert!(log.by_pod("other", "a").is_none());
+        assert_eq!(log.size().0, 1);
+    }
+
+    #[test]
+    fn bounded_by_entries_and_bytes() {
+        let log = DecisionLog::new(LogLimits {
+            max_entries: 3,
+            max_bytes: usize::MAX,
+        });
+        for i in 0..5 {
+            log.insert(logged(&format!("p{i}"), &format!("u{i}"), i, 0));
+        }
+        assert_eq!(log.size().0, 3);
+        assert!(log.by_pod("ns", "p1").is_none());
+        assert!(log.by_uid("u1").is_none());
+        assert!(log.by_pod("ns", "p4").is_some());
+
+        let one = approx_bytes(&logged("x", "x", 0, 10_000).decision);
+        let log = DecisionLog::new(LogLimits {
+            max_entries: 100,
+            max_bytes: one * 2 + one / 2,
+        });
+        for i in 0..4 {
+            log.insert(logged(&format!("p{i}"), &format!("u{i}"), i, 10_000));
+        }
+        let (entries, bytes) = log.size();
+        assert_eq!(entries, 2);
+        assert!(bytes <= one * 2 + one / 2);
+        assert!(log.by_pod("ns", "p3").is_some());
+        // A single entry over the byte limit is still kept: the newest decision matters most.
+        let tiny = DecisionLog::new(LogLimits {
+            max_entries: 10,
+            max_bytes: 1,
+        });
+        tiny.insert(logged("big", "ub", 1, 10_000));
+        assert!(tiny.by_pod("ns", "big").is_some());
+    }
+
+    #[test]
+    fn superseded_order_items_do_not_pile_up() {
+        let log = DecisionLog::default();
+        for i in 0..10_000 {
+            log.insert(logged("same", "u", i, 0));
+        }
+        assert!(log.lock().order.len() <= 2 + 64);
+    }
+
+    #[test]
+    fn render_round_trips_through_json() {
+        let r = logged("a", "u1", 10, 3).render();
+        assert_eq!(r.explanation.node.as_deref(), Some("n2"));
+        let json = serde_json::to_value(&r).unwrap();
+        // The explanation's fields sit at the top level next to the decision's time.
+        assert_eq!(json["pod"], "ns/a");
+        assert_eq!(json["decidedAtMs"], 10);
+        let back: ExplainResponse = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+        let text = r.to_text();
+        assert!(
+            text.starts_with("decided at 1970-01-01T00:00:00.010Z, cycle 0.000 ms\n"),
+            "{text}"
+        );
+        assert!(text.contains("placed on n2"), "{text}");
+        assert!(
+            text.contains("NodeResourcesFit: Insufficient cpu"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,395 @@
+//! The bundled Grafana dashboards against real data: Debian's `prometheus` on loopback
+//! scrapes a running headroom (the demo server of the API test), and every panel query of
+//! every dashboard is evaluated through Prometheus's HTTP API and must return data. The
+//! dashboard JSON must parse and reference no data source but the `${datasource}` variable.
+//!
+//! Without `prometheus` installed the test is skipped with a message, unless `CI` is set:
+//! then it fails.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::api::spawn_demo_server;
+use super::repo;
+
+/// What `$__rate_interval` and friends become: Prometheus scrapes every second here, so a
+/// 10 s rate window always holds several samples (Grafana would pick 4 × scrape interval).
+const INTERVALS: [(&str, &str); 4] = [
+    ("$__rate_interval", "10s"),
+    ("${__rate_interval}", "10s"),
+    ("$__interval", "5s"),
+    ("$__range", "60s"),
+];
+
+const DASHBOARDS: [&str; 3] = ["scheduler", "headroom", "builders"];
+
+struct Prometheus {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find_prometheus() -> Option<PathBuf> {
+    ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
+        .iter()
+        .map(|d| Path::new(d).join("prometheus"))
+        .find(|p| p.exists())
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+fn load_dashboards() -> Vec<(String, Value)> {
+    DASHBOARDS
+        .iter()
+        .map(|name| {
+            let path = repo(&format!("grafana/dashboards/{name}.json"));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let v: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+            (name.to_string(), v)
+        })
+        .collect()
+}
+
+/// Every `datasource` value anywhere in `v`, with its JSON path.
+fn datasource_refs(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = format!("{path}.{k}");
+                if k == "datasource" {
+                    out.push((p.clone(), x.clone()));
+                }
+                datasource_refs(x, &p, out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                datasource_refs(x, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Panels, rows' nested panels included.
+fn panels(d: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        out.push(p);
+        if let Some(inner) = p["panels"].as_array() {
+            out.extend(inner);
+        }
+    }
+    out
+}
+
+#[test]
+fn grafana_dashboards_parse_and_use_only_the_datasource_variable() {
+    for (name, d) in load_dashboards() {
+        assert!(
+            d["uid"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("headroom-")),
+            "{name}: uid"
+        );
+        assert!(d["title"].is_string(), "{name}: title");
+        let vars = d["templating"]["list"].as_array().expect("templating.list");
+        let ds = vars
+            .iter()
+            .find(|v| v["name"] == "datasource")
+            .unwrap_or_else(|| panic!("{name}: no datasource variable"));
+        assert_eq!(
+            (ds["type"].as_str(), ds["query"].as_str()),
+            (Some("datasource"), Some("prometheus")),
+            "{name}"
+        );
+
+        let mut refs = Vec::new();
+        datasource_refs(&d, &name, &mut refs);
+        assert!(!refs.is_empty(), "{name}: no datasource reference at all");
+        for (path, r) in &refs {
+            let ok = match r {
+                Value::String(s) => s == "${datasource}",
+                Value::Object(o) => {
+                    o.get("uid") == Some(&Value::from("${datasource}"))
+                        && o.get("type").is_none_or(|t| t == "prometheus")
+                }
+                _ => false,
+            };
+            assert!(
+                ok,
+                "{path}: data source {r} is not the ${{datasource}} variable"
+            );
+        }
+
+        let mut ids = std::collections::HashSet::new();
+        for p in panels(&d) {
+            assert!(
+                ids.insert(p["id"].as_i64().expect("panel id")),
+                "{name}: duplicate panel id {}",
+                p["id"]
+            );
+            if p["type"] == "row" {
+                continue;
+            }
+            let targets = p["targets"].as_array().expect("targets");
+            assert!(
+                !targets.is_empty(),
+                "{name}: panel {} has no query",
+                p["title"]
+            );
+            for t in targets {
+                let expr = t["expr"].as_str().expect("expr");
+                assert!(
+                    expr.contains("headroom_"),
+                    "{name}: {expr} reads no headroom metric"
+                );
+            }
+        }
+    }
+    // The provisioning files are valid YAML pointing where the README says.
+    let provider: Value = serde_norway::from_str(
+        &std::fs::read_to_string(repo("grafana/provisioning/dashboards/headroom.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(provider["providers"][0]["type"], "file");
+    assert_eq!(
+        provider["providers"][0]["options"]["path"],
+        "/var/lib/grafana/dashboards/headroom"
+    );
+    let datasources: Value = serde_norway::from_str(
+        &std::fs::read_to_string(repo("grafana/provisioning/datasources/prometheus.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(datasources["datasources"][0]["type"], "prometheus");
+}
+
+/// `expr` with the intervals and the variables substituted.
+fn substitute(expr: &str, vars: &BTreeMap<String, String>) -> String {
+    let mut out = expr.to_string();
+    for (k, v) in INTERVALS {
+        out = out.replace(k, v);
+    }
+    // Longest names first, so `$node` does not eat part of `$nodes`.
+    let mut names: Vec<&String> = vars.keys().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    for n in names {
+        let v = &vars[n];
+        out = out
+            .replace(&format!("${{{n}}}"), v)
+            .replace(&format!("[[{n}]]"), v)
+            .replace(&format!("${n}"), v);
+    }
+    out
+}
+
+#[test]
+fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
+    let Some(prometheus_bin) = find_prometheus() else {
+        if in_ci() {
+            panic!(
+                "`prometheus` is not installed and CI is set: install it with \
+                 apt-get install -y prometheus (scripts/test.sh does)"
+            );
+        }
+        eprintln!(
+            "SKIPPED grafana_every_panel_query_returns_data_from_a_real_prometheus: \
+             `prometheus` is not installed (apt-get install -y prometheus; scripts/test.sh does)"
+        );
+        return;
+    };
+    let demo = spawn_demo_server();
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             scrape_configs:\n  - job_name: headroom\n    static_configs: [{{targets: ['{}']}}]\n",
+            demo.addr
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let child = Command::new(&prometheus_bin)
+        .args([
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--log.level=warn".into(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", prometheus_bin.display()));
+    let mut prom = Prometheus { child, _dir: dir };
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let api = |path: &str, params: Vec<(&str, String)>| -> Option<Value> {
+        let url = format!("{base}{path}");
+        let client = client.clone();
+        demo.block_on(async move {
+            let r = client.get(&url).query(&params).send().await.ok()?;
+            r.json::<Value>().await.ok()
+        })
+    };
+    let log_of =
+        |p: &Prometheus| std::fs::read_to_string(p._dir.path().join("log")).unwrap_or_default();
+
+    // Prometheus is up and has scraped headroom successfully.
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(status)) = prom.child.try_wait() {
+            panic!("prometheus exited with {status}: {}", log_of(&prom));
+        }
+        let up = api(
+            "/api/v1/query",
+            vec![("query", "up{job=\"headroom\"}".into())],
+        );
+        let healthy = up.as_ref().is_some_and(|v| {
+            v["data"]["result"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|s| s["value"][1] == "1"))
+        });
+        if healthy {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "prometheus did not scrape headroom within 60 s: {up:?}\n{}",
+            log_of(&prom)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // Template variables: the query must list values (else the dropdown is empty); panels
+    // are evaluated with what Grafana substitutes for the default "All".
+    let dashboards = load_dashboards();
+    let mut queries: Vec<(String, String, String)> = Vec::new();
+    for (name, d) in &dashboards {
+        let mut vars = BTreeMap::new();
+        for v in d["templating"]["list"].as_array().unwrap() {
+            if v["type"] != "query" {
+                continue;
+            }
+            let var = v["name"].as_str().unwrap().to_string();
+            let q = v["query"]["query"]
+                .as_str()
+                .or(v["query"].as_str())
+                .or(v["definition"].as_str())
+                .expect("variable query");
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|s| s.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("{name}: variable {var}: only label_values(metric, label) is supported here, got {q}"));
+            let (metric, label) = inner.rsplit_once(',').expect("label_values(metric, label)");
+            let (metric, label) = (metric.trim(), label.trim());
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let values = loop {
+                let r = api(
+                    &format!("/api/v1/label/{label}/values"),
+                    vec![("match[]", metric.to_string())],
+                );
+                let values: Vec<String> = r
+                    .as_ref()
+                    .and_then(|v| v["data"].as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !values.is_empty() || Instant::now() > deadline {
+                    break values;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            };
+            assert!(
+                !values.is_empty(),
+                "{name}: variable {var} ({q}) lists no value"
+            );
+            let all_selected = v["current"]["value"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == "$__all"));
+            let value = match (all_selected, v["allValue"].as_str()) {
+                (true, Some(all)) => all.to_string(),
+                (true, None) => format!("({})", values.join("|")),
+                (false, _) => values[0].clone(),
+            };
+            vars.insert(var, value);
+        }
+        for p in panels(d) {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let expr = substitute(t["expr"].as_str().unwrap(), &vars);
+                assert!(!expr.contains('$'), "{name}: unresolved variable in {expr}");
+                queries.push((name.clone(), p["title"].as_str().unwrap().to_string(), expr));
+            }
+        }
+    }
+    assert!(queries.len() >= 20, "only {} panel queries", queries.len());
+
+    // Every query until it returns a finite value; rates need a few scrapes first.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut pending: Vec<(String, String, String, Option<Value>)> = queries
+        .into_iter()
+        .map(|(d, p, e)| (d, p, e, None))
+        .collect();
+    while !pending.is_empty() && Instant::now() < deadline {
+        for q in pending.iter_mut() {
+            let r = api("/api/v1/query", vec![("query", q.2.clone())]);
+            q.3 = r;
+        }
+        pending.retain(|(_, _, _, r)| {
+            let Some(r) = r else { return true };
+            assert_eq!(r["status"], "success", "{r}");
+            let has_data = r["data"]["result"].as_array().is_some_and(|a| {
+                a.iter().any(|s| {
+                    s["value"][1]
+                        .as_str()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .is_some_and(f64::is_finite)
+                })
+            });
+            !has_data
+        });
+        if !pending.is_empty() {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let failures: Vec<String> = pending
+        .iter()
+        .map(|(d, p, e, r)| {
+            format!(
+                "{d} / {p}: {e}\n    -> {}",
+                r.as_ref().map_or("no answer".into(), |r| r.to_string())
+            )
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "panel queries without data:\n{}",
+        failures.join("\n")
+    );
+    drop(prom);
+}
