@@ -102,6 +102,10 @@ pub enum Command {
         /// Also write an SVG plot of memory utilisation and pending pods over time.
         #[arg(long, value_name = "FILE")]
         plot: Option<PathBuf>,
+        /// Serve the inspection API (/explain, /nodes, /builders, /queue, /metrics) on this
+        /// address over the first policy's run, and keep serving after it until Ctrl-C.
+        #[arg(long, value_name = "ADDR")]
+        serve: Option<std::net::SocketAddr>,
     },
     /// Validate a configuration file and print the effective configuration.
     CheckConfig {
@@ -415,8 +419,9 @@ fn run_simulate(
     data_dir: Option<PathBuf>,
     output: Output,
     plot: Option<PathBuf>,
+    serve: Option<std::net::SocketAddr>,
 ) -> ExitCode {
-    use crate::simulate::{Options, Policy, Scenario};
+    use crate::simulate::{ApiHook, Options, Policy, Scenario};
     use std::io::IsTerminal;
     let config = match load_config(config.as_ref()) {
         Ok(c) => c,
@@ -455,7 +460,43 @@ fn run_simulate(
             return ExitCode::from(2);
         }
     };
-    let report = match rt.block_on(crate::simulate::run(&scenario, &config, &options)) {
+    // The API gets its own runtime on the wall clock (see `ApiHook`).
+    let mut api = None;
+    let mut api_rt = None;
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    if let Some(addr) = serve {
+        let listener = match std::net::TcpListener::bind(addr) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: --serve {addr}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let local = listener
+            .local_addr()
+            .map_or(addr.to_string(), |a| a.to_string());
+        let rt = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("error: starting the API runtime: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        eprintln!("serving the inspection API on http://{local}");
+        api = Some(ApiHook {
+            listener,
+            handle: rt.handle().clone(),
+            stop: stop.clone(),
+        });
+        api_rt = Some(rt);
+    }
+    let report = match rt.block_on(crate::simulate::run_with_api(
+        &scenario, &config, &options, api,
+    )) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -475,6 +516,20 @@ fn run_simulate(
     {
         eprintln!("error: writing {}: {e}", p.display());
         return ExitCode::from(2);
+    }
+    if let Some(api_rt) = api_rt {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        eprintln!("simulation done; still serving the API (Ctrl-C or SIGTERM to stop)");
+        api_rt.block_on(async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+        });
+        stop.notify_waiters();
+        api_rt.shutdown_timeout(std::time::Duration::from_secs(5));
     }
     if report.policies.iter().all(|p| p.no_pod_lost()) {
         ExitCode::SUCCESS
@@ -555,7 +610,10 @@ pub fn run(cli: Cli) -> ExitCode {
             data_dir,
             output,
             plot,
-        } => run_simulate(scenario, policy, compare, seed, config, data_dir, output, plot),
+            serve,
+        } => run_simulate(
+            scenario, policy, compare, seed, config, data_dir, output, plot, serve,
+        ),
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(c) => {
                 println!("# {}: valid; effective configuration:", file.display());

@@ -107,6 +107,18 @@ pub struct Options {
     pub progress: bool,
 }
 
+/// The inspection API attached to a simulation (the first policy's run): served on its own
+/// runtime (`handle`), on the wall clock, while the simulation runs on a paused one — HTTP
+/// timeouts must not see simulated time jump.
+pub struct ApiHook {
+    /// Where to serve.
+    pub listener: std::net::TcpListener,
+    /// The runtime serving it.
+    pub handle: tokio::runtime::Handle,
+    /// Notified to stop serving.
+    pub stop: Arc<tokio::sync::Notify>,
+}
+
 /// Simulated time starts here (2026-01-01T00:00:00Z), so samples have real-looking times.
 pub const EPOCH_MS: i64 = 1_767_225_600_000;
 
@@ -175,7 +187,11 @@ fn amount(a: &crate::usage::file::Amount, field: &str) -> Result<f64, Error> {
         })
 }
 
-fn make_nodes(spec: &scenario::NodeSpec, field: &str, start: usize) -> Result<Vec<NodeState>, Error> {
+fn make_nodes(
+    spec: &scenario::NodeSpec,
+    field: &str,
+    start: usize,
+) -> Result<Vec<NodeState>, Error> {
     let sys_cpu = amount(&spec.system_cpu, &format!("{field}.systemCpu"))?;
     let sys_mem = amount(&spec.system_memory, &format!("{field}.systemMemory"))?;
     let bad = |m: String| {
@@ -186,7 +202,8 @@ fn make_nodes(spec: &scenario::NodeSpec, field: &str, start: usize) -> Result<Ve
         })
     };
     if let Some(obj) = &spec.node {
-        let node: Node = serde_json::from_value(obj.clone()).map_err(|e| bad(format!("not a Node: {e}")))?;
+        let node: Node =
+            serde_json::from_value(obj.clone()).map_err(|e| bad(format!("not a Node: {e}")))?;
         let info = crate::snapshot::NodeInfo::new(Arc::new(node.clone()));
         if let Some(e) = &info.error {
             return Err(bad(e.clone()));
@@ -254,7 +271,12 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
         workloads.push(WorkloadNums {
             req_cpu: amount(&w.requests.cpu, &f("requests.cpu"))?,
             req_mem: amount(&w.requests.memory, &f("requests.memory"))?,
-            disk: w.disk.as_ref().map(|d| amount(d, &f("disk"))).transpose()?.unwrap_or(0.0),
+            disk: w
+                .disk
+                .as_ref()
+                .map(|d| amount(d, &f("disk")))
+                .transpose()?
+                .unwrap_or(0.0),
         });
         let draw = |r: [f64; 2], rng: &mut SmallRng| r[0] + (r[1] - r[0]) * rng.random::<f64>();
         match w.kind {
@@ -281,7 +303,11 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
                         times.push(t as i64);
                     }
                 }
-                for e in s.events.iter().filter_map(|e| e.burst.as_ref().map(|b| (e.at, b))) {
+                for e in s
+                    .events
+                    .iter()
+                    .filter_map(|e| e.burst.as_ref().map(|b| (e.at, b)))
+                {
                     if e.1.workload == w.name {
                         times.extend(std::iter::repeat_n(e.0.as_millis() as i64, e.1.count));
                     }
@@ -340,7 +366,10 @@ fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
         labels.insert(BUILDER_LABEL.into(), format!("{}-b{b}", w.name));
     }
     if n.disk > 0.0 {
-        annotations.insert("headroom.io/disk-request".to_string(), format!("{}", n.disk as i64));
+        annotations.insert(
+            "headroom.io/disk-request".to_string(),
+            format!("{}", n.disk as i64),
+        );
     }
     let obj = json!({
         "metadata": {"name": name, "namespace": w.namespace, "uid": format!("sim-{name}"), "labels": labels, "annotations": annotations},
@@ -359,7 +388,11 @@ fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
 
 fn summary(v: &[f64]) -> UsageSummary {
     if v.is_empty() {
-        return UsageSummary { mean: 0.0, p95: 0.0, max: 0.0 };
+        return UsageSummary {
+            mean: 0.0,
+            p95: 0.0,
+            max: 0.0,
+        };
     }
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
@@ -373,14 +406,100 @@ fn summary(v: &[f64]) -> UsageSummary {
 
 /// Runs a scenario under every policy of `options`, on the same arrivals.
 pub async fn run(scenario: &Scenario, config: &Config, options: &Options) -> Result<Report, Error> {
+    run_with_api(scenario, config, options, None).await
+}
+
+/// [`run`], serving the inspection API over the first policy's run when `api` is given
+/// (it keeps serving after the run, until `api.stop` is notified).
+pub async fn run_with_api(
+    scenario: &Scenario,
+    config: &Config,
+    options: &Options,
+    mut api: Option<ApiHook>,
+) -> Result<Report, Error> {
     let seed = options.seed.unwrap_or(scenario.seed);
     let mut report = Report::new(scenario, seed);
     for (i, policy) in options.policies.iter().enumerate() {
-        let dir = if i == 0 { options.data_dir.clone() } else { None };
-        let r = run_policy(scenario, config, *policy, seed, dir, options.progress).await?;
+        let dir = if i == 0 {
+            options.data_dir.clone()
+        } else {
+            None
+        };
+        let hook = if i == 0 { api.take() } else { None };
+        let r = run_policy(scenario, config, *policy, seed, dir, options.progress, hook).await?;
         report.policies.push(r);
     }
     Ok(report)
+}
+
+/// What the simulator feeds the API while it runs.
+struct Attached {
+    decisions: tokio::sync::mpsc::Sender<crate::framework::Decision>,
+    clock: Arc<std::sync::atomic::AtomicI64>,
+    state: crate::api::ApiState,
+}
+
+fn attach(
+    hook: ApiHook,
+    scheduler: Arc<std::sync::Mutex<Scheduler>>,
+    queue: Arc<SchedulingQueue>,
+    store: &Store,
+    config: &Config,
+) -> Result<Attached, Error> {
+    use crate::api::{ApiState, run_decision_sink, serve};
+    use crate::metrics::{Metrics, MetricsOptions};
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let clock = Arc::new(AtomicI64::new(EPOCH_MS));
+    let c = clock.clone();
+    let metrics = Arc::new(Metrics::new(MetricsOptions {
+        stale_after: config.usage.stale_after,
+        ..MetricsOptions::default()
+    }));
+    let identity = config.collectors.identity.clone();
+    let sched = scheduler.clone();
+    let state = ApiState::new(scheduler, metrics)
+        .with_queue(queue)
+        .with_store(store.clone())
+        .with_clock(Arc::new(move || c.load(Ordering::Relaxed)))
+        .with_builder_of(Arc::new(move |d: &crate::framework::Decision| {
+            let snap = sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot();
+            let idx = snap.node_of_pod(&d.namespace, &d.name, &d.uid)?;
+            let pod = snap
+                .node(idx)
+                .pods
+                .iter()
+                .find(|p| p.name == d.name && p.namespace == d.namespace)?
+                .clone();
+            Some(headroom_collectors::builder_identity(
+                &pod.pod.metadata,
+                &identity,
+            ))
+        }));
+    let (tx, rx) = tokio::sync::mpsc::channel(4096);
+    let _guard = hook.handle.enter();
+    hook.listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(hook.listener))
+        .map(|listener| {
+            let stop = hook.stop.clone();
+            hook.handle.spawn(run_decision_sink(rx, state.clone()));
+            hook.handle
+                .spawn(serve(listener, state.clone(), async move {
+                    stop.notified().await
+                }));
+        })
+        .map_err(|e| {
+            Error::Scenario(scenario::Error::Io {
+                path: "--serve".into(),
+                source: e,
+            })
+        })?;
+    state.set_ready(true);
+    Ok(Attached {
+        decisions: tx,
+        clock,
+        state,
+    })
 }
 
 /// Runs one policy. Runs on a paused tokio clock if the caller's runtime is paused
@@ -393,6 +512,7 @@ async fn run_policy(
     seed: u64,
     data_dir: Option<PathBuf>,
     progress: bool,
+    hook: Option<ApiHook>,
 ) -> Result<PolicyReport, Error> {
     let config = policy.config(base);
     let plan = plan(s, seed)?;
@@ -415,11 +535,13 @@ async fn run_policy(
     let deps = PluginDeps::from_config(&config).with_reservations(source.clone());
     let mut scheduler = Scheduler::with_deps(&config, &deps)?;
     scheduler.set_now_ms(EPOCH_MS);
-    let queue = SchedulingQueue::new(QueueConfig::default());
+    let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
 
     let mut nodes: Vec<NodeState> = plan.nodes.clone();
     for n in &nodes {
-        scheduler.snapshot_mut().upsert_node(Arc::new(n.object.clone()));
+        scheduler
+            .snapshot_mut()
+            .upsert_node(Arc::new(n.object.clone()));
     }
     let mut node_series: HashMap<String, [headroom_storage::SeriesId; 4]> = HashMap::new();
 
@@ -437,6 +559,11 @@ async fn run_policy(
     let mut next_event = 0usize;
     let mut resubmits = 0usize;
     let mut sched_wall = Duration::ZERO;
+    // The API reads the scheduler between steps; the simulator takes the lock per step.
+    let shared = Arc::new(std::sync::Mutex::new(scheduler));
+    let attached = hook
+        .map(|h| attach(h, shared.clone(), queue.clone(), &store, &config))
+        .transpose()?;
     let bar = progress.then(|| {
         let b = indicatif::ProgressBar::new(ticks as u64);
         b.set_message(policy.as_str());
@@ -446,14 +573,24 @@ async fn run_policy(
     for tick in 0..=ticks {
         let rel = tick as i64 * step_ms;
         let now = EPOCH_MS + rel;
+        if let Some(a) = &attached {
+            a.clock.store(now, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let scheduler = &mut *guard;
         // Events.
         while next_event < events.len() && events[next_event].at.as_millis() as i64 <= rel {
             let e = events[next_event];
             next_event += 1;
             if let Some(name) = e.cordon.as_ref().or(e.uncordon.as_ref()) {
                 if let Some(n) = nodes.iter_mut().find(|n| &n.name == name) {
-                    n.object.spec.get_or_insert_with(Default::default).unschedulable = Some(e.cordon.is_some());
-                    scheduler.snapshot_mut().upsert_node(Arc::new(n.object.clone()));
+                    n.object
+                        .spec
+                        .get_or_insert_with(Default::default)
+                        .unschedulable = Some(e.cordon.is_some());
+                    scheduler
+                        .snapshot_mut()
+                        .upsert_node(Arc::new(n.object.clone()));
                     queue.move_all_to_active_or_backoff(ClusterEvent::NodeUpdated);
                 }
             } else if let Some(spec) = &e.add_nodes {
@@ -462,7 +599,9 @@ async fn run_policy(
                     if nodes.iter().any(|x| x.name == n.name) {
                         continue;
                     }
-                    scheduler.snapshot_mut().upsert_node(Arc::new(n.object.clone()));
+                    scheduler
+                        .snapshot_mut()
+                        .upsert_node(Arc::new(n.object.clone()));
                     nodes.push(n);
                 }
                 queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
@@ -470,7 +609,11 @@ async fn run_policy(
                 nodes.retain(|n| &n.name != name);
                 scheduler.snapshot_mut().remove_node(name);
                 // Its pods are lost; their controllers make new ones.
-                let lost: Vec<String> = running.iter().filter(|(_, p)| &p.node == name).map(|(k, _)| k.clone()).collect();
+                let lost: Vec<String> = running
+                    .iter()
+                    .filter(|(_, p)| &p.node == name)
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 for k in lost {
                     if let Some(p) = running.remove(&k) {
                         resubmits += 1;
@@ -497,11 +640,17 @@ async fn run_policy(
             queue.add(Arc::new(PodInfo::new(Arc::new(pod))));
         }
         // Completions.
-        let done: Vec<String> = running.iter().filter(|(_, p)| p.end_ms.is_some_and(|e| e <= now)).map(|(k, _)| k.clone()).collect();
+        let done: Vec<String> = running
+            .iter()
+            .filter(|(_, p)| p.end_ms.is_some_and(|e| e <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
         for k in &done {
             let Some(p) = running.remove(k) else { continue };
             let w = &s.workloads[p.arrival.workload];
-            scheduler.snapshot_mut().remove_pod(&w.namespace, &p.name, &format!("sim-{}", p.name));
+            scheduler
+                .snapshot_mut()
+                .remove_pod(&w.namespace, &p.name, &format!("sim-{}", p.name));
             r.completed += 1;
             if let Some(b) = p.arrival.builder {
                 let builder = format!("{}-b{b}", w.name);
@@ -521,14 +670,20 @@ async fn run_policy(
             queue.move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
         }
         // Usage samples: what each node really uses this step.
-        let mut node_use: HashMap<&str, (f64, f64, f64)> = nodes.iter().map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0))).collect();
+        let mut node_use: HashMap<&str, (f64, f64, f64)> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0)))
+            .collect();
         for p in running.values_mut() {
             let w = &s.workloads[p.arrival.workload];
             let n = &plan.workloads[p.arrival.workload];
             let age = (now - p.start_ms) as f64;
             let jitter = |rng: &mut SmallRng| 1.0 + w.noise * (2.0 * rng.random::<f64>() - 1.0);
             let cpu = n.req_cpu * p.arrival.cpu_factor * jitter(&mut p.rng);
-            let mem = n.req_mem * p.arrival.mem_factor * (age / RAMP_MS).clamp(0.1, 1.0) * (1.0 + (jitter(&mut p.rng) - 1.0) * 0.3);
+            let mem = n.req_mem
+                * p.arrival.mem_factor
+                * (age / RAMP_MS).clamp(0.1, 1.0)
+                * (1.0 + (jitter(&mut p.rng) - 1.0) * 0.3);
             let disk = n.disk * (age / DISK_FILL_MS).clamp(0.05, 1.0);
             p.cpu.push(cpu);
             p.mem.push(mem);
@@ -573,14 +728,18 @@ async fn run_policy(
         r.observe_spread(&mut mem_utils);
         // The usage view, on simulated time, off the async threads.
         if rel >= next_refresh {
+            drop(guard);
             store.flush()?;
             let (st, ac) = (store.clone(), config.analytics.clone());
-            let view: UsageView = tokio::task::spawn_blocking(move || analytics::compute(&st, &ac, now))
-                .await
-                .map_err(|e| analytics::Error::Task(e.to_string()))??;
-            scheduler.set_usage_view(Arc::new(view));
+            let view: UsageView =
+                tokio::task::spawn_blocking(move || analytics::compute(&st, &ac, now))
+                    .await
+                    .map_err(|e| analytics::Error::Task(e.to_string()))??;
+            guard = shared.lock().unwrap_or_else(|e| e.into_inner());
+            guard.set_usage_view(Arc::new(view));
             next_refresh = rel + refresh_ms;
         }
+        let scheduler = &mut *guard;
         scheduler.set_now_ms(now);
         source.purge_expired(now);
         // Schedule everything that is due.
@@ -589,8 +748,15 @@ async fn run_policy(
         while let Some(q) = queue.try_pop() {
             let pod = q.pod_info.clone();
             let t0 = Instant::now();
-            let attempt = scheduler.schedule_one(&pod, None, false);
-            sched_wall += t0.elapsed();
+            let mut attempt = scheduler.schedule_one(&pod, None, attached.is_some());
+            let took = t0.elapsed();
+            sched_wall += took;
+            if let Some(a) = &attached {
+                attempt.decision.cycle_duration = took;
+                attempt.decision.decided_at_ms = now;
+                // A full channel loses a record, never a step: the API is best effort.
+                let _ = a.decisions.try_send(attempt.decision.clone());
+            }
             r.attempts += 1;
             let key = PodKey::of(&pod);
             let Some(node) = attempt.decision.node().map(str::to_string) else {
@@ -602,7 +768,9 @@ async fn run_policy(
             scheduler.confirm(&pod.namespace, &pod.name);
             queue.done(&key);
             let full = format!("{}/{}", pod.namespace, pod.name);
-            let Some((at, a)) = arrived_at.remove(&full) else { continue };
+            let Some((at, a)) = arrived_at.remove(&full) else {
+                continue;
+            };
             r.placed += 1;
             r.latencies_s.push((now - at) as f64 / 1000.0);
             let mut warm = false;
@@ -618,7 +786,11 @@ async fn run_policy(
                 seen.insert(node.clone());
             }
             let end_ms = a.base_ms.map(|base| {
-                let speed = if warm { 1.0 - s.workloads[a.workload].warm_speedup } else { 1.0 };
+                let speed = if warm {
+                    1.0 - s.workloads[a.workload].warm_speedup
+                } else {
+                    1.0
+                };
                 if warm {
                     r.build_ms_saved += base as f64 * s.workloads[a.workload].warm_speedup;
                 }
@@ -628,7 +800,9 @@ async fn run_policy(
             running.insert(
                 full,
                 Running {
-                    rng: SmallRng::seed_from_u64(seed ^ (a.seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                    rng: SmallRng::seed_from_u64(
+                        seed ^ (a.seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    ),
                     arrival: a,
                     name,
                     node,
@@ -640,6 +814,7 @@ async fn run_policy(
                 },
             );
         }
+        drop(guard);
         let pending = queue.len().total();
         let mem = r.tick_mean_mem();
         r.series.push((rel as f64 / 3_600_000.0, mem, pending));
@@ -656,6 +831,9 @@ async fn run_policy(
     r.pending_end = queue.len().total();
     r.warm_running = running.values().filter(|p| p.warm).count();
     r.decision_wall_s = sched_wall.as_secs_f64();
+    if let Some(a) = attached {
+        a.state.metrics().set_queue_lengths(&queue.len());
+    }
     r.finish();
     Ok(r)
 }

@@ -93,7 +93,11 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 }
 
 fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
 }
 
 impl PolicyReport {
@@ -172,7 +176,10 @@ impl PolicyReport {
         self.node_hours_memory_above_90 = self.hot_ms as f64 / 3_600_000.0;
         self.cpu_util_mean = mean(&self.cpu_utils);
         self.memory_util_mean = mean(&self.mem_utils);
-        let (mut c, mut m) = (std::mem::take(&mut self.cpu_utils), std::mem::take(&mut self.mem_utils));
+        let (mut c, mut m) = (
+            std::mem::take(&mut self.cpu_utils),
+            std::mem::take(&mut self.mem_utils),
+        );
         self.cpu_util_p95 = quantile(&mut c, 0.95);
         self.memory_util_p95 = quantile(&mut m, 0.95);
         self.memory_spread_p95_minus_p50 = mean(&self.spreads);
@@ -191,7 +198,8 @@ impl PolicyReport {
 
     /// Whether every pod that arrived is accounted for: completed, running or pending.
     pub fn no_pod_lost(&self) -> bool {
-        self.arrived == self.completed + self.running_end + self.pending_end + self.lost_and_resubmitted
+        self.arrived
+            == self.completed + self.running_end + self.pending_end + self.lost_and_resubmitted
     }
 }
 
@@ -254,16 +262,47 @@ impl Report {
             ("placed", |r| r.placed.to_string()),
             ("completed", |r| r.completed.to_string()),
             ("pending at end", |r| r.pending_end.to_string()),
-            ("unschedulable attempts", |r| r.unschedulable_attempts.to_string()),
-            ("time to schedule p50", |r| format!("{:.0} s", r.time_to_schedule_p50_s)),
-            ("time to schedule p99", |r| format!("{:.0} s", r.time_to_schedule_p99_s)),
+            ("unschedulable attempts", |r| {
+                r.unschedulable_attempts.to_string()
+            }),
+            ("time to schedule p50", |r| {
+                format!("{:.0} s", r.time_to_schedule_p50_s)
+            }),
+            ("time to schedule p99", |r| {
+                format!("{:.0} s", r.time_to_schedule_p99_s)
+            }),
             ("node-hours busy", |r| format!("{:.1}", r.node_hours_busy)),
-            ("real CPU mean / p95", |r| format!("{:.1} % / {:.1} %", r.cpu_util_mean * 100.0, r.cpu_util_p95 * 100.0)),
-            ("real memory mean / p95", |r| format!("{:.1} % / {:.1} %", r.memory_util_mean * 100.0, r.memory_util_p95 * 100.0)),
-            ("node-hours > 90 % memory", |r| format!("{:.2}", r.node_hours_memory_above_90)),
-            ("memory spread p95−p50", |r| format!("{:.1} pts", r.memory_spread_p95_minus_p50 * 100.0)),
-            ("warm-cache placements", |r| format!("{}/{} ({:.1} %)", r.warm_placements, r.repeat_placements, r.warm_rate * 100.0)),
-            ("build hours saved", |r| format!("{:.1}", r.build_hours_saved)),
+            ("real CPU mean / p95", |r| {
+                format!(
+                    "{:.1} % / {:.1} %",
+                    r.cpu_util_mean * 100.0,
+                    r.cpu_util_p95 * 100.0
+                )
+            }),
+            ("real memory mean / p95", |r| {
+                format!(
+                    "{:.1} % / {:.1} %",
+                    r.memory_util_mean * 100.0,
+                    r.memory_util_p95 * 100.0
+                )
+            }),
+            ("node-hours > 90 % memory", |r| {
+                format!("{:.2}", r.node_hours_memory_above_90)
+            }),
+            ("memory spread p95−p50", |r| {
+                format!("{:.1} pts", r.memory_spread_p95_minus_p50 * 100.0)
+            }),
+            ("warm-cache placements", |r| {
+                format!(
+                    "{}/{} ({:.1} %)",
+                    r.warm_placements,
+                    r.repeat_placements,
+                    r.warm_rate * 100.0
+                )
+            }),
+            ("build hours saved", |r| {
+                format!("{:.1}", r.build_hours_saved)
+            }),
             ("decisions/s", |r| format!("{:.0}", r.decisions_per_second)),
         ];
         let _ = pct;
@@ -298,26 +337,58 @@ impl Report {
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
         );
         let half = (h - 3.0 * pad) / 2.0;
-        for (panel, title) in [(0, "mean real memory utilisation (0–100 %)"), (1, &*format!("pending pods (0–{max_pending:.0})"))] {
+        for (panel, title) in [
+            (0, "mean real memory utilisation (0–100 %)"),
+            (1, &*format!("pending pods (0–{max_pending:.0})")),
+        ] {
             let top = pad + panel as f64 * (half + pad);
-            let _ = writeln!(svg, "<rect x=\"{pad}\" y=\"{top}\" width=\"{}\" height=\"{half}\" fill=\"none\" stroke=\"#999\"/>", w - 2.0 * pad);
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{pad}\" y=\"{top}\" width=\"{}\" height=\"{half}\" fill=\"none\" stroke=\"#999\"/>",
+                w - 2.0 * pad
+            );
             let _ = writeln!(svg, "<text x=\"{pad}\" y=\"{}\">{title}</text>", top - 6.0);
             for (i, p) in self.policies.iter().enumerate() {
                 let pts: Vec<String> = p
                     .series
                     .iter()
                     .map(|(t, mem, pending)| {
-                        let v = if panel == 0 { mem.min(1.0) } else { *pending as f64 / max_pending };
-                        format!("{:.1},{:.1}", pad + t / max_t * (w - 2.0 * pad), top + half - v * half)
+                        let v = if panel == 0 {
+                            mem.min(1.0)
+                        } else {
+                            *pending as f64 / max_pending
+                        };
+                        format!(
+                            "{:.1},{:.1}",
+                            pad + t / max_t * (w - 2.0 * pad),
+                            top + half - v * half
+                        )
                     })
                     .collect();
-                let _ = writeln!(svg, "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>", colors[i % colors.len()], pts.join(" "));
+                let _ = writeln!(
+                    svg,
+                    "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>",
+                    colors[i % colors.len()],
+                    pts.join(" ")
+                );
             }
         }
         for (i, p) in self.policies.iter().enumerate() {
-            let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>", w - pad - 140.0, 20.0 + 14.0 * i as f64, colors[i % colors.len()], p.policy.as_str());
+            let _ = writeln!(
+                svg,
+                "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>",
+                w - pad - 140.0,
+                20.0 + 14.0 * i as f64,
+                colors[i % colors.len()],
+                p.policy.as_str()
+            );
         }
-        let _ = writeln!(svg, "<text x=\"{}\" y=\"{}\">hours</text>", w / 2.0, h - 10.0);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\">hours</text>",
+            w / 2.0,
+            h - 10.0
+        );
         svg.push_str("</svg>\n");
         svg
     }

@@ -327,10 +327,16 @@ impl Scenario {
         let s: Scenario = serde_path_to_error::deserialize(de)
             .map_err(|e| invalid(e.path().to_string(), e.into_inner().to_string()))?;
         if s.step.is_zero() || s.step > s.duration {
-            return Err(invalid("step".into(), "must be positive and at most the duration".into()));
+            return Err(invalid(
+                "step".into(),
+                "must be positive and at most the duration".into(),
+            ));
         }
         if s.nodes.is_empty() {
-            return Err(invalid("nodes".into(), "at least one node is required".into()));
+            return Err(invalid(
+                "nodes".into(),
+                "at least one node is required".into(),
+            ));
         }
         for (i, w) in s.workloads.iter().enumerate() {
             let f = |k: &str| format!("workloads[{i}].{k}");
@@ -339,7 +345,10 @@ impl Scenario {
             }
             for (k, r) in [("usage.cpu", w.usage.cpu), ("usage.memory", w.usage.memory)] {
                 if !(r[0] >= 0.0 && r[0] <= r[1] && r[1].is_finite()) {
-                    return Err(invalid(f(k), format!("{r:?} is not a range [min, max] with 0 ≤ min ≤ max")));
+                    return Err(invalid(
+                        f(k),
+                        format!("{r:?} is not a range [min, max] with 0 ≤ min ≤ max"),
+                    ));
                 }
             }
             if !(0.0..1.0).contains(&w.warm_speedup) {
@@ -349,21 +358,39 @@ impl Scenario {
                 return Err(invalid(f("noise"), "must be in [0, 1)".into()));
             }
             if w.kind == Kind::Builder && (w.builders == 0 || w.duration.is_zero()) {
-                return Err(invalid(f("builders"), "builders and duration must be positive".into()));
+                return Err(invalid(
+                    f("builders"),
+                    "builders and duration must be positive".into(),
+                ));
             }
         }
         for (i, e) in s.events.iter().enumerate() {
-            let n = [e.cordon.is_some(), e.uncordon.is_some(), e.remove_node.is_some(), e.add_nodes.is_some(), e.burst.is_some()]
-                .iter()
-                .filter(|x| **x)
-                .count();
+            let n = [
+                e.cordon.is_some(),
+                e.uncordon.is_some(),
+                e.remove_node.is_some(),
+                e.add_nodes.is_some(),
+                e.burst.is_some(),
+            ]
+            .iter()
+            .filter(|x| **x)
+            .count();
             if n != 1 {
-                return Err(invalid(format!("events[{i}]"), "give exactly one of cordon, uncordon, removeNode, addNodes, burst".into()));
+                return Err(invalid(
+                    format!("events[{i}]"),
+                    "give exactly one of cordon, uncordon, removeNode, addNodes, burst".into(),
+                ));
             }
             if let Some(b) = &e.burst
-                && !s.workloads.iter().any(|w| w.name == b.workload && w.kind == Kind::Builder)
+                && !s
+                    .workloads
+                    .iter()
+                    .any(|w| w.name == b.workload && w.kind == Kind::Builder)
             {
-                return Err(invalid(format!("events[{i}].burst.workload"), format!("no builder workload named {:?}", b.workload)));
+                return Err(invalid(
+                    format!("events[{i}].burst.workload"),
+                    format!("no builder workload named {:?}", b.workload),
+                ));
             }
         }
         Ok(s)

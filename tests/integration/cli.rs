@@ -251,8 +251,21 @@ fn readme_configuration_examples_are_valid() {
     for (i, block) in readme.split("```yaml usage-file\n").skip(1).enumerate() {
         let yaml = block.split("```").next().unwrap();
         let path = write(&dir, &format!("usage{i}.yaml"), yaml);
-        let o = run(&["place", "--cluster", &cluster, "--pod", &pod, "--usage", &path]);
-        assert_eq!(o.status.code(), Some(0), "README usage block {i}:\n{yaml}\n{}", stderr(&o));
+        let o = run(&[
+            "place",
+            "--cluster",
+            &cluster,
+            "--pod",
+            &pod,
+            "--usage",
+            &path,
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "README usage block {i}:\n{yaml}\n{}",
+            stderr(&o)
+        );
         usage_blocks += 1;
     }
     assert!(usage_blocks >= 1, "the README shows a usage file");
