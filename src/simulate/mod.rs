@@ -505,6 +505,9 @@ fn attach(
 /// Runs one policy. Runs on a paused tokio clock if the caller's runtime is paused
 /// (the CLI builds one); otherwise the queue's backoffs see real time, which only makes
 /// retries happen at the next steps.
+// The scheduler lock is taken twice per step and dropped explicitly (`drop(guard)`)
+// before each await; the lint does not follow explicit drops.
+#[allow(clippy::await_holding_lock)]
 async fn run_policy(
     s: &Scenario,
     base: &Config,
@@ -514,7 +517,10 @@ async fn run_policy(
     progress: bool,
     hook: Option<ApiHook>,
 ) -> Result<PolicyReport, Error> {
-    let config = policy.config(base);
+    let mut config = policy.config(base);
+    // Ties between equally scored nodes are broken by the simulation's seed too, or two
+    // runs of one seed would differ.
+    config.scheduler.seed = config.scheduler.seed.or(Some(seed));
     let plan = plan(s, seed)?;
     let store = match &data_dir {
         Some(d) => Store::open(d, config.storage.clone())?,
@@ -551,7 +557,8 @@ async fn run_policy(
     let mut next_refresh = 0i64;
     let mut r = PolicyReport::new(policy);
     let mut next_arrival = 0usize;
-    let mut running: HashMap<String, Running> = HashMap::new();
+    // Ordered, so float sums (and so the report) are identical run to run.
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
     let mut arrived_at: HashMap<String, (i64, Arrival)> = HashMap::new();
     let mut history: HashMap<(usize, usize), HashSet<String>> = HashMap::new();
     let mut events: Vec<&scenario::Event> = s.events.iter().filter(|e| e.burst.is_none()).collect();
@@ -578,6 +585,7 @@ async fn run_policy(
         }
         let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
         let scheduler = &mut *guard;
+        // Events, arrivals and completions change the cluster: under the lock.
         // Events.
         while next_event < events.len() && events[next_event].at.as_millis() as i64 <= rel {
             let e = events[next_event];
@@ -669,6 +677,7 @@ async fn run_policy(
         if !done.is_empty() {
             queue.move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
         }
+        drop(guard);
         // Usage samples: what each node really uses this step.
         let mut node_use: HashMap<&str, (f64, f64, f64)> = nodes
             .iter()
@@ -728,17 +737,19 @@ async fn run_policy(
         r.observe_spread(&mut mem_utils);
         // The usage view, on simulated time, off the async threads.
         if rel >= next_refresh {
-            drop(guard);
             store.flush()?;
             let (st, ac) = (store.clone(), config.analytics.clone());
             let view: UsageView =
                 tokio::task::spawn_blocking(move || analytics::compute(&st, &ac, now))
                     .await
                     .map_err(|e| analytics::Error::Task(e.to_string()))??;
-            guard = shared.lock().unwrap_or_else(|e| e.into_inner());
-            guard.set_usage_view(Arc::new(view));
+            shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_usage_view(Arc::new(view));
             next_refresh = rel + refresh_ms;
         }
+        let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
         let scheduler = &mut *guard;
         scheduler.set_now_ms(now);
         source.purge_expired(now);

@@ -6,6 +6,7 @@ mod collect;
 mod conformance;
 mod grafana;
 mod prometheus;
+mod simulate;
 mod usage;
 
 use std::path::PathBuf;
