@@ -85,6 +85,9 @@ pub struct Config {
     /// Usage sources (`prometheus`, `kubelet`, `scrape`), as `headroom-collectors`
     /// documents them; a source is enabled by having its section. Default: no source.
     pub collectors: headroom_collectors::CollectorsConfig,
+    /// `headroom serve`: listener, leader election, extender, events, annotations,
+    /// reservations (`src/kube/config.rs`). Default: every field's default.
+    pub serve: crate::kube::ServeConfig,
 }
 
 /// The store directory used when neither `--data-dir` nor `dataDir` is given.
@@ -98,6 +101,7 @@ impl Default for Config {
             data_dir: None,
             storage: headroom_storage::StoreConfig::default(),
             collectors: headroom_collectors::CollectorsConfig::default(),
+            serve: crate::kube::ServeConfig::default(),
         }
     }
 }
@@ -227,6 +231,7 @@ impl Config {
         if let Err(e) = self.collectors.validate() {
             return Err(collectors_error(e));
         }
+        self.serve.validate()?;
         Ok(())
     }
 

@@ -9,13 +9,15 @@
 //! - [`queue`]: active, backoff and unschedulable queues;
 //! - [`config`]: the YAML configuration;
 //! - [`place`]: the `headroom place` what-if command;
-//! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store.
+//! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store;
+//! - [`kube`]: `headroom serve` against a cluster, and the kube-scheduler extender.
 
 pub mod analytics;
 pub mod cli;
 pub mod collect;
 pub mod config;
 pub mod framework;
+pub mod kube;
 pub mod objects;
 pub mod place;
 pub mod plugins;
