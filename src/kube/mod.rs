@@ -35,6 +35,33 @@ pub mod serve;
 
 pub use config::ServeConfig;
 
+/// Every API call `serve` makes, as RBAC names it: `(apiGroup, resource, verb)`.
+/// `deploy/rbac.yaml` grants exactly these (a test checks both ways, and the fake API
+/// server checks that the calls it sees are in this list). `nodes/proxy` `get` is needed
+/// only by the kubelet collector's API-server-proxy endpoint, which the manifests leave
+/// commented out.
+pub const API_CALLS: &[(&str, &str, &str)] = &[
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "get"),
+    ("", "pods", "patch"),
+    ("", "pods/binding", "create"),
+    ("", "pods/status", "patch"),
+    ("", "namespaces", "list"),
+    ("", "namespaces", "watch"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+    ("headroom.io", "reservations", "list"),
+    ("headroom.io", "reservations", "watch"),
+    ("headroom.io", "reservations", "delete"),
+    ("headroom.io", "reservations/status", "patch"),
+];
+
 /// Why `serve` (or one of its parts) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

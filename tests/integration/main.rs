@@ -3,6 +3,7 @@
 mod cli;
 mod collect;
 mod conformance;
+mod kube;
 mod prometheus;
 
 use std::path::PathBuf;
