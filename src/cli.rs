@@ -183,7 +183,7 @@ fn run_collect(once: bool, config: &Path, data_dir: Option<&Path>, output: Outpu
     if !once {
         eprintln!(
             "error: `headroom collect` needs --once: it runs one collection cycle and exits; \
-             the continuous collection loop runs under `headroom serve`, which is not available yet"
+             the continuous collection loop runs under `headroom serve`"
         );
         return ExitCode::from(2);
     }

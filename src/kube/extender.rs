@@ -26,7 +26,7 @@
 //!
 //! [`ExtenderConfig::profile`]: super::config::ExtenderConfig::profile
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -198,9 +198,10 @@ enum Candidates {
 }
 
 impl Candidates {
-    fn names(&self) -> Vec<String> {
+    /// The candidate names, in request order (moved out for the name form).
+    fn take_names(&mut self) -> Vec<String> {
         match self {
-            Candidates::Names(n) => n.clone(),
+            Candidates::Names(n) => std::mem::take(n),
             Candidates::Full(list, parsed) => list
                 .items
                 .iter()
@@ -218,10 +219,11 @@ impl Candidates {
     }
 }
 
-/// A validated request: the pod and its candidates.
+/// A validated request: the pod, its candidates and their names.
 struct Request {
     pod: PodInfo,
     candidates: Candidates,
+    names: Vec<String>,
 }
 
 fn request(args: ExtenderArgs) -> Result<Request, ExtenderError> {
@@ -247,9 +249,12 @@ fn request(args: ExtenderArgs) -> Result<Request, ExtenderError> {
         }
         (None, None) => return Err(bad(".", "neither NodeNames nor Nodes is set")),
     };
+    let mut candidates = candidates;
+    let names = candidates.take_names();
     Ok(Request {
         pod: PodInfo::new(Arc::new(pod)),
         candidates,
+        names,
     })
 }
 
@@ -295,7 +300,6 @@ impl ExtenderState {
     /// `/filter`: which candidates pass headroom's filters.
     pub fn filter(&self, args: ExtenderArgs) -> Result<ExtenderFilterResult, ExtenderError> {
         let req = request(args)?;
-        let names = req.candidates.names();
         let ev = self.evaluate(&req);
         let mut result = ExtenderFilterResult::default();
         if let Outcome::Error { message } = &ev.decision.outcome
@@ -307,39 +311,38 @@ impl ExtenderState {
             return Ok(result);
         }
         let verdicts = verdicts(&ev);
-        let mut passed = Vec::with_capacity(names.len());
-        for (i, name) in names.iter().enumerate() {
+        let mut passed = Vec::with_capacity(req.names.len());
+        for (i, name) in req.names.into_iter().enumerate() {
             if let Candidates::Full(_, parsed) = &req.candidates
                 && let Err(e) = &parsed[i]
             {
-                result
-                    .failed_and_unresolvable_nodes
-                    .insert(name.clone(), e.clone());
+                result.failed_and_unresolvable_nodes.insert(name, e.clone());
                 continue;
             }
-            let idx = ev.snapshot.index_of(name);
-            match idx.and_then(|i| verdicts.get(&i)) {
-                Some(Verdict::Rejected(s)) => {
-                    let reason = s.message();
-                    if s.code == Code::UnschedulableAndUnresolvable {
-                        result
-                            .failed_and_unresolvable_nodes
-                            .insert(name.clone(), reason);
-                    } else {
-                        result.failed_nodes.insert(name.clone(), reason);
-                    }
+            let rejected = ev
+                .snapshot
+                .index_of(&name)
+                .and_then(|idx| verdicts.get(idx as usize).copied().flatten());
+            match rejected {
+                Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
+                    result
+                        .failed_and_unresolvable_nodes
+                        .insert(name, s.message());
                 }
-                _ => passed.push(i),
+                Some(s) => {
+                    result.failed_nodes.insert(name, s.message());
+                }
+                None => passed.push((i, name)),
             }
         }
         match &req.candidates {
             Candidates::Names(_) => {
-                result.node_names = Some(passed.iter().map(|i| names[*i].clone()).collect());
+                result.node_names = Some(passed.into_iter().map(|(_, n)| n).collect());
             }
             Candidates::Full(list, _) => {
                 result.nodes = Some(NodeList {
                     metadata: list.metadata.clone(),
-                    items: passed.iter().map(|i| list.items[*i].clone()).collect(),
+                    items: passed.iter().map(|(i, _)| list.items[*i].clone()).collect(),
                 });
             }
         }
@@ -349,23 +352,27 @@ impl ExtenderState {
     /// `/prioritize`: a 0..=10 score per candidate, in request order.
     pub fn prioritize(&self, args: ExtenderArgs) -> Result<Vec<HostPriority>, ExtenderError> {
         let req = request(args)?;
-        let names = req.candidates.names();
         let ev = self.evaluate(&req);
-        let total_weight: i64 = ev.decision.scores.iter().map(|c| c.weight).sum();
-        let mut totals: HashMap<u32, i64> = HashMap::with_capacity(ev.decision.feasible.len());
-        if ev.decision.totals.len() == ev.decision.feasible.len() {
-            for (i, idx) in ev.decision.feasible.iter().enumerate() {
-                totals.insert(*idx, ev.decision.totals[i]);
+        let d = &ev.decision;
+        let total_weight: i64 = d.scores.iter().map(|c| c.weight).sum();
+        // Dense by snapshot index: one slot per node, no hashing per candidate.
+        let mut totals: Vec<Option<i64>> = vec![None; ev.snapshot.len()];
+        if d.totals.len() == d.feasible.len() {
+            for (i, idx) in d.feasible.iter().enumerate() {
+                if let Some(slot) = totals.get_mut(*idx as usize) {
+                    *slot = Some(d.totals[i]);
+                }
             }
         }
-        Ok(names
+        Ok(req
+            .names
             .into_iter()
             .map(|host| {
                 let score = ev
                     .snapshot
                     .index_of(&host)
-                    .and_then(|i| totals.get(&i))
-                    .map_or(0, |t| scale(*t, total_weight));
+                    .and_then(|i| totals.get(i as usize).copied().flatten())
+                    .map_or(0, |t| scale(t, total_weight));
                 HostPriority { host, score }
             })
             .collect())
@@ -382,24 +389,26 @@ pub fn scale(total: i64, total_weight: i64) -> i64 {
         .clamp(0, MAX_EXTENDER_PRIORITY)
 }
 
-enum Verdict<'a> {
-    Rejected(&'a Status),
-}
-
-fn verdicts(ev: &Evaluated) -> HashMap<u32, Verdict<'_>> {
+/// The rejecting status of each snapshot node (dense by index; `None`: not rejected).
+fn verdicts(ev: &Evaluated) -> Vec<Option<&Status>> {
     let d = &ev.decision;
-    let mut out: HashMap<u32, Verdict<'_>> = HashMap::with_capacity(d.rejected.len());
-    for (idx, s) in &d.rejected {
-        out.insert(*idx, Verdict::Rejected(s));
-    }
-    if let Some(absent) = &d.absent {
+    let n = ev.snapshot.len();
+    let mut out: Vec<Option<&Status>> = match &d.absent {
         // PreFilter rejected the pod or restricted the nodes: every node neither rejected
         // nor feasible carries that status.
-        let feasible: std::collections::HashSet<u32> = d.feasible.iter().copied().collect();
-        for idx in 0..ev.snapshot.len() as u32 {
-            if !feasible.contains(&idx) {
-                out.entry(idx).or_insert(Verdict::Rejected(absent));
+        Some(absent) => vec![Some(absent); n],
+        None => vec![None; n],
+    };
+    if d.absent.is_some() {
+        for idx in &d.feasible {
+            if let Some(slot) = out.get_mut(*idx as usize) {
+                *slot = None;
             }
+        }
+    }
+    for (idx, s) in &d.rejected {
+        if let Some(slot) = out.get_mut(*idx as usize) {
+            *slot = Some(s);
         }
     }
     out
