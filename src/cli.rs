@@ -172,6 +172,60 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Schedule a real cluster: a scheduler for pods with our schedulerName, and a
+    /// kube-scheduler extender, in one process.
+    ///
+    /// Connects with --kubeconfig (and --context), else in-cluster (the pod's service
+    /// account), else $KUBECONFIG or ~/.kube/config. Watches Nodes, Pods, Namespaces and
+    /// Reservations (headroom.io/v1alpha1; install it with `headroom crd | kubectl apply -f -`).
+    ///
+    /// As a scheduler: pods whose spec.schedulerName is a profile's name (default
+    /// `headroom`) are scheduled and bound via pods/binding, with Scheduled and
+    /// FailedScheduling events and the PodScheduled condition, as kube-scheduler writes
+    /// them, and a `headroom.io/decision` annotation. With leader election (the default)
+    /// only the replica holding the Lease schedules; the others keep their caches warm.
+    ///
+    /// As an extender: POST /extender/filter, /extender/prioritize and /extender/bind on
+    /// the listener (point kube-scheduler's extender urlPrefix at http://HOST:PORT/extender;
+    /// deploy/extender/kube-scheduler-config.yaml has the stanza). Only headroom's own
+    /// plugins run there. GET /healthz and /readyz serve probes.
+    ///
+    /// Usage data: `--prometheus URL` (or a `collectors` section in --config) is enough to
+    /// start collecting into the store in --data-dir. SIGTERM stops taking pods, finishes
+    /// the binds in flight, releases the Lease and flushes the store. Exit code 0 after a
+    /// clean shutdown, 2 on a bad configuration or kubeconfig, 3 when serving failed.
+    Serve(ServeArgs),
+    /// Print the Reservation CustomResourceDefinition (YAML), generated from the Rust type.
+    Crd,
+}
+
+/// The flags of `headroom serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Configuration file (default: built-in defaults).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Prometheus base URL to collect usage from (sets collectors.prometheus.url).
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// Listener address (overrides serve.listen; default 0.0.0.0:10260).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Store directory (default: `dataDir` of the configuration, else ./headroom-data).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Do not elect a leader (a single replica; overrides serve.leaderElection.enabled).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// Extender only: do not schedule pods ourselves (sets serve.schedule to false).
+    #[arg(long)]
+    pub extender_only: bool,
 }
 
 /// Where `headroom explain` looks for the API when no `--server` is given.
@@ -342,7 +396,7 @@ fn run_collect(once: bool, config: &Path, data_dir: Option<&Path>, output: Outpu
     if !once {
         eprintln!(
             "error: `headroom collect` needs --once: it runs one collection cycle and exits; \
-             the continuous collection loop runs under `headroom serve`, which is not available yet"
+             the continuous collection loop runs under `headroom serve`"
         );
         return ExitCode::from(2);
     }
@@ -546,6 +600,123 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, crate::config::ConfigEr
     }
 }
 
+fn run_serve(args: ServeArgs) -> ExitCode {
+    let ServeArgs {
+        config,
+        kubeconfig,
+        context,
+        prometheus,
+        listen,
+        data_dir,
+        no_leader_election,
+        extender_only,
+    } = args;
+    let mut config = match load_config(config.as_ref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(url) = prometheus {
+        let mut p: headroom_collectors::config::PrometheusConfig =
+            match serde_json::from_value(serde_json::json!({ "url": url })) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: --prometheus: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+        if let Some(old) = config.collectors.prometheus.take() {
+            // Keep the file's settings; the flag only sets the URL.
+            p = headroom_collectors::config::PrometheusConfig { url: p.url, ..old };
+        }
+        config.collectors.prometheus = Some(p);
+    }
+    if no_leader_election {
+        config.serve.leader_election.enabled = false;
+    }
+    if extender_only {
+        config.serve.schedule = false;
+    }
+    if let Err(e) = config.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    runtime.block_on(async move {
+        let client = match crate::kube::client::client(kubeconfig.as_deref(), context.as_deref()).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let mut opts = crate::kube::serve::ServeOptions::new(config, client);
+        opts.listen = listen;
+        opts.data_dir = data_dir;
+        match crate::kube::serve::run(opts, shutdown_signal()).await {
+            Ok(report) => {
+                eprintln!(
+                    "headroom serve stopped: {} pods bound, {} unschedulable attempts, {} bind errors",
+                    report.scheduling.bound,
+                    report.scheduling.unschedulable,
+                    report.scheduling.bind_errors
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e @ crate::kube::Error::Config(_)) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(3)
+            }
+        }
+    })
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 /// Runs the CLI; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
@@ -647,5 +818,10 @@ pub fn run(cli: Cli) -> ExitCode {
             server,
             output,
         } => run_explain(&pod, &server, output),
+        Command::Serve(args) => run_serve(args),
+        Command::Crd => {
+            print!("{}", crate::kube::crd::crd_yaml());
+            ExitCode::SUCCESS
+        }
     }
 }

@@ -91,6 +91,9 @@ pub struct Config {
     /// How real usage enters decisions: staleness, prediction percentile, class policies;
     /// see [`crate::usage::UsagePolicy`].
     pub usage: crate::usage::UsagePolicy,
+    /// `headroom serve`: listener, leader election, extender, events, annotations,
+    /// reservations (`src/kube/config.rs`). Default: every field's default.
+    pub serve: crate::kube::ServeConfig,
 }
 
 /// The store directory used when neither `--data-dir` nor `dataDir` is given.
@@ -106,6 +109,7 @@ impl Default for Config {
             collectors: headroom_collectors::CollectorsConfig::default(),
             analytics: crate::analytics::AnalyticsConfig::default(),
             usage: crate::usage::UsagePolicy::default(),
+            serve: crate::kube::ServeConfig::default(),
         }
     }
 }
@@ -250,6 +254,7 @@ impl Config {
         if let Err((field, message)) = self.usage.validate() {
             return Err(ConfigError::Invalid { field, message });
         }
+        self.serve.validate()?;
         Ok(())
     }
 

@@ -12,6 +12,7 @@
 //! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store;
 //! - [`metrics`]: headroom's Prometheus metrics;
 //! - [`api`]: the inspection API (`/explain`, `/nodes`, `/builders`, `/queue`, `/metrics`).
+//! - [`kube`]: `headroom serve` against a cluster, and the kube-scheduler extender.
 
 pub mod analytics;
 pub mod api;
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod collect;
 pub mod config;
 pub mod framework;
+pub mod kube;
 pub mod metrics;
 pub mod objects;
 pub mod place;

@@ -5,6 +5,7 @@ mod cli;
 mod collect;
 mod conformance;
 mod grafana;
+mod kube;
 mod prometheus;
 mod simulate;
 mod usage;

@@ -1,0 +1,98 @@
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+//! The kube-scheduler extender, in process: `filter` then `prioritize` for one pod over
+//! 5,000 node names (the cache-capable form) on a synthetic cluster of 5,000 nodes with 30
+//! pods each. Target (issue #7): ≤ 3 ms p99 for the pair.
+//!
+//! Two extender profiles: the default (headroom's own plugins only; until the real-usage
+//! plugins land that profile is empty, so this measures the protocol path: request parsing,
+//! the cycle's bookkeeping, result building) and one with TaintToleration and
+//! NodeResourcesFit enabled, a stand-in for a profile with two per-node plugins.
+//!
+//! Run: `cargo bench --bench extender` (numbers in benches/README.md). Besides criterion's
+//! estimates it prints p50/p99 over 500 timed pairs.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use headroom::kube::config::ExtenderConfig;
+use headroom::kube::extender::{ExtenderArgs, ExtenderState};
+use headroom::plugins::{PluginDeps, build_framework_with};
+use headroom::snapshot::Snapshot;
+use headroom::synthetic;
+
+fn state(extra: &str) -> (ExtenderState, ExtenderArgs) {
+    let (nodes, pods) = synthetic::cluster(5_000, 30, 42);
+    let names: Vec<String> = nodes
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap_or_default())
+        .collect();
+    let snap = Arc::new(Snapshot::build(nodes, pods));
+    let cfg: ExtenderConfig = serde_norway::from_str(extra).unwrap();
+    let fw = build_framework_with(&cfg.profile(), &PluginDeps::default()).unwrap();
+    let state = ExtenderState {
+        framework: Arc::new(fw),
+        snapshot: Arc::new(move || snap.clone()),
+        binder: None,
+    };
+    let args = ExtenderArgs {
+        pod: Some(synthetic::plain_pod("bench")),
+        nodes: None,
+        node_names: Some(names),
+    };
+    (state, args)
+}
+
+fn pair(state: &ExtenderState, args: &ExtenderArgs) -> usize {
+    let f = state.filter(args.clone()).unwrap();
+    let passed = f.node_names.unwrap_or_default();
+    let p = state
+        .prioritize(ExtenderArgs {
+            pod: args.pod.clone(),
+            nodes: None,
+            node_names: Some(passed),
+        })
+        .unwrap();
+    p.len()
+}
+
+fn percentiles(name: &str, state: &ExtenderState, args: &ExtenderArgs) {
+    for _ in 0..20 {
+        pair(state, args);
+    }
+    let mut t: Vec<f64> = (0..500)
+        .map(|_| {
+            let s = Instant::now();
+            black_box(pair(state, args));
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "extender {name}: filter+prioritize over 5000 names: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        t[t.len() / 2],
+        t[t.len() * 99 / 100],
+        t[t.len() - 1]
+    );
+}
+
+fn extender(c: &mut Criterion) {
+    let mut group = c.benchmark_group("extender-5000");
+    group.sample_size(20);
+    for (name, extra) in [
+        ("own-plugins", "{}"),
+        (
+            "taint+fit",
+            "plugins: {TaintToleration: {enabled: true}, NodeResourcesFit: {enabled: true}}",
+        ),
+    ] {
+        let (state, args) = state(extra);
+        percentiles(name, &state, &args);
+        group.bench_function(name, |b| b.iter(|| pair(&state, black_box(&args))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, extender);
+criterion_main!(benches);

@@ -1,0 +1,47 @@
+//! The Kubernetes client: from a kubeconfig file (`--kubeconfig`, `--context`), else
+//! inferred as kubectl does (in-cluster service account when `KUBERNETES_SERVICE_HOST` is
+//! set, else `$KUBECONFIG` or `~/.kube/config`).
+
+use std::path::Path;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::{Error, Result};
+
+/// Builds a client from `kubeconfig` (and `context`), or infers one.
+pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Client> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| Error::ClientConfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| Error::ClientConfig(format!("{}: {e}", path.display())))?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| Error::ClientConfig(e.to_string()))?,
+        None => kube::Config::infer().await.map_err(|e| {
+            Error::ClientConfig(format!(
+                "no in-cluster configuration and no kubeconfig: {e}"
+            ))
+        })?,
+    };
+    Client::try_from(config).map_err(|e| Error::ClientConfig(e.to_string()))
+}
+
+/// A client for an API server at `url` without credentials (a local fake or a proxy such
+/// as `kubectl proxy`).
+pub fn client_for_url(url: &str) -> Result<Client> {
+    let uri = url
+        .parse()
+        .map_err(|e| Error::ClientConfig(format!("{url:?}: {e}")))?;
+    let mut config = kube::Config::new(uri);
+    config.default_namespace = "default".into();
+    Client::try_from(config).map_err(|e| Error::ClientConfig(e.to_string()))
+}

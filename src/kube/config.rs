@@ -1,0 +1,362 @@
+//! The `serve` section of the configuration: how `headroom serve` talks to the cluster.
+//!
+//! ```yaml
+//! serve:
+//!   listen: 0.0.0.0:10260          # extender, /healthz, /readyz (and later the API)
+//!   schedule: true                 # bind pods whose schedulerName is one of our profiles
+//!   leaderElection: {enabled: true, leaseName: headroom, leaseDuration: 15s}
+//!   extender:
+//!     enabled: true
+//!     plugins: {TaintToleration: {enabled: true}}   # in-tree plugins are off by default
+//!   events: {qps: 5, burst: 25, seriesWindow: 6m}
+//!   decisionAnnotation: true
+//!   builderHistoryAnnotation: false
+//!   reservations: {enabled: true, gcInterval: 1m, keepFinished: 10m}
+//! ```
+//!
+//! Every field has a default; unknown fields are errors.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{PluginArgs, PluginSetting, ProfileConfig};
+
+/// The name of the profile extender requests are scheduled with (in decision records).
+pub const EXTENDER_PROFILE: &str = "extender";
+
+/// How `headroom serve` runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct ServeConfig {
+    /// Address of the HTTP listener: the extender endpoints, `/healthz` and `/readyz`.
+    /// Default `0.0.0.0:10260`.
+    pub listen: String,
+    /// Schedule and bind the unassigned pods whose `spec.schedulerName` names one of the
+    /// profiles. Default true. Set false to run as an extender only (kube-scheduler then
+    /// schedules; headroom filters, scores and optionally binds for it).
+    pub schedule: bool,
+    /// Leader election on a `coordination.k8s.io/v1` Lease: only the leader schedules and
+    /// binds; the others keep their caches warm and answer read-only requests.
+    pub leader_election: LeaderElectionConfig,
+    /// The kube-scheduler extender endpoints.
+    pub extender: ExtenderConfig,
+    /// Events (`Scheduled`, `FailedScheduling`): rate limits and aggregation.
+    pub events: EventsConfig,
+    /// After a successful bind, annotate the pod with a short decision summary
+    /// (`headroom.io/decision`: node, top scores, data freshness). Default true.
+    pub decision_annotation: bool,
+    /// Also write bk-ci's `bkci.dispatch.kubenetes/builder-history-nodes` annotation (a JSON
+    /// array of node names, newest first) on each bound pod, so tooling that reads it keeps
+    /// working. Default false.
+    pub builder_history_annotation: bool,
+    /// The `Reservation` custom resource (`headroom.io/v1alpha1`).
+    pub reservations: ReservationsConfig,
+    /// How long an assumed pod may wait for the watch to show it bound after its bind call
+    /// returned; then it is dropped from the snapshot. Default `30s` (kube-scheduler's
+    /// `durationToExpireAssumedPod` is 15 min; a lost watch event then hides capacity that
+    /// long, so headroom keeps it short).
+    #[serde(with = "humantime_serde")]
+    pub assume_ttl: Duration,
+    /// Timeout of one API request (binding, patch, event). Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: "0.0.0.0:10260".to_string(),
+            schedule: true,
+            leader_election: LeaderElectionConfig::default(),
+            extender: ExtenderConfig::default(),
+            events: EventsConfig::default(),
+            decision_annotation: true,
+            builder_history_annotation: false,
+            reservations: ReservationsConfig::default(),
+            assume_ttl: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Leader election settings (client-go's defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct LeaderElectionConfig {
+    /// Elect a leader. Default true: with one replica this costs one Lease write per
+    /// `retryPeriod`; with several, it is what keeps two schedulers from binding at once.
+    pub enabled: bool,
+    /// Lease name. Default `headroom`.
+    pub lease_name: String,
+    /// Lease namespace. Default: the `POD_NAMESPACE` environment variable (the downward
+    /// API), else `default`.
+    pub lease_namespace: Option<String>,
+    /// This replica's identity. Default: `POD_NAME`, else `HOSTNAME`, else `headroom`.
+    pub identity: Option<String>,
+    /// How long a lease is valid without renewal. Default `15s`.
+    #[serde(with = "humantime_serde")]
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long steps down. Default `10s`; must be
+    /// shorter than `leaseDuration`.
+    #[serde(with = "humantime_serde")]
+    pub renew_deadline: Duration,
+    /// Interval between acquire or renew attempts. Default `2s`.
+    #[serde(with = "humantime_serde")]
+    pub retry_period: Duration,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        LeaderElectionConfig {
+            enabled: true,
+            lease_name: "headroom".to_string(),
+            lease_namespace: None,
+            identity: None,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LeaderElectionConfig {
+    /// The lease namespace in effect.
+    pub fn namespace(&self) -> String {
+        self.lease_namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "default".to_string())
+    }
+
+    /// The identity in effect.
+    pub fn identity(&self) -> String {
+        self.identity
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "headroom".to_string())
+    }
+}
+
+/// The extender endpoints and the plugins they apply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct ExtenderConfig {
+    /// Serve `POST /extender/filter`, `/extender/prioritize` and `/extender/bind`.
+    /// Default true.
+    pub enabled: bool,
+    /// Plugin switches and weights over the defaults, as in a profile. kube-scheduler has
+    /// already applied its in-tree plugins, so those are off unless enabled here; headroom's
+    /// own plugins keep their defaults.
+    pub plugins: BTreeMap<String, PluginSetting>,
+    /// Plugin arguments, as in a profile.
+    pub plugin_args: PluginArgs,
+}
+
+impl Default for ExtenderConfig {
+    fn default() -> Self {
+        ExtenderConfig {
+            enabled: true,
+            plugins: BTreeMap::new(),
+            plugin_args: PluginArgs::default(),
+        }
+    }
+}
+
+impl ExtenderConfig {
+    /// The profile extender requests run: every in-tree (`upstream`) plugin not mentioned
+    /// is disabled; headroom's own plugins keep their defaults.
+    pub fn profile(&self) -> ProfileConfig {
+        let mut plugins = self.plugins.clone();
+        for p in crate::plugins::KNOWN_PLUGINS.iter().filter(|p| p.upstream) {
+            plugins
+                .entry(p.name.to_string())
+                .or_insert_with(|| PluginSetting {
+                    enabled: Some(false),
+                    weight: None,
+                })
+                .enabled
+                .get_or_insert(false);
+        }
+        ProfileConfig {
+            scheduler_name: EXTENDER_PROFILE.to_string(),
+            plugins,
+            plugin_args: self.plugin_args.clone(),
+        }
+    }
+}
+
+/// Event rate limits and aggregation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct EventsConfig {
+    /// Sustained event writes per second (token bucket). Default 5.
+    pub qps: f64,
+    /// Burst of the token bucket. Default 25. Writes beyond it are dropped and counted.
+    pub burst: u32,
+    /// An event identical to one written less than this long ago (same pod, reason and
+    /// message) updates that event's `series` instead of creating a new one. Default `6m`
+    /// (client-go's).
+    #[serde(with = "humantime_serde")]
+    pub series_window: Duration,
+    /// Within a series, at most one update per this interval; repeats in between are only
+    /// counted and go out with the next update. Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub series_update_interval: Duration,
+    /// `reportingController` of the events. Default `headroom`.
+    pub reporting_controller: String,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        EventsConfig {
+            qps: 5.0,
+            burst: 25,
+            series_window: Duration::from_secs(6 * 60),
+            series_update_interval: Duration::from_secs(30),
+            reporting_controller: "headroom".to_string(),
+        }
+    }
+}
+
+/// The `Reservation` custom resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct ReservationsConfig {
+    /// Watch `reservations.headroom.io` (the CRD must be installed) and honour them.
+    /// Default true.
+    pub enabled: bool,
+    /// How often the GC loop marks expired reservations and deletes finished ones.
+    /// Default `1m`.
+    #[serde(with = "humantime_serde")]
+    pub gc_interval: Duration,
+    /// How long a Consumed or Expired reservation stays (for `kubectl get`) before the GC
+    /// loop deletes it. Default `10m`.
+    #[serde(with = "humantime_serde")]
+    pub keep_finished: Duration,
+}
+
+impl Default for ReservationsConfig {
+    fn default() -> Self {
+        ReservationsConfig {
+            enabled: true,
+            gc_interval: Duration::from_secs(60),
+            keep_finished: Duration::from_secs(600),
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Checks what serde cannot; errors name the field under `serve.`.
+    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
+        let invalid = |field: &str, message: String| crate::config::ConfigError::Invalid {
+            field: format!("serve.{field}"),
+            message,
+        };
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "listen",
+                format!("{:?} is not an address like 0.0.0.0:10260", self.listen),
+            ));
+        }
+        let le = &self.leader_election;
+        if le.retry_period.is_zero() {
+            return Err(invalid(
+                "leaderElection.retryPeriod",
+                "must be > 0".to_string(),
+            ));
+        }
+        if le.renew_deadline >= le.lease_duration {
+            return Err(invalid(
+                "leaderElection.renewDeadline",
+                "must be shorter than leaseDuration".to_string(),
+            ));
+        }
+        if le.retry_period >= le.renew_deadline {
+            return Err(invalid(
+                "leaderElection.retryPeriod",
+                "must be shorter than renewDeadline".to_string(),
+            ));
+        }
+        if le.lease_name.is_empty() {
+            return Err(invalid(
+                "leaderElection.leaseName",
+                "must not be empty".to_string(),
+            ));
+        }
+        if !(self.events.qps > 0.0 && self.events.qps.is_finite()) {
+            return Err(invalid("events.qps", "must be > 0".to_string()));
+        }
+        if self.events.burst == 0 {
+            return Err(invalid("events.burst", "must be > 0".to_string()));
+        }
+        if self.reservations.gc_interval.is_zero() {
+            return Err(invalid(
+                "reservations.gcInterval",
+                "must be > 0".to_string(),
+            ));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(invalid("requestTimeout", "must be > 0".to_string()));
+        }
+        crate::plugins::build_framework(&self.extender.profile()).map_err(|e| match e {
+            crate::config::ConfigError::Invalid { field, message } => invalid(
+                &field.replace(&format!("profiles[{EXTENDER_PROFILE}]"), "extender"),
+                message,
+            ),
+            other => other,
+        })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_round_trip_and_field_errors() {
+        let c: ServeConfig = serde_norway::from_str("{}").unwrap();
+        assert_eq!(c, ServeConfig::default());
+        c.validate().unwrap();
+        let text = serde_norway::to_string(&c).unwrap();
+        assert_eq!(serde_norway::from_str::<ServeConfig>(&text).unwrap(), c);
+
+        let c: ServeConfig =
+            serde_norway::from_str("leaderElection: {leaseDuration: 2s, renewDeadline: 3s}\n")
+                .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("serve.leaderElection.renewDeadline"), "{e}");
+        assert!(serde_norway::from_str::<ServeConfig>("bogus: 1").is_err());
+        let c: ServeConfig =
+            serde_norway::from_str("extender: {plugins: {NoSuch: {enabled: true}}}").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("serve.extender.plugins.NoSuch"), "{e}");
+    }
+
+    #[test]
+    fn extender_profile_disables_in_tree_plugins_unless_enabled() {
+        let c: ExtenderConfig =
+            serde_norway::from_str("plugins: {TaintToleration: {weight: 2}}").unwrap();
+        let p = c.profile();
+        for k in crate::plugins::KNOWN_PLUGINS.iter().filter(|k| k.upstream) {
+            let s = &p.plugins[k.name];
+            if k.name == "TaintToleration" {
+                // Mentioned without `enabled`: still off (in-tree), weight kept.
+                assert_eq!(s.enabled, Some(false));
+                assert_eq!(s.weight, Some(2));
+            } else {
+                assert_eq!(s.enabled, Some(false), "{}", k.name);
+            }
+        }
+        let c: ExtenderConfig =
+            serde_norway::from_str("plugins: {TaintToleration: {enabled: true}}").unwrap();
+        assert_eq!(c.profile().plugins["TaintToleration"].enabled, Some(true));
+    }
+}

@@ -1,0 +1,690 @@
+//! What users see, as with kube-scheduler: `Scheduled` and `FailedScheduling` Events
+//! (`events.k8s.io/v1`, the fields kube-scheduler fills), the pod's `PodScheduled=False`
+//! condition with the same message, and after a bind the `headroom.io/decision` annotation
+//! (plus, optionally, bk-ci's `builder-history-nodes`), the decision log and the placement
+//! history in the store.
+//!
+//! All of it runs in background tasks fed by channels, so the scheduling loop never waits
+//! on these writes, and a slow API server loses events (counted), never scheduling time.
+//!
+//! A stuck pod must not flood the API: an event identical to one written within
+//! `seriesWindow` (same pod, reason and message) becomes a `series` update of that event,
+//! at most one per `seriesUpdateInterval` (repeats in between are counted and sent with the
+//! next update, or by the periodic flush), and every write takes a token from a bucket
+//! (`qps`, `burst`); without a token the write is dropped and counted. The condition is
+//! patched only when its message changes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::bind::BindOutcome;
+use super::config::{EventsConfig, ServeConfig};
+use crate::framework::{Decision, Outcome};
+use crate::scheduler::Scheduler;
+use crate::snapshot::PodInfo;
+use crate::usage::UsageContext;
+
+/// The decision summary annotation.
+pub const DECISION_ANNOTATION: &str = "headroom.io/decision";
+/// bk-ci's placement history annotation (a JSON array of node names, newest first).
+pub const BKCI_HISTORY_ANNOTATION: &str = "bkci.dispatch.kubenetes/builder-history-nodes";
+
+/// One event to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventSpec {
+    /// The object it is about.
+    pub regarding: ObjectReference,
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    /// `Scheduled`, `FailedScheduling`.
+    pub reason: &'static str,
+    /// `Binding`, `Scheduling`.
+    pub action: &'static str,
+    /// The message.
+    pub note: String,
+}
+
+/// A reference to a pod, as kube-scheduler's events carry it.
+pub fn pod_ref(pod: &PodInfo) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(pod.namespace.clone()),
+        name: Some(pod.name.clone()),
+        uid: (!pod.uid.is_empty()).then(|| pod.uid.clone()),
+        resource_version: pod.pod.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+/// `Scheduled`: "Successfully assigned ns/pod to node".
+pub fn scheduled(pod: &PodInfo, node: &str) -> EventSpec {
+    EventSpec {
+        regarding: pod_ref(pod),
+        type_: "Normal",
+        reason: "Scheduled",
+        action: "Binding",
+        note: format!(
+            "Successfully assigned {}/{} to {node}",
+            pod.namespace, pod.name
+        ),
+    }
+}
+
+/// `FailedScheduling` with the upstream-format message.
+pub fn failed_scheduling(regarding: ObjectReference, message: &str) -> EventSpec {
+    EventSpec {
+        regarding,
+        type_: "Warning",
+        reason: "FailedScheduling",
+        action: "Scheduling",
+        note: message.to_string(),
+    }
+}
+
+/// The strategic merge patch of `pods/status` that sets `PodScheduled=False`.
+pub fn unschedulable_condition(reason: &str, message: &str, now_ms: i64) -> serde_json::Value {
+    json!({"status": {"conditions": [{
+        "type": "PodScheduled",
+        "status": "False",
+        "lastProbeTime": null,
+        "lastTransitionTime": super::rfc3339(now_ms),
+        "reason": reason,
+        "message": message,
+    }]}})
+}
+
+/// Counters of the event writer.
+#[derive(Debug, Default)]
+pub struct EventStats {
+    /// Events created.
+    pub created: AtomicU64,
+    /// Series updates written.
+    pub series_updates: AtomicU64,
+    /// Occurrences folded into a series without a write of their own.
+    pub aggregated: AtomicU64,
+    /// Dropped: no token, or the writer's channel was full.
+    pub dropped: AtomicU64,
+    /// API errors.
+    pub failed: AtomicU64,
+}
+
+impl EventStats {
+    /// (created, series updates, aggregated, dropped, failed).
+    pub fn get(&self) -> (u64, u64, u64, u64, u64) {
+        (
+            self.created.load(Ordering::Relaxed),
+            self.series_updates.load(Ordering::Relaxed),
+            self.aggregated.load(Ordering::Relaxed),
+            self.dropped.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A handle to record events (cheap to clone).
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<EventSpec>,
+    stats: Arc<EventStats>,
+}
+
+impl Recorder {
+    /// Queues an event; a full queue drops it (counted).
+    pub fn record(&self, ev: EventSpec) {
+        if self.tx.try_send(ev).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> &Arc<EventStats> {
+        &self.stats
+    }
+}
+
+/// A recorder and the receiver its writer drains.
+pub fn recorder() -> (Recorder, mpsc::Receiver<EventSpec>) {
+    let (tx, rx) = mpsc::channel(1024);
+    (
+        Recorder {
+            tx,
+            stats: Arc::new(EventStats::default()),
+        },
+        rx,
+    )
+}
+
+struct TokenBucket {
+    tokens: f64,
+    burst: f64,
+    qps: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    fn take(&mut self, now: Instant) -> bool {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.tokens = (self.tokens + dt * self.qps).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct Series {
+    namespace: String,
+    name: String,
+    started: Instant,
+    last_write: Instant,
+    count: i32,
+    unwritten: bool,
+}
+
+type SeriesKey = (String, &'static str, String);
+
+fn key_of(ev: &EventSpec) -> SeriesKey {
+    let who = ev
+        .regarding
+        .uid
+        .clone()
+        .or_else(|| {
+            Some(format!(
+                "{}/{}",
+                ev.regarding.namespace.as_deref().unwrap_or(""),
+                ev.regarding.name.as_deref().unwrap_or("")
+            ))
+        })
+        .unwrap_or_default();
+    (who, ev.reason, ev.note.clone())
+}
+
+fn micro_now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Writes events from `rx` until `shutdown` (then drains the queue). `instance` is the
+/// `reportingInstance` (this replica).
+pub async fn run_event_writer(
+    client: Client,
+    config: EventsConfig,
+    instance: String,
+    stats: Arc<EventStats>,
+    mut rx: mpsc::Receiver<EventSpec>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let mut bucket = TokenBucket {
+        tokens: f64::from(config.burst),
+        burst: f64::from(config.burst),
+        qps: config.qps,
+        at: Instant::now(),
+    };
+    let mut series: HashMap<SeriesKey, Series> = HashMap::new();
+    let mut flush =
+        tokio::time::interval(config.series_update_interval.max(Duration::from_millis(10)));
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    let mut stopping = false;
+    loop {
+        let ev = if stopping {
+            match rx.try_recv() {
+                Ok(ev) => Some(ev),
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                biased;
+                ev = rx.recv() => match ev { Some(ev) => Some(ev), None => break },
+                _ = flush.tick() => None,
+                _ = &mut shutdown => { stopping = true; continue; }
+            }
+        };
+        let now = Instant::now();
+        series.retain(|_, s| now.saturating_duration_since(s.started) < config.series_window);
+        let Some(ev) = ev else {
+            // Periodic flush: repeats that were only counted go out now.
+            let due: Vec<SeriesKey> = series
+                .iter()
+                .filter(|(_, s)| {
+                    s.unwritten
+                        && now.saturating_duration_since(s.last_write)
+                            >= config.series_update_interval
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in due {
+                if let Some(s) = series.get_mut(&k) {
+                    write_series(&client, s, &mut bucket, &stats, now).await;
+                }
+            }
+            continue;
+        };
+        let key = key_of(&ev);
+        if let Some(s) = series.get_mut(&key) {
+            s.count += 1;
+            s.unwritten = true;
+            if now.saturating_duration_since(s.last_write) >= config.series_update_interval {
+                write_series(&client, s, &mut bucket, &stats, now).await;
+            } else {
+                stats.aggregated.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
+        if !bucket.take(now) {
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let namespace = ev
+            .regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let t = k8s_openapi::jiff::Timestamp::now();
+        let name = format!(
+            "{}.{:x}",
+            ev.regarding.name.as_deref().unwrap_or("headroom"),
+            t.as_nanosecond()
+        );
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(t)),
+            reporting_controller: Some(config.reporting_controller.clone()),
+            reporting_instance: Some(instance.clone()),
+            action: Some(ev.action.to_string()),
+            reason: Some(ev.reason.to_string()),
+            regarding: Some(ev.regarding.clone()),
+            note: Some(truncate(&ev.note, 1024)),
+            type_: Some(ev.type_.to_string()),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => {
+                stats.created.fetch_add(1, Ordering::Relaxed);
+                series.insert(
+                    key,
+                    Series {
+                        namespace,
+                        name,
+                        started: now,
+                        last_write: now,
+                        count: 1,
+                        unwritten: false,
+                    },
+                );
+            }
+            Err(e) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, reason = ev.reason, "writing an event failed");
+            }
+        }
+    }
+}
+
+async fn write_series(
+    client: &Client,
+    s: &mut Series,
+    bucket: &mut TokenBucket,
+    stats: &EventStats,
+    now: Instant,
+) {
+    if !bucket.take(now) {
+        stats.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let api: Api<Event> = Api::namespaced(client.clone(), &s.namespace);
+    let patch = json!({"series": {"count": s.count, "lastObservedTime": micro_now()}});
+    s.last_write = now;
+    s.unwritten = false;
+    match api
+        .patch(&s.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => {
+            stats.series_updates.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, event = %s.name, "updating an event series failed");
+        }
+    }
+}
+
+/// Event notes are limited to 1 kB by the API server.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max.saturating_sub(3);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// The decision summary annotation: chosen node, the best totals, and how fresh the usage
+/// data was.
+pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serde_json::Value {
+    let mut top: Vec<(i64, &str)> = d
+        .feasible
+        .iter()
+        .zip(d.totals.iter())
+        .map(|(idx, t)| (*t, d.node_names[*idx as usize].as_ref()))
+        .collect();
+    top.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    top.truncate(3);
+    let node = d.node().unwrap_or("");
+    let usage_json = if usage.view.generated_ms > 0 {
+        let node_age = usage
+            .view
+            .node(node)
+            .map(|n| (now_ms - n.newest_ms).max(0) / 1000);
+        json!({"viewAgeSeconds": (now_ms - usage.view.generated_ms).max(0) / 1000,
+               "nodeSampleAgeSeconds": node_age})
+    } else {
+        serde_json::Value::Null
+    };
+    json!({
+        "node": node,
+        "profile": d.profile,
+        "at": super::rfc3339(now_ms),
+        "nodes": d.num_nodes(),
+        "feasibleNodes": d.feasible.len(),
+        "top": top.iter().map(|(t, n)| json!({"node": n, "score": t})).collect::<Vec<_>>(),
+        "usage": usage_json,
+    })
+}
+
+/// Counters of the reporter.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReporterStats {
+    /// Decisions logged to the store.
+    pub decisions_logged: u64,
+    /// `PodScheduled` condition patches written.
+    pub conditions: u64,
+    /// Annotation patches written.
+    pub annotations: u64,
+    /// Placements recorded in the store's history.
+    pub placements: u64,
+    /// Failed writes (API or store).
+    pub failed: u64,
+}
+
+/// Turns decisions and bind outcomes into events, conditions, annotations and store
+/// records.
+pub struct Reporter {
+    /// The API client.
+    pub client: Client,
+    /// Where events go.
+    pub recorder: Recorder,
+    /// The store (decision log, placement history); `None` without one.
+    pub store: Option<headroom_storage::Store>,
+    /// The scheduler, for the usage context the summary reports.
+    pub scheduler: Arc<Mutex<Scheduler>>,
+    /// The serve settings (annotations).
+    pub config: ServeConfig,
+    /// How pods map to builders (for the placement history).
+    pub identity: headroom_collectors::IdentityConfig,
+}
+
+impl Reporter {
+    /// Runs until both channels close or `shutdown`; then drains what is queued.
+    pub async fn run(
+        self,
+        mut decisions: mpsc::Receiver<Decision>,
+        mut outcomes: mpsc::Receiver<BindOutcome>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> ReporterStats {
+        let mut stats = ReporterStats::default();
+        let mut summaries: HashMap<String, serde_json::Value> = HashMap::new();
+        let mut conditions: HashMap<String, String> = HashMap::new();
+        tokio::pin!(shutdown);
+        let mut stopping = false;
+        loop {
+            // Decisions first: a pod's decision is always sent before its bind starts, so
+            // preferring them guarantees the summary is there when the outcome comes.
+            let msg = if stopping {
+                match decisions.try_recv() {
+                    Ok(d) => Some(Ok(d)),
+                    Err(_) => outcomes.try_recv().ok().map(Err),
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    Some(d) = decisions.recv() => Some(Ok(d)),
+                    Some(o) = outcomes.recv() => Some(Err(o)),
+                    _ = &mut shutdown => { stopping = true; continue; }
+                    else => None,
+                }
+            };
+            let Some(msg) = msg else { break };
+            match msg {
+                Ok(d) => {
+                    self.on_decision(d, &mut summaries, &mut conditions, &mut stats)
+                        .await
+                }
+                Err(o) => {
+                    self.on_outcome(o, &mut summaries, &mut conditions, &mut stats)
+                        .await
+                }
+            }
+            // Bound the dedupe maps: losing them costs one redundant write per pod.
+            if summaries.len() > 100_000 {
+                summaries.clear();
+            }
+            if conditions.len() > 100_000 {
+                conditions.clear();
+            }
+        }
+        stats
+    }
+
+    async fn on_decision(
+        &self,
+        d: Decision,
+        summaries: &mut HashMap<String, serde_json::Value>,
+        conditions: &mut HashMap<String, String>,
+        stats: &mut ReporterStats,
+    ) {
+        let now = super::now_ms();
+        if let Some(store) = &self.store {
+            let key = headroom_storage::DecisionKey {
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                uid: d.uid.clone(),
+                ts_ms: now,
+            };
+            let record = serde_json::to_vec(&d.explain()).unwrap_or_default();
+            match store.put_decision(&key, &record) {
+                Ok(()) => stats.decisions_logged += 1,
+                Err(e) => {
+                    stats.failed += 1;
+                    tracing::warn!(error = %e, "logging a decision failed");
+                }
+            }
+        }
+        let (reason, message) = match &d.outcome {
+            Outcome::Placed { .. } => {
+                let usage = {
+                    let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
+                    s.snapshot().usage().clone()
+                };
+                summaries.insert(d.uid.clone(), decision_summary(&d, &usage, now));
+                return;
+            }
+            Outcome::Unschedulable { message } => ("Unschedulable", message.clone()),
+            Outcome::Error { message } => ("SchedulerError", message.clone()),
+        };
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(d.namespace.clone()),
+            name: Some(d.name.clone()),
+            uid: (!d.uid.is_empty()).then(|| d.uid.clone()),
+            ..Default::default()
+        };
+        self.recorder.record(failed_scheduling(regarding, &message));
+        if conditions.get(&d.uid) == Some(&message) {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &d.namespace);
+        let patch = unschedulable_condition(reason, &message, now);
+        let res = tokio::time::timeout(
+            self.config.request_timeout,
+            api.patch_status(&d.name, &PatchParams::default(), &Patch::Strategic(patch)),
+        )
+        .await;
+        match res {
+            Ok(Ok(_)) => {
+                stats.conditions += 1;
+                conditions.insert(d.uid.clone(), message);
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+            Ok(Err(e)) => {
+                stats.failed += 1;
+                tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), error = %e, "patching the PodScheduled condition failed");
+            }
+            Err(_) => {
+                stats.failed += 1;
+                tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), "patching the PodScheduled condition timed out");
+            }
+        }
+    }
+
+    async fn on_outcome(
+        &self,
+        o: BindOutcome,
+        summaries: &mut HashMap<String, serde_json::Value>,
+        conditions: &mut HashMap<String, String>,
+        stats: &mut ReporterStats,
+    ) {
+        let summary = summaries.remove(&o.pod.uid);
+        if let Err(e) = &o.result {
+            let mut text = e.to_string();
+            if let Some(first) = text.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            self.recorder
+                .record(failed_scheduling(pod_ref(&o.pod), &text));
+            return;
+        }
+        conditions.remove(&o.pod.uid);
+        self.recorder.record(scheduled(&o.pod, &o.node));
+        let builder = headroom_collectors::builder_identity(&o.pod.pod.metadata, &self.identity);
+        let mut history = vec![o.node.clone()];
+        if let Some(store) = &self.store {
+            match store.record_placement(&builder, &o.node) {
+                Ok(()) => {
+                    stats.placements += 1;
+                    if let Ok(h) = store.placement_history(&builder) {
+                        history = h;
+                    }
+                }
+                Err(e) => {
+                    stats.failed += 1;
+                    tracing::warn!(builder, error = %e, "recording the placement failed");
+                }
+            }
+        }
+        let mut annotations = serde_json::Map::new();
+        if self.config.decision_annotation
+            && let Some(s) = summary
+        {
+            annotations.insert(DECISION_ANNOTATION.into(), json!(s.to_string()));
+        }
+        if self.config.builder_history_annotation {
+            let v = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
+            annotations.insert(BKCI_HISTORY_ANNOTATION.into(), json!(v));
+        }
+        if annotations.is_empty() {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &o.pod.namespace);
+        let patch = json!({"metadata": {"annotations": annotations}});
+        let res = tokio::time::timeout(
+            self.config.request_timeout,
+            api.patch(&o.pod.name, &PatchParams::default(), &Patch::Merge(patch)),
+        )
+        .await;
+        match res {
+            Ok(Ok(_)) => stats.annotations += 1,
+            Ok(Err(e)) => {
+                stats.failed += 1;
+                tracing::warn!(pod = %o.pod.key(), error = %e, "annotating the pod failed");
+            }
+            Err(_) => {
+                stats.failed += 1;
+                tracing::warn!(pod = %o.pod.key(), "annotating the pod timed out");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_bucket_limits_bursts() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket {
+            tokens: 2.0,
+            burst: 2.0,
+            qps: 1.0,
+            at: t0,
+        };
+        assert!(b.take(t0) && b.take(t0));
+        assert!(!b.take(t0));
+        assert!(!b.take(t0 + Duration::from_millis(500)));
+        assert!(b.take(t0 + Duration::from_millis(1000)));
+        // Refill is capped at the burst.
+        let later = t0 + Duration::from_secs(100);
+        assert!(b.take(later) && b.take(later) && !b.take(later));
+    }
+
+    #[test]
+    fn messages_match_kube_scheduler() {
+        let pod = PodInfo::new(Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "plain-1", "namespace": "default", "uid": "u1", "resourceVersion": "213"}}))
+                .unwrap(),
+        ));
+        let ev = scheduled(&pod, "node-c");
+        assert_eq!(ev.note, "Successfully assigned default/plain-1 to node-c");
+        assert_eq!(
+            (ev.type_, ev.reason, ev.action),
+            ("Normal", "Scheduled", "Binding")
+        );
+        let r = serde_json::to_value(&ev.regarding).unwrap();
+        assert_eq!(
+            r,
+            json!({"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "plain-1", "uid": "u1", "resourceVersion": "213"})
+        );
+        let c = unschedulable_condition(
+            "Unschedulable",
+            "0/3 nodes are available: 3 Insufficient cpu.",
+            0,
+        );
+        assert_eq!(c["status"]["conditions"][0]["type"], "PodScheduled");
+        assert_eq!(c["status"]["conditions"][0]["status"], "False");
+        assert_eq!(truncate(&"é".repeat(600), 1024).len(), 1023);
+    }
+}

@@ -1,0 +1,493 @@
+//! The kube-scheduler extender protocol (`k8s.io/kube-scheduler/extender/v1`).
+//!
+//! Those Go types have no json tags, so the JSON field names are the Go field names:
+//! `Pod`, `Nodes`, `NodeNames` in [`ExtenderArgs`]; `Nodes`, `NodeNames`, `FailedNodes`,
+//! `FailedAndUnresolvableNodes`, `Error` in [`ExtenderFilterResult`]; `Host`, `Score` in
+//! [`HostPriority`]; `PodName`, `PodNamespace`, `PodUID`, `Node` in
+//! [`ExtenderBindingArgs`]. kube-scheduler sends absent lists as `null`.
+//!
+//! - `POST /extender/filter`: the nodes that pass headroom's own filters. With
+//!   `nodeCacheCapable: true` the request carries node names only and headroom evaluates
+//!   its own cache of nodes (cheap requests); with `false` it carries the full `NodeList`,
+//!   which is answered with the passing node objects. Rejections go to `FailedNodes`
+//!   (or `FailedAndUnresolvableNodes`, which kube-scheduler will not try to preempt for)
+//!   with the plugin's reason.
+//! - `POST /extender/prioritize`: scores 0..=10 ([`MAX_EXTENDER_PRIORITY`]), the weighted
+//!   framework total scaled from 0..=100 per unit of weight.
+//! - `POST /extender/bind` (optional): binds through `pods/binding`.
+//!
+//! Only the extender profile runs ([`ExtenderConfig::profile`]): kube-scheduler has
+//! already applied its in-tree plugins, so those are off unless enabled explicitly.
+//! Pods come from headroom's own cache in both modes. A node named in a request that
+//! headroom does not know yet passes the filter (headroom cannot judge it; vetoing it
+//! would block new nodes until the watch catches up) and scores 0.
+//!
+//! Bad input never panics: malformed JSON is a 400 naming the field.
+//!
+//! [`ExtenderConfig::profile`]: super::config::ExtenderConfig::profile
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::{Deserialize, Serialize};
+
+use crate::framework::{BoxFuture, Code, Decision, Framework, Outcome, Status};
+use crate::snapshot::{PodInfo, Snapshot};
+
+/// The highest score an extender may give (`extenderv1.MaxExtenderPriority`).
+pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+
+/// Why an extender request could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum ExtenderError {
+    /// The body is not the JSON the verb takes.
+    #[error("invalid {kind} at {path}: {message}")]
+    BadRequest {
+        /// The Go type expected (`ExtenderArgs`).
+        kind: &'static str,
+        /// Where in the body (`Pod.spec.containers[0].resources`).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl IntoResponse for ExtenderError {
+    fn into_response(self) -> Response {
+        (StatusCode::BAD_REQUEST, self.to_string()).into_response()
+    }
+}
+
+/// A `NodeList` as kube-scheduler sends it (`{"metadata": {}, "items": [...]}`); the items
+/// stay raw so the response echoes them unchanged.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NodeList {
+    /// List metadata (kept as sent).
+    #[serde(default)]
+    pub metadata: serde_json::Value,
+    /// The nodes.
+    #[serde(default)]
+    pub items: Vec<serde_json::Value>,
+}
+
+/// `extenderv1.ExtenderArgs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExtenderArgs {
+    /// The pod being scheduled.
+    #[serde(rename = "Pod", alias = "pod", default)]
+    pub pod: Option<Pod>,
+    /// Candidate nodes, when the extender is not `nodeCacheCapable`.
+    #[serde(rename = "Nodes", alias = "nodes", default)]
+    pub nodes: Option<NodeList>,
+    /// Candidate node names, when it is.
+    #[serde(
+        rename = "NodeNames",
+        alias = "nodenames",
+        alias = "nodeNames",
+        default
+    )]
+    pub node_names: Option<Vec<String>>,
+}
+
+/// `extenderv1.ExtenderFilterResult`. Of `Nodes` and `NodeNames` only the one matching the
+/// request's form is sent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ExtenderFilterResult {
+    /// Passing nodes (full-node form).
+    #[serde(rename = "Nodes", default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeList>,
+    /// Passing node names (cache-capable form).
+    #[serde(rename = "NodeNames", default, skip_serializing_if = "Option::is_none")]
+    pub node_names: Option<Vec<String>>,
+    /// Rejected nodes and why; preemption may help them.
+    #[serde(rename = "FailedNodes", default)]
+    pub failed_nodes: BTreeMap<String, String>,
+    /// Rejected nodes that preemption cannot help.
+    #[serde(
+        rename = "FailedAndUnresolvableNodes",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    /// Set when the request failed as a whole.
+    #[serde(rename = "Error", default)]
+    pub error: String,
+}
+
+/// `extenderv1.HostPriority`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostPriority {
+    /// Node name.
+    #[serde(rename = "Host")]
+    pub host: String,
+    /// 0..=10.
+    #[serde(rename = "Score")]
+    pub score: i64,
+}
+
+/// `extenderv1.ExtenderBindingArgs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ExtenderBindingArgs {
+    /// Pod name.
+    #[serde(rename = "PodName", default)]
+    pub pod_name: String,
+    /// Pod namespace.
+    #[serde(rename = "PodNamespace", default)]
+    pub pod_namespace: String,
+    /// Pod UID.
+    #[serde(rename = "PodUID", default)]
+    pub pod_uid: String,
+    /// Node to bind to.
+    #[serde(rename = "Node", default)]
+    pub node: String,
+}
+
+/// `extenderv1.ExtenderBindingResult`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ExtenderBindingResult {
+    /// Empty on success.
+    #[serde(rename = "Error", default)]
+    pub error: String,
+}
+
+/// Binds on behalf of kube-scheduler (`bindVerb`). Returns an error message on failure.
+pub trait ExtenderBinder: Send + Sync {
+    /// Binds `namespace/name` (with `uid` as precondition when non-empty) to `node`.
+    fn bind<'a>(&'a self, args: &'a ExtenderBindingArgs) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// Where the extender reads the current snapshot (the watch-fed cache).
+pub type SnapshotSource = Arc<dyn Fn() -> Arc<Snapshot> + Send + Sync>;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ExtenderState {
+    /// The extender profile's framework.
+    pub framework: Arc<Framework>,
+    /// The cache of nodes and assigned pods.
+    pub snapshot: SnapshotSource,
+    /// The binder for `/extender/bind`; `None` answers bind with an error.
+    pub binder: Option<Arc<dyn ExtenderBinder>>,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    kind: &'static str,
+    body: &[u8],
+) -> Result<T, ExtenderError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| ExtenderError::BadRequest {
+        kind,
+        path: e.path().to_string(),
+        message: e.into_inner().to_string(),
+    })
+}
+
+/// The candidate nodes of a request.
+enum Candidates {
+    Names(Vec<String>),
+    Full(NodeList, Vec<Result<Arc<Node>, String>>),
+}
+
+impl Candidates {
+    /// The candidate names, in request order (moved out for the name form).
+    fn take_names(&mut self) -> Vec<String> {
+        match self {
+            Candidates::Names(n) => std::mem::take(n),
+            Candidates::Full(list, parsed) => list
+                .items
+                .iter()
+                .zip(parsed)
+                .enumerate()
+                .map(|(i, (raw, p))| match p {
+                    Ok(n) => n.metadata.name.clone().unwrap_or_default(),
+                    Err(_) => raw
+                        .pointer("/metadata/name")
+                        .and_then(|v| v.as_str())
+                        .map_or_else(|| format!("<item {i}>"), str::to_string),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A validated request: the pod, its candidates and their names.
+struct Request {
+    pod: PodInfo,
+    candidates: Candidates,
+    names: Vec<String>,
+}
+
+fn request(args: ExtenderArgs) -> Result<Request, ExtenderError> {
+    let bad = |path: &str, message: &str| ExtenderError::BadRequest {
+        kind: "ExtenderArgs",
+        path: path.to_string(),
+        message: message.to_string(),
+    };
+    let pod = args.pod.ok_or_else(|| bad("Pod", "missing"))?;
+    let candidates = match (args.node_names, args.nodes) {
+        (Some(names), _) => Candidates::Names(names),
+        (None, Some(list)) => {
+            let parsed = list
+                .items
+                .iter()
+                .map(|v| {
+                    serde_json::from_value::<Node>(v.clone())
+                        .map(Arc::new)
+                        .map_err(|e| format!("unreadable node object: {e}"))
+                })
+                .collect();
+            Candidates::Full(list, parsed)
+        }
+        (None, None) => return Err(bad(".", "neither NodeNames nor Nodes is set")),
+    };
+    let mut candidates = candidates;
+    let names = candidates.take_names();
+    Ok(Request {
+        pod: PodInfo::new(Arc::new(pod)),
+        candidates,
+        names,
+    })
+}
+
+/// What one evaluation found, per candidate name.
+struct Evaluated {
+    decision: Decision,
+    /// Candidate name → index in the snapshot evaluated (None: unknown to the cache).
+    snapshot: Arc<Snapshot>,
+}
+
+impl ExtenderState {
+    fn evaluate(&self, req: &Request) -> Evaluated {
+        let mut snapshot = (self.snapshot)();
+        if let Candidates::Full(_, parsed) = &req.candidates {
+            // Nodes headroom's cache lacks are added to a copy, so the full-node form works
+            // before the watch has caught up. Known nodes are taken from the cache, which
+            // the same API server feeds.
+            let missing: Vec<&Arc<Node>> = parsed
+                .iter()
+                .flatten()
+                .filter(|n| {
+                    snapshot
+                        .index_of(n.metadata.name.as_deref().unwrap_or(""))
+                        .is_none()
+                })
+                .collect();
+            if !missing.is_empty() {
+                let s = Arc::make_mut(&mut snapshot);
+                for n in missing {
+                    s.upsert_node(n.clone());
+                }
+            }
+        }
+        // Host selection is kube-scheduler's job here; the seed only feeds the tie-breaker
+        // of a decision nobody acts on.
+        let mut rng = SmallRng::seed_from_u64(0);
+        let (decision, _) = self
+            .framework
+            .schedule(&req.pod, &snapshot, &mut rng, false);
+        Evaluated { decision, snapshot }
+    }
+
+    /// `/filter`: which candidates pass headroom's filters.
+    pub fn filter(&self, args: ExtenderArgs) -> Result<ExtenderFilterResult, ExtenderError> {
+        let req = request(args)?;
+        let ev = self.evaluate(&req);
+        let mut result = ExtenderFilterResult::default();
+        if let Outcome::Error { message } = &ev.decision.outcome
+            && ev.decision.feasible.is_empty()
+            && ev.decision.rejected.is_empty()
+            && ev.decision.absent.is_none()
+        {
+            result.error = message.clone();
+            return Ok(result);
+        }
+        let verdicts = verdicts(&ev);
+        let mut passed = Vec::with_capacity(req.names.len());
+        for (i, name) in req.names.into_iter().enumerate() {
+            if let Candidates::Full(_, parsed) = &req.candidates
+                && let Err(e) = &parsed[i]
+            {
+                result.failed_and_unresolvable_nodes.insert(name, e.clone());
+                continue;
+            }
+            let rejected = ev
+                .snapshot
+                .index_of(&name)
+                .and_then(|idx| verdicts.get(idx as usize).copied().flatten());
+            match rejected {
+                Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
+                    result
+                        .failed_and_unresolvable_nodes
+                        .insert(name, s.message());
+                }
+                Some(s) => {
+                    result.failed_nodes.insert(name, s.message());
+                }
+                None => passed.push((i, name)),
+            }
+        }
+        match &req.candidates {
+            Candidates::Names(_) => {
+                result.node_names = Some(passed.into_iter().map(|(_, n)| n).collect());
+            }
+            Candidates::Full(list, _) => {
+                result.nodes = Some(NodeList {
+                    metadata: list.metadata.clone(),
+                    items: passed.iter().map(|(i, _)| list.items[*i].clone()).collect(),
+                });
+            }
+        }
+        Ok(result)
+    }
+
+    /// `/prioritize`: a 0..=10 score per candidate, in request order.
+    pub fn prioritize(&self, args: ExtenderArgs) -> Result<Vec<HostPriority>, ExtenderError> {
+        let req = request(args)?;
+        let ev = self.evaluate(&req);
+        let d = &ev.decision;
+        let total_weight: i64 = d.scores.iter().map(|c| c.weight).sum();
+        // Dense by snapshot index: one slot per node, no hashing per candidate.
+        let mut totals: Vec<Option<i64>> = vec![None; ev.snapshot.len()];
+        if d.totals.len() == d.feasible.len() {
+            for (i, idx) in d.feasible.iter().enumerate() {
+                if let Some(slot) = totals.get_mut(*idx as usize) {
+                    *slot = Some(d.totals[i]);
+                }
+            }
+        }
+        Ok(req
+            .names
+            .into_iter()
+            .map(|host| {
+                let score = ev
+                    .snapshot
+                    .index_of(&host)
+                    .and_then(|i| totals.get(i as usize).copied().flatten())
+                    .map_or(0, |t| scale(t, total_weight));
+                HostPriority { host, score }
+            })
+            .collect())
+    }
+}
+
+/// Scales a weighted total (0..=100 per unit of weight) to 0..=10, rounding to nearest.
+pub fn scale(total: i64, total_weight: i64) -> i64 {
+    if total_weight <= 0 {
+        return 0;
+    }
+    let max = crate::framework::MAX_NODE_SCORE * total_weight;
+    ((total.clamp(0, max) * MAX_EXTENDER_PRIORITY * 2 + max) / (2 * max))
+        .clamp(0, MAX_EXTENDER_PRIORITY)
+}
+
+/// The rejecting status of each snapshot node (dense by index; `None`: not rejected).
+fn verdicts(ev: &Evaluated) -> Vec<Option<&Status>> {
+    let d = &ev.decision;
+    let n = ev.snapshot.len();
+    let mut out: Vec<Option<&Status>> = match &d.absent {
+        // PreFilter rejected the pod or restricted the nodes: every node neither rejected
+        // nor feasible carries that status.
+        Some(absent) => vec![Some(absent); n],
+        None => vec![None; n],
+    };
+    if d.absent.is_some() {
+        for idx in &d.feasible {
+            if let Some(slot) = out.get_mut(*idx as usize) {
+                *slot = None;
+            }
+        }
+    }
+    for (idx, s) in &d.rejected {
+        if let Some(slot) = out.get_mut(*idx as usize) {
+            *slot = Some(s);
+        }
+    }
+    out
+}
+
+async fn filter_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.filter(a)) {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn prioritize_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.prioritize(a)) {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn bind_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    let args = match parse::<ExtenderBindingArgs>("ExtenderBindingArgs", &body) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    let missing = [
+        ("PodName", args.pod_name.is_empty()),
+        ("PodNamespace", args.pod_namespace.is_empty()),
+        ("Node", args.node.is_empty()),
+    ];
+    if let Some((field, _)) = missing.iter().find(|(_, m)| *m) {
+        return ExtenderError::BadRequest {
+            kind: "ExtenderBindingArgs",
+            path: (*field).to_string(),
+            message: "missing".into(),
+        }
+        .into_response();
+    }
+    let error = match &state.binder {
+        None => "binding is not enabled on this extender".to_string(),
+        Some(b) => b.bind(&args).await.err().unwrap_or_default(),
+    };
+    axum::Json(ExtenderBindingResult { error }).into_response()
+}
+
+/// The extender routes: `POST /extender/filter`, `/extender/prioritize`, `/extender/bind`
+/// (so the kube-scheduler `urlPrefix` is `http://HOST:PORT/extender`).
+pub fn router(state: ExtenderState) -> Router {
+    Router::new()
+        .route("/extender/filter", post(filter_handler))
+        .route("/extender/prioritize", post(prioritize_handler))
+        .route("/extender/bind", post(bind_handler))
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_maps_weighted_totals_to_0_10() {
+        assert_eq!(scale(0, 3), 0);
+        assert_eq!(scale(300, 3), 10);
+        assert_eq!(scale(150, 3), 5);
+        assert_eq!(scale(14, 1), 1);
+        assert_eq!(scale(15, 1), 2);
+        assert_eq!(scale(999, 1), 10);
+        assert_eq!(scale(50, 0), 0);
+    }
+
+    #[test]
+    fn bad_json_names_the_field() {
+        let e = parse::<ExtenderArgs>("ExtenderArgs", br#"{"Pod": {"spec": {"containers": 5}}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("invalid ExtenderArgs at Pod.spec.containers"),
+            "{e}"
+        );
+        let e = request(ExtenderArgs::default()).err().unwrap().to_string();
+        assert!(e.contains("Pod: missing"), "{e}");
+    }
+}
