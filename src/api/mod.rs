@@ -358,7 +358,17 @@ impl ApiState {
 /// The API's routes over `state`. `headroom simulate --serve` and `headroom serve` mount
 /// the same router.
 pub fn router(state: ApiState) -> Router {
-    Router::new()
+    routes_with(state, true)
+}
+
+/// The API's routes without `/healthz` and `/readyz`, for a server that answers those
+/// itself (`headroom serve`: ready when its caches synced, and as leader or follower).
+pub fn routes(state: ApiState) -> Router {
+    routes_with(state, false)
+}
+
+fn routes_with(state: ApiState, health: bool) -> Router {
+    let r = Router::new()
         .route("/explain", get(explain::by_query))
         .route("/explain/{namespace}/{pod}", get(explain::by_pod))
         .route("/nodes", get(nodes::list))
@@ -366,11 +376,14 @@ pub fn router(state: ApiState) -> Router {
         .route("/builders", get(builders::list))
         .route("/builders/{*id}", get(builders::one))
         .route("/queue", get(queue::pending))
-        .route("/metrics", get(system::metrics))
-        .route("/healthz", get(system::healthz))
-        .route("/readyz", get(system::readyz))
-        .fallback(system::not_found)
-        .with_state(state)
+        .route("/metrics", get(system::metrics));
+    let r = if health {
+        r.route("/healthz", get(system::healthz))
+            .route("/readyz", get(system::readyz))
+    } else {
+        r
+    };
+    r.fallback(system::not_found).with_state(state)
 }
 
 /// Serves the router on `listener` until `shutdown` completes (in-flight requests finish).

@@ -513,7 +513,18 @@ impl Reporter {
                 uid: d.uid.clone(),
                 ts_ms: now,
             };
-            let record = serde_json::to_vec(&d.explain()).unwrap_or_default();
+            // The inspection API's record format, so `/explain` serves it from the store.
+            let response = crate::api::ExplainResponse {
+                decided_at_ms: if d.decided_at_ms > 0 {
+                    d.decided_at_ms
+                } else {
+                    now
+                },
+                cycle_seconds: d.cycle_duration.as_secs_f64(),
+                inputs: crate::api::DecisionInputs::default(),
+                explanation: d.explain(),
+            };
+            let record = serde_json::to_vec(&response).unwrap_or_default();
             match store.put_decision(&key, &record) {
                 Ok(()) => stats.decisions_logged += 1,
                 Err(e) => {

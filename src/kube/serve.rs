@@ -407,6 +407,25 @@ pub async fn run(
     } else {
         None
     };
+    // The inspection API (`/explain`, `/nodes`, `/builders`, `/queue`, `/metrics`) over the
+    // scheduler's snapshot and queue; decisions come from the store the reporter writes.
+    let api_state = crate::api::ApiState::new(
+        scheduler.clone(),
+        Arc::new(crate::metrics::Metrics::new(
+            crate::metrics::MetricsOptions {
+                stale_after: config.usage.stale_after,
+                ..Default::default()
+            },
+        )),
+    )
+    .with_queue(queue.clone())
+    .with_store(store.clone());
+    api_state.set_ready(true);
+    let api_routes = crate::api::routes(api_state);
+    let extra_routes = Some(match extra_routes {
+        Some(x) => x.merge(api_routes),
+        None => api_routes,
+    });
     let app = compose_router(
         extender_router,
         Health {

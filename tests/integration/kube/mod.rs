@@ -200,6 +200,24 @@ async fn kube_serve_binds_ours_ignores_others_writes_events_and_unblocks_on_node
         http.get(s.url("/healthz")).send().await.unwrap().status(),
         200
     );
+    // The inspection API answers for the bound pod from the decision log in the store.
+    let r = http.get(s.url("/explain/default/p1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["placed"], true, "{v}");
+    assert!(v["node"].is_string(), "{v}");
+    assert_eq!(
+        http.get(s.url("/explain/default/none"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        http.get(s.url("/queue")).send().await.unwrap().status(),
+        200
+    );
 
     // A node added later unblocks the unschedulable pod.
     fake.put("nodes", node("node-c", "128"));
