@@ -255,7 +255,6 @@ impl Report {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let pct = |v: f64| format!("{:.1} %", v * 100.0);
         type Row = (&'static str, fn(&PolicyReport) -> String);
         let rows: Vec<Row> = vec![
             ("pods arrived", |r| r.arrived.to_string()),
@@ -305,7 +304,6 @@ impl Report {
             }),
             ("decisions/s", |r| format!("{:.0}", r.decisions_per_second)),
         ];
-        let _ = pct;
         let mut header = format!("{:<26}", "");
         for p in &self.policies {
             header.push_str(&format!("{:>22}", p.policy.as_str()));
