@@ -144,7 +144,7 @@ pub fn builder_profiles(
 }
 
 /// The five aggregations of one value column, named `{name}_p50` … `{name}_max`.
-fn percentile_aggs(name: &str) -> Vec<Expr> {
+pub(super) fn percentile_aggs(name: &str) -> Vec<Expr> {
     let q = |p: f64, suffix: &str| {
         col(name)
             .quantile(lit(p), QUANTILE_METHOD)
@@ -159,7 +159,7 @@ fn percentile_aggs(name: &str) -> Vec<Expr> {
     ]
 }
 
-fn read_percentiles(df: &DataFrame, name: &str) -> Result<Vec<Percentiles>, Error> {
+pub(super) fn read_percentiles(df: &DataFrame, name: &str) -> Result<Vec<Percentiles>, Error> {
     let get = |suffix: &str| -> Result<Vec<f64>, Error> {
         let c = df.column(&format!("{name}_{suffix}"))?;
         // A group always has at least one value, so nulls cannot occur; 0 keeps the

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use polars::prelude::*;
 
-use super::profiles::{PerRun, Percentiles};
-use super::{Error, QUANTILE_METHOD};
+use super::Error;
+use super::profiles::{PerRun, Percentiles, percentile_aggs, read_percentiles};
 
 /// Raw samples as columns: each row is one sample of one run of one builder. Builders are
 /// dictionary-coded (`builder` indexes `names`) so that 10⁸ rows stay 24 bytes each.
@@ -49,21 +49,6 @@ pub struct SampleProfile {
     pub cpu: Percentiles,
     /// Per-run memory percentiles, bytes.
     pub memory: Percentiles,
-}
-
-fn percentiles(name: &str) -> Vec<Expr> {
-    let q = |p: f64, s: &str| {
-        col(name)
-            .quantile(lit(p), QUANTILE_METHOD)
-            .alias(format!("{name}_{s}"))
-    };
-    vec![
-        q(0.5, "p50"),
-        q(0.9, "p90"),
-        q(0.95, "p95"),
-        q(0.99, "p99"),
-        col(name).max().alias(format!("{name}_max")),
-    ]
 }
 
 /// The linear-interpolated quantile `q` of `v` (reordered in place), as polars'
@@ -169,8 +154,8 @@ pub fn profiles_from_samples(
         ],
     )?;
     let mut aggs = vec![len().alias("runs")];
-    aggs.extend(percentiles("cpu"));
-    aggs.extend(percentiles("memory"));
+    aggs.extend(percentile_aggs("cpu"));
+    aggs.extend(percentile_aggs("memory"));
     let out = df
         .lazy()
         .group_by([col("builder")])
@@ -179,33 +164,10 @@ pub fn profiles_from_samples(
         .collect()?;
     let builders = out.column("builder")?.u32()?;
     let runs = out.column("runs")?.u64()?;
-    let read = |name: &str| -> Result<Vec<Percentiles>, Error> {
-        let get = |s: &str| -> Result<Vec<f64>, Error> {
-            Ok(out
-                .column(&format!("{name}_{s}"))?
-                .f64()?
-                .iter()
-                .map(|v| v.unwrap_or(0.0))
-                .collect())
-        };
-        let (p50, p90, p95, p99, max) = (
-            get("p50")?,
-            get("p90")?,
-            get("p95")?,
-            get("p99")?,
-            get("max")?,
-        );
-        Ok((0..out.height())
-            .map(|i| Percentiles {
-                p50: p50[i],
-                p90: p90[i],
-                p95: p95[i],
-                p99: p99[i],
-                max: max[i],
-            })
-            .collect())
-    };
-    let (cpu, memory) = (read("cpu")?, read("memory")?);
+    let (cpu, memory) = (
+        read_percentiles(&out, "cpu")?,
+        read_percentiles(&out, "memory")?,
+    );
     let mut result = HashMap::with_capacity(out.height());
     for i in 0..out.height() {
         let Some(b) = builders.get(i) else { continue };
