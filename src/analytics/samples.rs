@@ -52,7 +52,7 @@ pub struct SampleProfile {
 }
 
 /// The linear-interpolated quantile `q` of `v` (reordered in place), as polars'
-/// [`QUANTILE_METHOD`] computes it, in O(n) with two selections instead of a sort.
+/// [`QUANTILE_METHOD`](super::QUANTILE_METHOD) computes it, in O(n) with two selections instead of a sort.
 fn select_quantile(v: &mut [f64], q: f64) -> f64 {
     let pos = (v.len() - 1) as f64 * q;
     let lo = pos.floor() as usize;
