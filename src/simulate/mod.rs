@@ -171,20 +171,15 @@ struct Running {
     mem: Vec<f64>,
 }
 
+/// A scenario amount, parsed by the usage file's rule (quantity or number, non-negative).
 fn amount(a: &crate::usage::file::Amount, field: &str) -> Result<f64, Error> {
-    let text = match a {
-        crate::usage::file::Amount::Number(n) => n.to_string(),
-        crate::usage::file::Amount::Text(t) => t.clone(),
-    };
-    crate::quantity::Quantity::parse(&text)
-        .map(|q| q.nano_value() as f64 / 1e9)
-        .map_err(|e| {
-            Error::Scenario(scenario::Error::Invalid {
-                path: "scenario".into(),
-                field: field.into(),
-                message: format!("{text:?}: {e}"),
-            })
+    a.value(field).map_err(|(field, message)| {
+        Error::Scenario(scenario::Error::Invalid {
+            path: "scenario".into(),
+            field,
+            message,
         })
+    })
 }
 
 fn make_nodes(

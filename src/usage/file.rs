@@ -73,7 +73,8 @@ pub enum Amount {
 }
 
 impl Amount {
-    fn value(&self, field: &str) -> Result<f64, (String, String)> {
+    /// The amount as a number, or `(field, why)` when it is not a non-negative quantity.
+    pub(crate) fn value(&self, field: &str) -> Result<f64, (String, String)> {
         let v = match self {
             Amount::Number(n) => *n,
             Amount::Text(t) => {
