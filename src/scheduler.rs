@@ -122,9 +122,10 @@ impl Scheduler {
 
     /// Publishes a new usage view to the following cycles (from the analytics refresh).
     pub fn set_usage_view(&mut self, view: Arc<UsageView>) {
+        let warmup_ms = i64::try_from(self.deps.policy.warmup.as_millis()).unwrap_or(i64::MAX);
         let usage = self.snapshot_mut().usage_mut();
         usage.view = view;
-        usage.prune(RECENT_MAX_AGE_MS);
+        usage.prune(warmup_ms, RECENT_MAX_AGE_MS);
     }
 
     /// Sets the scheduler's clock, ms since the epoch: staleness of usage, reservation

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::usage::{FreeAfter, UsagePolicy, cycle_usage, pod_usage};
 
 use super::PluginDeps;
 
@@ -22,19 +23,29 @@ use super::PluginDeps;
 pub const NAME: &str = "History";
 /// bk-ci's annotation with the builder's previous nodes.
 pub const HISTORY_ANNOTATION: &str = "bkci.dispatch.kubenetes/builder-history-nodes";
+/// Default `headroomBand`, percentage points.
+pub const BAND: f64 = 15.0;
 
 /// History's args (`pluginArgs.history`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct HistoryArgs {
     /// Score of the node at each history index, most recent first. Default `[30, 20, 10]`.
     pub scores: Vec<i64>,
+    /// How much less real free memory than the median feasible node a warm node may have
+    /// and still get its history score, in percentage points of capacity, after placing
+    /// the pod (RealHeadroom's numbers). A warm cache is worth some imbalance, not a node
+    /// in the cluster's hot tail: below the band the node scores 0. `100` turns the band
+    /// off (seed 000's plain 30/20/10). Applies only when some feasible node has fresh
+    /// usage. Default `15`.
+    pub headroom_band: f64,
 }
 
 impl Default for HistoryArgs {
     fn default() -> Self {
         HistoryArgs {
             scores: vec![30, 20, 10],
+            headroom_band: BAND,
         }
     }
 }
@@ -49,6 +60,9 @@ enum From {
 struct Cycle {
     nodes: Vec<String>,
     from: From,
+    /// The free memory fraction a node needs for its history score (the median feasible
+    /// node's minus the band), when the band applies.
+    floor: Option<f64>,
 }
 
 /// The History plugin.
@@ -56,6 +70,7 @@ struct Cycle {
 pub struct History {
     args: HistoryArgs,
     identity: headroom_collectors::IdentityConfig,
+    policy: Arc<UsagePolicy>,
 }
 
 impl History {
@@ -64,9 +79,16 @@ impl History {
         if let Some(bad) = args.scores.iter().find(|s| !(0..=100).contains(*s)) {
             return Err(format!("score {bad} is not in 0..=100"));
         }
+        if !(0.0..=100.0).contains(&args.headroom_band) {
+            return Err(format!(
+                "headroomBand {} is not in 0..=100",
+                args.headroom_band
+            ));
+        }
         Ok(History {
             args,
             identity: deps.identity.clone(),
+            policy: deps.policy.clone(),
         })
     }
 
@@ -94,6 +116,52 @@ impl History {
     }
 }
 
+impl History {
+    /// The band's floor: the median feasible node's free memory fraction after placement
+    /// minus the band, or `None` when no feasible node has fresh usage (requests alone
+    /// cannot tell hot from cold). Memory, not CPU: memory is what cannot be taken back
+    /// from a running build (CPU contention slows it, memory pressure kills it). The
+    /// median, not the emptiest node: the band guards the hot tail, and a reference that
+    /// one idle node sets would turn history off whenever a node is empty.
+    fn floor(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[NodeIdx],
+    ) -> Option<f64> {
+        let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
+        let mut frees = Vec::with_capacity(feasible.len());
+        let mut any_fresh = false;
+        for &i in feasible {
+            let f = FreeAfter::of(&u, pod, snapshot.node(i), &self.policy);
+            any_fresh |= f.fresh;
+            frees.push(f.memory());
+        }
+        if !any_fresh || frees.is_empty() {
+            return None;
+        }
+        let mid = frees.len() / 2;
+        let (_, median, _) = frees.select_nth_unstable_by(mid, f64::total_cmp);
+        Some(*median - self.args.headroom_band / 100.0)
+    }
+
+    /// The node's free memory fraction when it falls below the cycle's floor.
+    fn outside_band(
+        &self,
+        state: &CycleState,
+        c: &Cycle,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Option<f64> {
+        let floor = c.floor?;
+        let u = cycle_usage(state)?;
+        let free = FreeAfter::of(&u, pod, node, &self.policy).memory();
+        // A hair of tolerance: floating-point noise must not flip a tie.
+        (free < floor - 1e-9).then_some(free)
+    }
+}
+
 impl Plugin for History {
     fn name(&self) -> &'static str {
         NAME
@@ -113,7 +181,7 @@ impl PreScorePlugin for History {
         state: &mut CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
-        _feasible: &[NodeIdx],
+        feasible: &[NodeIdx],
     ) -> Status {
         let annotated = pod
             .pod
@@ -128,6 +196,7 @@ impl PreScorePlugin for History {
                     cycle = Some(Cycle {
                         nodes,
                         from: From::Annotation,
+                        floor: None,
                     })
                 }
                 Ok(_) => {}
@@ -151,11 +220,15 @@ impl PreScorePlugin for History {
                 cycle = Some(Cycle {
                     nodes,
                     from: From::Scheduler,
+                    floor: None,
                 });
             }
         }
         match cycle {
-            Some(c) => {
+            Some(mut c) => {
+                if self.args.headroom_band < 100.0 {
+                    c.floor = self.floor(state, pod, snapshot, feasible);
+                }
                 state.write(c);
                 Status::success()
             }
@@ -165,23 +238,35 @@ impl PreScorePlugin for History {
 }
 
 impl ScorePlugin for History {
-    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(c) = state.read::<Cycle>() else {
             return Err(Status::error("History: PreScore did not run"));
         };
-        Ok(self
-            .index_of(&c.nodes, node)
-            .map_or(0, |i| self.args.scores[i]))
+        let Some(i) = self.index_of(&c.nodes, node) else {
+            return Ok(0);
+        };
+        if self.outside_band(state, c, pod, node).is_some() {
+            return Ok(0);
+        }
+        Ok(self.args.scores[i])
     }
 
-    fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let c = state.read::<Cycle>()?;
         let from = match c.from {
             From::Annotation => "from the builder-history-nodes annotation",
             From::Scheduler => "from headroom's placement history",
         };
         Some(match self.index_of(&c.nodes, node) {
-            Some(i) => format!("history index {i} {from} → {}", self.args.scores[i]),
+            Some(i) => match (self.outside_band(state, c, pod, node), c.floor) {
+                (Some(free), Some(floor)) => format!(
+                    "history index {i} {from}, but only {:.0} % memory free after placement, below the band's {:.0} % ({:.0} points under the median feasible node) → 0",
+                    free * 100.0,
+                    floor * 100.0,
+                    self.args.headroom_band
+                ),
+                _ => format!("history index {i} {from} → {}", self.args.scores[i]),
+            },
             None => format!(
                 "not in the builder's last {} nodes {from}",
                 self.args.scores.len()
@@ -266,6 +351,74 @@ mod tests {
         let got = score_all(plugin(), &snap, &p).unwrap();
         let scores: Vec<i64> = got.iter().map(|(_, s)| *s).collect();
         assert_eq!(scores, [0, 20, 0, 30]);
-        assert!(History::new(HistoryArgs { scores: vec![101] }, &PluginDeps::default()).is_err());
+        let bad = |scores: Vec<i64>, headroom_band: f64| {
+            History::new(
+                HistoryArgs {
+                    scores,
+                    headroom_band,
+                },
+                &PluginDeps::default(),
+            )
+            .is_err()
+        };
+        assert!(bad(vec![101], BAND));
+        assert!(bad(vec![30], -1.0));
+        assert!(bad(vec![30], 100.5));
+    }
+
+    #[test]
+    fn band_keeps_warm_nodes_in_the_hot_tail_out() {
+        // 8 GiB nodes; the profile predicts 0.8 GiB (10 %). Memory free after placement:
+        // n1 0 %, n2 40 %, n3 65 %, n4 90 %; the median feasible node (upper middle) 65 %.
+        let snap = with_usage(
+            nodes(),
+            vec![
+                usage("n1", 1.0, 7.2 * GI, 5, None),
+                usage("n2", 1.0, 4.0 * GI, 5, None),
+                usage("n3", 1.0, 2.0 * GI, 5, None),
+                usage("n4", 0.0, 0.0, 5, None),
+            ],
+            vec![profile("default/Pod/b", 0.1, 0.8 * GI)],
+        );
+        let p = info(pod(
+            "b",
+            json!({"metadata": {"annotations": {HISTORY_ANNOTATION: r#"["n1","n2","n3"]"#}}}),
+        ));
+        let cases = [
+            // band → floor: 100 off; 30 → 35 %; 15 → 50 %; 0 → 65 %.
+            (100.0, [30, 20, 10, 0]),
+            (30.0, [0, 20, 10, 0]),
+            (15.0, [0, 0, 10, 0]),
+            (0.0, [0, 0, 10, 0]),
+        ];
+        for (band, want) in cases {
+            let plugin = History::new(
+                HistoryArgs {
+                    headroom_band: band,
+                    ..Default::default()
+                },
+                &PluginDeps::default(),
+            )
+            .unwrap()
+            .register();
+            let got = score_all(plugin, &snap, &p).unwrap();
+            let scores: Vec<i64> = got.iter().map(|(_, s)| *s).collect();
+            assert_eq!(scores, want, "band {band}");
+        }
+        // Without fresh usage the band cannot judge: plain 30/20/10.
+        assert_eq!(
+            score_all(plugin(), &nodes(), &p)
+                .unwrap()
+                .iter()
+                .map(|(_, s)| *s)
+                .collect::<Vec<_>>(),
+            [30, 20, 10, 0]
+        );
+        // The record says why a warm node got nothing.
+        let fw = crate::framework::Framework::new("t", vec![plugin()], &[]);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let (d, _) = fw.schedule(&p, &snap, &mut rng, true);
+        let n1 = d.scores[0].details.as_ref().unwrap()[0].clone().unwrap();
+        assert!(n1.contains("0 % memory free after placement"), "{n1}");
     }
 }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage::{NodeReal, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::{FreeAfter, UsagePolicy, cycle_usage, pod_usage};
 
 use super::PluginDeps;
 
@@ -76,19 +76,6 @@ pub struct RealHeadroom {
     identity: headroom_collectors::IdentityConfig,
 }
 
-/// One node's numbers behind its score.
-struct Inputs {
-    fresh: bool,
-    cpu_free: f64,
-    mem_free: f64,
-    cpu_total: f64,
-    mem_total: f64,
-    cpu_used: f64,
-    mem_used: f64,
-    cpu_pred: f64,
-    mem_pred: f64,
-}
-
 impl RealHeadroom {
     /// Creates the plugin.
     pub fn new(args: RealHeadroomArgs, deps: &PluginDeps) -> Result<Self, String> {
@@ -121,56 +108,18 @@ impl RealHeadroom {
         }
     }
 
-    fn inputs(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<Inputs> {
+    fn inputs(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<FreeAfter> {
         let u = cycle_usage(state)?;
-        let real = NodeReal::of(node, &u.ctx, &self.policy);
-        let fresh = real.freshness.is_fresh();
-        let (cpu_used, mem_used, cpu_pred, mem_pred) = if fresh {
-            (
-                real.cpu_used,
-                real.memory_used,
-                u.pod.prediction.cpu_cores,
-                u.pod.prediction.memory_bytes,
-            )
-        } else {
-            // Requests stand in; a stale node keeps its last measurement as a floor, so a
-            // node whose metrics stopped does not look empty and attract every pod.
-            let stale = matches!(real.freshness, crate::usage::Freshness::Stale { .. });
-            let floor = |v: f64| if stale { v } else { 0.0 };
-            (
-                (node.requested.milli_cpu as f64 / 1000.0).max(floor(real.cpu_used)),
-                (node.requested.memory as f64).max(floor(real.memory_used)),
-                pod.requests.non_zero_milli_cpu as f64 / 1000.0,
-                pod.requests.non_zero_memory as f64,
-            )
-        };
-        let frac = |total: f64, used: f64, pred: f64| {
-            if total <= 0.0 {
-                0.0
-            } else {
-                ((total - used - pred) / total).clamp(0.0, 1.0)
-            }
-        };
-        Some(Inputs {
-            fresh,
-            cpu_free: frac(real.cpu_total, cpu_used, cpu_pred),
-            mem_free: frac(real.memory_total, mem_used, mem_pred),
-            cpu_total: real.cpu_total,
-            mem_total: real.memory_total,
-            cpu_used,
-            mem_used,
-            cpu_pred,
-            mem_pred,
-        })
+        Some(FreeAfter::of(&u, pod, node, &self.policy))
     }
 
-    fn score_of(&self, i: &Inputs, reserve: f64) -> i64 {
+    fn score_of(&self, i: &FreeAfter, reserve: f64) -> i64 {
         let (wc, wm) = (self.args.cpu_weight, self.args.memory_weight);
-        let free = (i.cpu_free * wc + i.mem_free * wm) / (wc + wm);
+        let free = (i.cpu() * wc + i.memory() * wm) / (wc + wm);
         let s = match self.args.strategy {
             Strategy::Spread => free,
             Strategy::Binpack => {
-                if i.mem_free < reserve {
+                if i.memory() < reserve {
                     0.0
                 } else {
                     1.0 - free
@@ -237,13 +186,13 @@ impl ScorePlugin for RealHeadroom {
             "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1} of {:.1} GiB → {:.0} % free ({basis})",
             self.args.strategy,
             i.cpu_used,
-            i.cpu_pred,
+            i.cpu_pod,
             i.cpu_total,
-            i.cpu_free * 100.0,
-            gi(i.mem_used),
-            gi(i.mem_pred),
-            gi(i.mem_total),
-            i.mem_free * 100.0,
+            i.cpu() * 100.0,
+            gi(i.memory_used),
+            gi(i.memory_pod),
+            gi(i.memory_total),
+            i.memory() * 100.0,
         ))
     }
 }

@@ -222,21 +222,36 @@ mod tests {
                 .unwrap()
                 .contains("incl. 1 recent pod(s) 3Gi")
         );
-        // Placed before the newest sample: the metrics include it already.
+        // Placed before the newest sample, 20 s ago: the metrics show part of it, the
+        // rest still counts while it warms up (93 % of 3 GiB with the default 5 min) ...
         snap.usage_mut().forget_placement("n", "default/other");
         snap.usage_mut().record_placement(
             None,
             "n",
             RecentPlacement {
                 at_ms: NOW_MS - 20_000,
+                ..recent.clone()
+            },
+        );
+        let code =
+            |policy: UsagePolicy, snap: &Snapshot| filter_all(&plugin(policy), snap, &p)[0].1.code;
+        assert_eq!(code(UsagePolicy::default(), &snap), Code::Unschedulable);
+        // ... and not at all without a warm-up window,
+        let no_warmup = UsagePolicy {
+            warmup: std::time::Duration::ZERO,
+            ..UsagePolicy::default()
+        };
+        assert_eq!(code(no_warmup, &snap), Code::Success);
+        // nor once the window is over.
+        snap.usage_mut().forget_placement("n", "default/other");
+        snap.usage_mut().record_placement(
+            None,
+            "n",
+            RecentPlacement {
+                at_ms: NOW_MS - 301_000,
                 ..recent
             },
         );
-        assert_eq!(
-            filter_all(&plugin(UsagePolicy::default()), &snap, &p)[0]
-                .1
-                .code,
-            Code::Success
-        );
+        assert_eq!(code(UsagePolicy::default(), &snap), Code::Success);
     }
 }

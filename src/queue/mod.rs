@@ -662,7 +662,13 @@ impl SchedulingQueue {
     }
 
     /// Requeues the given unschedulable or gated pods; returns how many left their place.
-    fn requeue_keys(&self, inner: &mut Inner, keys: Vec<PodKey>, now: Instant) -> usize {
+    fn requeue_keys(&self, inner: &mut Inner, mut keys: Vec<PodKey>, now: Instant) -> usize {
+        // The candidates come from hash sets; filing them oldest first (then by key) keeps
+        // FIFO fairness among equals and makes the order, and so a simulation, reproducible.
+        keys.sort_by(|a, b| {
+            let t = |k: &PodKey| inner.pods.get(k).map(|e| e.info.timestamp);
+            t(a).cmp(&t(b)).then_with(|| a.cmp(b))
+        });
         let mut moved = 0;
         for key in keys {
             // A still-gated pod is left where it is (only its message refreshed), rather than

@@ -770,8 +770,13 @@ async fn run_policy(
                 queue.add_unschedulable(pod, Failure::from(&attempt.decision));
                 continue;
             };
-            // Binding is instant here.
+            // Binding is instant here (counted as a bind for the API's metrics and the
+            // dashboards, with its wall time).
+            let bind_started = Instant::now();
             scheduler.confirm(&pod.namespace, &pod.name);
+            if let Some(a) = &attached {
+                a.state.metrics().observe_bind(true, bind_started.elapsed());
+            }
             queue.done(&key);
             let full = format!("{}/{}", pod.namespace, pod.name);
             let Some((at, a)) = arrived_at.remove(&full) else {

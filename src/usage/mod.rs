@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::analytics::UsageView;
 
-pub use node::{Disk, DiskSource, Freshness, NodeReal};
+pub use node::{Disk, DiskSource, FreeAfter, Freshness, NodeReal};
 pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, Percentile, StalePolicy, UsagePolicy,
 };
@@ -89,14 +89,16 @@ impl UsageContext {
     }
 
     /// Drops recent placements the node's usage already includes (placed before its newest
-    /// sample), and those older than `max_age_ms` (a node whose metrics stopped must not
-    /// accumulate forever).
-    pub fn prune(&mut self, max_age_ms: i64) {
+    /// sample) once they are older than `warmup_ms` as well, and all those older than
+    /// `max_age_ms` (a node whose metrics stopped must not accumulate forever).
+    pub fn prune(&mut self, warmup_ms: i64, max_age_ms: i64) {
         let now = self.now_ms;
         let view = &self.view;
         self.recent.retain(|node, list| {
             let newest = view.node(node).map_or(i64::MIN, |u| u.newest_ms);
-            list.retain(|r| r.at_ms > newest && now - r.at_ms <= max_age_ms);
+            list.retain(|r| {
+                (r.at_ms > newest || now - r.at_ms < warmup_ms) && now - r.at_ms <= max_age_ms
+            });
             !list.is_empty()
         });
         self.starts.retain(|_, s| {
@@ -114,13 +116,75 @@ impl UsageContext {
         })
     }
 
-    /// The recent placements on `node` that its newest usage sample does not include.
-    pub fn uncounted<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a RecentPlacement> + 'a {
+    /// The recent placements on `node` whose usage its samples do not fully show yet, each
+    /// with the share of its prediction still to count: all of it while no sample includes
+    /// it, then decaying linearly to nothing `warmup_ms` after placement (a new pod's usage
+    /// ramps up over its first minutes; the measured part grows as the counted part shrinks).
+    pub fn uncounted<'a>(
+        &'a self,
+        node: &str,
+        warmup_ms: i64,
+    ) -> impl Iterator<Item = (&'a RecentPlacement, f64)> + 'a {
         let newest = self.view.node(node).map_or(i64::MIN, |u| u.newest_ms);
+        let now = self.now_ms;
         self.recent
             .get(node)
             .into_iter()
             .flatten()
-            .filter(move |r| r.at_ms > newest)
+            .filter_map(move |r| {
+                if r.at_ms > newest {
+                    return Some((r, 1.0));
+                }
+                let age = (now - r.at_ms) as f64;
+                let share = if warmup_ms > 0 {
+                    1.0 - age / warmup_ms as f64
+                } else {
+                    0.0
+                };
+                (share > 0.0).then_some((r, share.min(1.0)))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analytics::UsageView;
+
+    #[test]
+    fn recent_placements_count_until_sampled_then_decay_over_warmup() {
+        let mut ctx = UsageContext {
+            now_ms: 100_000,
+            ..Default::default()
+        };
+        let mut view = UsageView::default();
+        let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
+        n.newest_ms = 60_000;
+        view.nodes.insert("n".into(), n);
+        ctx.view = Arc::new(view);
+        let placed = |pod: &str, at_ms: i64| RecentPlacement {
+            pod: pod.into(),
+            at_ms,
+            cpu_cores: 1.0,
+            memory_bytes: 100.0,
+            disk_bytes: 0.0,
+        };
+        ctx.record_placement(None, "n", placed("new", 90_000)); // after the newest sample
+        ctx.record_placement(None, "n", placed("mid", 40_000)); // sampled, 60 s old
+        ctx.record_placement(None, "n", placed("old", -300_000)); // sampled, 400 s old
+        let shares = |warmup: i64| -> Vec<(String, f64)> {
+            ctx.uncounted("n", warmup)
+                .map(|(r, s)| (r.pod.clone(), (s * 100.0).round() / 100.0))
+                .collect()
+        };
+        // Warmup 5 min: the sampled 60 s-old pod still counts 80 %; the old one not at all.
+        assert_eq!(shares(300_000), [("new".into(), 1.0), ("mid".into(), 0.8)]);
+        // Warmup 0: only what no sample includes.
+        assert_eq!(shares(0), [("new".to_string(), 1.0)]);
+        // Pruning keeps what still counts.
+        ctx.prune(300_000, 600_000);
+        assert_eq!(ctx.recent["n"].len(), 2);
+        ctx.prune(0, 600_000);
+        assert_eq!(ctx.recent["n"].len(), 1);
     }
 }

@@ -1,11 +1,11 @@
 //! What a node really has free: measured usage plus the pods placed since its newest
 //! sample (compensation), against its capacity; disk from metrics or node annotations.
 
-use super::UsageContext;
 use super::policy::{StalePolicy, UsagePolicy};
+use super::{CycleUsage, UsageContext};
 use crate::framework::Status;
 use crate::quantity::{Quantity, format_bytes};
-use crate::snapshot::NodeInfo;
+use crate::snapshot::{NodeInfo, PodInfo};
 
 /// Node annotation with the node's disk size, a quantity (seed 003's sync script).
 pub const DISK_TOTAL_ANNOTATION: &str = "headroom.io/disk-total";
@@ -117,11 +117,12 @@ impl NodeReal {
             }
         };
         let (mut recent, mut recent_cpu, mut recent_memory, mut recent_disk) = (0, 0.0, 0.0, 0.0);
-        for r in ctx.uncounted(&node.name) {
+        let warmup_ms = i64::try_from(policy.warmup.as_millis()).unwrap_or(i64::MAX);
+        for (r, share) in ctx.uncounted(&node.name, warmup_ms) {
             recent += 1;
-            recent_cpu += r.cpu_cores;
-            recent_memory += r.memory_bytes;
-            recent_disk += r.disk_bytes;
+            recent_cpu += r.cpu_cores * share;
+            recent_memory += r.memory_bytes * share;
+            recent_disk += r.disk_bytes * share;
         }
         let (cpu_measured, mem_measured) = usage.map_or((0.0, 0.0), |u| {
             (
@@ -176,6 +177,88 @@ impl NodeReal {
             ));
         }
         s
+    }
+}
+
+/// What would really be free on a node after placing the pod: the numbers RealHeadroom
+/// scores and History's headroom band compares.
+///
+/// Where the node's usage is fresh: its real usage (with recent placements) plus the pod's
+/// prediction. Where it is stale or missing, requests stand in — the node's requested
+/// resources (a stale node's last measurement as a floor, so a node whose metrics stopped
+/// does not look empty and attract every pod) and the pod's requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FreeAfter {
+    /// Whether the node's usage is fresh (else requests stood in).
+    pub fresh: bool,
+    /// CPU capacity, cores.
+    pub cpu_total: f64,
+    /// CPU in use before the pod, cores.
+    pub cpu_used: f64,
+    /// The pod's CPU, cores.
+    pub cpu_pod: f64,
+    /// Memory capacity, bytes.
+    pub memory_total: f64,
+    /// Memory in use before the pod, bytes.
+    pub memory_used: f64,
+    /// The pod's memory, bytes.
+    pub memory_pod: f64,
+}
+
+impl FreeAfter {
+    /// The numbers for `pod` on `node` in the cycle `u`.
+    pub fn of(u: &CycleUsage, pod: &PodInfo, node: &NodeInfo, policy: &UsagePolicy) -> FreeAfter {
+        let real = NodeReal::of(node, &u.ctx, policy);
+        let fresh = real.freshness.is_fresh();
+        let (cpu_used, memory_used, cpu_pod, memory_pod) = if fresh {
+            (
+                real.cpu_used,
+                real.memory_used,
+                u.pod.prediction.cpu_cores,
+                u.pod.prediction.memory_bytes,
+            )
+        } else {
+            let floor = |v: f64| {
+                if matches!(real.freshness, Freshness::Stale { .. }) {
+                    v
+                } else {
+                    0.0
+                }
+            };
+            (
+                (node.requested.milli_cpu as f64 / 1000.0).max(floor(real.cpu_used)),
+                (node.requested.memory as f64).max(floor(real.memory_used)),
+                pod.requests.non_zero_milli_cpu as f64 / 1000.0,
+                pod.requests.non_zero_memory as f64,
+            )
+        };
+        FreeAfter {
+            fresh,
+            cpu_total: real.cpu_total,
+            cpu_used,
+            cpu_pod,
+            memory_total: real.memory_total,
+            memory_used,
+            memory_pod,
+        }
+    }
+
+    /// Free CPU after the pod, a fraction of capacity in 0..=1.
+    pub fn cpu(&self) -> f64 {
+        fraction(self.cpu_total, self.cpu_used + self.cpu_pod)
+    }
+
+    /// Free memory after the pod, a fraction of capacity in 0..=1.
+    pub fn memory(&self) -> f64 {
+        fraction(self.memory_total, self.memory_used + self.memory_pod)
+    }
+}
+
+fn fraction(total: f64, used: f64) -> f64 {
+    if total <= 0.0 {
+        0.0
+    } else {
+        ((total - used) / total).clamp(0.0, 1.0)
     }
 }
 

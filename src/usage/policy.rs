@@ -192,6 +192,13 @@ pub struct UsagePolicy {
     /// Usage older than this (by its newest sample) is stale. Default `2m`.
     #[serde(with = "humantime_serde")]
     pub stale_after: Duration,
+    /// How long a newly placed pod's predicted usage still counts on its node after the
+    /// node's samples include it: usage ramps up after start (compilers, JVMs, caches), so
+    /// the not-yet-visible rest of the prediction is counted, decaying linearly to zero
+    /// over this window after placement. `0s` counts a pod only until the first sample
+    /// that includes it. Default `5m`.
+    #[serde(with = "humantime_serde")]
+    pub warmup: Duration,
     /// What the real filters do on stale or missing usage. Default `fallback`.
     pub on_stale: StalePolicy,
     /// The percentile of a builder's profile that predicts its usage. Default `p95`.
@@ -215,6 +222,7 @@ impl Default for UsagePolicy {
         };
         UsagePolicy {
             stale_after: Duration::from_secs(120),
+            warmup: Duration::from_secs(300),
             on_stale: StalePolicy::Fallback,
             predict_percentile: Percentile::P95,
             defaults: ClassSettings::default(),

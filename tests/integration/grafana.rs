@@ -1,6 +1,7 @@
 //! The bundled Grafana dashboards against real data: Debian's `prometheus` on loopback
-//! scrapes a running headroom (the demo server of the API test), and every panel query of
-//! every dashboard is evaluated through Prometheus's HTTP API and must return data. The
+//! scrapes a running `headroom simulate --serve` (the full CI farm, so that it keeps
+//! scheduling while Prometheus scrapes), and every panel query of every dashboard is
+//! evaluated through Prometheus's HTTP API and must return data. The
 //! dashboard JSON must parse and reference no data source but the `${datasource}` variable.
 //!
 //! Without `prometheus` installed the test is skipped with a message, unless `CI` is set:
@@ -13,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::api::spawn_demo_server;
-use super::repo;
+use super::{headroom, repo};
 
 /// What `$__rate_interval` and friends become: Prometheus scrapes every second here, so a
 /// 10 s rate window always holds several samples (Grafana would pick 4 × scrape interval).
@@ -26,6 +26,65 @@ const INTERVALS: [(&str, &str); 4] = [
 ];
 
 const DASHBOARDS: [&str; 3] = ["scheduler", "headroom", "builders"];
+
+/// A running `headroom simulate --serve`, killed on drop.
+struct Simulation {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Simulation {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the full CI-farm simulation with the API on a free loopback port and waits for
+/// the address it prints.
+fn spawn_simulation() -> Simulation {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fast.yaml");
+    std::fs::write(&config, "analytics: {refreshInterval: 1m}\n").unwrap();
+    let mut child = headroom()
+        .args([
+            "simulate",
+            repo("examples/ci-farm.yaml").to_str().unwrap(),
+            "--policy",
+            "headroom",
+            "--config",
+            config.to_str().unwrap(),
+            "--serve",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("simulate --serve exited without printing its address");
+        }
+        if let Some(a) = line
+            .trim()
+            .strip_prefix("serving the inspection API on http://")
+        {
+            break a.to_string();
+        }
+    };
+    // Keep draining stderr (the progress and the report) so the child never blocks on it.
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    Simulation {
+        child,
+        addr,
+        _dir: dir,
+    }
+}
 
 struct Prometheus {
     child: Child,
@@ -212,7 +271,11 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         );
         return;
     };
-    let demo = spawn_demo_server();
+    let demo = spawn_simulation();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -249,7 +312,7 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
     let api = |path: &str, params: Vec<(&str, String)>| -> Option<Value> {
         let url = format!("{base}{path}");
         let client = client.clone();
-        demo.block_on(async move {
+        rt.block_on(async move {
             let r = client.get(&url).query(&params).send().await.ok()?;
             r.json::<Value>().await.ok()
         })

@@ -31,52 +31,87 @@ fn simulate_json(args: &[&str]) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// The CI-farm quality bar on the small variant: every pod accounted for, warm-cache
-/// placements ≥ 80 % and well above the baseline's, more build time saved, and scheduling
-/// latency no worse.
+/// The CI-farm quality bar (issue #6) on the small variant, on the mean of four seeds (one
+/// seed of a 3-hour, 8-node farm varies by several points): every pod accounted for;
+/// warm-cache placements ≥ 80 % and far above the baseline's; node-time above 90 % real
+/// memory at most half the baseline's; a lower spread of real memory utilisation across
+/// nodes (p95 − p50); more build time saved; scheduling latency p99 no worse (within one
+/// simulation step, the resolution of time to schedule).
 #[test]
 fn ci_farm_small_against_the_requests_baseline() {
     let dir = tempfile::tempdir().unwrap();
     let config = fast_config(&dir);
     let scenario = repo("examples/ci-farm-small.yaml");
     let plot = dir.path().join("plot.svg");
-    let v = simulate_json(&[
-        scenario.to_str().unwrap(),
-        "--compare",
-        "--config",
-        &config,
-        "--plot",
-        plot.to_str().unwrap(),
-    ]);
-    let p = v["policies"].as_array().unwrap();
-    let (h, r) = (&p[0], &p[1]);
-    assert_eq!(
-        (h["policy"].as_str(), r["policy"].as_str()),
-        (Some("headroom"), Some("requests"))
-    );
-    for x in [h, r] {
-        // Same arrivals, nothing lost.
-        assert_eq!(x["arrived"], h["arrived"]);
-        let n = |k: &str| x[k].as_u64().unwrap();
+    let seeds = ["1", "2", "3", "4"];
+    let mut sums: std::collections::BTreeMap<(usize, &str), f64> = Default::default();
+    for seed in seeds {
+        let mut args = vec![
+            scenario.to_str().unwrap(),
+            "--compare",
+            "--config",
+            &config,
+            "--seed",
+            seed,
+        ];
+        if seed == "1" {
+            args.extend(["--plot", plot.to_str().unwrap()]);
+        }
+        let v = simulate_json(&args);
+        let p = v["policies"].as_array().unwrap();
+        let (h, r) = (&p[0], &p[1]);
         assert_eq!(
-            n("arrived"),
-            n("completed") + n("runningEnd") + n("pendingEnd") + n("lostAndResubmitted")
+            (h["policy"].as_str(), r["policy"].as_str()),
+            (Some("headroom"), Some("requests"))
         );
-        assert!(n("arrived") > 50);
+        for x in [h, r] {
+            // Same arrivals, nothing lost.
+            assert_eq!(x["arrived"], h["arrived"]);
+            let n = |k: &str| x[k].as_u64().unwrap();
+            assert_eq!(
+                n("arrived"),
+                n("completed") + n("runningEnd") + n("pendingEnd") + n("lostAndResubmitted")
+            );
+            assert_eq!(n("pendingEnd"), 0, "seed {seed}");
+            assert!(n("arrived") > 100);
+        }
+        for (i, x) in [h, r].into_iter().enumerate() {
+            for k in [
+                "warmRate",
+                "nodeHoursMemoryAbove90",
+                "memorySpreadP95MinusP50",
+                "buildHoursSaved",
+                "timeToScheduleP99S",
+            ] {
+                *sums.entry((i, k)).or_default() += x[k].as_f64().unwrap();
+            }
+        }
     }
-    let f = |x: &Value, k: &str| x[k].as_f64().unwrap();
+    let mean = |i: usize, k: &str| sums[&(i, k)] / seeds.len() as f64;
+    let (h, r) = (0, 1);
+    let report = format!("{sums:?}");
+    assert!(mean(h, "warmRate") >= 0.8, "{report}");
+    assert!(mean(h, "warmRate") > mean(r, "warmRate") + 0.2, "{report}");
     assert!(
-        f(h, "warmRate") >= 0.8,
-        "headroom warm rate {}",
-        f(h, "warmRate")
+        mean(r, "nodeHoursMemoryAbove90") > 0.1,
+        "no hot spots to avoid: {report}"
     );
     assert!(
-        f(h, "warmRate") > f(r, "warmRate") + 0.2,
-        "baseline warm rate {}",
-        f(r, "warmRate")
+        mean(h, "nodeHoursMemoryAbove90") <= mean(r, "nodeHoursMemoryAbove90") / 2.0,
+        "{report}"
     );
-    assert!(f(h, "buildHoursSaved") > f(r, "buildHoursSaved"));
-    assert!(f(h, "timeToScheduleP99S") <= f(r, "timeToScheduleP99S"));
+    assert!(
+        mean(h, "memorySpreadP95MinusP50") < mean(r, "memorySpreadP95MinusP50"),
+        "{report}"
+    );
+    assert!(
+        mean(h, "buildHoursSaved") > mean(r, "buildHoursSaved"),
+        "{report}"
+    );
+    assert!(
+        mean(h, "timeToScheduleP99S") <= mean(r, "timeToScheduleP99S") + 15.0,
+        "{report}"
+    );
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.matches("<polyline").count() == 4,
