@@ -9,13 +9,14 @@
 //! Scores are not normalised: 30/20/10 are absolute, so that with the default weights the
 //! history is worth at most 30 % of headroom's own score (seed 000's balance).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage::{FreeAfter, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::{FreeAfter, UsagePolicy, pod_usage};
 
 use super::PluginDeps;
 
@@ -60,9 +61,17 @@ enum From {
 struct Cycle {
     nodes: Vec<String>,
     from: From,
+    /// The headroom band, when it applies.
+    band: Option<Band>,
+}
+
+/// The band of one cycle, computed once in PreScore so that Score only looks nodes up.
+struct Band {
     /// The free memory fraction a node needs for its history score (the median feasible
-    /// node's minus the band), when the band applies.
-    floor: Option<f64>,
+    /// node's minus `headroomBand`).
+    floor: f64,
+    /// The history nodes below the floor, by name, with their free memory fraction.
+    outside: HashMap<String, f64>,
 }
 
 /// The History plugin.
@@ -117,48 +126,46 @@ impl History {
 }
 
 impl History {
-    /// The band's floor: the median feasible node's free memory fraction after placement
-    /// minus the band, or `None` when no feasible node has fresh usage (requests alone
-    /// cannot tell hot from cold). Memory, not CPU: memory is what cannot be taken back
-    /// from a running build (CPU contention slows it, memory pressure kills it). The
-    /// median, not the emptiest node: the band guards the hot tail, and a reference that
-    /// one idle node sets would turn history off whenever a node is empty.
-    fn floor(
+    /// The cycle's band: the median feasible node's free memory fraction after placement
+    /// minus the band, and the history nodes below it; `None` when no feasible node has
+    /// fresh usage (requests alone cannot tell hot from cold). Memory, not CPU: memory is
+    /// what cannot be taken back from a running build (CPU contention slows it, memory
+    /// pressure kills it). The median, not the emptiest node: the band guards the hot
+    /// tail, and a reference that one idle node sets would turn history off whenever a node
+    /// is empty.
+    fn band(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
         feasible: &[NodeIdx],
-    ) -> Option<f64> {
+        history: &[String],
+    ) -> Option<Band> {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
         let mut frees = Vec::with_capacity(feasible.len());
+        let mut warm = Vec::new();
         let mut any_fresh = false;
         for &i in feasible {
-            let f = FreeAfter::of(&u, pod, snapshot.node(i), &self.policy);
+            let node = snapshot.node(i);
+            let f = FreeAfter::of(&u, pod, node, &self.policy);
             any_fresh |= f.fresh;
             frees.push(f.memory());
+            if self.index_of(history, node).is_some() {
+                warm.push((node.name.to_string(), f.memory()));
+            }
         }
         if !any_fresh || frees.is_empty() {
             return None;
         }
         let mid = frees.len() / 2;
         let (_, median, _) = frees.select_nth_unstable_by(mid, f64::total_cmp);
-        Some(*median - self.args.headroom_band / 100.0)
-    }
-
-    /// The node's free memory fraction when it falls below the cycle's floor.
-    fn outside_band(
-        &self,
-        state: &CycleState,
-        c: &Cycle,
-        pod: &PodInfo,
-        node: &NodeInfo,
-    ) -> Option<f64> {
-        let floor = c.floor?;
-        let u = cycle_usage(state)?;
-        let free = FreeAfter::of(&u, pod, node, &self.policy).memory();
+        let floor = *median - self.args.headroom_band / 100.0;
         // A hair of tolerance: floating-point noise must not flip a tie.
-        (free < floor - 1e-9).then_some(free)
+        let outside = warm
+            .into_iter()
+            .filter(|(_, free)| *free < floor - 1e-9)
+            .collect();
+        Some(Band { floor, outside })
     }
 }
 
@@ -196,7 +203,7 @@ impl PreScorePlugin for History {
                     cycle = Some(Cycle {
                         nodes,
                         from: From::Annotation,
-                        floor: None,
+                        band: None,
                     })
                 }
                 Ok(_) => {}
@@ -220,14 +227,14 @@ impl PreScorePlugin for History {
                 cycle = Some(Cycle {
                     nodes,
                     from: From::Scheduler,
-                    floor: None,
+                    band: None,
                 });
             }
         }
         match cycle {
             Some(mut c) => {
                 if self.args.headroom_band < 100.0 {
-                    c.floor = self.floor(state, pod, snapshot, feasible);
+                    c.band = self.band(state, pod, snapshot, feasible, &c.nodes);
                 }
                 state.write(c);
                 Status::success()
@@ -238,28 +245,35 @@ impl PreScorePlugin for History {
 }
 
 impl ScorePlugin for History {
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(c) = state.read::<Cycle>() else {
             return Err(Status::error("History: PreScore did not run"));
         };
         let Some(i) = self.index_of(&c.nodes, node) else {
             return Ok(0);
         };
-        if self.outside_band(state, c, pod, node).is_some() {
+        if c.band
+            .as_ref()
+            .is_some_and(|b| b.outside.contains_key(&*node.name))
+        {
             return Ok(0);
         }
         Ok(self.args.scores[i])
     }
 
-    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+    fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let c = state.read::<Cycle>()?;
         let from = match c.from {
             From::Annotation => "from the builder-history-nodes annotation",
             From::Scheduler => "from headroom's placement history",
         };
         Some(match self.index_of(&c.nodes, node) {
-            Some(i) => match (self.outside_band(state, c, pod, node), c.floor) {
-                (Some(free), Some(floor)) => format!(
+            Some(i) => match c
+                .band
+                .as_ref()
+                .and_then(|b| Some((*b.outside.get(&*node.name)?, b.floor)))
+            {
+                Some((free, floor)) => format!(
                     "history index {i} {from}, but only {:.0} % memory free after placement, below the band's {:.0} % ({:.0} points under the median feasible node) → 0",
                     free * 100.0,
                     floor * 100.0,

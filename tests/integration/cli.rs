@@ -192,6 +192,31 @@ fn check_config_prints_effective_config_or_names_the_field() {
         "{err}"
     );
 
+    // This session's settings: a bad band or duration names its field.
+    for (text, field) in [
+        (
+            "profiles: [{schedulerName: headroom, pluginArgs: {history: {headroomBand: -5}}}]\n",
+            "headroomBand -5 is not in 0..=100",
+        ),
+        ("usage: {warmup: 5 parsecs}\n", "usage.warmup"),
+        ("analytics: {nodeWindow: soon}\n", "analytics.nodeWindow"),
+    ] {
+        let bad = write(&dir, "bad2.yaml", text);
+        let o = run(&["check-config", &bad]);
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        assert!(stderr(&o).contains(field), "{text}: {}", stderr(&o));
+    }
+    let good = write(
+        &dir,
+        "good.yaml",
+        "usage: {warmup: 90s}\nprofiles: [{schedulerName: headroom, pluginArgs: {history: {headroomBand: 25}}}]\n",
+    );
+    let o = run(&["check-config", &good]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("headroomBand: 25"), "{out}");
+    assert!(out.contains("warmup: 1m 30s"), "{out}");
+
     // A config given to `place` is used: disabling TaintToleration lets the pod onto db-1.
     let cfg = write(
         &dir,
