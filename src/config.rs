@@ -124,12 +124,69 @@ impl Config {
 }
 
 /// Scheduling-loop settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct SchedulerConfig {
     /// Seed of the random tie-breaker among equally scored nodes. Default: none (entropy);
     /// set it to make decisions reproducible.
     pub seed: Option<u64>,
+    /// Backoff after a pod's first failed attempt, seconds; each further failure doubles
+    /// it up to `podMaxBackoffSeconds`. Default `1`, as kube-scheduler's
+    /// `podInitialBackoffSeconds`.
+    pub pod_initial_backoff_seconds: u64,
+    /// Cap on a pod's backoff, seconds. Default `10`, as kube-scheduler's
+    /// `podMaxBackoffSeconds`.
+    pub pod_max_backoff_seconds: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        let q = crate::queue::QueueConfig::default();
+        SchedulerConfig {
+            seed: None,
+            pod_initial_backoff_seconds: q.initial_backoff.as_secs(),
+            pod_max_backoff_seconds: q.max_backoff.as_secs(),
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// The queue's configuration: these backoffs, upstream's defaults for the rest.
+    pub fn queue(&self) -> crate::queue::QueueConfig {
+        crate::queue::QueueConfig {
+            initial_backoff: std::time::Duration::from_secs(self.pod_initial_backoff_seconds),
+            max_backoff: std::time::Duration::from_secs(self.pod_max_backoff_seconds),
+            ..crate::queue::QueueConfig::default()
+        }
+    }
+
+    /// Upstream's validation: a positive initial backoff, a cap not below it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.pod_initial_backoff_seconds == 0 {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.podInitialBackoffSeconds".into(),
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.pod_max_backoff_seconds < self.pod_initial_backoff_seconds {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.podMaxBackoffSeconds".into(),
+                message: format!(
+                    "{} is below podInitialBackoffSeconds ({})",
+                    self.pod_max_backoff_seconds, self.pod_initial_backoff_seconds
+                ),
+            });
+        }
+        // Far beyond any sensible backoff; keeps Duration arithmetic trivially safe.
+        const MAX: u64 = 24 * 3600;
+        if self.pod_max_backoff_seconds > MAX {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.podMaxBackoffSeconds".into(),
+                message: format!("{} is above {MAX} (a day)", self.pod_max_backoff_seconds),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// One profile: a scheduler name and its plugin set.
@@ -242,6 +299,7 @@ impl Config {
             }
             crate::plugins::build_framework(p)?;
         }
+        self.scheduler.validate()?;
         if let Err(e) = self.collectors.validate() {
             return Err(collectors_error(e));
         }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::analytics::UsageView;
 
-pub use node::{Disk, DiskSource, FreeAfter, Freshness, NodeReal};
+pub use node::{Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal};
 pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, Percentile, StalePolicy, UsagePolicy,
 };
