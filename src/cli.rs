@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::place::{PlaceOptions, place_files};
 
 /// headroom: a Kubernetes scheduler that places pods by what nodes and workloads really use.
@@ -484,6 +484,9 @@ fn run_simulate(
             return ExitCode::from(2);
         }
     };
+    for u in config.unused_in(Mode::Simulate) {
+        eprintln!("note: {u}");
+    }
     let scenario = match Scenario::load(&scenario) {
         Ok(s) => s,
         Err(e) => {
@@ -740,6 +743,9 @@ pub fn run(cli: Cli) -> ExitCode {
             if seed.is_some() {
                 config.scheduler.seed = seed;
             }
+            for u in config.unused_in(Mode::Place) {
+                eprintln!("note: {u}");
+            }
             let options = PlaceOptions {
                 profile,
                 usage,
@@ -788,6 +794,11 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(c) => {
                 println!("# {}: valid; effective configuration:", file.display());
+                for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {
+                    for u in c.unused_in(mode) {
+                        println!("# note: {u}");
+                    }
+                }
                 print!("{}", c.to_yaml());
                 ExitCode::SUCCESS
             }

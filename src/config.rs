@@ -322,6 +322,121 @@ impl Config {
     }
 }
 
+/// The commands that read a configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `headroom serve`.
+    Serve,
+    /// `headroom simulate`.
+    Simulate,
+    /// `headroom place`.
+    Place,
+}
+
+impl Mode {
+    /// The command's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Serve => "serve",
+            Mode::Simulate => "simulate",
+            Mode::Place => "place",
+        }
+    }
+}
+
+/// A section the configuration sets (to a non-default value) that a command does not use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unused {
+    /// The field path (`collectors`, `scheduler.podInitialBackoffSeconds`).
+    pub field: &'static str,
+    /// The command that ignores it.
+    pub mode: Mode,
+    /// Why.
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for Unused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is set but `headroom {}` does not use it: {}",
+            self.field,
+            self.mode.as_str(),
+            self.why
+        )
+    }
+}
+
+impl Config {
+    /// The sections set to non-default values that `mode` does not use, with why: every
+    /// other section takes effect in every mode (`headroom check-config` prints these, and
+    /// `simulate` and `place` warn about them).
+    pub fn unused_in(&self, mode: Mode) -> Vec<Unused> {
+        let d = Config::default();
+        // `collectors.identity` is how every mode names a pod's builder; only the sources
+        // and run detection are the collectors' own.
+        let c = &self.collectors;
+        let sources_set = c.prometheus.is_some()
+            || c.kubelet.is_some()
+            || c.scrape.is_some()
+            || c.runs != d.collectors.runs;
+        let backoff_set = self.scheduler.pod_initial_backoff_seconds
+            != d.scheduler.pod_initial_backoff_seconds
+            || self.scheduler.pod_max_backoff_seconds != d.scheduler.pod_max_backoff_seconds;
+        let rows: [(&'static str, bool, Mode, &'static str); 6] = [
+            (
+                "dataDir",
+                self.data_dir.is_some(),
+                Mode::Simulate,
+                "a simulation keeps its store in --data-dir, else in a temporary store",
+            ),
+            (
+                "dataDir",
+                self.data_dir.is_some(),
+                Mode::Place,
+                "place reads a store only when given --data-dir",
+            ),
+            (
+                "collectors (prometheus, kubelet, scrape, runs)",
+                sources_set,
+                Mode::Simulate,
+                "the simulator generates its nodes' usage and runs itself",
+            ),
+            (
+                "collectors (prometheus, kubelet, scrape, runs)",
+                sources_set,
+                Mode::Place,
+                "place takes usage from --usage and --data-dir",
+            ),
+            (
+                "serve",
+                self.serve != d.serve,
+                Mode::Simulate,
+                "it configures the cluster connection (listener, leader election, extender, events, reservations)",
+            ),
+            (
+                "scheduler.podInitialBackoffSeconds/podMaxBackoffSeconds",
+                backoff_set,
+                Mode::Place,
+                "place makes one attempt per pod, with no queue",
+            ),
+        ];
+        let mut out: Vec<Unused> = rows
+            .into_iter()
+            .filter(|(_, set, m, _)| *set && *m == mode)
+            .map(|(field, _, mode, why)| Unused { field, mode, why })
+            .collect();
+        if mode == Mode::Place && self.serve != d.serve {
+            out.push(Unused {
+                field: "serve",
+                mode,
+                why: "it configures the cluster connection (listener, leader election, extender, events, reservations)",
+            });
+        }
+        out
+    }
+}
+
 /// Turns a collectors validation error (`kubelet.schedule.interval must be > 0`) into one
 /// whose field path starts at the root (`collectors.kubelet.schedule.interval`).
 fn collectors_error(e: headroom_collectors::CollectError) -> ConfigError {

@@ -3,7 +3,9 @@
 //! `cargo test --test integration kube::`.
 
 mod deploy;
+mod engine;
 mod fake;
+mod kubelet;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -466,10 +468,9 @@ async fn kube_reservation_lifecycle() {
     })
     .await;
     let report = s.stop().await;
-    assert!(
-        report.reservation_gc.0 >= 1 && report.reservation_gc.1 >= 1,
-        "{report:?}"
-    );
+    // The engine's housekeeping marks expiries as they happen (the GC loop finds
+    // nothing left to mark); the GC deletes what is finished.
+    assert!(report.reservation_gc.1 >= 1, "{report:?}");
 
     // Consumption: what the Reservation plugin calls in Reserve, written back as status.
     let client = fake.client("a");
