@@ -216,6 +216,39 @@ fn check_config_prints_effective_config_or_names_the_field() {
     let out = stdout(&o);
     assert!(out.contains("headroomBand: 25"), "{out}");
     assert!(out.contains("warmup: 1m 30s"), "{out}");
+    assert!(!out.contains("# note:"), "every section applies everywhere: {out}");
+
+    // Sections a mode does not use are named, not accepted silently; the backoffs are
+    // upstream's fields, validated as upstream does.
+    let partial = write(
+        &dir,
+        "partial.yaml",
+        "serve: {decisionAnnotation: false}\ncollectors: {kubelet: {nodes: [n1]}}\nscheduler: {podInitialBackoffSeconds: 2, podMaxBackoffSeconds: 20}\n",
+    );
+    let o = run(&["check-config", &partial]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for note in [
+        "# note: serve is set but `headroom simulate` does not use it",
+        "# note: serve is set but `headroom place` does not use it",
+        "# note: collectors (prometheus, kubelet, scrape, runs) is set but `headroom simulate` does not use it",
+        "# note: scheduler.podInitialBackoffSeconds/podMaxBackoffSeconds is set but `headroom place` does not use it",
+    ] {
+        assert!(out.contains(note), "{note}\n{out}");
+    }
+    assert!(out.contains("podMaxBackoffSeconds: 20"), "{out}");
+    let bad = write(
+        &dir,
+        "bad3.yaml",
+        "scheduler: {podInitialBackoffSeconds: 5, podMaxBackoffSeconds: 2}\n",
+    );
+    let o = run(&["check-config", &bad]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("scheduler.podMaxBackoffSeconds"),
+        "{}",
+        stderr(&o)
+    );
 
     // A config given to `place` is used: disabling TaintToleration lets the pod onto db-1.
     let cfg = write(

@@ -6,6 +6,7 @@ mod deploy;
 mod engine;
 mod fake;
 mod kubelet;
+mod sections;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
