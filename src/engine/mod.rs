@@ -641,3 +641,50 @@ impl Running {
         report
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::SubQueue;
+    use crate::snapshot::PodInfo;
+
+    fn gated(scheduler: &str) -> Arc<PodInfo> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g", "namespace": "default", "uid": "u"},
+            "spec": {"schedulerName": scheduler, "schedulingGates": [{"name": "wait"}],
+                     "containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        Arc::new(PodInfo::new(Arc::new(pod)))
+    }
+
+    fn engine(yaml: &str) -> Arc<Engine> {
+        let config = Config::from_yaml(yaml, "test").unwrap();
+        let store = Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap();
+        Engine::new(config, Parts::new(Clock::manual(0).0, store)).unwrap()
+    }
+
+    /// The queue gates a pod by its own profile's PreEnqueue plugins: disabling
+    /// SchedulingGates in a profile lets that profile's gated pods in, and only those.
+    #[test]
+    fn queue_gates_by_the_pods_profile() {
+        let e = engine(
+            "profiles:\n  - schedulerName: headroom\n  - schedulerName: ungated\n    plugins: {SchedulingGates: {enabled: false}}\n",
+        );
+        assert_eq!(e.queue().add(gated("headroom")), Some(SubQueue::Gated));
+        e.queue()
+            .delete(&crate::queue::PodKey::of(&gated("headroom")));
+        assert_eq!(e.queue().add(gated("ungated")), Some(SubQueue::Active));
+    }
+
+    /// The queue's backoffs are the configuration's.
+    #[test]
+    fn queue_takes_the_configured_backoffs() {
+        let e = engine("scheduler: {podInitialBackoffSeconds: 3, podMaxBackoffSeconds: 7}\n");
+        let q = e.queue().config();
+        assert_eq!(
+            (q.initial_backoff.as_secs(), q.max_backoff.as_secs()),
+            (3, 7)
+        );
+    }
+}

@@ -216,7 +216,10 @@ fn check_config_prints_effective_config_or_names_the_field() {
     let out = stdout(&o);
     assert!(out.contains("headroomBand: 25"), "{out}");
     assert!(out.contains("warmup: 1m 30s"), "{out}");
-    assert!(!out.contains("# note:"), "every section applies everywhere: {out}");
+    assert!(
+        !out.contains("# note:"),
+        "every section applies everywhere: {out}"
+    );
 
     // Sections a mode does not use are named, not accepted silently; the backoffs are
     // upstream's fields, validated as upstream does.

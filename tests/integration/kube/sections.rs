@@ -35,7 +35,8 @@ fn config(base: &str, section: &str) -> Config {
 
 async fn start(fake: &Fake, config: Config, store: Option<Store>) -> Running {
     let mut opts = ServeOptions::new(config, fake.client("a"));
-    opts.store = Some(store.unwrap_or_else(|| Store::open_temporary(StoreConfig::default()).unwrap()));
+    opts.store =
+        Some(store.unwrap_or_else(|| Store::open_temporary(StoreConfig::default()).unwrap()));
     let (bound_tx, bound_rx) = oneshot::channel();
     opts.bound = Some(bound_tx);
     let (stop, stop_rx) = oneshot::channel::<()>();
@@ -188,7 +189,11 @@ fn usage_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let message = condition.unwrap()["message"].as_str().unwrap().to_string();
         assert!(message.contains("real free memory"), "{message}");
         let (node, _) = memory_pressure("").await;
-        assert_eq!(node.as_deref(), Some("node-a"), "the default 10 % reserve fits");
+        assert_eq!(
+            node.as_deref(),
+            Some("node-a"),
+            "the default 10 % reserve fits"
+        );
     })
 }
 
@@ -225,7 +230,11 @@ fn analytics_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send
             assert_eq!(u["current"], 8e9, "{u}");
             u["windowed"].as_f64().unwrap()
         };
-        assert_eq!(windowed(yaml).await, 4e9, "nodeQuantile 0: the window's minimum");
+        assert_eq!(
+            windowed(yaml).await,
+            4e9,
+            "nodeQuantile 0: the window's minimum"
+        );
         let p95 = windowed("").await;
         assert!(p95 > 4e9, "the default p95 sees the rise: {p95}");
     })
@@ -248,7 +257,9 @@ fn storage_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send>>
                 )
                 .unwrap();
             for i in 0..240i64 {
-                store.append_id(id, now - 3 * 3_600_000 + i * 15_000, 1.0).unwrap();
+                store
+                    .append_id(id, now - 3 * 3_600_000 + i * 15_000, 1.0)
+                    .unwrap();
             }
             store.checkpoint().unwrap();
             let s = start(&fake, c, Some(store.clone())).await;
@@ -364,9 +375,9 @@ fn scheduler_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
         num(with, "timeToScheduleP99S"),
         num(without, "timeToScheduleP99S"),
     );
-    (a == 30.0 && b == 15.0)
-        .then_some(())
-        .ok_or(format!("time to schedule p99: {a} s with a 30 s backoff, {b} s without"))
+    (a == 30.0 && b == 15.0).then_some(()).ok_or(format!(
+        "time to schedule p99: {a} s with a 30 s backoff, {b} s without"
+    ))
 }
 
 fn usage_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
@@ -374,9 +385,9 @@ fn usage_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
         num(with, "unschedulableAttempts"),
         num(without, "unschedulableAttempts"),
     );
-    (a > b)
-        .then_some(())
-        .ok_or(format!("60 % reserve: {a} unschedulable attempts, default {b}"))
+    (a > b).then_some(()).ok_or(format!(
+        "60 % reserve: {a} unschedulable attempts, default {b}"
+    ))
 }
 
 fn analytics_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
@@ -395,9 +406,9 @@ fn storage_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
             .sum()
     };
     let (a, b) = (raw(with), raw(without));
-    (a < b)
-        .then_some(())
-        .ok_or(format!("20 min retention kept {a} raw chunks, the default {b}"))
+    (a < b).then_some(()).ok_or(format!(
+        "20 min retention kept {a} raw chunks, the default {b}"
+    ))
 }
 
 /// A small farm under memory pressure: 3 nodes, C++-like builds using 1.5–3× their
@@ -498,10 +509,18 @@ async fn kube_every_config_section_takes_effect_in_every_mode_it_applies_to() {
     ];
     // Every top-level section has a row.
     let all: Value = serde_json::to_value(Config::default()).unwrap();
-    let mut sections: Vec<&str> = all.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut sections: Vec<&str> = all
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     sections.push("dataDir");
     for s in sections {
-        assert!(rows.iter().any(|r| r.section == s), "no row for section {s}");
+        assert!(
+            rows.iter().any(|r| r.section == s),
+            "no row for section {s}"
+        );
     }
     for row in &rows {
         // serve: always applies.
