@@ -128,7 +128,7 @@ pub fn load_usage(config: &Config, options: &PlaceOptions) -> Result<PlaceUsage,
             path: shown.clone(),
             message,
         };
-        let store = headroom_storage::Store::open(dir, config.storage.clone())
+        let store = headroom_storage::Store::open_existing(dir, config.storage.clone())
             .map_err(|e| store_err(e.to_string()))?;
         view = crate::analytics::compute(&store, &config.analytics, now_ms)
             .map_err(|e| store_err(e.to_string()))?;
