@@ -11,6 +11,13 @@
 //! contiguous on disk. See `FORMAT.md` for the on-disk layout and `README.md` for the
 //! durability contract.
 //!
+//! A store directory carries a `HEADROOM` marker; [`Store::open`] creates a store only in
+//! a missing or empty directory and [`Store::open_existing`] never creates one. Opening
+//! checks the marker and sled's files, catches a panic inside sled's recovery and checks
+//! that sled kept every completed flush; every stored value carries a checksum. Damage is
+//! [`Error::Corrupt`] or [`Error::CorruptValue`], never a panic ([`damage`] has the test
+//! harness and a fuzz entry point).
+//!
 //! All [`Store`] methods are synchronous; the heavy ones (open, flush, maintain, big
 //! queries) do disk I/O, so async callers wrap them in `tokio::task::spawn_blocking`.
 //! [`run_maintenance`] does that for the periodic flush and retention work.
