@@ -208,6 +208,16 @@ impl From<sled::Error> for Error {
                     None => "sled found damaged data (checksum mismatch)".into(),
                 },
             },
+            // sled reads a page or blob at a length its structures promise; a file that
+            // ends early was truncated.
+            sled::Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Error::CorruptValue {
+                    what: "database page".into(),
+                    detail: format!(
+                        "a sled file ends before data sled expects there (truncated?): {e}"
+                    ),
+                }
+            }
             other => Error::Sled(other),
         }
     }
