@@ -592,7 +592,9 @@ impl Store {
     /// (so the log is empty), then copies every tree in key order into a fresh sled
     /// database. sled reclaims space of overwritten and deleted values only gradually,
     /// so a long-running store's directory can be several times its live data; the copy
-    /// has none of that garbage. Swap directories while headroom is stopped. Blocking I/O.
+    /// has none of that garbage. `dst` must not exist or be empty
+    /// ([`Error::InvalidArgument`] otherwise); it gets its own `HEADROOM` marker, so it
+    /// is a complete store. Swap directories while headroom is stopped. Blocking I/O.
     pub fn compact_to(&self, dst: impl AsRef<Path>) -> Result<()> {
         let dst = dst.as_ref();
         let occupied = match std::fs::read_dir(dst) {

@@ -388,7 +388,8 @@ fn compact_to_copies_everything() {
     let dir = tempfile::tempdir().unwrap();
     let dst = dir.path().join("copy");
     s.compact_to(&dst).unwrap();
-    let c = Store::open(&dst, cfg()).unwrap();
+    assert!(dst.join(MARKER_FILE).is_file());
+    let c = Store::open_existing(&dst, cfg()).unwrap();
     assert_eq!(
         c.query_range(id, 0, i64::MAX).unwrap(),
         s.query_range(id, 0, i64::MAX).unwrap()
