@@ -312,6 +312,15 @@ impl Config {
         if let Err((field, message)) = self.usage.validate() {
             return Err(ConfigError::Invalid { field, message });
         }
+        if let Err(e) = self.storage.validate() {
+            let (field, message) = match e {
+                headroom_storage::Error::InvalidConfig { field, message } => {
+                    (format!("storage.{field}"), message)
+                }
+                other => ("storage".to_string(), other.to_string()),
+            };
+            return Err(ConfigError::Invalid { field, message });
+        }
         self.serve.validate()?;
         Ok(())
     }

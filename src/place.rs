@@ -111,7 +111,7 @@ pub fn place_objects(
             if !has_store {
                 return Err(PlaceError::NoStore(shown));
             }
-            headroom_storage::Store::open(dir, config.storage.clone()).map_err(|e| {
+            headroom_storage::Store::open_existing(dir, config.storage.clone()).map_err(|e| {
                 PlaceError::Store {
                     path: shown,
                     message: e.to_string(),
