@@ -19,6 +19,7 @@
 //! | `headroom_scheduler_binds_total` | counter | `result` = success, error |
 //! | `headroom_scheduler_bind_duration_seconds` | histogram | |
 //! | `headroom_scheduler_placements_total` | counter | `cache` = warm, cold, unknown |
+//! | `headroom_scheduler_fallback_placements_total` | counter | |
 //! | `headroom_queue_pending_pods` | gauge | `queue` = active, backoff, unschedulable, gated, in_flight |
 //! | `headroom_node_cpu_cores` | gauge | `node`, `kind` |
 //! | `headroom_node_memory_bytes` | gauge | `node`, `kind` |
@@ -202,6 +203,7 @@ pub struct Metrics {
     binds: Family<ResultLabel, Counter>,
     bind_duration: Histogram,
     placements: Family<CacheLabel, Counter>,
+    fallback_placements: Counter,
     queue_pending: Family<QueueLabel, Gauge>,
     node_cpu: Family<NodeKindLabels, FloatGauge>,
     node_memory: Family<NodeKindLabels, FloatGauge>,
@@ -266,6 +268,7 @@ impl Metrics {
             binds: Family::default(),
             bind_duration: bind_histogram(),
             placements: Family::default(),
+            fallback_placements: Counter::default(),
             queue_pending: Family::default(),
             node_cpu: Family::default(),
             node_memory: Family::default(),
@@ -339,6 +342,11 @@ impl Metrics {
             "headroom_scheduler_placements",
             "Placements by whether the node is in the builder's placement history (warm, cold, unknown)",
             self.placements.clone(),
+        );
+        r.register(
+            "headroom_scheduler_fallback_placements",
+            "Pods placed by the usage fallback: real usage had kept them off every node for usage.maxWait",
+            self.fallback_placements.clone(),
         );
         r.register(
             "headroom_queue_pending_pods",
@@ -445,8 +453,9 @@ impl Metrics {
         self.collectors.clone()
     }
 
-    /// Counts one scheduling cycle: its result, its latency, and one rejection per node a
-    /// filter (or a PreFilter, for the nodes it excluded) rejected.
+    /// Counts one scheduling cycle: its result, its latency, a placement by the usage
+    /// fallback, and one rejection per node a filter (or a PreFilter, for the nodes it
+    /// excluded) rejected.
     pub fn observe_decision(&self, d: &Decision, latency: Duration) {
         self.attempts
             .get_or_create(&ResultLabel {
@@ -454,6 +463,9 @@ impl Metrics {
             })
             .inc();
         self.decision_duration.observe(latency.as_secs_f64());
+        if d.fallback.is_some() && d.node().is_some() {
+            self.fallback_placements.inc();
+        }
         let mut counts: HashMap<(&str, &str), u64> = HashMap::new();
         for (_, s) in &d.rejected {
             for r in &s.reasons {
@@ -493,6 +505,11 @@ impl Metrics {
                 })
                 .inc_by(n);
         }
+    }
+
+    /// Pods placed by the usage fallback so far.
+    pub fn fallback_placements(&self) -> u64 {
+        self.fallback_placements.get()
     }
 
     /// Counts one bind and its duration.
@@ -812,6 +829,38 @@ mod tests {
         d
     }
 
+    /// Placements by the usage fallback are counted; others are not.
+    #[test]
+    fn fallback_placements_are_counted() {
+        let m = Metrics::default();
+        let mut placed = decision(Outcome::Placed { node: "c".into() });
+        placed.feasible = vec![2];
+        m.observe_decision(&placed, Duration::from_millis(1));
+        let text = m.encode().unwrap();
+        assert_eq!(
+            sample(&text, "headroom_scheduler_fallback_placements_total"),
+            Some(0.0)
+        );
+        placed.fallback = Some(crate::framework::Fallback {
+            waited_seconds: 31.0,
+            max_wait_seconds: 30.0,
+            relaxed: vec!["RealMemoryFit".into()],
+        });
+        m.observe_decision(&placed, Duration::from_millis(1));
+        // A fallback that found no node is no placement.
+        let mut failed = decision(Outcome::Unschedulable {
+            message: "0/3".into(),
+        });
+        failed.fallback = placed.fallback.clone();
+        m.observe_decision(&failed, Duration::from_millis(1));
+        let text = m.encode().unwrap();
+        assert_eq!(
+            sample(&text, "headroom_scheduler_fallback_placements_total"),
+            Some(1.0)
+        );
+        assert_eq!(m.fallback_placements(), 1);
+    }
+
     #[test]
     fn decisions_count_results_latency_and_rejections() {
         let m = Metrics::new(MetricsOptions {
@@ -838,6 +887,7 @@ mod tests {
         placed.feasible = vec![1, 2];
         m.observe_decision(&placed, Duration::from_millis(1));
         let text = m.encode().unwrap();
+
         assert_eq!(
             sample(
                 &text,

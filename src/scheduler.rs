@@ -16,9 +16,10 @@ use rand::rngs::SmallRng;
 
 use crate::analytics::UsageView;
 use crate::config::{Config, ConfigError};
-use crate::framework::{CycleState, Decision, Framework, Outcome, Status};
+use crate::framework::{CycleState, Decision, Fallback, Framework, Outcome, Status};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::{PodInfo, Snapshot};
+use crate::usage::wait::{Wait, relaxable_rejections, waiting_message};
 use crate::usage::{PodUsage, RecentPlacement, cycle_usage};
 
 /// What happened to a pod in one `schedule_one` call.
@@ -171,8 +172,25 @@ impl Scheduler {
     }
 
     /// Runs one scheduling cycle for `pod` under `profile` (the first profile when `None`),
-    /// and assumes the pod on the chosen node.
+    /// and assumes the pod on the chosen node. The pod counts as not having waited (see
+    /// [`schedule_one_waited`](Self::schedule_one_waited)).
     pub fn schedule_one(&mut self, pod: &PodInfo, profile: Option<&str>, explain: bool) -> Attempt {
+        self.schedule_one_waited(pod, profile, explain, Duration::ZERO)
+    }
+
+    /// [`schedule_one`](Self::schedule_one) for a pod that has waited `waited` since its
+    /// first scheduling attempt. When real usage alone keeps it off every node (a relaxable
+    /// real filter rejected some node and no node fits), it is either told how long it may
+    /// still wait (the FailedScheduling message says so) or, once `waited` reaches
+    /// `usage.maxWait`, scheduled again with the usage fallback (see [`crate::usage::wait`]):
+    /// the record of that second cycle, with [`Decision::fallback`] set, is the decision.
+    pub fn schedule_one_waited(
+        &mut self,
+        pod: &PodInfo,
+        profile: Option<&str>,
+        explain: bool,
+        waited: Duration,
+    ) -> Attempt {
         let idx = match profile {
             None => Some(0),
             Some(p) => self.frameworks.iter().position(|f| f.profile() == p),
@@ -217,7 +235,39 @@ impl Scheduler {
                 placement: None,
             };
         }
-        let (mut decision, mut state) = fw.schedule(pod, &self.snapshot, &mut self.rng, explain);
+        let cycle_state = |fallback: bool| {
+            let mut state = CycleState::new(explain);
+            state.write(Wait { waited, fallback });
+            state
+        };
+        let (mut decision, mut state) =
+            fw.schedule_in(pod, &self.snapshot, &mut self.rng, cycle_state(false));
+        if matches!(decision.outcome, Outcome::Unschedulable { .. }) {
+            let relaxable = relaxable_rejections(&decision);
+            let max_wait = self.deps.policy.max_wait;
+            if !relaxable.is_empty() {
+                if waited >= max_wait {
+                    let (mut d, st) =
+                        fw.schedule_in(pod, &self.snapshot, &mut self.rng, cycle_state(true));
+                    if d.node().is_some() {
+                        d.fallback = Some(Fallback {
+                            waited_seconds: waited.as_secs_f64(),
+                            max_wait_seconds: max_wait.as_secs_f64(),
+                            relaxed: relaxable.iter().map(|p| p.to_string()).collect(),
+                        });
+                    } else {
+                        d.notes.push(format!(
+                            "usage fallback: waited past usage.maxWait, but no node fits even with {} relaxed",
+                            relaxable.join(", ")
+                        ));
+                    }
+                    decision = d;
+                    state = st;
+                } else if let Outcome::Unschedulable { message } = &mut decision.outcome {
+                    message.push_str(&waiting_message(max_wait));
+                }
+            }
+        }
         let Some(node) = decision.node().map(str::to_string) else {
             return Attempt {
                 decision,
@@ -403,6 +453,73 @@ mod tests {
         assert!(s.expire_assumed(t0 + Duration::from_secs(60)).is_empty());
         assert_eq!(s.assumed_count(), 0);
         assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 1000);
+    }
+
+    /// The waiting policy: a pod real memory keeps off every node waits, told so, until
+    /// `usage.maxWait`; then it goes to the least-hot node that fits by requests, History
+    /// out of the way, with the fallback on the record. Requests alone never fall back.
+    #[test]
+    fn usage_fallback_after_max_wait() {
+        let mut config = Config::default();
+        config.scheduler.seed = Some(7);
+        config.usage.max_wait = Duration::from_secs(60);
+        let mut s = Scheduler::new(&config).unwrap();
+        // 8 GiB nodes, 10 % reserve (0.8 GiB): a 2 GiB pod fits neither.
+        *s.snapshot_mut() = with_usage(
+            Snapshot::build([node("hot", json!({})), node("warm", json!({}))], []),
+            vec![
+                usage("hot", 0.5, 7.0 * GI, 10, None),
+                usage("warm", 0.5, 5.5 * GI, 10, None),
+            ],
+            vec![],
+        );
+        // The builder ran on "hot" before: History would pull it there.
+        s.snapshot_mut()
+            .usage_mut()
+            .history
+            .insert("b-1".into(), ["hot".to_string()].into());
+        let build = |name: &str, mem: &str| {
+            info(pod(
+                name,
+                json!({"metadata": {"labels": {"bkci.dispatch.kubenetes/core": "b-1"}},
+                       "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": mem}}}]}}),
+            ))
+        };
+        let p = build("p", "2Gi");
+        let a = s.schedule_one_waited(&p, None, true, Duration::from_secs(30));
+        assert!(a.decision.node().is_none() && a.decision.fallback.is_none());
+        let Outcome::Unschedulable { message } = &a.decision.outcome else {
+            panic!("{:?}", a.decision.outcome)
+        };
+        assert!(
+            message.starts_with(
+                "0/2 nodes are available: 2 node(s) didn't have enough real free memory."
+            ) && message.contains("after usage.maxWait (1m)"),
+            "{message}"
+        );
+        let a = s.schedule_one_waited(&p, None, true, Duration::from_secs(61));
+        assert_eq!(a.decision.node(), Some("warm"), "the least-hot node");
+        let f = a.decision.fallback.clone().expect("fallback recorded");
+        assert_eq!(f.relaxed, ["RealMemoryFit"]);
+        assert_eq!((f.waited_seconds, f.max_wait_seconds), (61.0, 60.0));
+        assert!(a.decision.skipped_scores.contains(&"History"));
+        let e = a.decision.explain();
+        assert!(
+            e.to_text()
+                .contains("usage fallback: waited 1m 1s ≥ usage.maxWait 1m")
+        );
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["fallback"]["relaxed"][0], "RealMemoryFit");
+        let chosen = e.nodes.iter().find(|n| n.chosen).unwrap();
+        assert!(chosen.feasible);
+        // Requests alone keep a 9 GiB pod off: nothing to relax, no waiting sentence.
+        let big = build("big", "9Gi");
+        let a = s.schedule_one_waited(&big, None, false, Duration::from_secs(600));
+        assert!(a.decision.node().is_none() && a.decision.fallback.is_none());
+        let Outcome::Unschedulable { message } = &a.decision.outcome else {
+            panic!()
+        };
+        assert!(!message.contains("maxWait"), "{message}");
     }
 
     #[test]

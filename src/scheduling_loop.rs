@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::framework::{BindPlugin, Decision};
-use crate::queue::{Failure, PodKey, SchedulingQueue};
+use crate::queue::{Failure, PodKey, QueuedPodInfo, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
 
@@ -109,7 +109,7 @@ impl SchedulingLoop {
                 p = self.queue.pop() => p,
             };
             let Some(queued) = popped else { break };
-            self.schedule(queued.pod_info, &mut binds, &stats);
+            self.schedule(queued, &mut binds, &stats);
         }
         // Finish the binds in flight: every assumed pod ends bound or forgotten.
         while binds.join_next().await.is_some() {}
@@ -125,7 +125,7 @@ impl SchedulingLoop {
         let mut binds: JoinSet<()> = JoinSet::new();
         loop {
             while let Some(queued) = self.queue.try_pop() {
-                self.schedule(queued.pod_info, &mut binds, &stats);
+                self.schedule(queued, &mut binds, &stats);
             }
             if binds.is_empty() {
                 break;
@@ -137,13 +137,27 @@ impl SchedulingLoop {
 
     /// One pod: the cycle, the decision published, then either back to the queue or
     /// assumed on its node with the bind spawned (the next cycle does not wait for it).
-    fn schedule(&self, pod: Arc<PodInfo>, binds: &mut JoinSet<()>, stats: &Arc<Mutex<LoopStats>>) {
+    /// The pod's wait since its first attempt (tokio's clock: simulated time in the
+    /// simulator) decides whether the usage fallback applies (`usage.maxWait`).
+    fn schedule(
+        &self,
+        queued: QueuedPodInfo,
+        binds: &mut JoinSet<()>,
+        stats: &Arc<Mutex<LoopStats>>,
+    ) {
+        let waited = queued
+            .initial_attempt_timestamp
+            .map_or(std::time::Duration::ZERO, |t| {
+                tokio::time::Instant::now().saturating_duration_since(t)
+            });
+        let pod = queued.pod_info;
         let attempt = {
             let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
             // Wall time, not tokio's (possibly paused or simulated) clock: the latency
             // metric is what the cycle cost.
             let started = std::time::Instant::now();
-            let mut attempt = s.schedule_one(&pod, profile_of(&pod), self.options.explain);
+            let mut attempt =
+                s.schedule_one_waited(&pod, profile_of(&pod), self.options.explain, waited);
             attempt.decision.cycle_duration = started.elapsed();
             attempt.decision.decided_at_ms = s.snapshot().usage().now_ms;
             attempt

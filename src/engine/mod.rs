@@ -44,7 +44,7 @@ use crate::config::{Config, ConfigError};
 use crate::framework::{BindPlugin, Decision};
 use crate::metrics::{MeteredBinder, Metrics, MetricsOptions};
 use crate::plugins::PluginDeps;
-use crate::queue::SchedulingQueue;
+use crate::queue::{ClusterEvent, SchedulingQueue};
 use crate::reservation::{InMemoryReservations, ReservationSource};
 use crate::scheduler::Scheduler;
 use crate::scheduling_loop::{LoopOptions, LoopStats, SchedulingLoop};
@@ -336,13 +336,16 @@ impl Engine {
     }
 
     /// Publishes `view` to the scheduler (the next cycle decides on it) and to every
-    /// [`usage_view`](Self::usage_view) receiver.
+    /// [`usage_view`](Self::usage_view) receiver, and retries the pods that real usage
+    /// kept off every node ([`ClusterEvent::UsageRefreshed`]).
     pub fn publish_view(&self, view: Arc<UsageView>) {
         self.scheduler
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .set_usage_view(view.clone());
         self.view.send_replace(view);
+        self.queue
+            .move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
     }
 
     /// Computes the usage view from the store as of the clock's now. Blocking (store
@@ -468,6 +471,7 @@ impl Engine {
                 ),
             );
             let scheduler = self.scheduler.clone();
+            let queue = self.queue.clone();
             let stop = running.phases.stopped(Phase::Intake);
             running.phases.spawn(Phase::Intake, async move {
                 tokio::pin!(stop);
@@ -484,6 +488,7 @@ impl Engine {
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
                                 .set_usage_view(view);
+                            queue.move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
                         }
                     }
                 }

@@ -34,6 +34,36 @@ pub enum Outcome {
     },
 }
 
+/// A placement the usage fallback made (`usage.maxWait`): real usage had kept the pod off
+/// every node that fits by requests for at least `maxWait`, so the real filters named in
+/// `relaxed` let it through this cycle and the least-hot node that fits by requests won.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fallback {
+    /// How long the pod had waited since its first scheduling attempt, seconds.
+    pub waited_seconds: f64,
+    /// The `usage.maxWait` it reached, seconds.
+    pub max_wait_seconds: f64,
+    /// The filters that let it through (RealMemoryFit, RealCpuFit).
+    pub relaxed: Vec<String>,
+}
+
+impl Fallback {
+    /// `waited 2m 15s ≥ usage.maxWait 30s: RealMemoryFit let it through (least-hot node
+    /// that fits by requests)`.
+    pub fn describe(&self) -> String {
+        let d = |s: f64| {
+            humantime_serde::re::humantime::format_duration(Duration::from_secs(s.max(0.0) as u64))
+        };
+        format!(
+            "usage fallback: waited {} ≥ usage.maxWait {}: {} let it through (least-hot node that fits by requests)",
+            d(self.waited_seconds),
+            d(self.max_wait_seconds),
+            self.relaxed.join(", ")
+        )
+    }
+}
+
 /// One score plugin's column over the feasible nodes.
 #[derive(Debug, Clone)]
 pub struct ScoreColumn {
@@ -83,6 +113,8 @@ pub struct Decision {
     pub outcome: Outcome,
     /// Extra notes plugins left for the explanation (degraded data, ignored annotations...).
     pub notes: Vec<String>,
+    /// Set when the usage fallback (`usage.maxWait`) placed the pod.
+    pub fallback: Option<Fallback>,
     /// Wall-clock time the cycle took (zero unless the caller measured it; the scheduling
     /// loop does). Real time even under a simulated clock: it is what the cycle cost.
     pub cycle_duration: Duration,
@@ -119,6 +151,7 @@ impl Decision {
                 message: "not scheduled yet".to_string(),
             },
             notes: Vec::new(),
+            fallback: None,
             cycle_duration: Duration::ZERO,
             decided_at_ms: 0,
         }
@@ -244,6 +277,7 @@ impl Decision {
                 .collect(),
             skipped_scores: self.skipped_scores.iter().map(|s| s.to_string()).collect(),
             notes: self.notes.clone(),
+            fallback: self.fallback.clone(),
             nodes,
         }
     }
@@ -357,6 +391,9 @@ pub struct Explanation {
     /// Notes from plugins.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub notes: Vec<String>,
+    /// Set when the usage fallback (`usage.maxWait`) placed the pod.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub fallback: Option<Fallback>,
     /// Every node's verdict, in snapshot order.
     pub nodes: Vec<NodeVerdict>,
 }
@@ -404,6 +441,9 @@ impl Explanation {
                 "  score plugins skipped: {}",
                 self.skipped_scores.join(", ")
             );
+        }
+        if let Some(f) = &self.fallback {
+            let _ = writeln!(out, "  {}", f.describe());
         }
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");

@@ -21,7 +21,7 @@ mod status;
 use std::sync::Arc;
 
 pub use cycle_state::CycleState;
-pub use decision::{Decision, Outcome};
+pub use decision::{Decision, Fallback, Outcome};
 pub use runtime::{Framework, PluginWeight};
 pub use status::{Code, Reasons, Status};
 

@@ -82,7 +82,20 @@ impl Framework {
         rng: &mut R,
         explain: bool,
     ) -> (Decision, CycleState) {
-        let (mut d, mut state) = self.run_cycle(pod, snapshot, rng, explain);
+        self.schedule_in(pod, snapshot, rng, CycleState::new(explain))
+    }
+
+    /// [`schedule`](Self::schedule) in a cycle state the caller prepared: what the
+    /// scheduler knows about the pod beyond its spec (how long it has waited, whether the
+    /// usage fallback applies) is written there before the plugins run.
+    pub fn schedule_in<R: Rng + ?Sized>(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        rng: &mut R,
+        state: CycleState,
+    ) -> (Decision, CycleState) {
+        let (mut d, mut state) = self.run_cycle(pod, snapshot, rng, state);
         // Plugins' notes (ignored annotations, stale data) belong to the record whatever
         // the outcome; moved, not copied: the state is done with them.
         let mut notes = std::mem::take(&mut state.notes);
@@ -96,9 +109,9 @@ impl Framework {
         pod: &PodInfo,
         snapshot: &Snapshot,
         rng: &mut R,
-        explain: bool,
+        mut state: CycleState,
     ) -> (Decision, CycleState) {
-        let mut state = CycleState::new(explain);
+        let explain = state.explain;
         let mut d = Decision::new(
             &pod.namespace,
             &pod.name,

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use super::bind::BindOutcome;
 use super::config::{EventsConfig, ServeConfig};
-use crate::framework::{Decision, Outcome};
+use crate::framework::{Decision, Fallback, Outcome};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
 use crate::usage::UsageContext;
@@ -69,17 +69,23 @@ pub fn pod_ref(pod: &PodInfo) -> ObjectReference {
     }
 }
 
-/// `Scheduled`: "Successfully assigned ns/pod to node".
-pub fn scheduled(pod: &PodInfo, node: &str) -> EventSpec {
+/// `Scheduled`: "Successfully assigned ns/pod to node", and when the usage fallback placed
+/// the pod (`usage.maxWait`), why: "... to node (usage fallback: waited 45s ≥ usage.maxWait
+/// 30s: RealMemoryFit let it through (least-hot node that fits by requests))".
+pub fn scheduled(pod: &PodInfo, node: &str, fallback: Option<&Fallback>) -> EventSpec {
+    let mut note = format!(
+        "Successfully assigned {}/{} to {node}",
+        pod.namespace, pod.name
+    );
+    if let Some(f) = fallback {
+        note.push_str(&format!(" ({})", f.describe()));
+    }
     EventSpec {
         regarding: pod_ref(pod),
         type_: "Normal",
         reason: "Scheduled",
         action: "Binding",
-        note: format!(
-            "Successfully assigned {}/{} to {node}",
-            pod.namespace, pod.name
-        ),
+        note,
     }
 }
 
@@ -412,8 +418,8 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
-/// The decision summary annotation: chosen node, the best totals, and how fresh the usage
-/// data was.
+/// The decision summary annotation: chosen node, the best totals, how fresh the usage
+/// data was, and the usage fallback when it placed the pod.
 pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serde_json::Value {
     let mut top: Vec<(i64, &str)> = d
         .feasible
@@ -434,7 +440,7 @@ pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serd
     } else {
         serde_json::Value::Null
     };
-    json!({
+    let mut summary = json!({
         "node": node,
         "profile": d.profile,
         "at": super::rfc3339(now_ms),
@@ -442,7 +448,11 @@ pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serd
         "feasibleNodes": d.feasible.len(),
         "top": top.iter().map(|(t, n)| json!({"node": n, "score": t})).collect::<Vec<_>>(),
         "usage": usage_json,
-    })
+    });
+    if let (Some(f), Some(o)) = (&d.fallback, summary.as_object_mut()) {
+        o.insert("fallback".into(), json!(f));
+    }
+    summary
 }
 
 /// Counters of the reporter (`headroom_reporter_*_total` once
@@ -655,7 +665,12 @@ impl Reporter {
             return;
         }
         st.conditions.remove(&o.pod.uid);
-        self.recorder.record(scheduled(&o.pod, &o.node));
+        let fallback = summary
+            .as_ref()
+            .and_then(|s| s.get("fallback"))
+            .and_then(|f| serde_json::from_value::<Fallback>(f.clone()).ok());
+        self.recorder
+            .record(scheduled(&o.pod, &o.node, fallback.as_ref()));
         let builder = headroom_collectors::builder_identity(&o.pod.pod.metadata, &self.identity);
         let mut history = vec![o.node.clone()];
         if let Some(store) = &self.store
@@ -747,7 +762,7 @@ mod tests {
             serde_json::from_value(json!({"metadata": {"name": "plain-1", "namespace": "default", "uid": "u1", "resourceVersion": "213"}}))
                 .unwrap(),
         ));
-        let ev = scheduled(&pod, "node-c");
+        let ev = scheduled(&pod, "node-c", None);
         assert_eq!(ev.note, "Successfully assigned default/plain-1 to node-c");
         assert_eq!(
             (ev.type_, ev.reason, ev.action),

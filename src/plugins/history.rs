@@ -190,6 +190,11 @@ impl PreScorePlugin for History {
         snapshot: &Snapshot,
         feasible: &[NodeIdx],
     ) -> Status {
+        // The usage fallback sends a pod that waited too long to the least-hot node; a warm
+        // cache must not pull it to a hotter one.
+        if crate::usage::fallback_active(state) {
+            return Status::skip();
+        }
         let annotated = pod
             .pod
             .metadata

@@ -12,7 +12,8 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
-use crate::usage::{NodeReal, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::wait::relaxed;
+use crate::usage::{NodeReal, UsagePolicy, cycle_usage, fallback_active, pod_usage};
 
 use super::PluginDeps;
 
@@ -87,8 +88,8 @@ impl FilterPlugin for RealCpuFit {
         let limit = real.cpu_total * u.pod.class.cpu_threshold;
         if after > limit {
             let s = Status::unschedulable(REASON);
-            if state.explain {
-                return s.with_detail(format!(
+            let s = if state.explain {
+                s.with_detail(format!(
                     "real CPU {:.2} (incl. {} recent pod(s) {:.2}) + predicted {:.2} = {:.2} > {:.0} % of {:.2} cores (class {})",
                     real.cpu_used,
                     real.recent,
@@ -98,7 +99,12 @@ impl FilterPlugin for RealCpuFit {
                     u.pod.class.cpu_threshold * 100.0,
                     real.cpu_total,
                     u.pod.class.name,
-                ));
+                ))
+            } else {
+                s
+            };
+            if fallback_active(state) {
+                return relaxed(s, state.explain);
             }
             return s;
         }

@@ -15,7 +15,8 @@ use crate::framework::{
 use crate::quantity::format_bytes;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
-use crate::usage::{NodeReal, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::wait::relaxed;
+use crate::usage::{NodeReal, UsagePolicy, cycle_usage, fallback_active, pod_usage};
 
 use super::PluginDeps;
 
@@ -90,8 +91,8 @@ impl FilterPlugin for RealMemoryFit {
         let reserve = real.memory_total * u.pod.class.memory_reserve;
         if free - predicted < reserve {
             let s = Status::unschedulable(REASON);
-            if state.explain {
-                return s.with_detail(format!(
+            let s = if state.explain {
+                s.with_detail(format!(
                     "real free memory {} − predicted {} < reserve {} ({:.0} % of {}, class {}); {}; {}",
                     format_bytes(free as i64),
                     format_bytes(predicted as i64),
@@ -101,7 +102,12 @@ impl FilterPlugin for RealMemoryFit {
                     u.pod.class.name,
                     real.describe_memory(),
                     u.pod.prediction.describe(),
-                ));
+                ))
+            } else {
+                s
+            };
+            if fallback_active(state) {
+                return relaxed(s, state.explain);
             }
             return s;
         }

@@ -19,6 +19,7 @@ use crate::framework::{Code, Decision, Outcome, Status};
 /// | `AssignedPodAdded` | node-only plugins, `NodeResourcesFit`, `NodePorts` (a new pod only takes) |
 /// | `AssignedPodUpdated` | node-only plugins, `NodePorts` (ports are immutable; a resize can free resources) |
 /// | `UnschedulableTimeout` | — (the periodic flush retries everything that overstayed) |
+/// | `UsageRefreshed` | every plugin but the usage-based ones ([`USAGE_PLUGINS`]): only they read the usage view |
 ///
 /// Pods whose rejection names no plugin, or any plugin outside the table (headroom's own
 /// usage-based plugins, say), move on every event: a needless retry costs one cycle, while a
@@ -41,7 +42,19 @@ pub enum ClusterEvent {
     AssignedPodUpdated,
     /// Internal: the pod overstayed `unschedulableTimeout`.
     UnschedulableTimeout,
+    /// A new usage view was published (the analytics refresh): real usage may have
+    /// dropped, and a pod waiting for real room may have reached `usage.maxWait`.
+    UsageRefreshed,
 }
+
+/// headroom's plugins whose verdict depends on the usage view (or on time, as a start
+/// rate does), so a refreshed view may change it.
+pub const USAGE_PLUGINS: &[&str] = &[
+    "RealMemoryFit",
+    "RealCpuFit",
+    "RealDiskFit",
+    "NodeStartRate",
+];
 
 /// Plugins whose verdict depends only on the node and the pod itself, so no change to other
 /// pods can alter it.
@@ -53,13 +66,14 @@ const NODE_ONLY_PLUGINS: &[&str] = &[
 ];
 
 impl ClusterEvent {
-    pub(crate) const ALL: [ClusterEvent; 6] = [
+    pub(crate) const ALL: [ClusterEvent; 7] = [
         ClusterEvent::NodeAdded,
         ClusterEvent::NodeUpdated,
         ClusterEvent::PodDeleted,
         ClusterEvent::AssignedPodAdded,
         ClusterEvent::AssignedPodUpdated,
         ClusterEvent::UnschedulableTimeout,
+        ClusterEvent::UsageRefreshed,
     ];
 
     /// Upstream-style label, e.g. `NodeAdd`, for logs and metrics.
@@ -71,6 +85,7 @@ impl ClusterEvent {
             ClusterEvent::AssignedPodAdded => "AssignedPodAdd",
             ClusterEvent::AssignedPodUpdated => "AssignedPodUpdate",
             ClusterEvent::UnschedulableTimeout => "UnschedulableTimeout",
+            ClusterEvent::UsageRefreshed => "UsageRefresh",
         }
     }
 
@@ -86,6 +101,7 @@ impl ClusterEvent {
                 !node_only && plugin != "NodeResourcesFit" && plugin != "NodePorts"
             }
             ClusterEvent::AssignedPodUpdated => !node_only && plugin != "NodePorts",
+            ClusterEvent::UsageRefreshed => USAGE_PLUGINS.contains(&plugin),
         }
     }
 

@@ -40,7 +40,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use config::QueueConfig;
-pub use event::{ClusterEvent, Failure, FailureKind};
+pub use event::{ClusterEvent, Failure, FailureKind, USAGE_PLUGINS};
 pub use sort::{PodKey, QueueSort, QueuedPodInfo, queue_sort_less};
 
 use event::EventSet;

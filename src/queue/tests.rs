@@ -636,6 +636,10 @@ fn failure_from_status_and_event_rules() {
     assert!(ClusterEvent::PodDeleted.may_help(["NodeAffinity", "NodePorts"]));
     assert!(ClusterEvent::PodDeleted.may_help(std::iter::empty::<&str>()));
     assert!(ClusterEvent::NodeAdded.may_help(["TaintToleration"]));
+    // A new usage view can only cure the usage-based plugins' rejections.
+    assert!(ClusterEvent::UsageRefreshed.may_help(["RealMemoryFit"]));
+    assert!(ClusterEvent::UsageRefreshed.may_help(["NodeResourcesFit", "RealCpuFit"]));
+    assert!(!ClusterEvent::UsageRefreshed.may_help(["NodeResourcesFit"]));
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod file;
 pub mod node;
 pub mod policy;
 pub mod predict;
+pub mod wait;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -23,6 +24,7 @@ pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, Percentile, StalePolicy, UsagePolicy,
 };
 pub use predict::{CycleUsage, PodUsage, Prediction, Source, cycle_usage, pod_usage};
+pub use wait::{Wait, fallback_active};
 
 /// How many of its own recent nodes per builder the scheduler remembers between views.
 pub const HISTORY_DEPTH: usize = 8;

@@ -7,6 +7,7 @@
 //!   staleAfter: 2m            # usage older than this is stale
 //!   onStale: fallback         # fallback: real filters pass, scores use requests; reject
 //!   predictPercentile: p95    # a builder's profile percentile used as its prediction
+//!   maxWait: 30s              # then real memory/CPU filters let a waiting pod through
 //!   defaults:                 # settings of pods that match no class
 //!     realMemoryFit: true
 //!     memoryReservePercent: 10
@@ -203,12 +204,27 @@ pub struct UsagePolicy {
     pub on_stale: StalePolicy,
     /// The percentile of a builder's profile that predicts its usage. Default `p95`.
     pub predict_percentile: Percentile,
+    /// How long real usage alone may keep a pod off every node, counted from its first
+    /// scheduling attempt. Once a pod has waited this long and RealMemoryFit or
+    /// RealCpuFit still reject every node that would otherwise fit, those two filters let
+    /// it through for that cycle (the *fallback*): the pod goes to the least-hot node that
+    /// fits by requests (RealHeadroom's score decides; History does not pull it to a warm
+    /// node), the decision record carries the fallback (`/explain`), the `Scheduled` event
+    /// says so and `headroom_scheduler_fallback_placements_total` counts it. Disk holds
+    /// (RealDiskFit) and reservations are never relaxed. `0s` falls back at the first
+    /// attempt; a long duration (`24h`) makes pods wait for real room as before.
+    /// Default `30s` (tuned on the farm families, see README's *Simulate*).
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
     /// Settings of pods that match no class.
     pub defaults: ClassSettings,
     /// Class rules, first match wins. Default: one class `databases` for pods labelled or
     /// annotated `headroom.io/service` = `mysql` or `pika`, with RealDiskFit on (seed 003).
     pub classes: Vec<ClassRule>,
 }
+
+/// The default `usage.maxWait`.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// The label/annotation naming a database service (seed 003).
 pub const SERVICE_KEY: &str = "headroom.io/service";
@@ -225,6 +241,7 @@ impl Default for UsagePolicy {
             warmup: Duration::from_secs(300),
             on_stale: StalePolicy::Fallback,
             predict_percentile: Percentile::P95,
+            max_wait: DEFAULT_MAX_WAIT,
             defaults: ClassSettings::default(),
             classes: vec![
                 ClassRule {

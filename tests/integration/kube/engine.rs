@@ -332,3 +332,92 @@ async fn kube_serve_kill_9_loses_at_most_the_flush_interval() {
     let samples = store.query_range(series[0].id, 0, i64::MAX).unwrap();
     assert!(samples.len() >= 4, "{} samples survived", samples.len());
 }
+
+/// Issue #17's waiting policy under `serve`: a pod that real memory keeps off every node
+/// waits, and its FailedScheduling event says for how long at most; after `usage.maxWait`
+/// the fallback places it on the least-hot node that fits by requests, and the Scheduled
+/// event, the decision annotation, `/explain` and `/metrics` say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_places_a_waiting_pod_by_the_usage_fallback_after_max_wait() {
+    let fake = Fake::start().await;
+    // 15 of 16 GiB really in use: a 256 MiB pod would leave less than the 10 % reserve.
+    let k = FakeKubelet::start("node-a", 1.0, 15.0 * (1u64 << 30) as f64).await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    let yaml = format!(
+        "{BASE}analytics: {{refreshInterval: 1s}}\nusage: {{maxWait: 4s}}\n{}",
+        collectors_yaml(&[("node-a", &k)])
+    );
+    let s = serve_with(
+        &fake,
+        &yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    eventually(20, "node-a's measured usage", || async {
+        let (_, n) = get_json(&s.url("/nodes/node-a")).await;
+        (n["headroom"]["basis"] == "measured").then_some(())
+    })
+    .await;
+    let created = Instant::now();
+    fake.put("pods", super::pod("p", "headroom", "100m"));
+    fake.wait_for(10, "a FailedScheduling event for p", |f| {
+        !super::events_for(f, "p", "FailedScheduling").is_empty()
+    })
+    .await;
+    let failed = super::events_for(&fake, "p", "FailedScheduling")[0]["note"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        failed.contains("didn't have enough real free memory")
+            && failed.contains("after usage.maxWait (4s)"),
+        "{failed}"
+    );
+    fake.wait_for(30, "p bound by the fallback", |f| {
+        f.node_of("default", "p").is_some()
+    })
+    .await;
+    assert!(
+        created.elapsed() >= Duration::from_secs(4),
+        "bound before maxWait"
+    );
+    assert_eq!(fake.node_of("default", "p").as_deref(), Some("node-a"));
+    fake.wait_for(10, "the Scheduled event", |f| {
+        !super::events_for(f, "p", "Scheduled").is_empty()
+    })
+    .await;
+    let scheduled = super::events_for(&fake, "p", "Scheduled")[0]["note"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        scheduled.starts_with("Successfully assigned default/p to node-a (usage fallback: waited")
+            && scheduled.contains("≥ usage.maxWait 4s: RealMemoryFit let it through"),
+        "{scheduled}"
+    );
+    let e = eventually(10, "p's decision", || async {
+        let (status, e) = get_json(&s.url("/explain/default/p")).await;
+        (status == 200 && e["placed"] == true).then_some(e)
+    })
+    .await;
+    assert_eq!(e["fallback"]["relaxed"], json!(["RealMemoryFit"]), "{e}");
+    assert!(
+        e["fallback"]["waitedSeconds"].as_f64().unwrap() >= 4.0,
+        "{e}"
+    );
+    let annotation = eventually(10, "the decision annotation", || async {
+        fake.get("pods", "default", "p").unwrap()["metadata"]["annotations"]["headroom.io/decision"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    let summary: Value = serde_json::from_str(&annotation).unwrap();
+    assert_eq!(summary["fallback"]["maxWaitSeconds"], 4.0, "{summary}");
+    let metrics = get_text(&s.url("/metrics")).await;
+    assert!(
+        metrics.contains("headroom_scheduler_fallback_placements_total 1"),
+        "{metrics}"
+    );
+    s.stop().await;
+}

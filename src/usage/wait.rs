@@ -1,0 +1,72 @@
+//! Waiting vs placing: how long real usage alone may keep a pod off every node
+//! (`usage.maxWait`), and the fallback after it.
+//!
+//! The scheduler writes a [`Wait`] into the cycle state before the plugins run: how long
+//! the pod has waited since its first attempt (the queue's `initial_attempt_timestamp`,
+//! handed over by the scheduling loop) and whether the fallback applies to this cycle. The
+//! fallback applies only when a normal cycle found no node, some node was rejected by a
+//! relaxable real filter ([`RELAXABLE`]) and the pod has waited at least `maxWait`: the
+//! scheduler then runs the cycle again with [`Wait::fallback`] set, in which those filters
+//! let every node through (the verdict they would have given stays visible in the detail)
+//! and History stays out of the score, so RealHeadroom sends the pod to the least-hot node
+//! that fits by requests. No I/O, no clock: the wait is measured by the caller.
+
+use std::time::Duration;
+
+use crate::framework::{CycleState, Decision, Status};
+
+/// The real filters the fallback relaxes: memory and CPU, which a waiting build can only
+/// get from other pods finishing. Disk holds (RealDiskFit) and reservations are promises
+/// to other pods and are never relaxed.
+pub const RELAXABLE: &[&str] = &[
+    crate::plugins::real_memory_fit::NAME,
+    crate::plugins::real_cpu_fit::NAME,
+];
+
+/// What the scheduler tells a cycle about the pod's wait (a [`CycleState`] slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wait {
+    /// Time since the pod's first scheduling attempt (zero on the first attempt).
+    pub waited: Duration,
+    /// The usage fallback applies to this cycle: the [`RELAXABLE`] filters let every node
+    /// through.
+    pub fallback: bool,
+}
+
+/// Whether the usage fallback applies to this cycle.
+pub fn fallback_active(state: &CycleState) -> bool {
+    state.read::<Wait>().is_some_and(|w| w.fallback)
+}
+
+/// What a relaxable filter returns instead of `rejected` when the fallback applies: the
+/// node passes; when explaining, the detail keeps the verdict it would have given.
+pub fn relaxed(rejected: Status, explain: bool) -> Status {
+    let s = Status::success();
+    if explain {
+        let why = match &rejected.detail {
+            Some(d) => format!("{} ({d})", rejected.message()),
+            None => rejected.message(),
+        };
+        s.with_detail(format!("passed by the usage fallback; would reject: {why}"))
+    } else {
+        s
+    }
+}
+
+/// The relaxable plugins that rejected some node in `d`, in [`RELAXABLE`] order.
+pub fn relaxable_rejections(d: &Decision) -> Vec<&'static str> {
+    RELAXABLE
+        .iter()
+        .copied()
+        .filter(|p| d.rejected.iter().any(|(_, s)| s.plugin == *p))
+        .collect()
+}
+
+/// The sentence appended to the FailedScheduling message of a pod that waits for real
+/// room: constant per pod, so repeated failures still fold into one event series.
+pub fn waiting_message(max_wait: Duration) -> String {
+    format!(
+        " Waiting for real free memory/CPU: after usage.maxWait ({}) from its first attempt the pod goes to the least-hot node that fits by requests.",
+        humantime_serde::re::humantime::format_duration(max_wait)
+    )
+}
