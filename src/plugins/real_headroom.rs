@@ -16,6 +16,9 @@
 //!   below the class's memory reserve scores 0;
 //! - `target`: utilisation closest to `targetPercent` wins, `100 × (1 − |u − t| /
 //!   max(t, 1 − t))` with `u = 1 − mean(free_after)`.
+//!
+//! In a cycle of the usage fallback (`usage.maxWait`, see [`crate::usage::wait`]) the mean
+//! is memory alone: the pod goes where the least memory is really in use.
 
 use std::sync::Arc;
 
@@ -23,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage::{FreeAfter, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::{FreeAfter, UsagePolicy, cycle_usage, fallback_active, pod_usage};
 
 use super::PluginDeps;
 
@@ -113,8 +116,14 @@ impl RealHeadroom {
         Some(FreeAfter::of(&u, pod, node, &self.policy))
     }
 
-    fn score_of(&self, i: &FreeAfter, reserve: f64) -> i64 {
-        let (wc, wm) = (self.args.cpu_weight, self.args.memory_weight);
+    fn score_of(&self, i: &FreeAfter, reserve: f64, fallback: bool) -> i64 {
+        // The usage fallback places a pod real memory kept off every node: memory alone
+        // decides then (it is what an overfull node kills for; CPU only slows down).
+        let (wc, wm) = if fallback {
+            (0.0, 1.0)
+        } else {
+            (self.args.cpu_weight, self.args.memory_weight)
+        };
         let free = (i.cpu() * wc + i.memory() * wm) / (wc + wm);
         let s = match self.args.strategy {
             Strategy::Spread => free,
@@ -170,14 +179,19 @@ impl ScorePlugin for RealHeadroom {
         let i = self
             .inputs(state, pod, node)
             .ok_or_else(|| Status::error("RealHeadroom: PreScore did not run"))?;
-        Ok(self.score_of(&i, reserve))
+        Ok(self.score_of(&i, reserve, fallback_active(state)))
     }
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let u = cycle_usage(state)?;
         let i = self.inputs(state, pod, node)?;
         let gi = |b: f64| b / (1u64 << 30) as f64;
-        let basis = if i.fresh {
+        let basis = if fallback_active(state) {
+            format!(
+                "usage fallback: memory alone; real usage, {}",
+                u.pod.prediction.describe()
+            )
+        } else if i.fresh {
             format!("real usage, {}", u.pod.prediction.describe())
         } else {
             "usage stale or missing: node and pod requests (a stale node's last measurement as a floor)".to_string()
