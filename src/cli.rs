@@ -102,10 +102,57 @@ pub enum Command {
         /// Also write an SVG plot of memory utilisation and pending pods over time.
         #[arg(long, value_name = "FILE")]
         plot: Option<PathBuf>,
-        /// Serve the inspection API (/explain, /nodes, /builders, /queue, /metrics) on this
-        /// address over the first policy's run, and keep serving after it until Ctrl-C.
+        /// Serve the inspection API (/explain, /nodes, /builders, /queue, /advice,
+        /// /metrics) on this address over the first policy's run, and keep serving after
+        /// it until Ctrl-C.
         #[arg(long, value_name = "ADDR")]
         serve: Option<std::net::SocketAddr>,
+        /// Act on the descheduling advice (/advice) at every usage refresh: the suggested
+        /// pods are evicted (a build runs again from scratch) and placed anew; the report
+        /// counts the moves.
+        #[arg(long)]
+        act_on_advice: bool,
+    },
+    /// Placement quality across a family of generated farms: every farm × seed × policy.
+    ///
+    /// FAMILY describes how farms are generated (node size mixes, builder families with
+    /// their usage factors and warm-cache gains, arrival rates with bursts and a daily
+    /// cycle, services and databases beside the builds) and which scenario files join
+    /// them (see examples/families/). Prints each metric's mean, worst farm and spread per
+    /// policy, and whether headroom meets issue #17's targets against the request
+    /// baseline. Exit code 0 when every run accounted for every pod (3 otherwise; with
+    /// --check-targets also when a target is missed), 2 on bad input.
+    Sweep {
+        /// The family (YAML).
+        family: PathBuf,
+        /// Configuration file (default: built-in defaults).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Generated farms (default: the family's `farms`); included scenarios always run.
+        #[arg(long)]
+        farms: Option<usize>,
+        /// Seeds per farm, 1..=N (default: the family's `seeds`).
+        #[arg(long)]
+        seeds: Option<usize>,
+        /// Simulations at once (default: the number of CPUs).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Act on the descheduling advice in every run (see `simulate --act-on-advice`).
+        #[arg(long)]
+        act_on_advice: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// Also write an SVG plot of the key metrics per farm and policy.
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+        /// Exit 3 when a target is missed.
+        #[arg(long)]
+        check_targets: bool,
+        /// Write every farm's scenario here (`<farm>.yaml`, for `headroom simulate`) and
+        /// exit without running them.
+        #[arg(long, value_name = "DIR")]
+        write_farms: Option<PathBuf>,
     },
     /// Validate a configuration file and print the effective configuration.
     CheckConfig {
@@ -172,6 +219,21 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Descheduling advice from a running headroom (`headroom serve` or `headroom simulate
+    /// --serve`): the nodes running hot by real memory and the pods whose move would help
+    /// most, by their builder's profile, each with a node it could go to.
+    ///
+    /// Nothing is evicted. A node is hot above `advice.hotMemoryPercent` (90) of its memory
+    /// in real use; moves aim at `advice.targetMemoryPercent` (80). Exit code 0 when the
+    /// advice was fetched (hot nodes or not), 2 when the server cannot be reached.
+    Advice {
+        /// The headroom server's base URL.
+        #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
+        server: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Schedule a real cluster: a scheduler for pods with our schedulerName, and a
     /// kube-scheduler extender, in one process.
     ///
@@ -231,7 +293,8 @@ pub struct ServeArgs {
 /// Where `headroom explain` looks for the API when no `--server` is given.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 
-/// Errors of `headroom explain` (all exit 2, except [`ExplainError::NotFound`], 3).
+/// Errors of `headroom explain` and `headroom advice` (all exit 2, except
+/// [`ExplainError::NotFound`], 3).
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     /// The pod argument is not NAMESPACE/NAME with Kubernetes names.
@@ -311,12 +374,22 @@ pub fn parse_pod_arg(pod: &str) -> Result<(&str, &str), ExplainError> {
 /// Fetches the pod's decision from the API at `server` as text or JSON.
 pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<String, ExplainError> {
     let (ns, name) = parse_pod_arg(pod)?;
+    fetch_api(server, &format!("/explain/{ns}/{name}"), output)
+}
+
+/// Fetches the descheduling advice from the API at `server` as text or JSON.
+pub fn fetch_advice(server: &str, output: Output) -> Result<String, ExplainError> {
+    fetch_api(server, "/advice", output)
+}
+
+/// GET `path?format=text|json` from the inspection API at `server`.
+fn fetch_api(server: &str, path: &str, output: Output) -> Result<String, ExplainError> {
     let base = server.trim_end_matches('/');
     let format = match output {
         Output::Text => "text",
         Output::Json => "json",
     };
-    let url = format!("{base}/explain/{ns}/{name}?format={format}");
+    let url = format!("{base}{path}?format={format}");
     let parsed = reqwest::Url::parse(&url).map_err(|e| ExplainError::BadServer {
         url: server.to_string(),
         reason: e.to_string(),
@@ -360,6 +433,22 @@ pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<Stri
             message,
         })
     })
+}
+
+fn run_advice(server: &str, output: Output) -> ExitCode {
+    match fetch_advice(server, output) {
+        Ok(body) => {
+            print!("{body}");
+            if !body.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 fn run_explain(pod: &str, server: &str, output: Output) -> ExitCode {
@@ -474,6 +563,7 @@ fn run_simulate(
     output: Output,
     plot: Option<PathBuf>,
     serve: Option<std::net::SocketAddr>,
+    act_on_advice: bool,
 ) -> ExitCode {
     use crate::simulate::{ApiHook, Options, Policy, Scenario};
     use std::io::IsTerminal;
@@ -503,6 +593,7 @@ fn run_simulate(
         policies,
         data_dir,
         progress: std::io::stderr().is_terminal(),
+        act_on_advice,
     };
     // Simulated time is tokio's paused clock: timers (the queue's backoffs) fire when the
     // simulator advances it, never on the wall clock.
@@ -594,6 +685,112 @@ fn run_simulate(
         eprintln!("error: some pods are unaccounted for");
         ExitCode::from(3)
     }
+}
+
+/// `headroom sweep`'s flags.
+struct SweepArgs {
+    family: PathBuf,
+    config: Option<PathBuf>,
+    farms: Option<usize>,
+    seeds: Option<usize>,
+    jobs: Option<usize>,
+    act_on_advice: bool,
+    output: Output,
+    plot: Option<PathBuf>,
+    check_targets: bool,
+    write_farms: Option<PathBuf>,
+}
+
+fn run_sweep(a: SweepArgs) -> ExitCode {
+    use crate::simulate::families::Family;
+    use crate::simulate::sweep::{SweepOptions, run};
+    let config = match load_config(a.config.as_ref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for u in config.unused_in(Mode::Simulate) {
+        eprintln!("note: {u}");
+    }
+    let family = match Family::load(&a.family) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut options = SweepOptions {
+        farms: a.farms,
+        seeds: a.seeds,
+        act_on_advice: a.act_on_advice,
+        progress: true,
+        ..SweepOptions::default()
+    };
+    if let Some(j) = a.jobs {
+        options.jobs = j.max(1);
+    }
+    let base = a.family.parent().unwrap_or(Path::new("."));
+    if let Some(dir) = &a.write_farms {
+        let mut family = family.clone();
+        if let Some(n) = a.farms {
+            family.farms = n;
+        }
+        let farms = match family.farms(base) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        for farm in farms {
+            let path = dir.join(format!("{}.yaml", farm.name));
+            let written = serde_norway::to_string(&farm.scenario)
+                .map_err(|e| e.to_string())
+                .and_then(|text| {
+                    std::fs::create_dir_all(dir)
+                        .and_then(|()| std::fs::write(&path, text))
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(e) = written {
+                eprintln!("error: writing {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+            println!("{}", path.display());
+        }
+        return ExitCode::SUCCESS;
+    }
+    let report = match run(&family, base, &config, &options) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match a.output {
+        Output::Text => print!("{}", report.to_text()),
+        Output::Json => {
+            if !print_json(&report) {
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(p) = a.plot
+        && let Err(e) = std::fs::write(&p, report.to_svg())
+    {
+        eprintln!("error: writing {}: {e}", p.display());
+        return ExitCode::from(2);
+    }
+    if !report.no_pod_lost() {
+        eprintln!("error: some pods are unaccounted for");
+        return ExitCode::from(3);
+    }
+    if a.check_targets && report.targets.iter().any(|t| !t.met) {
+        eprintln!("error: some targets are missed");
+        return ExitCode::from(3);
+    }
+    ExitCode::SUCCESS
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, crate::config::ConfigError> {
@@ -788,9 +985,42 @@ pub fn run(cli: Cli) -> ExitCode {
             output,
             plot,
             serve,
+            act_on_advice,
         } => run_simulate(
-            scenario, policy, compare, seed, config, data_dir, output, plot, serve,
+            scenario,
+            policy,
+            compare,
+            seed,
+            config,
+            data_dir,
+            output,
+            plot,
+            serve,
+            act_on_advice,
         ),
+        Command::Sweep {
+            family,
+            config,
+            farms,
+            seeds,
+            jobs,
+            act_on_advice,
+            output,
+            plot,
+            check_targets,
+            write_farms,
+        } => run_sweep(SweepArgs {
+            family,
+            config,
+            farms,
+            seeds,
+            jobs,
+            act_on_advice,
+            output,
+            plot,
+            check_targets,
+            write_farms,
+        }),
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(c) => {
                 println!("# {}: valid; effective configuration:", file.display());
@@ -829,6 +1059,7 @@ pub fn run(cli: Cli) -> ExitCode {
             server,
             output,
         } => run_explain(&pod, &server, output),
+        Command::Advice { server, output } => run_advice(&server, output),
         Command::Serve(args) => run_serve(args),
         Command::Crd => {
             print!("{}", crate::kube::crd::crd_yaml());

@@ -18,6 +18,8 @@
 //! collectors:                          # usage sources (headroom-collectors); default: none
 //!   kubelet:
 //!     nodes: [node-a, { name: node-b, address: 10.0.3.8 }]
+//! advice:                              # descheduling advice (/advice); see crate::advice
+//!   hotMemoryPercent: 90
 //! ```
 
 use std::collections::BTreeMap;
@@ -91,6 +93,9 @@ pub struct Config {
     /// How real usage enters decisions: staleness, prediction percentile, class policies;
     /// see [`crate::usage::UsagePolicy`].
     pub usage: crate::usage::UsagePolicy,
+    /// Descheduling advice (`/advice`, `headroom advice`, `headroom_advice_*`): when a
+    /// node counts as hot and which moves are suggested; see [`crate::advice::AdviceConfig`].
+    pub advice: crate::advice::AdviceConfig,
     /// `headroom serve`: listener, leader election, extender, events, annotations,
     /// reservations (`src/kube/config.rs`). Default: every field's default.
     pub serve: crate::kube::ServeConfig,
@@ -109,6 +114,7 @@ impl Default for Config {
             collectors: headroom_collectors::CollectorsConfig::default(),
             analytics: crate::analytics::AnalyticsConfig::default(),
             usage: crate::usage::UsagePolicy::default(),
+            advice: crate::advice::AdviceConfig::default(),
             serve: crate::kube::ServeConfig::default(),
         }
     }
@@ -310,6 +316,9 @@ impl Config {
             });
         }
         if let Err((field, message)) = self.usage.validate() {
+            return Err(ConfigError::Invalid { field, message });
+        }
+        if let Err((field, message)) = self.advice.validate() {
             return Err(ConfigError::Invalid { field, message });
         }
         if let Err(e) = self.storage.validate() {

@@ -13,9 +13,12 @@
 //! - [`place`]: the `headroom place` what-if command;
 //! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store;
 //! - [`metrics`]: headroom's Prometheus metrics;
-//! - [`api`]: the inspection API (`/explain`, `/nodes`, `/builders`, `/queue`, `/metrics`).
+//! - [`api`]: the inspection API (`/explain`, `/nodes`, `/builders`, `/queue`, `/advice`,
+//!   `/metrics`);
+//! - [`advice`]: descheduling advice (hot nodes by real usage, the moves that help most);
 //! - [`kube`]: `headroom serve` against a cluster, and the kube-scheduler extender.
 
+pub mod advice;
 pub mod analytics;
 pub mod api;
 pub mod cli;

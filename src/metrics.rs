@@ -25,6 +25,9 @@
 //! | `headroom_node_memory_bytes` | gauge | `node`, `kind` |
 //! | `headroom_node_disk_bytes` | gauge | `node`, `kind` |
 //! | `headroom_node_usage_age_seconds` | gauge | `node` |
+//! | `headroom_advice_hot_nodes` | gauge | |
+//! | `headroom_advice_moves` | gauge | |
+//! | `headroom_advice_memory_excess_bytes` | gauge | |
 //! | `headroom_usage_nodes` | gauge | |
 //! | `headroom_usage_stale_nodes` | gauge | |
 //! | `headroom_usage_view_age_seconds` | gauge | |
@@ -209,6 +212,9 @@ pub struct Metrics {
     node_memory: Family<NodeKindLabels, FloatGauge>,
     node_disk: Family<NodeKindLabels, FloatGauge>,
     node_usage_age: Family<NodeLabel, FloatGauge>,
+    advice_hot_nodes: Gauge,
+    advice_moves: Gauge,
+    advice_excess: FloatGauge,
     usage_nodes: Gauge,
     stale_nodes: Gauge,
     view_age: FloatGauge,
@@ -274,6 +280,9 @@ impl Metrics {
             node_memory: Family::default(),
             node_disk: Family::default(),
             node_usage_age: Family::default(),
+            advice_hot_nodes: Gauge::default(),
+            advice_moves: Gauge::default(),
+            advice_excess: FloatGauge::default(),
             usage_nodes: Gauge::default(),
             stale_nodes: Gauge::default(),
             view_age: FloatGauge::default(),
@@ -372,6 +381,21 @@ impl Metrics {
             "headroom_node_usage_age_seconds",
             "Age of the node's newest usage sample",
             self.node_usage_age.clone(),
+        );
+        r.register(
+            "headroom_advice_hot_nodes",
+            "Nodes above advice.hotMemoryPercent of real memory (descheduling advice)",
+            self.advice_hot_nodes.clone(),
+        );
+        r.register(
+            "headroom_advice_moves",
+            "Pod moves the descheduling advice suggests",
+            self.advice_moves.clone(),
+        );
+        r.register(
+            "headroom_advice_memory_excess_bytes",
+            "Real memory above advice.targetMemoryPercent over the hot nodes",
+            self.advice_excess.clone(),
         );
         r.register(
             "headroom_usage_nodes",
@@ -510,6 +534,15 @@ impl Metrics {
     /// Pods placed by the usage fallback so far.
     pub fn fallback_placements(&self) -> u64 {
         self.fallback_placements.get()
+    }
+
+    /// Sets the descheduling advice gauges.
+    pub fn set_advice(&self, a: &crate::advice::Advice) {
+        self.advice_hot_nodes
+            .set(i64::try_from(a.hot_nodes.len()).unwrap_or(i64::MAX));
+        self.advice_moves
+            .set(i64::try_from(a.moves).unwrap_or(i64::MAX));
+        self.advice_excess.set(a.excess_bytes);
     }
 
     /// Counts one bind and its duration.

@@ -8,6 +8,7 @@
 //! | `GET /nodes`, `GET /nodes/{name}` | requested vs measured usage, headroom, freshness |
 //! | `GET /builders`, `GET /builders/{id}` | builder profiles, runs, placement history (`id` may contain `/`) |
 //! | `GET /queue` | pending pods, where they wait and why |
+//! | `GET /advice` | hot nodes by real usage and the moves that would help most ([`crate::advice`]); `?format=text` |
 //! | `GET /metrics` | Prometheus exposition (see [`crate::metrics`]) |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness as set by the owner |
 //!
@@ -19,6 +20,7 @@
 //! reach the [`DecisionLog`] through [`run_decision_sink`], which reads the scheduling
 //! loop's decision channel.
 
+mod advice;
 mod builders;
 mod explain;
 mod log;
@@ -178,6 +180,8 @@ pub struct ApiState {
     clock: Clock,
     builder_of: Option<BuilderOf>,
     runs_cache: Arc<Mutex<Option<RunsCache>>>,
+    advice: Arc<crate::advice::AdviceConfig>,
+    identity: Arc<headroom_collectors::IdentityConfig>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -207,7 +211,27 @@ impl ApiState {
             clock: Arc::new(wall_clock_ms),
             builder_of: None,
             runs_cache: Arc::new(Mutex::new(None)),
+            advice: Arc::new(crate::advice::AdviceConfig::default()),
+            identity: Arc::new(headroom_collectors::IdentityConfig::default()),
         }
+    }
+
+    /// Computes the descheduling advice with these thresholds, naming builders by this
+    /// identity rule (the configuration's `advice` and `collectors.identity`).
+    pub fn with_advice(
+        mut self,
+        advice: crate::advice::AdviceConfig,
+        identity: headroom_collectors::IdentityConfig,
+    ) -> ApiState {
+        self.advice = Arc::new(advice);
+        self.identity = Arc::new(identity);
+        self
+    }
+
+    /// The descheduling advice for the current snapshot, judged as the scheduler judges
+    /// headroom.
+    pub fn advice(&self) -> crate::advice::Advice {
+        crate::advice::advise(&self.snapshot(), &self.policy, &self.identity, &self.advice)
     }
 
     /// Judges headroom and staleness by this usage policy (the configuration's `usage`
@@ -308,9 +332,11 @@ impl ApiState {
         let store_stats = self.store.as_ref().map(|s| (s.stats(), s.decision_count()));
         let lengths = self.queue.as_ref().map(|q| q.lengths());
         let (entries, bytes) = self.decisions.size();
+        let advice = crate::advice::advise(&snapshot, &self.policy, &self.identity, &self.advice);
         self.metrics
             .refresh_and_encode(|m| {
                 m.set_node_usage(&snapshot, &self.policy, now);
+                m.set_advice(&advice);
                 m.set_builder_profiles(&view);
                 if let Some(l) = &lengths {
                     m.set_queue_lengths(l);
@@ -379,6 +405,7 @@ fn routes_with(state: ApiState, health: bool) -> Router {
         .route("/builders", get(builders::list))
         .route("/builders/{*id}", get(builders::one))
         .route("/queue", get(queue::pending))
+        .route("/advice", get(advice::advice))
         .route("/metrics", get(system::metrics));
     let r = if health {
         r.route("/healthz", get(system::healthz))

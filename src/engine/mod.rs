@@ -271,6 +271,7 @@ impl Engine {
             .with_decision_log(self.log.clone())
             .with_clock(self.clock.as_fn())
             .with_policy(self.deps.policy.clone())
+            .with_advice(self.config.advice.clone(), identity.clone())
             .with_builder_of(Arc::new(move |d: &Decision| {
                 // The decided pod is in the snapshot (assumed or bound) when it was placed.
                 let snap = sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot();
@@ -346,6 +347,22 @@ impl Engine {
         self.view.send_replace(view);
         self.queue
             .move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
+    }
+
+    /// The descheduling advice for the scheduler's current snapshot (what `/advice`
+    /// serves): hot nodes by real usage and the moves that would help most.
+    pub fn advice(&self) -> crate::advice::Advice {
+        let snapshot = self
+            .scheduler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .snapshot();
+        crate::advice::advise(
+            &snapshot,
+            &self.deps.policy,
+            &self.deps.identity,
+            &self.config.advice,
+        )
     }
 
     /// Computes the usage view from the store as of the clock's now. Blocking (store

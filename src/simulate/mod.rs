@@ -12,8 +12,10 @@
 //! Policies: `headroom` (the configuration as given) and `requests` (the same with every
 //! headroom plugin disabled: kube-scheduler's request-based default, the baseline).
 
+pub mod families;
 pub mod report;
 pub mod scenario;
+pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -108,6 +110,9 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
+    /// Act on the engine's descheduling advice every advice interval: the suggested pods
+    /// are evicted (builds run again from scratch) and the scheduler places them anew.
+    pub act_on_advice: bool,
 }
 
 /// The inspection API attached to a simulation (the first policy's run): served on its own
@@ -127,6 +132,14 @@ pub const EPOCH_MS: i64 = 1_767_225_600_000;
 
 /// How long a pod's memory takes to reach its working set.
 const RAMP_MS: f64 = 120_000.0;
+/// A build's Job gives up after this many failed pods (Kubernetes' default
+/// `backoffLimit`).
+const BACKOFF_LIMIT: u32 = 6;
+/// The Job controller's first retry delay; it doubles per failure up to
+/// [`MAX_RETRY_DELAY_MS`].
+const RETRY_DELAY_MS: i64 = 10_000;
+/// The Job controller's longest retry delay (6 minutes).
+const MAX_RETRY_DELAY_MS: i64 = 360_000;
 /// How long a database takes to fill its disk need.
 const DISK_FILL_MS: f64 = 1_800_000.0;
 
@@ -141,6 +154,8 @@ struct Arrival {
     cpu_factor: f64,
     mem_factor: f64,
     seq: usize,
+    /// Times this build was restarted (its Job's failed pods so far).
+    restarts: u32,
 }
 
 /// Per-workload resolved numbers.
@@ -174,6 +189,21 @@ struct Running {
     rng: SmallRng,
     cpu: Vec<f64>,
     mem: Vec<f64>,
+    /// This step's demand: CPU cores, memory and disk bytes.
+    now_cpu: f64,
+    now_mem: f64,
+    now_disk: f64,
+}
+
+/// Why a pod was taken off its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    /// The kernel's OOM killer.
+    Oom,
+    /// The kubelet's eviction under memory pressure.
+    Evicted,
+    /// Evicted because the descheduling advice suggested moving it (`--act-on-advice`).
+    Moved,
 }
 
 /// A scenario amount, parsed by the usage file's rule (quantity or number, non-negative).
@@ -294,11 +324,25 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
                 let rate_per_ms = w.arrivals_per_hour / 3_600_000.0;
                 let mut t = 0.0f64;
                 let mut times = Vec::new();
+                // A cyclic rate by thinning: draw at the peak rate, keep each arrival with
+                // the rate's share of the peak then (no extra draws without a cycle, so
+                // flat scenarios keep their arrivals).
+                let cycle = w.daily_cycle.as_ref().filter(|c| c.amplitude > 0.0);
+                let peak = rate_per_ms * (1.0 + cycle.map_or(0.0, |c| c.amplitude));
                 if rate_per_ms > 0.0 {
                     loop {
-                        t += -(1.0 - rng.random::<f64>()).ln() / rate_per_ms;
+                        t += -(1.0 - rng.random::<f64>()).ln() / peak;
                         if t >= end_ms as f64 {
                             break;
+                        }
+                        if let Some(c) = cycle {
+                            let phase = (t - c.peak_at.as_millis() as f64)
+                                / c.period.as_millis() as f64
+                                * std::f64::consts::TAU;
+                            let keep = (1.0 + c.amplitude * phase.cos()) / (1.0 + c.amplitude);
+                            if rng.random::<f64>() >= keep {
+                                continue;
+                            }
                         }
                         times.push(t as i64);
                     }
@@ -324,6 +368,7 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
                         cpu_factor: c,
                         mem_factor: m,
                         seq: 0,
+                        restarts: 0,
                     });
                 }
             }
@@ -337,6 +382,7 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
                         cpu_factor: draw(w.usage.cpu, &mut rng),
                         mem_factor: draw(w.usage.memory, &mut rng),
                         seq: 0,
+                        restarts: 0,
                     });
                 }
             }
@@ -426,7 +472,7 @@ pub async fn run_with_api(
             None
         };
         let hook = if i == 0 { api.take() } else { None };
-        let r = run_policy(scenario, config, *policy, seed, dir, options.progress, hook).await?;
+        let r = run_policy(scenario, config, *policy, seed, dir, options, hook).await?;
         report.policies.push(r);
     }
     Ok(report)
@@ -466,6 +512,7 @@ fn attach(hook: ApiHook, engine: &Engine) -> Result<Attached, Error> {
 /// (which confirms the assumed pod). Remembers every binding for the step's bookkeeping.
 struct SimBinder {
     cluster: Arc<crate::cluster::ClusterState>,
+    clock: Clock,
     bound: std::sync::Mutex<Vec<(String, String, Arc<Pod>)>>,
 }
 
@@ -489,7 +536,13 @@ impl crate::framework::BindPlugin for SimBinder {
         node: &'a str,
     ) -> crate::framework::BoxFuture<'a, crate::framework::Status> {
         Box::pin(async move {
-            self.cluster.apply_pod((*pod.pod).clone());
+            // The kubelet starts it at once: the pod as the watch shows it, running.
+            let mut bound = (*pod.pod).clone();
+            bound.status.get_or_insert_with(Default::default).start_time =
+                k8s_openapi::jiff::Timestamp::from_millisecond(self.clock.now_ms())
+                    .ok()
+                    .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+            self.cluster.apply_pod(bound);
             self.bound.lock().unwrap_or_else(|e| e.into_inner()).push((
                 pod.key(),
                 node.to_string(),
@@ -513,9 +566,10 @@ async fn run_policy(
     policy: Policy,
     seed: u64,
     data_dir: Option<PathBuf>,
-    progress: bool,
+    options: &Options,
     hook: Option<ApiHook>,
 ) -> Result<PolicyReport, Error> {
+    let progress = options.progress;
     let mut config = policy.config(base);
     // Ties between equally scored nodes are broken by the simulation's seed too, or two
     // runs of one seed would differ.
@@ -546,12 +600,14 @@ async fn run_policy(
     parts.reservations = Some(Arc::new(InMemoryReservations::new(reservations)));
     parts.explain = hook.is_some();
     let refresh_ms = config.analytics.refresh_interval.as_millis().max(1) as i64;
+    let config_node_window_ms = config.analytics.node_window.as_millis() as i64;
     let maintenance_ms = config.storage.maintenance_interval.as_millis().max(1) as i64;
     let engine = Engine::new(config, parts)?;
     let running = engine.start(Drive::Manual, None)?;
     let cluster = engine.cluster().clone();
     let binder = Arc::new(SimBinder {
         cluster: cluster.clone(),
+        clock: engine.clock().clone(),
         bound: std::sync::Mutex::new(Vec::new()),
     });
     let lp = engine.scheduling_loop(binder.clone(), false);
@@ -563,6 +619,10 @@ async fn run_policy(
     let mut node_series: HashMap<String, [headroom_storage::SeriesId; 4]> = HashMap::new();
 
     let step_ms = s.step.as_millis() as i64;
+    let eviction_threshold = amount(
+        &s.overcommit.eviction_threshold,
+        "overcommit.evictionThreshold",
+    )?;
     let ticks = (s.duration.as_millis() as i64 / step_ms) as usize;
     let mut next_refresh = 0i64;
     let mut next_maintenance = maintenance_ms;
@@ -576,6 +636,11 @@ async fn run_policy(
     events.sort_by_key(|e| e.at);
     let mut next_event = 0usize;
     let mut resubmits = 0usize;
+    let act_on_advice = options.act_on_advice;
+    let cooldown_ms = config_node_window_ms + refresh_ms;
+    let mut cooldown: HashMap<String, i64> = HashMap::new();
+    // Pods to submit again at an instant: (due ms, arrival, name of the pod it replaces).
+    let mut retries: Vec<(i64, Arrival, String)> = Vec::new();
     let mut sched_wall = Duration::ZERO;
     let attached = hook.map(|h| attach(h, &engine)).transpose()?;
     let bar = progress.then(|| {
@@ -593,6 +658,65 @@ async fn run_policy(
         let now = EPOCH_MS + rel;
         time.set(now);
         engine.housekeeping();
+        // Takes pod `$k` off its node for `$kill`: a service or database OOM-killed
+        // restarts in place; anything else leaves (a build fails and its pipeline runs it
+        // again from scratch; an evicted or moved pod's controller makes a new one) and is
+        // submitted again for the scheduler to place anew.
+        macro_rules! take_off {
+            ($k:expr, $kill:expr) => {{
+                let (k, kill): (String, Kill) = ($k, $kill);
+                if let Some(mut p) = running_pods.remove(&k) {
+                    match kill {
+                        Kill::Oom => r.oom_kills += 1,
+                        Kill::Evicted => r.evictions += 1,
+                        Kill::Moved => r.advice_moves += 1,
+                    }
+                    if kill == Kill::Oom && p.arrival.builder.is_none() {
+                        // restartPolicy Always: its memory builds up again from nothing.
+                        p.start_ms = now;
+                        p.now_mem = 0.0;
+                        running_pods.insert(k, p);
+                    } else {
+                        cluster.delete_pod(&p.pod);
+                        r.lost_and_resubmitted += 1;
+                        if let Some(b) = p.arrival.builder {
+                            r.build_ms_lost += (now - p.start_ms) as f64;
+                            // The collectors saw the run until it ended: its samples are a
+                            // run record like any other (profiles learn from failed runs).
+                            if !p.mem.is_empty() {
+                                let run = RunRecord {
+                                    pod_uid: format!("sim-{}", p.name),
+                                    node: p.node.clone(),
+                                    start_ms: p.start_ms,
+                                    end_ms: now,
+                                    cpu: summary(&p.cpu),
+                                    memory: summary(&p.mem),
+                                };
+                                store.put_run(
+                                    &format!("{}-b{b}", s.workloads[p.arrival.workload].name),
+                                    &run,
+                                )?;
+                            }
+                        }
+                        let mut again = p.arrival.clone();
+                        if again.builder.is_some() {
+                            // Its Job makes a new pod after a backoff, until backoffLimit.
+                            again.restarts += 1;
+                            if again.restarts > BACKOFF_LIMIT {
+                                r.builds_failed += 1;
+                            } else {
+                                let delay = (RETRY_DELAY_MS << (again.restarts - 1).min(16))
+                                    .min(MAX_RETRY_DELAY_MS);
+                                retries.push((now + delay, again, p.name.clone()));
+                            }
+                        } else {
+                            // A ReplicaSet replaces its pod at once.
+                            retries.push((now, again, p.name.clone()));
+                        }
+                    }
+                }
+            }};
+        }
         // Events.
         while next_event < events.len() && events[next_event].at.as_millis() as i64 <= rel {
             let e = events[next_event];
@@ -631,11 +755,24 @@ async fn run_policy(
                         arrived_at.insert(key, (now, p.arrival.clone()));
                         r.arrived += 1;
                         r.lost_and_resubmitted += 1;
+                        r.resubmitted += 1;
                         submit(&p.arrival, &pname);
                     }
                 }
                 cluster.delete_node(name);
             }
+        }
+        // Pods their controllers make again (Job retries after their backoff).
+        retries.sort_by_key(|(due, a, _)| (*due, a.seq));
+        while retries.first().is_some_and(|(due, _, _)| *due <= now) {
+            let (_, a, old) = retries.remove(0);
+            resubmits += 1;
+            let pname = format!("{old}-r{resubmits}");
+            let key = format!("{}/{pname}", s.workloads[a.workload].namespace);
+            arrived_at.insert(key, (now, a.clone()));
+            r.arrived += 1;
+            r.resubmitted += 1;
+            submit(&a, &pname);
         }
         // Arrivals up to now.
         while next_arrival < plan.arrivals.len() && plan.arrivals[next_arrival].at_ms <= rel {
@@ -678,28 +815,130 @@ async fn run_policy(
                 store.record_placement(&builder, &p.node)?;
             }
         }
-        // Usage samples: what each node really uses this step.
-        let mut node_use: HashMap<&str, (f64, f64, f64)> = nodes
+        // Usage: what each pod demands this step (its rng draws do not depend on what
+        // happens to other pods, so policies stay comparable).
+        let mut demand: HashMap<&str, (f64, f64)> = nodes
             .iter()
-            .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0)))
+            .map(|n| (n.name.as_str(), (0.0, 0.0)))
             .collect();
         for p in running_pods.values_mut() {
             let w = &s.workloads[p.arrival.workload];
             let n = &plan.workloads[p.arrival.workload];
             let age = (now - p.start_ms) as f64;
             let jitter = |rng: &mut SmallRng| 1.0 + w.noise * (2.0 * rng.random::<f64>() - 1.0);
-            let cpu = n.req_cpu * p.arrival.cpu_factor * jitter(&mut p.rng);
-            let mem = n.req_mem
+            p.now_cpu = n.req_cpu * p.arrival.cpu_factor * jitter(&mut p.rng);
+            p.now_mem = n.req_mem
                 * p.arrival.mem_factor
                 * (age / RAMP_MS).clamp(0.1, 1.0)
                 * (1.0 + (jitter(&mut p.rng) - 1.0) * 0.3);
-            let disk = n.disk * (age / DISK_FILL_MS).clamp(0.05, 1.0);
+            p.now_disk = n.disk * (age / DISK_FILL_MS).clamp(0.05, 1.0);
+            if let Some(u) = demand.get_mut(p.node.as_str()) {
+                u.0 += p.now_cpu;
+                u.1 += p.now_mem;
+            }
+        }
+        // What overcommit costs: the CPU share each node can give, and the pods the kernel
+        // (OOM) and the kubelet (eviction) take out.
+        let oc = &s.overcommit;
+        let mut share: HashMap<&str, f64> = HashMap::new();
+        let mut victims: Vec<(String, Kill)> = Vec::new();
+        for n in &nodes {
+            let (cpu, mem) = demand[n.name.as_str()];
+            let avail = (n.cpu - n.sys_cpu).max(0.0);
+            if oc.cpu_contention && cpu > avail && cpu > 0.0 {
+                share.insert(n.name.as_str(), avail / cpu);
+            }
+            let mut total = n.sys_mem + mem;
+            let over = oc.oom_kill && total > n.mem;
+            let pressure = oc.eviction && n.mem - total < eviction_threshold;
+            if !over && !pressure {
+                continue;
+            }
+            // (key, memory, request) of the pods on the node.
+            let mut on: Vec<(&String, f64, f64)> = running_pods
+                .iter()
+                .filter(|(_, p)| p.node == n.name)
+                .map(|(k, p)| (k, p.now_mem, plan.workloads[p.arrival.workload].req_mem))
+                .collect();
+            if over {
+                // The kernel: highest oom_score first — memory in thousandths of the node
+                // plus the Burstable adjustment 1000 − 1000 × request / capacity.
+                let score = |m: f64, req: f64| {
+                    1000.0 * m / n.mem + (1000.0 - 1000.0 * req / n.mem).clamp(2.0, 999.0)
+                };
+                on.sort_by(|a, b| {
+                    score(b.1, b.2)
+                        .total_cmp(&score(a.1, a.2))
+                        .then(a.0.cmp(b.0))
+                });
+                if std::env::var("SIM_DEBUG").is_ok() {
+                    eprintln!(
+                        "OOM {} t={:.2}h total={:.1}Gi pods={:?}",
+                        n.name,
+                        rel as f64 / 3.6e6,
+                        total / 1073741824.0,
+                        running_pods
+                            .values()
+                            .filter(|p| p.node == n.name)
+                            .map(|p| (
+                                p.name.clone(),
+                                (p.now_mem / 1073741824.0 * 10.0).round() / 10.0,
+                                (now - p.start_ms) / 1000
+                            ))
+                            .collect::<Vec<_>>()
+                    );
+                }
+                while total > n.mem && !on.is_empty() {
+                    let (k, m, _) = on.remove(0);
+                    total -= m;
+                    victims.push((k.clone(), Kill::Oom));
+                }
+            }
+            if oc.eviction && n.mem - total < eviction_threshold && !on.is_empty() {
+                // The kubelet: one pod per pass, pods above their requests first, the
+                // most above first.
+                on.sort_by(|a, b| {
+                    let above = |x: &(&String, f64, f64)| x.1 > x.2;
+                    above(b)
+                        .cmp(&above(a))
+                        .then((b.1 - b.2).total_cmp(&(a.1 - a.2)))
+                        .then(a.0.cmp(b.0))
+                });
+                victims.push((on[0].0.clone(), Kill::Evicted));
+            }
+        }
+        for (k, kill) in victims {
+            take_off!(k, kill);
+        }
+        // Usage samples: what each node really uses this step, after the kills and
+        // within the CPU each pod could get; contention stretches the builds' run time.
+        let mut node_use: HashMap<&str, (f64, f64, f64)> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0)))
+            .collect();
+        for p in running_pods.values_mut() {
+            let f = share.get(p.node.as_str()).copied().unwrap_or(1.0);
+            let cpu = p.now_cpu * f;
             p.cpu.push(cpu);
-            p.mem.push(mem);
+            p.mem.push(p.now_mem);
             if let Some(u) = node_use.get_mut(p.node.as_str()) {
                 u.0 += cpu;
-                u.1 += mem;
-                u.2 += disk;
+                u.1 += p.now_mem;
+                u.2 += p.now_disk;
+            }
+            if f < 1.0
+                && let Some(end) = p.end_ms
+            {
+                // Over the next step the build does `f` steps' worth of work.
+                let left = (end - now) as f64;
+                let work = step_ms as f64 * f;
+                let new_end = if left <= work {
+                    now + (left / f) as i64
+                } else {
+                    end + (step_ms as f64 * (1.0 - f)) as i64
+                };
+                r.build_ms_slowed += (new_end - end) as f64;
+                p.end_ms = Some(new_end);
             }
         }
         let mut busy_nodes: HashSet<&str> = HashSet::new();
@@ -743,6 +982,22 @@ async fn run_policy(
         if rel >= next_refresh {
             engine.refresh_usage().await?;
             next_refresh = rel + refresh_ms;
+            // The descheduling advice on the fresh view, as `/advice` would serve it now;
+            // acted on if asked. A node acted on is left alone until its windowed usage
+            // no longer shows the pods that left (the advice cannot know they left).
+            let advice = engine.advice();
+            r.advice_hot_node_ms += advice.hot_nodes.len() as f64 * refresh_ms as f64;
+            if act_on_advice {
+                for hot in &advice.hot_nodes {
+                    if cooldown.get(&hot.node).is_some_and(|t| *t > now) || hot.moves.is_empty() {
+                        continue;
+                    }
+                    for m in &hot.moves {
+                        take_off!(m.pod.clone(), Kill::Moved);
+                    }
+                    cooldown.insert(hot.node.clone(), now + cooldown_ms);
+                }
+            }
         }
         engine.flush_queue();
         // Schedule everything that is due.
@@ -777,6 +1032,7 @@ async fn run_policy(
                 if warm {
                     r.build_ms_saved += base as f64 * s.workloads[a.workload].warm_speedup;
                 }
+                r.build_ms_planned += base as f64 * speed;
                 now + (base as f64 * speed) as i64
             });
             let name = pod.metadata.name.clone().unwrap_or_default();
@@ -795,6 +1051,9 @@ async fn run_policy(
                     warm,
                     cpu: Vec::new(),
                     mem: Vec::new(),
+                    now_cpu: 0.0,
+                    now_mem: 0.0,
+                    now_disk: 0.0,
                 },
             );
         }
@@ -811,6 +1070,7 @@ async fn run_policy(
     }
     engine.flush_store().await?;
     r.running_end = running_pods.len();
+    r.retries_pending_end = retries.len();
     r.pending_end = engine.queue().len().total();
     r.warm_running = running_pods.values().filter(|p| p.warm).count();
     r.decision_wall_s = sched_wall.as_secs_f64();
@@ -819,6 +1079,7 @@ async fn run_policy(
     }
     // The decision sink drains; the store's last flush.
     running.stop().await;
+    r.fallback_placements = engine.metrics().fallback_placements();
     r.finish();
     Ok(r)
 }

@@ -23,8 +23,17 @@ pub struct PolicyReport {
     pub running_end: usize,
     /// Pods still pending at the end.
     pub pending_end: usize,
-    /// Pods lost with a removed node and submitted again.
+    /// Pods taken off their node: lost with a removed node, OOM-killed builds, evicted
+    /// and moved pods. Each is submitted again by its controller (a build's Job after its
+    /// backoff: 10 s doubling to 6 min), unless its build gave up (`buildsFailed`) or still
+    /// waits for its retry at the end (`retriesPendingEnd`).
     pub lost_and_resubmitted: usize,
+    /// Of those, submitted again.
+    pub resubmitted: usize,
+    /// Builds whose Job gave up: restarted more than `backoffLimit` (6) times.
+    pub builds_failed: usize,
+    /// Pods still waiting for their controller's retry at the end.
+    pub retries_pending_end: usize,
     /// Scheduling cycles.
     pub attempts: usize,
     /// Cycles that found no node.
@@ -57,6 +66,24 @@ pub struct PolicyReport {
     pub warm_running: usize,
     /// Build time saved by warm caches, hours.
     pub build_hours_saved: f64,
+    /// Pods the kernel's OOM killer took (a node's real memory exceeded its capacity).
+    pub oom_kills: usize,
+    /// Pods the kubelet evicted under memory pressure.
+    pub evictions: usize,
+    /// Build time thrown away by OOM kills, evictions and advice moves (the build runs
+    /// again from scratch), hours.
+    pub build_hours_lost: f64,
+    /// Build time added by CPU contention (a node's CPU demand above its capacity), hours.
+    pub build_hours_slowed: f64,
+    /// `build_hours_slowed` over the planned run time of the builds placed.
+    pub build_slowdown: f64,
+    /// Pods placed by the usage fallback (`usage.maxWait`).
+    pub fallback_placements: u64,
+    /// Pods evicted because the descheduling advice suggested moving them
+    /// (`--act-on-advice`; they are submitted again and placed anew).
+    pub advice_moves: usize,
+    /// Node-hours the descheduling advice judged hot (evaluated at every usage refresh).
+    pub advice_hot_node_hours: f64,
     /// Scheduling cycles per second of wall time spent in them.
     pub decisions_per_second: f64,
     /// Wall time in scheduling cycles, seconds.
@@ -68,6 +95,14 @@ pub struct PolicyReport {
     pub(crate) latencies_s: Vec<f64>,
     #[serde(skip)]
     pub(crate) build_ms_saved: f64,
+    #[serde(skip)]
+    pub(crate) build_ms_lost: f64,
+    #[serde(skip)]
+    pub(crate) build_ms_slowed: f64,
+    #[serde(skip)]
+    pub(crate) build_ms_planned: f64,
+    #[serde(skip)]
+    pub(crate) advice_hot_node_ms: f64,
     #[serde(skip)]
     cpu_utils: Vec<f64>,
     #[serde(skip)]
@@ -110,6 +145,9 @@ impl PolicyReport {
             running_end: 0,
             pending_end: 0,
             lost_and_resubmitted: 0,
+            resubmitted: 0,
+            builds_failed: 0,
+            retries_pending_end: 0,
             attempts: 0,
             unschedulable_attempts: 0,
             time_to_schedule_p50_s: 0.0,
@@ -126,11 +164,23 @@ impl PolicyReport {
             warm_rate: 0.0,
             warm_running: 0,
             build_hours_saved: 0.0,
+            oom_kills: 0,
+            evictions: 0,
+            build_hours_lost: 0.0,
+            build_hours_slowed: 0.0,
+            build_slowdown: 0.0,
+            fallback_placements: 0,
+            advice_moves: 0,
+            advice_hot_node_hours: 0.0,
             decisions_per_second: 0.0,
             decision_wall_s: 0.0,
             series: Vec::new(),
             latencies_s: Vec::new(),
             build_ms_saved: 0.0,
+            build_ms_lost: 0.0,
+            build_ms_slowed: 0.0,
+            build_ms_planned: 0.0,
+            advice_hot_node_ms: 0.0,
             cpu_utils: Vec::new(),
             mem_utils: Vec::new(),
             busy_ms: 0,
@@ -189,6 +239,14 @@ impl PolicyReport {
             self.warm_placements as f64 / self.repeat_placements as f64
         };
         self.build_hours_saved = self.build_ms_saved / 3_600_000.0;
+        self.build_hours_lost = self.build_ms_lost / 3_600_000.0;
+        self.advice_hot_node_hours = self.advice_hot_node_ms / 3_600_000.0;
+        self.build_hours_slowed = self.build_ms_slowed / 3_600_000.0;
+        self.build_slowdown = if self.build_ms_planned > 0.0 {
+            self.build_ms_slowed / self.build_ms_planned
+        } else {
+            0.0
+        };
         self.decisions_per_second = if self.decision_wall_s > 0.0 {
             self.attempts as f64 / self.decision_wall_s
         } else {
@@ -196,10 +254,14 @@ impl PolicyReport {
         };
     }
 
-    /// Whether every pod that arrived is accounted for: completed, running or pending.
+    /// Whether every pod that arrived is accounted for: completed, running, pending, or
+    /// taken off its node — and each of those submitted again, given up with its build,
+    /// or waiting for its retry.
     pub fn no_pod_lost(&self) -> bool {
         self.arrived
             == self.completed + self.running_end + self.pending_end + self.lost_and_resubmitted
+            && self.lost_and_resubmitted
+                == self.resubmitted + self.builds_failed + self.retries_pending_end
     }
 }
 
@@ -301,6 +363,28 @@ impl Report {
             }),
             ("build hours saved", |r| {
                 format!("{:.1}", r.build_hours_saved)
+            }),
+            ("OOM kills / evictions", |r| {
+                format!("{} / {}", r.oom_kills, r.evictions)
+            }),
+            ("builds failed (backoffLimit)", |r| {
+                r.builds_failed.to_string()
+            }),
+            ("build hours lost (restarts)", |r| {
+                format!("{:.1}", r.build_hours_lost)
+            }),
+            ("CPU contention slowdown", |r| {
+                format!(
+                    "{:.1} h ({:.1} %)",
+                    r.build_hours_slowed,
+                    r.build_slowdown * 100.0
+                )
+            }),
+            ("usage fallback placements", |r| {
+                r.fallback_placements.to_string()
+            }),
+            ("advice: hot node-hours / moves", |r| {
+                format!("{:.2} / {}", r.advice_hot_node_hours, r.advice_moves)
             }),
             ("decisions/s", |r| format!("{:.0}", r.decisions_per_second)),
         ];

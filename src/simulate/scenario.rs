@@ -42,7 +42,15 @@
 //!   - {at: 3h, addNodes: {count: 2, namePrefix: extra-, cpu: "16", memory: 64Gi}}
 //!   - {at: 4h, removeNode: build-1}
 //!   - {at: 4h, burst: {workload: builders, count: 40}}
+//! overcommit:                  # what real overcommit costs; all on by default
+//!   oomKill: true              # kernel OOM killer: builds fail and run again
+//!   eviction: true             # kubelet eviction below evictionThreshold available
+//!   evictionThreshold: 100Mi
+//!   cpuContention: true        # CPU demand above capacity slows builds down
 //! ```
+//!
+//! A builder workload may also set `dailyCycle: {amplitude: 0.5, period: 24h, peakAt:
+//! 10h}`: its arrival rate then swings around `arrivalsPerHour`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -208,6 +216,65 @@ pub struct Workload {
     /// Pod tolerations (Kubernetes Toleration objects).
     #[serde(default)]
     pub tolerations: Vec<serde_json::Value>,
+    /// Builders: the arrival rate follows a cycle (a working day) instead of staying flat.
+    #[serde(default)]
+    pub daily_cycle: Option<DailyCycle>,
+}
+
+/// A cyclic arrival rate: `arrivalsPerHour × (1 + amplitude × cos(2π (t − peakAt) /
+/// period))`, so `arrivalsPerHour` stays the mean over a whole period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DailyCycle {
+    /// Relative swing around the mean, in [0, 1]. Default `0.5`.
+    #[serde(default = "half")]
+    pub amplitude: f64,
+    /// Length of one cycle. Default `24h`.
+    #[serde(default = "day", with = "humantime_serde")]
+    pub period: Duration,
+    /// When the rate peaks, from the start. Default `0s`.
+    #[serde(default, with = "humantime_serde")]
+    pub peak_at: Duration,
+}
+
+fn half() -> f64 {
+    0.5
+}
+fn day() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+/// What happens when real usage exceeds a node's capacity (the kernel and the kubelet;
+/// request-based placement pays here). Everything is on by default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct Overcommit {
+    /// The kernel's OOM killer: when a node's real memory exceeds its capacity, pods are
+    /// killed, highest OOM score first (memory use plus the Burstable score adjustment),
+    /// until it fits; a killed build fails and is submitted again from scratch, a service
+    /// or database restarts in place. Default `true`.
+    pub oom_kill: bool,
+    /// The kubelet's eviction: when a node's available memory drops below
+    /// `evictionThreshold`, one pod per step is evicted (pods using more than they
+    /// requested first, the most above its request first) and submitted again. Default
+    /// `true`.
+    pub eviction: bool,
+    /// The kubelet's `evictionHard` `memory.available`. Default `100Mi`.
+    pub eviction_threshold: Amount,
+    /// CPU contention: when a node's CPU demand exceeds its capacity, every pod gets its
+    /// share and builds take proportionally longer. Default `true`.
+    pub cpu_contention: bool,
+}
+
+impl Default for Overcommit {
+    fn default() -> Self {
+        Overcommit {
+            oom_kill: true,
+            eviction: true,
+            eviction_threshold: Amount::Text("100Mi".into()),
+            cpu_contention: true,
+        }
+    }
 }
 
 fn default_ns() -> String {
@@ -293,6 +360,9 @@ pub struct Scenario {
     /// Events.
     #[serde(default)]
     pub events: Vec<Event>,
+    /// What real overcommit costs (OOM kills, eviction, CPU contention). Default: all on.
+    #[serde(default)]
+    pub overcommit: Overcommit,
 }
 
 fn hour() -> Duration {
@@ -356,6 +426,14 @@ impl Scenario {
             }
             if !(0.0..1.0).contains(&w.noise) {
                 return Err(invalid(f("noise"), "must be in [0, 1)".into()));
+            }
+            if let Some(c) = &w.daily_cycle
+                && (!(0.0..=1.0).contains(&c.amplitude) || c.period.is_zero())
+            {
+                return Err(invalid(
+                    f("dailyCycle"),
+                    "amplitude must be in [0, 1] and period positive".into(),
+                ));
             }
             if w.kind == Kind::Builder && (w.builders == 0 || w.duration.is_zero()) {
                 return Err(invalid(

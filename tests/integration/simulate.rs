@@ -248,3 +248,116 @@ fn bad_scenarios_exit_2_naming_the_field() {
         assert!(err.contains(field), "{text}: {err}");
     }
 }
+
+/// A burst lands on the one node left uncordoned (n-1); builds there use 1.7× their
+/// requests, so n-1 runs hot by real memory while n-2 and n-3, uncordoned a minute later,
+/// stay empty.
+const HOT_NODE_FARM: &str = "duration: 10m\nstep: 15s\nseed: 3\nnodes:\n  - {count: 3, namePrefix: n-, cpu: \"16\", memory: 16Gi, systemMemory: 1Gi}\nworkloads:\n  - {name: cpp, kind: builder, namespace: ci, builders: 2, arrivalsPerHour: 0, duration: 2h, requests: {cpu: \"1\", memory: 2Gi}, usage: {cpu: [0.5, 0.5], memory: [1.7, 1.7]}, noise: 0.0}\nevents:\n  - {at: 0s, cordon: n-2}\n  - {at: 0s, cordon: n-3}\n  - {at: 0s, burst: {workload: cpp, count: 4}}\n  - {at: 1m, uncordon: n-2}\n  - {at: 1m, uncordon: n-3}\n";
+
+/// Issue #17's descheduling advice as users get it: `simulate --serve` serves `/advice`
+/// for the node running hot (JSON and text), `headroom advice` prints it, `/metrics`
+/// counts it; `simulate --act-on-advice` moves the suggested pod and reports the move and
+/// its effect on the node-hours the advice judged hot.
+#[test]
+fn advice_through_the_api_the_cli_the_metrics_and_act_on_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let farm = dir.path().join("hot.yaml");
+    std::fs::write(&farm, HOT_NODE_FARM).unwrap();
+    let mut child = headroom()
+        .args(["simulate", farm.to_str().unwrap(), "--serve", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap() > 0 {
+        if let Some(a) = line.trim().strip_prefix("serving the inspection API on ") {
+            addr = Some(a.to_string());
+        }
+        if line.contains("simulation done") {
+            break;
+        }
+        line.clear();
+    }
+    let addr = addr.expect("the API address is printed");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let get = |path: &str| -> String {
+        rt.block_on(async {
+            reqwest::Client::new()
+                .get(format!("{addr}{path}"))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        })
+    };
+    let advice: Value = serde_json::from_str(&get("/advice")).unwrap();
+    assert_eq!(advice["nodesJudged"], 3, "{advice}");
+    let hot = &advice["hotNodes"];
+    assert_eq!(hot.as_array().unwrap().len(), 1, "{advice}");
+    assert_eq!(hot[0]["node"], "n-1");
+    assert!(hot[0]["memoryPercent"].as_f64().unwrap() > 90.0, "{advice}");
+    let m = &hot[0]["moves"][0];
+    assert_eq!(m["pod"], "ci/cpp-0", "{advice}");
+    assert_eq!(m["to"], "n-2", "{advice}");
+    assert!(
+        m["toMemoryPercentAfter"].as_f64().unwrap() <= 80.0,
+        "{advice}"
+    );
+    assert_eq!(advice["moves"], 1, "{advice}");
+    let text = get("/advice?format=text");
+    assert!(
+        text.starts_with("1 hot node(s) above 90 % real memory of 3 judged"),
+        "{text}"
+    );
+    let o = run(&["advice", "--server", &addr]);
+    assert_eq!(o.status.code(), Some(0));
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        printed.contains("n-1")
+            && printed.contains("move ci/cpp-0 (cpp-b0)")
+            && printed.contains("→ n-2"),
+        "{printed}"
+    );
+    let metrics = get("/metrics");
+    for needle in ["headroom_advice_hot_nodes 1", "headroom_advice_moves 1"] {
+        assert!(metrics.contains(needle), "no {needle}:\n{metrics}");
+    }
+    let pid = child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+
+    // Acting on it: the pod leaves the hot node, is placed anew, and the node cools.
+    let f = farm.to_str().unwrap();
+    let idle = simulate_json(&[f]);
+    let acted = simulate_json(&[f, "--act-on-advice"]);
+    let (i, a) = (&idle["policies"][0], &acted["policies"][0]);
+    assert_eq!(i["adviceMoves"], 0);
+    assert!(a["adviceMoves"].as_u64().unwrap() >= 1, "{a}");
+    assert!(
+        a["adviceHotNodeHours"].as_f64().unwrap() < i["adviceHotNodeHours"].as_f64().unwrap(),
+        "{a}\n{i}"
+    );
+    let n = |x: &Value, k: &str| x[k].as_u64().unwrap();
+    assert_eq!(
+        n(a, "placed"),
+        4 + n(a, "adviceMoves"),
+        "moved pods are placed anew"
+    );
+    assert_eq!(n(a, "pendingEnd"), 0);
+
+    // An unreachable server: exit 2.
+    let o = run(&["advice", "--server", "http://127.0.0.1:1"]);
+    assert_eq!(o.status.code(), Some(2));
+}

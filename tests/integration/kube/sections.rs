@@ -197,6 +197,34 @@ fn usage_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send>> {
     })
 }
 
+fn advice_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        // node-a's kubelet reports 10 of 16 GiB in use (62 %).
+        let hot_nodes = |section: &'static str| async move {
+            let fake = Fake::start().await;
+            let k = FakeKubelet::start("node-a", 1.0, 10.0 * (1u64 << 30) as f64).await;
+            fake.put("namespaces", namespace("default"));
+            fake.put("nodes", node("node-a", "4"));
+            let base = format!(
+                "{SERVE_BASE}analytics: {{refreshInterval: 1s}}\n{}",
+                collectors_yaml(&[("node-a", &k)])
+            );
+            let base: &'static str = Box::leak(base.into_boxed_str());
+            let s = start(&fake, config(base, section), None).await;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while get_json(&s.url("/nodes/node-a")).await["headroom"]["basis"] != "measured" {
+                assert!(Instant::now() < deadline, "no usage for node-a");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let advice = get_json(&s.url("/advice")).await;
+            s.stop().await;
+            advice["hotNodes"].as_array().map_or(usize::MAX, Vec::len)
+        };
+        assert_eq!(hot_nodes(yaml).await, 1, "62 % is hot above 50 %");
+        assert_eq!(hot_nodes("").await, 0, "62 % is not hot by default (90 %)");
+    })
+}
+
 fn analytics_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send>> {
     Box::pin(async move {
         // Memory rises from 4 to 8 GB: the windowed quantile is the configured one.
@@ -390,6 +418,16 @@ fn usage_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
     ))
 }
 
+fn advice_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
+    let (a, b) = (
+        num(with, "adviceHotNodeHours"),
+        num(without, "adviceHotNodeHours"),
+    );
+    (a > b).then_some(()).ok_or(format!(
+        "hot above 50 %: {a} hot node-hours, above the default 90 %: {b}"
+    ))
+}
+
 fn analytics_sim(with: &SimRun, without: &SimRun) -> Result<(), String> {
     (with.report["policies"][0] != without.report["policies"][0])
         .then_some(())
@@ -427,6 +465,7 @@ fn simulate(config: Config, policy: Policy, farm: &str) -> SimRun {
         policies: vec![policy],
         data_dir: Some(data.clone()),
         progress: false,
+        act_on_advice: false,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -469,6 +508,13 @@ async fn kube_every_config_section_takes_effect_in_every_mode_it_applies_to() {
             yaml: "usage: {defaults: {memoryReservePercent: 60}}",
             serve: usage_serve,
             simulate: Some(usage_sim),
+            farm: FARM,
+        },
+        Row {
+            section: "advice",
+            yaml: "advice: {hotMemoryPercent: 50, targetMemoryPercent: 40}",
+            serve: advice_serve,
+            simulate: Some(advice_sim),
             farm: FARM,
         },
         Row {

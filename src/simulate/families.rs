@@ -1,0 +1,886 @@
+//! Farm families: many plausible CI farms generated from one spec, so placement quality is
+//! judged on farms nobody tuned for (`headroom sweep`).
+//!
+//! A family draws, per farm and deterministically from the family's name and the farm's
+//! index: the simulated duration, a node size mix (one or more shapes), some builder
+//! families (each a kind with its requests, real-usage factors, run times and warm-cache
+//! gain), an arrival rate sized to a target real-memory load, an optional daily cycle,
+//! bursts of the most memory-heavy builds, and services and databases beside the builds.
+//! Shipped scenario files can be included as farms of their own.
+//!
+//! ```yaml
+//! name: ci-farms
+//! farms: 20                     # generated farms
+//! seeds: 5                      # each farm runs with seeds 1..=5
+//! duration: [3h, 5h]
+//! nodes:
+//!   count: [8, 20]
+//!   maxShapes: 2                # a farm mixes up to this many node shapes
+//!   shapes:
+//!     - {cpu: "16", memory: 32Gi}
+//!     - {cpu: "32", memory: 64Gi}
+//! builders:
+//!   families: [2, 4]            # builder families per farm, drawn from `kinds`
+//!   buildersPerFamily: [4, 14]
+//!   memoryLoad: [0.4, 0.7]      # mean real memory of the builds (cold caches), share of the farm
+//!   cycleAmplitude: [0.0, 0.5]  # daily cycle of the arrival rate
+//!   cyclePeriod: [6h, 24h]
+//!   kinds:
+//!     - name: cpp
+//!       requests: {cpu: "2", memory: 3Gi}
+//!       usage: {cpu: [0.8, 1.5], memory: [1.5, 4.0]}
+//!       duration: [20m, 30m]    # mean run time range
+//!       warmSpeedup: [0.3, 0.5]
+//! bursts:
+//!   count: [0, 2]
+//!   size: [8, 20]               # builds of the most memory-heavy family at once
+//!   at: [0.15, 0.7]             # when, as a share of the duration
+//! services: [0, 4]
+//! databases: [0, 2]
+//! include: [../ci-farm.yaml]    # scenario files, relative to this file
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use humantime_serde::Serde;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::scenario::{
+    self, Burst, DailyCycle, Event, Kind, NodeSpec, Overcommit, Requests, Scenario, UsageSpec,
+    Workload,
+};
+use crate::usage::file::Amount;
+
+/// A duration range `[min, max]`, humantime strings.
+pub type DurationRange = [Serde<Duration>; 2];
+
+fn dr(a: u64, b: u64) -> DurationRange {
+    [
+        Serde::from(Duration::from_secs(a)),
+        Serde::from(Duration::from_secs(b)),
+    ]
+}
+
+/// One node shape of a family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Shape {
+    /// CPU capacity.
+    pub cpu: Amount,
+    /// Memory capacity.
+    pub memory: Amount,
+    /// Root filesystem. Default `500Gi`.
+    #[serde(default = "disk_500")]
+    pub disk: Amount,
+}
+
+fn disk_500() -> Amount {
+    Amount::Text("500Gi".into())
+}
+
+/// How a family's farms get their nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct NodeMix {
+    /// Nodes per farm, `[min, max]`. Default `[8, 20]`.
+    pub count: [usize; 2],
+    /// The shapes farms draw from. Default: 16 CPU / 32 GiB, 32 CPU / 64 GiB, 8 CPU /
+    /// 32 GiB.
+    pub shapes: Vec<Shape>,
+    /// A farm mixes up to this many shapes. Default 2.
+    pub max_shapes: usize,
+    /// Real CPU of system daemons per node. Default `500m`.
+    pub system_cpu: Amount,
+    /// Real memory of system daemons per node. Default `2Gi`.
+    pub system_memory: Amount,
+}
+
+impl Default for NodeMix {
+    fn default() -> Self {
+        let shape = |cpu: &str, mem: &str| Shape {
+            cpu: Amount::Text(cpu.into()),
+            memory: Amount::Text(mem.into()),
+            disk: disk_500(),
+        };
+        NodeMix {
+            count: [8, 20],
+            shapes: vec![shape("16", "32Gi"), shape("32", "64Gi"), shape("8", "32Gi")],
+            max_shapes: 2,
+            system_cpu: Amount::Text("500m".into()),
+            system_memory: Amount::Text("2Gi".into()),
+        }
+    }
+}
+
+/// A kind of builder farms draw builder families from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BuilderKind {
+    /// Name (the workload's name in the farm).
+    pub name: String,
+    /// Requests of its pods.
+    pub requests: Requests,
+    /// Real use relative to requests, per builder.
+    pub usage: UsageSpec,
+    /// Mean run time, `[min, max]`; a farm draws one.
+    pub duration: DurationRange,
+    /// Warm-cache speed-up, `[min, max]`. Default `[0.3, 0.5]`.
+    #[serde(default = "speedups")]
+    pub warm_speedup: [f64; 2],
+    /// Per-sample variation of usage. Default `0.2`.
+    #[serde(default = "noise")]
+    pub noise: f64,
+}
+
+fn speedups() -> [f64; 2] {
+    [0.3, 0.5]
+}
+fn noise() -> f64 {
+    0.2
+}
+
+fn kind(
+    name: &str,
+    cpu: &str,
+    mem: &str,
+    ucpu: [f64; 2],
+    umem: [f64; 2],
+    minutes: [u64; 2],
+) -> BuilderKind {
+    BuilderKind {
+        name: name.into(),
+        requests: Requests {
+            cpu: Amount::Text(cpu.into()),
+            memory: Amount::Text(mem.into()),
+        },
+        usage: UsageSpec {
+            cpu: ucpu,
+            memory: umem,
+        },
+        duration: dr(minutes[0] * 60, minutes[1] * 60),
+        warm_speedup: speedups(),
+        noise: noise(),
+    }
+}
+
+/// How a family's farms get their builds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct BuilderMix {
+    /// Builder families per farm, `[min, max]`. Default `[2, 4]`.
+    pub families: [usize; 2],
+    /// Distinct builders per family, `[min, max]`. Default `[4, 14]`.
+    pub builders_per_family: [usize; 2],
+    /// The mean real memory the builds use over the simulated time, as a share of the
+    /// farm's memory (less the system daemons'), `[min, max]`: the arrival rates are sized
+    /// to it, then scaled down where the cycle's peak would ask for more than 60 % of the
+    /// farm's allocatable CPU or memory by requests, or 60 % of its CPU in real use.
+    /// Default `[0.4, 0.7]` (warm caches make the real load lower).
+    pub memory_load: [f64; 2],
+    /// Amplitude of the arrival rate's daily cycle, `[min, max]` (0: flat). Default
+    /// `[0.0, 0.5]`.
+    pub cycle_amplitude: [f64; 2],
+    /// Period of that cycle, `[min, max]`. Default `[6h, 24h]`.
+    pub cycle_period: DurationRange,
+    /// The kinds families are drawn from. Default: cpp, java, web, go, rust, android.
+    pub kinds: Vec<BuilderKind>,
+}
+
+impl Default for BuilderMix {
+    fn default() -> Self {
+        BuilderMix {
+            families: [2, 4],
+            builders_per_family: [4, 14],
+            memory_load: [0.4, 0.7],
+            cycle_amplitude: [0.0, 0.5],
+            cycle_period: dr(6 * 3600, 24 * 3600),
+            kinds: vec![
+                kind("cpp", "2", "3Gi", [0.8, 1.5], [1.5, 4.0], [20, 30]),
+                kind("java", "2", "4Gi", [0.2, 0.8], [0.15, 0.5], [20, 30]),
+                kind("web", "1", "2Gi", [0.3, 1.0], [0.5, 1.5], [15, 25]),
+                kind("go", "2", "2Gi", [0.5, 1.2], [0.8, 2.0], [8, 20]),
+                kind("rust", "4", "4Gi", [0.6, 1.3], [1.0, 2.5], [20, 40]),
+                kind("android", "4", "8Gi", [0.5, 1.0], [0.6, 1.4], [25, 45]),
+            ],
+        }
+    }
+}
+
+/// Bursts of builds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct BurstMix {
+    /// Bursts per farm, `[min, max]`. Default `[0, 2]`.
+    pub count: [usize; 2],
+    /// Builds per burst, `[min, max]`, of the farm's most memory-heavy family, at most as
+    /// many as would use a fifth of the farm's memory at their highest usage factor.
+    /// Default `[8, 20]`.
+    pub size: [usize; 2],
+    /// When, as a share of the duration, `[min, max]`. Default `[0.15, 0.7]`.
+    pub at: [f64; 2],
+}
+
+impl Default for BurstMix {
+    fn default() -> Self {
+        BurstMix {
+            count: [0, 2],
+            size: [8, 20],
+            at: [0.15, 0.7],
+        }
+    }
+}
+
+/// A family of farms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Family {
+    /// Name (farms are `<name>-<index>`; also seeds the generator).
+    pub name: String,
+    /// Generated farms. Default 20.
+    #[serde(default = "twenty")]
+    pub farms: usize,
+    /// Seeds per farm: each farm runs with seeds `1..=seeds`. Default 5.
+    #[serde(default = "five")]
+    pub seeds: usize,
+    /// Simulated duration, `[min, max]`. Default `[3h, 5h]`.
+    #[serde(default = "hours")]
+    pub duration: DurationRange,
+    /// Simulation step. Default `15s`.
+    #[serde(default = "step", with = "humantime_serde")]
+    pub step: Duration,
+    /// Nodes.
+    #[serde(default)]
+    pub nodes: NodeMix,
+    /// Builds.
+    #[serde(default)]
+    pub builders: BuilderMix,
+    /// Bursts.
+    #[serde(default)]
+    pub bursts: BurstMix,
+    /// Long-running services per farm, `[min, max]`. Default `[0, 4]`.
+    #[serde(default = "services")]
+    pub services: [usize; 2],
+    /// Databases (MySQL, with disk) per farm, `[min, max]`. Default `[0, 2]`.
+    #[serde(default = "databases")]
+    pub databases: [usize; 2],
+    /// Scenario files that join the generated farms, relative to the family file.
+    #[serde(default)]
+    pub include: Vec<String>,
+}
+
+fn twenty() -> usize {
+    20
+}
+fn five() -> usize {
+    5
+}
+fn hours() -> DurationRange {
+    dr(3 * 3600, 5 * 3600)
+}
+fn step() -> Duration {
+    Duration::from_secs(15)
+}
+fn services() -> [usize; 2] {
+    [0, 4]
+}
+fn databases() -> [usize; 2] {
+    [0, 2]
+}
+
+/// One farm of a family: a name and its scenario.
+#[derive(Debug, Clone)]
+pub struct Farm {
+    /// `<family>-<index>` for generated farms, the file stem for included ones.
+    pub name: String,
+    /// The scenario.
+    pub scenario: Scenario,
+}
+
+fn invalid(path: &str, field: &str, message: impl Into<String>) -> scenario::Error {
+    scenario::Error::Invalid {
+        path: path.to_string(),
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+fn check_range<T: PartialOrd + std::fmt::Debug>(
+    path: &str,
+    field: &str,
+    r: &[T; 2],
+) -> Result<(), scenario::Error> {
+    if r[0] > r[1] {
+        return Err(invalid(
+            path,
+            field,
+            format!("{r:?} is not a range [min, max]"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_fraction(path: &str, field: &str, r: &[f64; 2], max: f64) -> Result<(), scenario::Error> {
+    if !(r[0] >= 0.0 && r[0] <= r[1] && r[1] <= max) {
+        return Err(invalid(
+            path,
+            field,
+            format!("{r:?} is not a range [min, max] within [0, {max}]"),
+        ));
+    }
+    Ok(())
+}
+
+impl Family {
+    /// Reads a family file.
+    pub fn load(path: &Path) -> Result<Family, scenario::Error> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| scenario::Error::Io {
+            path: origin.clone(),
+            source,
+        })?;
+        Family::parse(&text, &origin)
+    }
+
+    /// Parses family YAML; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Family, scenario::Error> {
+        let de = serde_norway::Deserializer::from_str(text);
+        let f: Family = serde_path_to_error::deserialize(de)
+            .map_err(|e| invalid(origin, &e.path().to_string(), e.into_inner().to_string()))?;
+        f.validate(origin)?;
+        Ok(f)
+    }
+
+    fn validate(&self, o: &str) -> Result<(), scenario::Error> {
+        if self.name.trim().is_empty() {
+            return Err(invalid(o, "name", "must not be empty"));
+        }
+        if self.farms == 0 && self.include.is_empty() {
+            return Err(invalid(o, "farms", "no farms: set farms or include"));
+        }
+        if self.seeds == 0 {
+            return Err(invalid(o, "seeds", "must be at least 1"));
+        }
+        let d = [*self.duration[0], *self.duration[1]];
+        check_range(o, "duration", &d)?;
+        if self.step.is_zero() || self.step > d[0] {
+            return Err(invalid(
+                o,
+                "step",
+                "must be positive and at most the shortest duration",
+            ));
+        }
+        check_range(o, "nodes.count", &self.nodes.count)?;
+        if self.nodes.count[0] == 0 {
+            return Err(invalid(o, "nodes.count", "a farm needs at least one node"));
+        }
+        if self.nodes.shapes.is_empty() {
+            return Err(invalid(o, "nodes.shapes", "at least one shape is required"));
+        }
+        if self.nodes.max_shapes == 0 {
+            return Err(invalid(o, "nodes.maxShapes", "must be at least 1"));
+        }
+        for (i, s) in self.nodes.shapes.iter().enumerate() {
+            for (k, a) in [("cpu", &s.cpu), ("memory", &s.memory), ("disk", &s.disk)] {
+                let field = format!("nodes.shapes[{i}].{k}");
+                let v = a.value(&field).map_err(|(f, m)| invalid(o, &f, m))?;
+                if v <= 0.0 {
+                    return Err(invalid(o, &field, "must be positive"));
+                }
+            }
+        }
+        for (k, a) in [
+            ("nodes.systemCpu", &self.nodes.system_cpu),
+            ("nodes.systemMemory", &self.nodes.system_memory),
+        ] {
+            a.value(k).map_err(|(f, m)| invalid(o, &f, m))?;
+        }
+        let b = &self.builders;
+        check_range(o, "builders.families", &b.families)?;
+        check_range(o, "builders.buildersPerFamily", &b.builders_per_family)?;
+        if b.builders_per_family[0] == 0 {
+            return Err(invalid(
+                o,
+                "builders.buildersPerFamily",
+                "a family needs at least one builder",
+            ));
+        }
+        check_fraction(o, "builders.memoryLoad", &b.memory_load, 1.0)?;
+        check_fraction(o, "builders.cycleAmplitude", &b.cycle_amplitude, 1.0)?;
+        let p = [*b.cycle_period[0], *b.cycle_period[1]];
+        check_range(o, "builders.cyclePeriod", &p)?;
+        if p[0].is_zero() {
+            return Err(invalid(o, "builders.cyclePeriod", "must be positive"));
+        }
+        if b.families[1] > 0 && b.kinds.is_empty() {
+            return Err(invalid(
+                o,
+                "builders.kinds",
+                "at least one kind is required",
+            ));
+        }
+        if b.families[1] > b.kinds.len() {
+            return Err(invalid(
+                o,
+                "builders.families",
+                format!(
+                    "at most {} families: each draws a different kind",
+                    b.kinds.len()
+                ),
+            ));
+        }
+        for (i, k) in b.kinds.iter().enumerate() {
+            let f = |x: &str| format!("builders.kinds[{i}].{x}");
+            if k.name.trim().is_empty() {
+                return Err(invalid(o, &f("name"), "must not be empty"));
+            }
+            for (x, a) in [
+                ("requests.cpu", &k.requests.cpu),
+                ("requests.memory", &k.requests.memory),
+            ] {
+                let v = a.value(&f(x)).map_err(|(ff, m)| invalid(o, &ff, m))?;
+                if v <= 0.0 {
+                    return Err(invalid(o, &f(x), "must be positive"));
+                }
+            }
+            check_fraction(o, &f("usage.cpu"), &k.usage.cpu, f64::MAX)?;
+            check_fraction(o, &f("usage.memory"), &k.usage.memory, f64::MAX)?;
+            let d = [*k.duration[0], *k.duration[1]];
+            check_range(o, &f("duration"), &d)?;
+            if d[0].is_zero() {
+                return Err(invalid(o, &f("duration"), "must be positive"));
+            }
+            if !(k.warm_speedup[0] >= 0.0
+                && k.warm_speedup[0] <= k.warm_speedup[1]
+                && k.warm_speedup[1] < 1.0)
+            {
+                return Err(invalid(
+                    o,
+                    &f("warmSpeedup"),
+                    "must be a range within [0, 1)",
+                ));
+            }
+            if !(0.0..1.0).contains(&k.noise) {
+                return Err(invalid(o, &f("noise"), "must be in [0, 1)"));
+            }
+        }
+        check_range(o, "bursts.count", &self.bursts.count)?;
+        check_range(o, "bursts.size", &self.bursts.size)?;
+        check_fraction(o, "bursts.at", &self.bursts.at, 1.0)?;
+        check_range(o, "services", &self.services)?;
+        check_range(o, "databases", &self.databases)?;
+        Ok(())
+    }
+
+    /// Every farm: the generated ones, then the included scenario files (paths relative
+    /// to `base`, the family file's directory).
+    pub fn farms(&self, base: &Path) -> Result<Vec<Farm>, scenario::Error> {
+        let mut out = Vec::with_capacity(self.farms + self.include.len());
+        for i in 0..self.farms {
+            out.push(Farm {
+                name: format!("{}-{:02}", self.name, i + 1),
+                scenario: self.generate(i)?,
+            });
+        }
+        for inc in &self.include {
+            let path = base.join(inc);
+            let name = path
+                .file_stem()
+                .map_or_else(|| inc.clone(), |s| s.to_string_lossy().to_string());
+            out.push(Farm {
+                name,
+                scenario: Scenario::load(&path)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The generator's seed for farm `index`: from the family's name, so two families
+    /// differ and a family's farms do not depend on how many there are.
+    fn rng(&self, index: usize) -> SmallRng {
+        // FNV-1a: stable across runs and platforms (std's hasher is not).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.name.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        SmallRng::seed_from_u64(h ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// Generates farm `index`.
+    pub fn generate(&self, index: usize) -> Result<Scenario, scenario::Error> {
+        let origin = format!("family {} farm {}", self.name, index + 1);
+        let mut rng = self.rng(index);
+        let val =
+            |a: &Amount, field: &str| a.value(field).map_err(|(f, m)| invalid(&origin, &f, m));
+        let span = |r: &DurationRange, rng: &mut SmallRng| {
+            let (a, b) = (r[0].as_secs_f64(), r[1].as_secs_f64());
+            Duration::from_secs_f64(a + (b - a) * rng.random::<f64>())
+        };
+        let uniform = |r: [f64; 2], rng: &mut SmallRng| r[0] + (r[1] - r[0]) * rng.random::<f64>();
+        let count = |r: [usize; 2], rng: &mut SmallRng| rng.random_range(r[0]..=r[1]);
+
+        // Duration, whole steps.
+        let step_s = self.step.as_secs_f64();
+        let duration = span(&self.duration, &mut rng);
+        let duration =
+            Duration::from_secs_f64((duration.as_secs_f64() / step_s).round().max(1.0) * step_s);
+
+        // Nodes: a mix of shapes.
+        let n_nodes = count(self.nodes.count, &mut rng);
+        let n_shapes = rng
+            .random_range(1..=self.nodes.max_shapes.min(self.nodes.shapes.len()))
+            .min(n_nodes);
+        let mut shape_ids: Vec<usize> = (0..self.nodes.shapes.len()).collect();
+        for i in 0..n_shapes {
+            let j = rng.random_range(i..shape_ids.len());
+            shape_ids.swap(i, j);
+        }
+        shape_ids.truncate(n_shapes);
+        // Split the nodes: every shape gets at least one.
+        let mut counts = vec![1usize; n_shapes];
+        for _ in n_shapes..n_nodes {
+            counts[rng.random_range(0..n_shapes)] += 1;
+        }
+        let sys_cpu = val(&self.nodes.system_cpu, "nodes.systemCpu")?;
+        let sys_mem = val(&self.nodes.system_memory, "nodes.systemMemory")?;
+        let (mut total_mem, mut total_cpu) = (0.0, 0.0);
+        let mut nodes = Vec::new();
+        for (k, (&sid, &c)) in shape_ids.iter().zip(&counts).enumerate() {
+            let sh = &self.nodes.shapes[sid];
+            let cpu = val(&sh.cpu, "shape.cpu")?;
+            let mem = val(&sh.memory, "shape.memory")?;
+            total_mem += mem * c as f64;
+            total_cpu += cpu * c as f64;
+            nodes.push(NodeSpec {
+                count: c,
+                name_prefix: format!(
+                    "{}-",
+                    ["a", "b", "c", "d", "e", "f"]
+                        .get(k)
+                        .copied()
+                        .unwrap_or("x")
+                ),
+                cpu: sh.cpu.clone(),
+                memory: sh.memory.clone(),
+                disk: sh.disk.clone(),
+                system_cpu: self.nodes.system_cpu.clone(),
+                system_memory: self.nodes.system_memory.clone(),
+                ..NodeSpec::default()
+            });
+        }
+        let usable_mem = total_mem - sys_mem * n_nodes as f64;
+        let usable_cpu = total_cpu - sys_cpu * n_nodes as f64;
+
+        // Builder families: distinct kinds, with a share of the memory load each.
+        let b = &self.builders;
+        let n_fam = count(b.families, &mut rng).min(b.kinds.len());
+        let mut kinds: Vec<usize> = (0..b.kinds.len()).collect();
+        for i in 0..n_fam {
+            let j = rng.random_range(i..kinds.len());
+            kinds.swap(i, j);
+        }
+        kinds.truncate(n_fam);
+        let load = uniform(b.memory_load, &mut rng);
+        let amplitude = uniform(b.cycle_amplitude, &mut rng);
+        let period = span(&b.cycle_period, &mut rng);
+        let peak_at = Duration::from_secs_f64(duration.as_secs_f64() * rng.random::<f64>());
+        struct Draft {
+            kind: usize,
+            builders: usize,
+            mean: Duration,
+            speedup: f64,
+            weight: f64,
+            req_cpu: f64,
+            req_mem: f64,
+        }
+        let mut drafts = Vec::new();
+        for &k in &kinds {
+            let bk = &b.kinds[k];
+            let req_cpu = val(&bk.requests.cpu, "requests.cpu")?;
+            let req_mem = val(&bk.requests.memory, "requests.memory")?;
+            drafts.push(Draft {
+                kind: k,
+                builders: count(b.builders_per_family, &mut rng),
+                mean: span(&bk.duration, &mut rng),
+                speedup: uniform(bk.warm_speedup, &mut rng),
+                weight: 0.5 + rng.random::<f64>(),
+                req_cpu,
+                req_mem,
+            });
+        }
+        // The cycle's mean and peak over the simulated window (the window may sit near
+        // a peak of a long cycle): rates are sized so the window's mean load is the target
+        // and its peak still leaves room.
+        let (cycle_mean, cycle_peak) = {
+            let n = 200;
+            let f = |i: usize| {
+                let t = duration.as_secs_f64() * i as f64 / n as f64;
+                let phase = (t - peak_at.as_secs_f64()) / period.as_secs_f64().max(1.0)
+                    * std::f64::consts::TAU;
+                1.0 + amplitude * phase.cos()
+            };
+            let v: Vec<f64> = (0..=n).map(f).collect();
+            (
+                v.iter().sum::<f64>() / v.len() as f64,
+                v.iter().copied().fold(0.0, f64::max),
+            )
+        };
+        // Arrival rates: concurrent builds (rate × mean run time, as if every cache were
+        // cold) × real memory per build = the family's share of the load.
+        let weights: f64 = drafts.iter().map(|d| d.weight).sum::<f64>().max(1e-9);
+        let hours = |d: &Draft| d.mean.as_secs_f64() / 3600.0;
+        let mut rates: Vec<f64> = drafts
+            .iter()
+            .map(|d| {
+                let bk = &b.kinds[d.kind];
+                let mem = d.req_mem * (bk.usage.memory[0] + bk.usage.memory[1]) / 2.0;
+                load * usable_mem * d.weight
+                    / weights
+                    / (mem.max(1.0) * hours(d).max(1e-6) * cycle_mean.max(1e-6))
+            })
+            .collect();
+        // At the cycle's peak, requests and real CPU must still leave room: a farm is
+        // sized for its builds (the baseline rarely waits for requests).
+        let peak = |f: &dyn Fn(&Draft) -> f64| -> f64 {
+            drafts
+                .iter()
+                .zip(&rates)
+                .map(|(d, r)| r * hours(d) * cycle_peak * f(d))
+                .sum()
+        };
+        let req_mem = peak(&|d| d.req_mem);
+        let req_cpu = peak(&|d| d.req_cpu);
+        let real_cpu = peak(&|d| {
+            let u = &b.kinds[d.kind].usage.cpu;
+            d.req_cpu * (u[0] + u[1]) / 2.0
+        });
+        let scale = [
+            1.0,
+            0.6 * usable_mem / req_mem.max(1e-9),
+            0.6 * usable_cpu / req_cpu.max(1e-9),
+            0.6 * usable_cpu / real_cpu.max(1e-9),
+        ]
+        .into_iter()
+        .fold(f64::MAX, f64::min);
+        for r in &mut rates {
+            *r *= scale;
+        }
+        let mut workloads = Vec::new();
+        for (d, rate) in drafts.iter().zip(&rates) {
+            let bk = &b.kinds[d.kind];
+            workloads.push(Workload {
+                name: bk.name.clone(),
+                kind: Kind::Builder,
+                namespace: "ci".into(),
+                builders: d.builders,
+                arrivals_per_hour: (rate * 10.0).round() / 10.0,
+                duration: Duration::from_secs(d.mean.as_secs()),
+                warm_speedup: (d.speedup * 100.0).round() / 100.0,
+                count: 1,
+                requests: bk.requests.clone(),
+                disk: None,
+                usage: bk.usage.clone(),
+                noise: bk.noise,
+                labels: BTreeMap::new(),
+                node_selector: BTreeMap::new(),
+                tolerations: Vec::new(),
+                daily_cycle: (amplitude > 0.0).then(|| DailyCycle {
+                    amplitude: (amplitude * 100.0).round() / 100.0,
+                    period: Duration::from_secs(period.as_secs()),
+                    peak_at: Duration::from_secs(peak_at.as_secs()),
+                }),
+            });
+        }
+        // Services and databases beside the builds.
+        let n_svc = count(self.services, &mut rng);
+        if n_svc > 0 {
+            workloads.push(Workload {
+                name: "svc".into(),
+                kind: Kind::Service,
+                namespace: "apps".into(),
+                count: n_svc,
+                requests: Requests {
+                    cpu: Amount::Text("1".into()),
+                    memory: Amount::Text("2Gi".into()),
+                },
+                usage: UsageSpec {
+                    cpu: [0.2, 0.6],
+                    memory: [0.5, 1.0],
+                },
+                ..service_defaults()
+            });
+        }
+        let n_db = count(self.databases, &mut rng);
+        if n_db > 0 {
+            workloads.push(Workload {
+                name: "mysql".into(),
+                kind: Kind::Database,
+                namespace: "db".into(),
+                count: n_db,
+                requests: Requests {
+                    cpu: Amount::Text("2".into()),
+                    memory: Amount::Text("6Gi".into()),
+                },
+                disk: Some(Amount::Text("100Gi".into())),
+                usage: UsageSpec {
+                    cpu: [0.2, 0.5],
+                    memory: [0.6, 0.9],
+                },
+                labels: [("headroom.io/service".to_string(), "mysql".to_string())].into(),
+                ..service_defaults()
+            });
+        }
+        // Bursts of the most memory-heavy family.
+        let mut events = Vec::new();
+        let heavy = drafts
+            .iter()
+            .max_by(|x, y| {
+                let m = |d: &Draft| d.req_mem * b.kinds[d.kind].usage.memory[1];
+                m(x).total_cmp(&m(y))
+            })
+            .map(|d| b.kinds[d.kind].name.clone());
+        // A burst's real memory stays within a fifth of the farm's: a dozen heavy builds
+        // on a big farm, fewer on a small one.
+        let heavy_mem = drafts
+            .iter()
+            .map(|d| d.req_mem * b.kinds[d.kind].usage.memory[1])
+            .fold(0.0, f64::max);
+        let burst_cap = ((0.2 * usable_mem / heavy_mem.max(1.0)) as usize).max(1);
+        if let Some(heavy) = heavy {
+            for _ in 0..count(self.bursts.count, &mut rng) {
+                let at = uniform(self.bursts.at, &mut rng) * duration.as_secs_f64();
+                let at = (at / step_s).round() * step_s;
+                events.push(Event {
+                    at: Duration::from_secs_f64(at),
+                    cordon: None,
+                    uncordon: None,
+                    remove_node: None,
+                    add_nodes: None,
+                    burst: Some(Burst {
+                        workload: heavy.clone(),
+                        count: count(self.bursts.size, &mut rng).min(burst_cap),
+                    }),
+                });
+            }
+        }
+        events.sort_by_key(|e| e.at);
+        let s = Scenario {
+            duration,
+            step: self.step,
+            seed: 1,
+            nodes,
+            workloads,
+            reservations: Vec::new(),
+            events,
+            overcommit: Overcommit::default(),
+        };
+        // What the scenario file would have to pass.
+        let text = serde_norway::to_string(&s).map_err(|e| {
+            invalid(
+                &origin,
+                "",
+                format!("generated an unwritable scenario: {e}"),
+            )
+        })?;
+        Scenario::parse(&text, &origin)
+    }
+}
+
+fn service_defaults() -> Workload {
+    Workload {
+        name: String::new(),
+        kind: Kind::Service,
+        namespace: "default".into(),
+        builders: 1,
+        arrivals_per_hour: 0.0,
+        duration: Duration::from_secs(900),
+        warm_speedup: 0.0,
+        count: 1,
+        requests: Requests {
+            cpu: Amount::Text("1".into()),
+            memory: Amount::Text("1Gi".into()),
+        },
+        disk: None,
+        usage: UsageSpec::default(),
+        noise: 0.1,
+        labels: BTreeMap::new(),
+        node_selector: BTreeMap::new(),
+        tolerations: Vec::new(),
+        daily_cycle: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn farms_are_deterministic_varied_and_valid() {
+        let f = Family::parse("name: t\nfarms: 6\n", "t").unwrap();
+        let farms = f.farms(Path::new(".")).unwrap();
+        assert_eq!(farms.len(), 6);
+        assert_eq!(farms[0].name, "t-01");
+        // Same family, same farms; the farms differ from each other.
+        let again = f.farms(Path::new(".")).unwrap();
+        for (a, b) in farms.iter().zip(&again) {
+            assert_eq!(a.scenario, b.scenario);
+        }
+        assert_ne!(farms[0].scenario, farms[1].scenario);
+        let node_counts: Vec<usize> = farms
+            .iter()
+            .map(|x| x.scenario.nodes.iter().map(|n| n.count).sum())
+            .collect();
+        assert!(
+            node_counts.iter().all(|n| (8..=20).contains(n)),
+            "{node_counts:?}"
+        );
+        for farm in &farms {
+            let s = &farm.scenario;
+            let builders: Vec<&Workload> = s
+                .workloads
+                .iter()
+                .filter(|w| w.kind == Kind::Builder)
+                .collect();
+            assert!((2..=4).contains(&builders.len()), "{}", farm.name);
+            assert!(builders.iter().all(|w| w.arrivals_per_hour > 0.0));
+            for e in &s.events {
+                let b = e.burst.as_ref().unwrap();
+                assert!(builders.iter().any(|w| w.name == b.workload));
+                assert!(e.at <= s.duration);
+            }
+        }
+        // Another family name, other farms.
+        let g = Family::parse("name: u\nfarms: 1\n", "u").unwrap();
+        assert_ne!(g.generate(0).unwrap(), farms[0].scenario);
+    }
+
+    #[test]
+    fn bad_families_name_the_field() {
+        for (text, field) in [
+            ("farms: 1\n", "name"),
+            ("name: x\nseeds: 0\n", "seeds"),
+            ("name: x\nnodes: {count: [5, 2]}\n", "nodes.count"),
+            (
+                "name: x\nbuilders: {memoryLoad: [0.5, 1.5]}\n",
+                "builders.memoryLoad",
+            ),
+            (
+                "name: x\nbuilders: {families: [2, 9]}\n",
+                "builders.families",
+            ),
+            (
+                "name: x\nnodes: {shapes: [{cpu: lots, memory: 1Gi}]}\n",
+                "nodes.shapes[0].cpu",
+            ),
+            ("name: x\nbogus: 1\n", "bogus"),
+            ("name: x\nfarms: 0\n", "farms"),
+        ] {
+            let e = Family::parse(text, "f.yaml").unwrap_err().to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+}

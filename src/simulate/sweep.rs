@@ -1,0 +1,813 @@
+//! `headroom sweep`: every farm of a [`Family`] × seeds × policies, and what placement
+//! quality looks like across them — each metric's mean, worst farm and spread, and the
+//! issue #17 targets checked farm by farm.
+//!
+//! Farms run in parallel on `jobs` threads; each simulation has its own paused
+//! current-thread runtime, exactly as `headroom simulate` runs one, so a farm and seed give
+//! the same numbers in a sweep as on their own. A farm's value of a metric is the mean
+//! over its seeds; the table's *worst* is the worst farm, its *sd* the standard deviation
+//! across farms.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::families::{Family, Farm};
+use super::{Error, Options, Policy, PolicyReport, Report};
+use crate::config::Config;
+
+/// What to sweep.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    /// Generated farms (default: the family's `farms`); included farms always run.
+    pub farms: Option<usize>,
+    /// Seeds per farm, `1..=seeds` (default: the family's `seeds`).
+    pub seeds: Option<usize>,
+    /// Simulations running at once. Default: the machine's parallelism.
+    pub jobs: usize,
+    /// Policies, each on the same arrivals.
+    pub policies: Vec<Policy>,
+    /// Act on the descheduling advice in every run (see `simulate --act-on-advice`).
+    pub act_on_advice: bool,
+    /// Print a line per finished simulation on stderr.
+    pub progress: bool,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        SweepOptions {
+            farms: None,
+            seeds: None,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            policies: vec![Policy::Headroom, Policy::Requests],
+            act_on_advice: false,
+            progress: false,
+        }
+    }
+}
+
+/// One metric of a policy's run as the sweep aggregates it.
+struct Metric {
+    key: &'static str,
+    label: &'static str,
+    higher_is_better: bool,
+    get: fn(&PolicyReport) -> f64,
+    unit: Unit,
+}
+
+#[derive(Clone, Copy)]
+enum Unit {
+    Percent,
+    Points,
+    Seconds,
+    Count,
+    Hours,
+}
+
+impl Unit {
+    fn fmt(self, v: f64) -> String {
+        match self {
+            Unit::Percent => format!("{:.1} %", v * 100.0),
+            Unit::Points => format!("{:.1} pts", v * 100.0),
+            Unit::Seconds => format!("{v:.0} s"),
+            Unit::Count => format!("{v:.1}"),
+            Unit::Hours => format!("{v:.2} h"),
+        }
+    }
+}
+
+const METRICS: &[Metric] = &[
+    Metric {
+        key: "warmRate",
+        label: "warm-cache placements",
+        higher_is_better: true,
+        get: |r| r.warm_rate,
+        unit: Unit::Percent,
+    },
+    Metric {
+        key: "nodeHoursMemoryAbove90",
+        label: "node-hours > 90 % memory",
+        higher_is_better: false,
+        get: |r| r.node_hours_memory_above_90,
+        unit: Unit::Hours,
+    },
+    Metric {
+        key: "memorySpreadP95MinusP50",
+        label: "memory spread p95−p50",
+        higher_is_better: false,
+        get: |r| r.memory_spread_p95_minus_p50,
+        unit: Unit::Points,
+    },
+    Metric {
+        key: "timeToScheduleP99S",
+        label: "time to schedule p99",
+        higher_is_better: false,
+        get: |r| r.time_to_schedule_p99_s,
+        unit: Unit::Seconds,
+    },
+    Metric {
+        key: "timeToScheduleP50S",
+        label: "time to schedule p50",
+        higher_is_better: false,
+        get: |r| r.time_to_schedule_p50_s,
+        unit: Unit::Seconds,
+    },
+    Metric {
+        key: "oomKills",
+        label: "OOM kills",
+        higher_is_better: false,
+        get: |r| r.oom_kills as f64,
+        unit: Unit::Count,
+    },
+    Metric {
+        key: "evictions",
+        label: "evictions",
+        higher_is_better: false,
+        get: |r| r.evictions as f64,
+        unit: Unit::Count,
+    },
+    Metric {
+        key: "buildsFailed",
+        label: "builds failed (backoffLimit)",
+        higher_is_better: false,
+        get: |r| r.builds_failed as f64,
+        unit: Unit::Count,
+    },
+    Metric {
+        key: "buildHoursLost",
+        label: "build hours lost (restarts)",
+        higher_is_better: false,
+        get: |r| r.build_hours_lost,
+        unit: Unit::Hours,
+    },
+    Metric {
+        key: "buildSlowdown",
+        label: "CPU contention slowdown",
+        higher_is_better: false,
+        get: |r| r.build_slowdown,
+        unit: Unit::Percent,
+    },
+    Metric {
+        key: "buildHoursSaved",
+        label: "build hours saved (warm)",
+        higher_is_better: true,
+        get: |r| r.build_hours_saved,
+        unit: Unit::Hours,
+    },
+    Metric {
+        key: "memoryUtilMean",
+        label: "real memory mean",
+        higher_is_better: false,
+        get: |r| r.memory_util_mean,
+        unit: Unit::Percent,
+    },
+    Metric {
+        key: "fallbackPlacements",
+        label: "usage fallback placements",
+        higher_is_better: false,
+        get: |r| r.fallback_placements as f64,
+        unit: Unit::Count,
+    },
+    Metric {
+        key: "adviceMoves",
+        label: "advice moves acted on",
+        higher_is_better: false,
+        get: |r| r.advice_moves as f64,
+        unit: Unit::Count,
+    },
+    Metric {
+        key: "pendingEnd",
+        label: "pending at end",
+        higher_is_better: false,
+        get: |r| r.pending_end as f64,
+        unit: Unit::Count,
+    },
+];
+
+/// One simulation of the sweep.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// The farm.
+    pub farm: String,
+    /// The seed.
+    pub seed: u64,
+    /// Per policy.
+    pub policies: Vec<PolicyReport>,
+}
+
+/// A farm: its size and each policy's metrics, averaged over its seeds.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FarmSummary {
+    /// The farm.
+    pub name: String,
+    /// Nodes at the start.
+    pub nodes: usize,
+    /// Simulated hours.
+    pub hours: f64,
+    /// Pods that arrived, mean over seeds (first policy).
+    pub arrived: f64,
+    /// Policy → metric → mean over seeds.
+    pub policies: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+/// One metric of one policy across the farms.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricStat {
+    /// The metric (the `PolicyReport` field, camelCase).
+    pub metric: String,
+    /// The policy.
+    pub policy: String,
+    /// Mean over farms.
+    pub mean: f64,
+    /// The worst farm's value (lowest where higher is better, else highest).
+    pub worst: f64,
+    /// Which farm.
+    pub worst_farm: String,
+    /// Standard deviation across farms.
+    pub sd: f64,
+}
+
+/// One target of issue #17 and whether the sweep meets it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetResult {
+    /// What is required.
+    pub target: String,
+    /// Met or not.
+    pub met: bool,
+    /// The numbers behind the verdict (and the farms that miss it).
+    pub detail: String,
+}
+
+/// The sweep's report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepReport {
+    /// The family.
+    pub family: String,
+    /// Farms run (generated and included).
+    pub farms: usize,
+    /// Seeds per farm.
+    pub seeds: usize,
+    /// Simulations run (farms × seeds × policies).
+    pub simulations: usize,
+    /// Wall time of the sweep, seconds.
+    pub wall_seconds: f64,
+    /// Per metric and policy, across farms.
+    pub metrics: Vec<MetricStat>,
+    /// The targets.
+    pub targets: Vec<TargetResult>,
+    /// Per farm.
+    pub farm_summaries: Vec<FarmSummary>,
+    /// Every simulation.
+    pub runs: Vec<RunResult>,
+}
+
+/// Runs every farm of `family` (included scenario paths relative to `base`) × seeds ×
+/// policies with `config`.
+pub fn run(
+    family: &Family,
+    base: &Path,
+    config: &Config,
+    options: &SweepOptions,
+) -> Result<SweepReport, Error> {
+    let started = Instant::now();
+    let mut family = family.clone();
+    if let Some(n) = options.farms {
+        family.farms = n;
+    }
+    let seeds = options.seeds.unwrap_or(family.seeds).max(1);
+    let farms = family.farms(base)?;
+    let jobs: VecDeque<(usize, u64)> = (0..farms.len())
+        .flat_map(|f| (1..=seeds as u64).map(move |s| (f, s)))
+        .collect();
+    let total = jobs.len();
+    let queue = Mutex::new(jobs);
+    let results: Mutex<Vec<(usize, u64, Report)>> = Mutex::new(Vec::with_capacity(total));
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let workers = options.jobs.clamp(1, total.max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    if failure.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                        return;
+                    }
+                    let Some((f, seed)) =
+                        queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+                    else {
+                        return;
+                    };
+                    match run_one(&farms[f], seed, config, options) {
+                        Ok(report) => {
+                            let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
+                            r.push((f, seed, report));
+                            if options.progress {
+                                eprintln!(
+                                    "[{}/{total}] {} seed {seed} ({:.0} s)",
+                                    r.len(),
+                                    farms[f].name,
+                                    started.elapsed().as_secs_f64()
+                                );
+                            }
+                        }
+                        Err(e) => {
+                            let mut slot = failure.lock().unwrap_or_else(|e| e.into_inner());
+                            if slot.is_none() {
+                                *slot = Some(e);
+                            }
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(f, s, _)| (*f, *s));
+    Ok(summarise(
+        &family.name,
+        &farms,
+        seeds,
+        results,
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+fn run_one(farm: &Farm, seed: u64, config: &Config, o: &SweepOptions) -> Result<Report, Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|e| {
+            Error::Scenario(super::scenario::Error::Io {
+                path: "runtime".into(),
+                source: e,
+            })
+        })?;
+    let options = Options {
+        seed: Some(seed),
+        policies: o.policies.clone(),
+        data_dir: None,
+        progress: false,
+        act_on_advice: o.act_on_advice,
+    };
+    rt.block_on(super::run(&farm.scenario, config, &options))
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn summarise(
+    family: &str,
+    farms: &[Farm],
+    seeds: usize,
+    results: Vec<(usize, u64, Report)>,
+    wall: f64,
+) -> SweepReport {
+    let mut policies: Vec<String> = Vec::new();
+    for (_, _, r) in &results {
+        for p in &r.policies {
+            let name = p.policy.as_str().to_string();
+            if !policies.contains(&name) {
+                policies.push(name);
+            }
+        }
+    }
+    // Per farm, per policy, per metric: the mean over seeds.
+    let mut farm_summaries = Vec::new();
+    for (fi, farm) in farms.iter().enumerate() {
+        let runs: Vec<&Report> = results
+            .iter()
+            .filter(|(f, _, _)| *f == fi)
+            .map(|(_, _, r)| r)
+            .collect();
+        let mut per_policy = BTreeMap::new();
+        for p in &policies {
+            let reports: Vec<&PolicyReport> = runs
+                .iter()
+                .filter_map(|r| r.policies.iter().find(|x| x.policy.as_str() == p))
+                .collect();
+            let mut m = BTreeMap::new();
+            for metric in METRICS {
+                let v: Vec<f64> = reports.iter().map(|r| (metric.get)(r)).collect();
+                m.insert(metric.key.to_string(), mean(&v));
+            }
+            let lost = reports.iter().filter(|r| !r.no_pod_lost()).count();
+            m.insert("runsWithPodsUnaccounted".into(), lost as f64);
+            per_policy.insert(p.clone(), m);
+        }
+        let arrived: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r.policies.first())
+            .map(|p| p.arrived as f64)
+            .collect();
+        farm_summaries.push(FarmSummary {
+            name: farm.name.clone(),
+            nodes: farm
+                .scenario
+                .nodes
+                .iter()
+                .map(|n| if n.node.is_some() { 1 } else { n.count })
+                .sum(),
+            hours: farm.scenario.duration.as_secs_f64() / 3600.0,
+            arrived: mean(&arrived),
+            policies: per_policy,
+        });
+    }
+    let value = |f: &FarmSummary, p: &str, k: &str| -> f64 {
+        f.policies
+            .get(p)
+            .and_then(|m| m.get(k))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut metrics = Vec::new();
+    for metric in METRICS {
+        for p in &policies {
+            let vals: Vec<(f64, &str)> = farm_summaries
+                .iter()
+                .map(|f| (value(f, p, metric.key), f.name.as_str()))
+                .collect();
+            let xs: Vec<f64> = vals.iter().map(|v| v.0).collect();
+            let m = mean(&xs);
+            let sd =
+                (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / xs.len().max(1) as f64).sqrt();
+            let worst = vals.iter().copied().reduce(|a, b| {
+                let b_worse = if metric.higher_is_better {
+                    b.0 < a.0
+                } else {
+                    b.0 > a.0
+                };
+                if b_worse { b } else { a }
+            });
+            metrics.push(MetricStat {
+                metric: metric.key.to_string(),
+                policy: p.clone(),
+                mean: m,
+                worst: worst.map_or(0.0, |w| w.0),
+                worst_farm: worst.map_or_else(String::new, |w| w.1.to_string()),
+                sd,
+            });
+        }
+    }
+    let targets =
+        if policies.iter().any(|p| p == "headroom") && policies.iter().any(|p| p == "requests") {
+            targets(&farm_summaries, &results)
+        } else {
+            Vec::new()
+        };
+    SweepReport {
+        family: family.to_string(),
+        farms: farms.len(),
+        seeds,
+        simulations: results.iter().map(|(_, _, r)| r.policies.len()).sum(),
+        wall_seconds: wall,
+        metrics,
+        targets,
+        farm_summaries,
+        runs: results
+            .into_iter()
+            .map(|(f, seed, r)| RunResult {
+                farm: farms[f].name.clone(),
+                seed,
+                policies: r.policies,
+            })
+            .collect(),
+    }
+}
+
+/// Issue #17's targets, headroom against the request baseline, farm by farm.
+fn targets(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> Vec<TargetResult> {
+    let v = |f: &FarmSummary, p: &str, k: &str| -> f64 {
+        f.policies
+            .get(p)
+            .and_then(|m| m.get(k))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let h = |f: &FarmSummary, k: &str| v(f, "headroom", k);
+    let r = |f: &FarmSummary, k: &str| v(f, "requests", k);
+    let n = farms.len().max(1) as f64;
+    let mut out = Vec::new();
+    let misses = |pred: &dyn Fn(&FarmSummary) -> bool, show: &dyn Fn(&FarmSummary) -> String| {
+        let bad: Vec<String> = farms
+            .iter()
+            .filter(|f| !pred(f))
+            .map(|f| format!("{} {}", f.name, show(f)))
+            .collect();
+        bad
+    };
+
+    let warm_mean = farms.iter().map(|f| h(f, "warmRate")).sum::<f64>() / n;
+    let (warm_worst, warm_farm) = farms
+        .iter()
+        .map(|f| (h(f, "warmRate"), f.name.as_str()))
+        .fold((f64::MAX, ""), |a, b| if b.0 < a.0 { b } else { a });
+    out.push(TargetResult {
+        target: "warm-cache placements ≥ 80 % on average, ≥ 70 % in the worst farm".into(),
+        met: warm_mean >= 0.8 && warm_worst >= 0.7,
+        detail: format!(
+            "mean {:.1} %, worst {:.1} % ({warm_farm})",
+            warm_mean * 100.0,
+            warm_worst * 100.0
+        ),
+    });
+
+    let bad = misses(
+        &|f| h(f, "nodeHoursMemoryAbove90") <= r(f, "nodeHoursMemoryAbove90") / 2.0 + 1e-9,
+        &|f| {
+            format!(
+                "{:.2} h vs {:.2} h",
+                h(f, "nodeHoursMemoryAbove90"),
+                r(f, "nodeHoursMemoryAbove90")
+            )
+        },
+    );
+    let ratio = farms
+        .iter()
+        .map(|f| h(f, "nodeHoursMemoryAbove90"))
+        .sum::<f64>()
+        / farms
+            .iter()
+            .map(|f| r(f, "nodeHoursMemoryAbove90"))
+            .sum::<f64>()
+            .max(1e-9);
+    out.push(TargetResult {
+        target: "node-hours above 90 % real memory ≤ ½ of the baseline's in every farm".into(),
+        met: bad.is_empty(),
+        detail: format!(
+            "overall {:.0} % of the baseline's; farms missing: {}",
+            ratio * 100.0,
+            if bad.is_empty() {
+                "none".into()
+            } else {
+                bad.join("; ")
+            }
+        ),
+    });
+
+    let bad = misses(&|f| h(f, "oomKills") <= r(f, "oomKills") + 1e-9, &|f| {
+        format!("{:.1} vs {:.1}", h(f, "oomKills"), r(f, "oomKills"))
+    });
+    let (oh, or) = (
+        farms.iter().map(|f| h(f, "oomKills")).sum::<f64>(),
+        farms.iter().map(|f| r(f, "oomKills")).sum::<f64>(),
+    );
+    out.push(TargetResult {
+        target: "OOM kills ≤ the baseline's in every farm".into(),
+        met: bad.is_empty(),
+        detail: format!(
+            "{:.1} vs {:.1} per farm on average; farms missing: {}",
+            oh / n,
+            or / n,
+            if bad.is_empty() {
+                "none".into()
+            } else {
+                bad.join("; ")
+            }
+        ),
+    });
+
+    let (sh, sr) = (
+        farms
+            .iter()
+            .map(|f| h(f, "memorySpreadP95MinusP50"))
+            .sum::<f64>()
+            / n,
+        farms
+            .iter()
+            .map(|f| r(f, "memorySpreadP95MinusP50"))
+            .sum::<f64>()
+            / n,
+    );
+    out.push(TargetResult {
+        target: "memory spread (p95 − p50) ≤ the baseline's on average".into(),
+        met: sh <= sr,
+        detail: format!("{:.1} vs {:.1} points", sh * 100.0, sr * 100.0),
+    });
+
+    let bad = misses(
+        &|f| h(f, "timeToScheduleP99S") <= 1.1 * r(f, "timeToScheduleP99S") + 5.0 + 1e-9,
+        &|f| {
+            format!(
+                "{:.0} s vs {:.0} s",
+                h(f, "timeToScheduleP99S"),
+                r(f, "timeToScheduleP99S")
+            )
+        },
+    );
+    let worst_excess = farms
+        .iter()
+        .map(|f| h(f, "timeToScheduleP99S") - (1.1 * r(f, "timeToScheduleP99S") + 5.0))
+        .fold(f64::MIN, f64::max);
+    out.push(TargetResult {
+        target: "time to schedule p99 ≤ 1.1 × the baseline's + 5 s in every farm".into(),
+        met: bad.is_empty(),
+        detail: format!(
+            "worst farm {:+.0} s against its bound; farms missing: {}",
+            worst_excess,
+            if bad.is_empty() {
+                "none".into()
+            } else {
+                bad.join("; ")
+            }
+        ),
+    });
+
+    let mut unaccounted = Vec::new();
+    let mut pending = Vec::new();
+    for (f, seed, rep) in results {
+        if let Some(p) = rep.policy(Policy::Headroom) {
+            let name = &farms[*f].name;
+            if !p.no_pod_lost() {
+                unaccounted.push(format!("{name} seed {seed}"));
+            }
+            if p.pending_end > 0 {
+                pending.push(format!("{name} seed {seed} ({})", p.pending_end));
+            }
+        }
+    }
+    out.push(TargetResult {
+        target: "no pod lost or left pending at the end".into(),
+        met: unaccounted.is_empty() && pending.is_empty(),
+        detail: format!(
+            "runs with pods unaccounted for: {}; runs with pods pending: {}",
+            if unaccounted.is_empty() {
+                "none".into()
+            } else {
+                unaccounted.join(", ")
+            },
+            if pending.is_empty() {
+                "none".into()
+            } else {
+                pending.join(", ")
+            }
+        ),
+    });
+    out
+}
+
+impl SweepReport {
+    /// Whether every run of every policy accounted for every pod.
+    pub fn no_pod_lost(&self) -> bool {
+        self.runs
+            .iter()
+            .all(|r| r.policies.iter().all(PolicyReport::no_pod_lost))
+    }
+
+    /// The stat of `metric` for `policy`.
+    pub fn stat(&self, metric: &str, policy: &str) -> Option<&MetricStat> {
+        self.metrics
+            .iter()
+            .find(|m| m.metric == metric && m.policy == policy)
+    }
+
+    /// The text table: per metric, each policy's mean, worst farm and spread; then the
+    /// targets.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let policies: Vec<&str> = {
+            let mut v: Vec<&str> = Vec::new();
+            for m in &self.metrics {
+                if !v.contains(&m.policy.as_str()) {
+                    v.push(&m.policy);
+                }
+            }
+            v
+        };
+        let _ = writeln!(
+            out,
+            "family {}: {} farms × {} seeds, {} simulations in {:.0} s",
+            self.family, self.farms, self.seeds, self.simulations, self.wall_seconds
+        );
+        let mut header = format!("{:<28}", "metric (mean / worst, sd)");
+        for p in &policies {
+            header.push_str(&format!("{p:>34}"));
+        }
+        let _ = writeln!(out, "{header}");
+        for metric in METRICS {
+            let mut line = format!("{:<28}", metric.label);
+            for p in &policies {
+                let cell = self.stat(metric.key, p).map_or("-".into(), |s| {
+                    format!(
+                        "{} / {} ({})",
+                        metric.unit.fmt(s.mean),
+                        metric.unit.fmt(s.worst),
+                        metric.unit.fmt(s.sd)
+                    )
+                });
+                line.push_str(&format!("{cell:>34}"));
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        if !self.targets.is_empty() {
+            let _ = writeln!(
+                out,
+                "\ntargets (headroom against requests, per farm = mean over its seeds)"
+            );
+            for t in &self.targets {
+                let _ = writeln!(
+                    out,
+                    "  [{}] {}: {}",
+                    if t.met { "met" } else { "MISSED" },
+                    t.target,
+                    t.detail
+                );
+            }
+        }
+        out
+    }
+
+    /// An SVG plot: per farm, each policy's value of the key metrics.
+    pub fn to_svg(&self) -> String {
+        let panels: [(&str, &str, f64); 5] = [
+            ("warmRate", "warm-cache placements (%)", 100.0),
+            ("nodeHoursMemoryAbove90", "node-hours > 90 % memory", 1.0),
+            (
+                "memorySpreadP95MinusP50",
+                "memory spread p95−p50 (points)",
+                100.0,
+            ),
+            ("timeToScheduleP99S", "time to schedule p99 (s)", 1.0),
+            ("oomKills", "OOM kills", 1.0),
+        ];
+        let (w, ph, pad) = (900.0f64, 130.0f64, 45.0f64);
+        let h = pad + panels.len() as f64 * (ph + pad);
+        let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+        let mut policies: Vec<&str> = Vec::new();
+        for f in &self.farm_summaries {
+            for p in f.policies.keys() {
+                if !policies.contains(&p.as_str()) {
+                    policies.push(p);
+                }
+            }
+        }
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+        );
+        let n = self.farm_summaries.len().max(1) as f64;
+        let x = |i: usize| pad + (i as f64 + 0.5) / n * (w - 2.0 * pad);
+        for (k, (metric, title, scale)) in panels.iter().enumerate() {
+            let top = pad + k as f64 * (ph + pad);
+            let max = self
+                .farm_summaries
+                .iter()
+                .flat_map(|f| f.policies.values().filter_map(|m| m.get(*metric)))
+                .fold(0.0f64, |a, b| a.max(*b))
+                .max(1e-9);
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{pad}\" y=\"{top}\" width=\"{}\" height=\"{ph}\" fill=\"none\" stroke=\"#999\"/>",
+                w - 2.0 * pad
+            );
+            let _ = writeln!(
+                svg,
+                "<text x=\"{pad}\" y=\"{}\">{title} (0–{:.1}), per farm</text>",
+                top - 6.0,
+                max * scale
+            );
+            for (pi, p) in policies.iter().enumerate() {
+                for (i, f) in self.farm_summaries.iter().enumerate() {
+                    let Some(v) = f.policies.get(*p).and_then(|m| m.get(*metric)) else {
+                        continue;
+                    };
+                    let y = top + ph - v / max * ph;
+                    let _ = writeln!(
+                        svg,
+                        "<circle cx=\"{:.1}\" cy=\"{y:.1}\" r=\"3.5\" fill=\"{}\"><title>{} {p}: {v:.3}</title></circle>",
+                        x(i) + (pi as f64 - 0.5) * 4.0,
+                        colors[pi % colors.len()],
+                        f.name
+                    );
+                }
+            }
+        }
+        for (pi, p) in policies.iter().enumerate() {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{}\" y=\"{}\" fill=\"{}\">{p}</text>",
+                w - pad - 120.0,
+                16.0 + 14.0 * pi as f64,
+                colors[pi % colors.len()]
+            );
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
