@@ -122,12 +122,17 @@ impl Scheduler {
         self.assumed.clear();
     }
 
-    /// Publishes a new usage view to the following cycles (from the analytics refresh).
+    /// Publishes a new usage view to the following cycles (from the analytics refresh),
+    /// and recalibrates the prediction of pods without a profile on it.
     pub fn set_usage_view(&mut self, view: Arc<UsageView>) {
         let warmup_ms = i64::try_from(self.deps.policy.warmup.as_millis()).unwrap_or(i64::MAX);
         let usage = self.snapshot_mut().usage_mut();
         usage.view = view;
         usage.prune(warmup_ms, RECENT_MAX_AGE_MS);
+        // What profiled pods use against their requests, for pods without a profile.
+        let calibration =
+            crate::usage::calibrate(&self.snapshot, &self.deps.policy, &self.deps.identity);
+        self.snapshot_mut().usage_mut().calibration = calibration;
     }
 
     /// Sets the scheduler's clock, ms since the epoch: staleness of usage, reservation
@@ -520,6 +525,66 @@ mod tests {
             panic!()
         };
         assert!(!message.contains("maxWait"), "{message}");
+    }
+
+    /// `usage.coldStart: calibrated`: with a new view, the scheduler learns what profiled
+    /// pods use against their requests, and predicts a pod without a profile by it.
+    #[test]
+    fn cold_start_calibrated_by_profiled_pods() {
+        let build = |name: &str, builder: &str, node: Option<&str>| {
+            let mut spec = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]});
+            if let Some(n) = node {
+                spec["nodeName"] = json!(n);
+            }
+            pod(
+                name,
+                json!({"metadata": {"labels": {"bkci.dispatch.kubenetes/core": builder}}, "spec": spec}),
+            )
+        };
+        let running: Vec<_> = (0..5)
+            .map(|i| build(&format!("r{i}"), "heavy", Some("n")))
+            .collect();
+        let predict = |cold: crate::usage::ColdStart, pods: usize| {
+            let mut config = Config::default();
+            config.usage.cold_start = cold;
+            let mut s = Scheduler::new(&config).unwrap();
+            *s.snapshot_mut() = Snapshot::build([node("n", json!({}))], running[..pods].to_vec());
+            let view = with_usage(
+                Snapshot::new(),
+                vec![],
+                vec![profile("heavy", 0.5, 2.5 * GI)],
+            )
+            .usage()
+            .view
+            .clone();
+            s.set_usage_view(view);
+            let snap = s.snapshot();
+            let u = PodUsage::of(
+                &info(build("new", "fresh", None)),
+                &snap,
+                &config.usage,
+                &Default::default(),
+            );
+            (u.prediction, snap.usage().calibration)
+        };
+        use crate::usage::{ColdStart, Source};
+        let (p, c) = predict(ColdStart::Calibrated, 5);
+        let c = c.expect("five profiled pods");
+        assert_eq!((c.memory_ratio, c.cpu_ratio, c.pods), (2.5, 0.5, 5));
+        assert_eq!(p.memory_bytes, 2.5 * GI);
+        assert_eq!(p.cpu_cores, 0.5);
+        assert!(matches!(p.source, Source::Calibrated { pods: 5, .. }));
+        assert!(
+            p.describe().contains("requests × 2.50 memory"),
+            "{}",
+            p.describe()
+        );
+        // Too few profiled pods, or `requests`: the requests.
+        let (p, c) = predict(ColdStart::Calibrated, 4);
+        assert!(c.is_none());
+        assert_eq!((p.memory_bytes, p.source), (GI, Source::Requests));
+        let (p, _) = predict(ColdStart::Requests, 5);
+        assert_eq!((p.memory_bytes, p.source), (GI, Source::Requests));
     }
 
     #[test]

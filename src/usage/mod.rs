@@ -21,9 +21,11 @@ use crate::analytics::UsageView;
 
 pub use node::{Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal};
 pub use policy::{
-    Class, ClassMatch, ClassRule, ClassSettings, Percentile, StalePolicy, UsagePolicy,
+    Class, ClassMatch, ClassRule, ClassSettings, ColdStart, Percentile, StalePolicy, UsagePolicy,
 };
-pub use predict::{CycleUsage, PodUsage, Prediction, Source, cycle_usage, pod_usage};
+pub use predict::{
+    Calibration, CycleUsage, PodUsage, Prediction, Source, calibrate, cycle_usage, pod_usage,
+};
 pub use wait::{Wait, fallback_active};
 
 /// How many of its own recent nodes per builder the scheduler remembers between views.
@@ -62,6 +64,9 @@ pub struct UsageContext {
     /// Per builder, the nodes the scheduler placed it on itself, newest first (merged
     /// before the store's placement history from the view).
     pub history: HashMap<String, VecDeque<String>>,
+    /// What profiled pods really use against their requests (`usage.coldStart:
+    /// calibrated`), computed with each new view; `None` with too few profiled pods.
+    pub calibration: Option<Calibration>,
 }
 
 impl UsageContext {

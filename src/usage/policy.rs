@@ -7,6 +7,7 @@
 //!   staleAfter: 2m            # usage older than this is stale
 //!   onStale: fallback         # fallback: real filters pass, scores use requests; reject
 //!   predictPercentile: p95    # a builder's profile percentile used as its prediction
+//!   coldStart: calibrated     # a pod without a profile: requests × what profiled pods use
 //!   maxWait: 30s              # then real memory/CPU filters let a waiting pod through
 //!   defaults:                 # settings of pods that match no class
 //!     realMemoryFit: true
@@ -36,6 +37,21 @@ pub enum StalePolicy {
     Fallback,
     /// The real filters reject the node (`node(s) had stale usage metrics`).
     Reject,
+}
+
+/// How a pod whose builder has no profile yet (and no `builder-real-resources`
+/// annotation) is predicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ColdStart {
+    /// By its requests, as kube-scheduler judges it.
+    Requests,
+    /// By its requests scaled by how much the cluster's pods with a profile really use
+    /// against their requests: the p90 of that ratio over the running pods whose builder
+    /// has a profile (at least 5), recomputed at every usage refresh (default). A farm
+    /// whose builds use twice their requests predicts a new builder at twice its requests.
+    #[default]
+    Calibrated,
 }
 
 /// Which percentile of a builder's profile predicts its next run.
@@ -204,6 +220,9 @@ pub struct UsagePolicy {
     pub on_stale: StalePolicy,
     /// The percentile of a builder's profile that predicts its usage. Default `p95`.
     pub predict_percentile: Percentile,
+    /// How a pod without a profile is predicted: `calibrated` (default: its requests
+    /// scaled by what profiled pods really use against theirs) or `requests`.
+    pub cold_start: ColdStart,
     /// How long real usage alone may keep a pod off every node, counted from its first
     /// scheduling attempt. Once a pod has waited this long and RealMemoryFit or
     /// RealCpuFit still reject every node that would otherwise fit, those two filters let
@@ -241,6 +260,7 @@ impl Default for UsagePolicy {
             warmup: Duration::from_secs(300),
             on_stale: StalePolicy::Fallback,
             predict_percentile: Percentile::P95,
+            cold_start: ColdStart::Calibrated,
             max_wait: DEFAULT_MAX_WAIT,
             defaults: ClassSettings::default(),
             classes: vec![

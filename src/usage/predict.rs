@@ -1,4 +1,5 @@
-//! What a pod will really use: its builder's profile, the bk-ci annotation, or its requests.
+//! What a pod will really use: its builder's profile, the bk-ci annotation, or its requests
+//! (scaled by what the cluster's profiled pods use against theirs, `usage.coldStart`).
 //!
 //! Computed once per cycle ([`PodUsage::of`]) and shared by every real-usage plugin through
 //! the cycle state ([`pod_usage`]), so the class, the prediction and any ignored annotation
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::UsageContext;
-use super::policy::{Class, Percentile, StalePolicy, UsagePolicy};
+use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
 use crate::framework::CycleState;
 use crate::quantity::{Quantity, format_bytes};
 use crate::selector::Labels;
@@ -37,6 +38,75 @@ pub enum Source {
     },
     /// The pod's requests (no profile, no annotation).
     Requests,
+    /// The pod's requests scaled by what profiled pods use against theirs
+    /// (`usage.coldStart: calibrated`).
+    Calibrated {
+        /// Memory ratio applied.
+        memory_ratio: f64,
+        /// CPU ratio applied.
+        cpu_ratio: f64,
+        /// Profiled pods behind the ratios.
+        pods: usize,
+    },
+}
+
+/// How much the running pods whose builder has a profile really use against their
+/// requests: the p90 over those pods of `profile (at the prediction percentile) /
+/// requests`, for memory and CPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Calibration {
+    /// Memory: real over requested.
+    pub memory_ratio: f64,
+    /// CPU: real over requested.
+    pub cpu_ratio: f64,
+    /// Pods it was computed from.
+    pub pods: usize,
+}
+
+/// Profiled pods needed before a calibration is trusted.
+pub const CALIBRATION_MIN_PODS: usize = 5;
+
+/// The calibration over the snapshot's running pods and its usage view; `None` with
+/// fewer than [`CALIBRATION_MIN_PODS`] pods whose builder has a profile.
+pub fn calibrate(
+    snapshot: &Snapshot,
+    policy: &UsagePolicy,
+    identity: &headroom_collectors::IdentityConfig,
+) -> Option<Calibration> {
+    let view = &snapshot.usage().view;
+    if view.builders.is_empty() {
+        return None;
+    }
+    let p = policy.predict_percentile;
+    let (mut mem, mut cpu) = (Vec::new(), Vec::new());
+    for node in snapshot.nodes() {
+        for pod in &node.pods {
+            let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
+            let Some(profile) = view.builder(builder.as_str()) else {
+                continue;
+            };
+            let r = &pod.requests.requests;
+            if r.memory > 0 {
+                mem.push(p.pick(&profile.memory) / r.memory as f64);
+            }
+            if r.milli_cpu > 0 {
+                cpu.push(p.pick(&profile.cpu) / (r.milli_cpu as f64 / 1000.0));
+            }
+        }
+    }
+    if mem.len() < CALIBRATION_MIN_PODS {
+        return None;
+    }
+    let cpu_ratio = if cpu.len() >= CALIBRATION_MIN_PODS {
+        quantile(&mut cpu, 0.9)
+    } else {
+        1.0
+    };
+    Some(Calibration {
+        memory_ratio: quantile(&mut mem, 0.9),
+        cpu_ratio,
+        pods: mem.len(),
+    })
 }
 
 /// A pod's predicted real usage.
@@ -61,6 +131,13 @@ impl Prediction {
                 format!("{REAL_RESOURCES_ANNOTATION}, {records} records")
             }
             Source::Requests => "requests".to_string(),
+            Source::Calibrated {
+                memory_ratio,
+                cpu_ratio,
+                pods,
+            } => format!(
+                "no profile yet: requests × {memory_ratio:.2} memory, × {cpu_ratio:.2} CPU, p90 of {pods} profiled pods"
+            ),
         };
         format!(
             "predicted {:.2} CPU, {} ({from})",
@@ -181,10 +258,25 @@ impl PodUsage {
                 },
                 None => {
                     let r = &pod.requests;
-                    Prediction {
-                        cpu_cores: r.requests.milli_cpu as f64 / 1000.0,
-                        memory_bytes: r.requests.memory as f64,
-                        source: Source::Requests,
+                    let (cpu, mem) = (
+                        r.requests.milli_cpu as f64 / 1000.0,
+                        r.requests.memory as f64,
+                    );
+                    match snapshot.usage().calibration {
+                        Some(c) if policy.cold_start == ColdStart::Calibrated => Prediction {
+                            cpu_cores: cpu * c.cpu_ratio,
+                            memory_bytes: mem * c.memory_ratio,
+                            source: Source::Calibrated {
+                                memory_ratio: c.memory_ratio,
+                                cpu_ratio: c.cpu_ratio,
+                                pods: c.pods,
+                            },
+                        },
+                        _ => Prediction {
+                            cpu_cores: cpu,
+                            memory_bytes: mem,
+                            source: Source::Requests,
+                        },
                     }
                 }
             }
