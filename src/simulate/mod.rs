@@ -871,23 +871,6 @@ async fn run_policy(
                         .total_cmp(&score(a.1, a.2))
                         .then(a.0.cmp(b.0))
                 });
-                if std::env::var("SIM_DEBUG").is_ok() {
-                    eprintln!(
-                        "OOM {} t={:.2}h total={:.1}Gi pods={:?}",
-                        n.name,
-                        rel as f64 / 3.6e6,
-                        total / 1073741824.0,
-                        running_pods
-                            .values()
-                            .filter(|p| p.node == n.name)
-                            .map(|p| (
-                                p.name.clone(),
-                                (p.now_mem / 1073741824.0 * 10.0).round() / 10.0,
-                                (now - p.start_ms) / 1000
-                            ))
-                            .collect::<Vec<_>>()
-                    );
-                }
                 while total > n.mem && !on.is_empty() {
                     let (k, m, _) = on.remove(0);
                     total -= m;

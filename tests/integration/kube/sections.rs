@@ -505,7 +505,7 @@ async fn kube_every_config_section_takes_effect_in_every_mode_it_applies_to() {
         },
         Row {
             section: "usage",
-            yaml: "usage: {defaults: {memoryReservePercent: 60}}",
+            yaml: "usage: {defaults: {memoryReservePercent: 60}, maxWait: 1h}",
             serve: usage_serve,
             simulate: Some(usage_sim),
             farm: FARM,
