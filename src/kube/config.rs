@@ -62,6 +62,11 @@ pub struct ServeConfig {
     /// Timeout of one API request (binding, patch, event). Default `10s`.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Flow control of binds toward the API server: a congestion window on binds in
+    /// flight (`initialWindow` 16, `minWindow` 2, `maxWindow` 512, `latencyTarget` 1s) and
+    /// an optional client-side rate limit (`qps` 0 = none, `burst` 100), see
+    /// `src/kube/flow.rs`.
+    pub binding: super::flow::FlowConfig,
 }
 
 impl Default for ServeConfig {
@@ -77,6 +82,7 @@ impl Default for ServeConfig {
             reservations: ReservationsConfig::default(),
             assume_ttl: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
+            binding: super::flow::FlowConfig::default(),
         }
     }
 }
@@ -264,6 +270,9 @@ impl ServeConfig {
                 "listen",
                 format!("{:?} is not an address like 0.0.0.0:10260", self.listen),
             ));
+        }
+        if let Err((field, message)) = self.binding.validate() {
+            return Err(crate::config::ConfigError::Invalid { field, message });
         }
         let le = &self.leader_election;
         if le.retry_period.is_zero() {

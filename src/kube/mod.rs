@@ -29,6 +29,7 @@ pub mod config;
 pub mod crd;
 pub mod events;
 pub mod extender;
+pub mod flow;
 pub mod leader;
 pub mod reflect;
 pub mod serve;

@@ -30,10 +30,11 @@ use kube::Client;
 use kube::api::Api;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::bind::ApiBinder;
+use super::bind::{ApiBinder, BindStats};
 use super::crd::{self, KubeReservations, ReservationResource};
 use super::events::{self, Reporter, ReporterStats};
 use super::extender::{self, ExtenderState};
+use super::flow::BindFlow;
 use super::leader::{ElectionStats, KubeLeaseStore, LeaderElector, LeaseStore};
 use super::reflect;
 use super::{Error, Result};
@@ -246,6 +247,11 @@ pub async fn run(
         });
     }
 
+    // Binds toward the API server go through one flow controller; the reporter's own
+    // writes yield to it.
+    let flow = BindFlow::new(serve.binding.clone());
+    flow.register(engine.metrics());
+
     // Reporter and events: they drain after the decision sink.
     let (recorder, events_rx) = events::recorder();
     let event_stats = recorder.stats().clone();
@@ -278,6 +284,7 @@ pub async fn run(
             config: serve.clone(),
             identity: engine.config().collectors.identity.clone(),
             stats: reporter_stats.clone(),
+            yield_to: Some(flow.clone()),
         };
         let stop = running.phases.stopped(Phase::Writers);
         running.phases.spawn(Phase::Writers, async move {
@@ -323,12 +330,17 @@ pub async fn run(
     }
 
     // HTTP: extender, probes, the inspection API over the engine.
-    let binder = Arc::new(ApiBinder::new(
-        client.clone(),
-        Some(engine.queue().clone()),
-        Some(outcomes_tx),
-        serve.request_timeout,
-    ));
+    let bind_stats = BindStats::default();
+    bind_stats.register(engine.metrics());
+    let binder = Arc::new(
+        ApiBinder::new(
+            client.clone(),
+            Some(engine.queue().clone()),
+            Some(outcomes_tx),
+            serve.request_timeout,
+        )
+        .with_flow(flow, bind_stats),
+    );
     let synced = engine.cluster().synced.clone();
     let extender_router = if serve.extender.enabled {
         let framework = Arc::new(build_framework_with(

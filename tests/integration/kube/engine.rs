@@ -332,3 +332,93 @@ async fn kube_serve_kill_9_loses_at_most_the_flush_interval() {
     let samples = store.query_range(series[0].id, 0, i64::MAX).unwrap();
     assert!(samples.len() >= 4, "{} samples survived", samples.len());
 }
+
+/// Issue "Throughput": binds go through a congestion window. Against a slow server that
+/// also answers 429 with Retry-After and sometimes binds but answers too late, the window
+/// shrinks, at most the window's worth of binds are ever in flight, every pod is bound
+/// exactly once, and a timed-out bind that went through is not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_bind_flow_control_shrinks_under_429_and_latency_and_binds_each_pod_once() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "64"));
+    fake.put("nodes", node("node-b", "64"));
+    fake.binding_latency(Duration::from_millis(150));
+    fake.throttle_bindings(6, 1);
+    fake.answer_late(2, Duration::from_millis(1500));
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n  requestTimeout: 1s\n  binding: {initialWindow: 8, minWindow: 1, latencyTarget: 100ms}\n";
+    let s = serve_with(
+        &fake,
+        yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    let pods = 40;
+    for i in 0..pods {
+        fake.put("pods", super::pod(&format!("p{i}"), "headroom", "100m"));
+    }
+    // Watch the window while the pods bind.
+    let mut min_window = f64::MAX;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = get_text(&s.url("/metrics")).await;
+        if let Some(w) = metrics
+            .lines()
+            .find(|l| l.starts_with("headroom_bind_window "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            min_window = min_window.min(w);
+        }
+        let bound = (0..pods)
+            .filter(|i| fake.node_of("default", &format!("p{i}")).is_some())
+            .count();
+        if bound == pods {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {bound}/{pods} bound");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = get_text(&s.url("/metrics")).await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in /metrics:\n{metrics}"))
+    };
+    s.stop().await;
+    assert!(
+        min_window < 8.0,
+        "the window never shrank (min {min_window})"
+    );
+    assert!(
+        fake.max_bindings_in_flight() <= 8,
+        "{} binds in flight at once, window 8",
+        fake.max_bindings_in_flight()
+    );
+    assert_eq!(value("headroom_bind_throttled_total"), 6.0);
+    assert!(value("headroom_bind_timeouts_total") >= 2.0);
+    assert!(value("headroom_bind_timeouts_bound_total") >= 2.0);
+    // Exactly one successful binding per pod, and no request after it.
+    let seen = fake.bindings();
+    for i in 0..pods {
+        let pod = format!("default/p{i}");
+        let mine: Vec<u16> = seen
+            .iter()
+            .filter(|b| b.pod == pod)
+            .map(|b| b.status)
+            .collect();
+        assert_eq!(
+            mine.iter().filter(|s| **s == 201).count(),
+            1,
+            "{pod}: {mine:?}"
+        );
+        assert_eq!(
+            mine.last(),
+            Some(&201),
+            "{pod} was bound again after success: {mine:?}"
+        );
+    }
+}

@@ -7,7 +7,8 @@
 //!
 //! Error bodies are the ones recorded from a real kube-apiserver v1.36
 //! (`tests/fixtures/kube-captures/`). Faults are injected with [`Fake::fail_watches`],
-//! [`Fake::expire_watches`], [`Fake::fail_bindings`] and [`Fake::steal_next_binding`].
+//! [`Fake::expire_watches`], [`Fake::fail_bindings`], [`Fake::throttle_bindings`],
+//! [`Fake::binding_latency`], [`Fake::answer_late`] and [`Fake::steal_next_binding`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -58,6 +59,11 @@ struct Inner {
     compacted: u64,
     fail_watches: u32,
     fail_bindings: u32,
+    throttle_bindings: (u32, u32),
+    binding_latency: Duration,
+    answer_late: (u32, Duration),
+    bindings_in_flight: u32,
+    max_bindings_in_flight: u32,
     steal_next_binding: Option<String>,
     bindings: Vec<BindingSeen>,
     calls: Vec<Call>,
@@ -177,6 +183,8 @@ impl Fake {
     pub fn client(&self, replica: &str) -> kube::Client {
         let mut config = kube::Config::new(self.url().parse().unwrap());
         config.default_namespace = "default".into();
+        // As `headroom serve`'s own client: no hidden retries of 429/503/504.
+        config.default_retry = false;
         config
             .headers
             .push(("x-replica".parse().unwrap(), replica.parse().unwrap()));
@@ -311,6 +319,29 @@ impl Fake {
     /// The next `n` binding requests fail with 500.
     pub fn fail_bindings(&self, n: u32) {
         self.lock().fail_bindings = n;
+    }
+
+    /// The next `n` binding requests are answered `429 Too Many Requests` with
+    /// `retryAfterSeconds: retry_after_secs`, as a kube-apiserver under its
+    /// max-requests-inflight limit answers.
+    pub fn throttle_bindings(&self, n: u32, retry_after_secs: u32) {
+        self.lock().throttle_bindings = (n, retry_after_secs);
+    }
+
+    /// Every binding request waits this long before it is served (a loaded server).
+    pub fn binding_latency(&self, d: Duration) {
+        self.lock().binding_latency = d;
+    }
+
+    /// The next `n` bindings are applied at once but answered only after `d` (the server
+    /// bound the pod, the client timed out waiting for the answer).
+    pub fn answer_late(&self, n: u32, d: Duration) {
+        self.lock().answer_late = (n, d);
+    }
+
+    /// The most binding requests the fake served at the same time.
+    pub fn max_bindings_in_flight(&self) -> u32 {
+        self.lock().max_bindings_in_flight
     }
 
     /// The next binding request finds its pod already bound to `node` by someone else
@@ -480,7 +511,67 @@ async fn handle(
             Some(v) => axum::Json(v).into_response(),
             None => not_found(&t),
         },
-        ("create", Some("binding")) => bind(&fake, &t, &headers, &body),
+        ("create", Some("binding")) => {
+            let latency = {
+                let mut i = fake.lock();
+                i.bindings_in_flight += 1;
+                i.max_bindings_in_flight = i.max_bindings_in_flight.max(i.bindings_in_flight);
+                i.binding_latency
+            };
+            tokio::time::sleep(latency).await;
+            let throttled = {
+                let mut i = fake.lock();
+                if i.throttle_bindings.0 > 0 {
+                    i.throttle_bindings.0 -= 1;
+                    let seen = BindingSeen {
+                        pod: format!(
+                            "{}/{}",
+                            t.namespace.clone().unwrap_or_default(),
+                            t.name.clone().unwrap_or_default()
+                        ),
+                        node: body["target"]["name"].as_str().unwrap_or("").to_string(),
+                        replica: String::new(),
+                        holder: None,
+                        status: 429,
+                    };
+                    i.bindings.push(seen);
+                    Some(i.throttle_bindings.1)
+                } else {
+                    None
+                }
+            };
+            let response = match throttled {
+                Some(secs) => {
+                    let mut r = status(
+                        429,
+                        "TooManyRequests",
+                        "Too many requests, please try again later.",
+                        Some(json!({"retryAfterSeconds": secs})),
+                    );
+                    r.headers_mut()
+                        .insert("retry-after", secs.to_string().parse().unwrap());
+                    r
+                }
+                None => {
+                    let r = bind(&fake, &t, &headers, &body);
+                    let late = {
+                        let mut i = fake.lock();
+                        if i.answer_late.0 > 0 && r.status() == StatusCode::CREATED {
+                            i.answer_late.0 -= 1;
+                            Some(i.answer_late.1)
+                        } else {
+                            None
+                        }
+                    };
+                    if let Some(d) = late {
+                        tokio::time::sleep(d).await;
+                    }
+                    r
+                }
+            };
+            fake.lock().bindings_in_flight -= 1;
+            response
+        }
         ("create", None) => {
             let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
             if fake.get(&t.resource, &ns, &name).is_some() {
