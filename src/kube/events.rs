@@ -608,12 +608,17 @@ impl Reporter {
         let now = super::now_ms();
         let (reason, message) = match &d.outcome {
             Outcome::Placed { .. } => {
-                let usage = {
-                    let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-                    s.snapshot().usage().clone()
-                };
-                st.summaries
-                    .insert(d.uid.clone(), decision_summary(d, &usage, now));
+                // The snapshot briefly (an Arc), not a copy of its usage context: the
+                // summary reads a few entries of it. Dropped at once, so the scheduler's
+                // next change need not copy the snapshot.
+                let snapshot = self
+                    .scheduler
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .snapshot();
+                let summary = decision_summary(d, snapshot.usage(), now);
+                drop(snapshot);
+                st.summaries.insert(d.uid.clone(), summary);
                 if let Some(o) = st.parked.remove(&d.uid) {
                     self.on_outcome(o, st).await;
                 }
