@@ -8,6 +8,7 @@
 //! - [`plugins`]: the plugins, one file each, and the registry that builds profiles;
 //! - [`queue`]: active, backoff and unschedulable queues;
 //! - [`config`]: the YAML configuration;
+//! - [`field`]: validation errors with field paths (`spec.containers[0].resources`);
 //! - [`place`]: the `headroom place` what-if command;
 //! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store;
 //! - [`metrics`]: headroom's Prometheus metrics;
@@ -19,6 +20,7 @@ pub mod api;
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod field;
 pub mod framework;
 pub mod kube;
 pub mod metrics;
