@@ -86,7 +86,7 @@ impl Path {
     }
 
     /// The path `serde_path_to_error` tracked (map keys become fields, as they are in a
-    /// struct tree).
+    /// struct tree), up to the first segment it could not name.
     pub fn from_serde(p: &serde_path_to_error::Path) -> Path {
         use serde_path_to_error::Segment as S;
         let mut out = Path::root();
@@ -95,7 +95,8 @@ impl Path {
                 S::Seq { index } => out.index(*index),
                 S::Map { key } => out.key(key.clone()),
                 S::Enum { variant } => out.key(variant.clone()),
-                S::Unknown => out.child("?"),
+                // Past an unknown segment (a syntax error) the rest means nothing.
+                S::Unknown => break,
             };
         }
         out
@@ -157,6 +158,11 @@ pub fn shown(v: &str) -> String {
     }
     let cut: String = v.chars().take(MAX_SHOWN).collect();
     format!("{cut}… ({} bytes)", v.len())
+}
+
+/// `v` quoted for a message, cut as [`shown`] cuts it.
+pub fn quoted(v: &str) -> String {
+    format!("{:?}", shown(v))
 }
 
 /// What is wrong with a field.
@@ -351,24 +357,21 @@ impl Error {
                 .map(str::to_string)
                 .collect()
         };
-        let mut e = if let Some((name, tail)) = message
-            .strip_prefix("unknown field ")
-            .and_then(|r| ticked(r))
+        let mut e = if let Some((name, tail)) =
+            message.strip_prefix("unknown field ").and_then(&ticked)
         {
             if path.last_name() != Some(name.as_str()) {
                 path = path.key(name);
             }
             Error::unknown_field(path, &expected(&tail))
-        } else if let Some((name, tail)) = message
-            .strip_prefix("unknown variant ")
-            .and_then(|r| ticked(r))
+        } else if let Some((name, tail)) =
+            message.strip_prefix("unknown variant ").and_then(&ticked)
         {
             Error::not_supported(path, &name, &expected(&tail))
-        } else if let Some((name, _)) = message
-            .strip_prefix("missing field ")
-            .and_then(|r| ticked(r))
-        {
+        } else if let Some((name, _)) = message.strip_prefix("missing field ").and_then(&ticked) {
             Error::required(path.key(name), "is required")
+        } else if let Some((name, _)) = message.strip_prefix("duplicate field ").and_then(&ticked) {
+            Error::invalid(path.key(name), "", "given twice")
         } else {
             Error::invalid(path, "", message)
         };
@@ -553,7 +556,7 @@ pub fn dns1123_subdomain(path: &Path, v: &str) -> Option<Error> {
     if !v.split('.').all(is_dns_label) {
         return Some(Error::invalid(
             path.clone(),
-            format!("{v:?}"),
+            quoted(v),
             "must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)",
         ));
     }
@@ -572,7 +575,7 @@ pub fn dns1123_label(path: &Path, v: &str) -> Option<Error> {
     if !is_dns_label(v) {
         return Some(Error::invalid(
             path.clone(),
-            format!("{v:?}"),
+            quoted(v),
             "must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit)",
         ));
     }
@@ -601,7 +604,7 @@ pub fn label_value(path: &Path, v: &str) -> Option<Error> {
     if !is_label_name(v) {
         return Some(Error::invalid(
             path.clone(),
-            format!("{v:?}"),
+            quoted(v),
             "must be a valid label value (letters, digits, '-', '_' and '.', starting and ending with a letter or digit)",
         ));
     }
@@ -611,17 +614,19 @@ pub fn label_value(path: &Path, v: &str) -> Option<Error> {
 /// A label (or annotation, taint, selector) key: a qualified name, `[prefix/]name` with an
 /// optional DNS-1123 subdomain prefix and a name of at most 63 characters.
 pub fn label_key(path: &Path, k: &str) -> Option<Error> {
+    if k.is_empty() {
+        return Some(Error::required(path.clone(), "must not be empty"));
+    }
     let (prefix, name) = match k.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, k),
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label)
-    });
+    let prefix_ok =
+        prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label));
     if !prefix_ok || !is_label_name(name) {
         return Some(Error::invalid(
             path.clone(),
-            format!("{k:?}"),
+            quoted(k),
             "must be a qualified name ([DNS-subdomain/]name, the name at most 63 letters, digits, '-', '_' and '.')",
         ));
     }
@@ -667,7 +672,10 @@ mod tests {
             "examples/x.yaml: workloads[2].arrivalsPerHour: must be finite and at most 1000000, got inf"
         );
         let d = Error::duplicate(Path::root(), "items[2]").in_object("items[5]: Node \"n1\"");
-        assert_eq!(d.to_string(), "items[5]: Node \"n1\": duplicate of items[2]");
+        assert_eq!(
+            d.to_string(),
+            "items[5]: Node \"n1\": duplicate of items[2]"
+        );
         let r = Error::required(Path::new("metadata").child("name"), "must not be empty")
             .in_object("items[3]: Node");
         assert_eq!(
@@ -753,6 +761,8 @@ mod tests {
                 .starts_with("unsupported value \"Fastest\"; expected one of Least, Most"),
             "{e}"
         );
+        let e = yaml_error("profiles: []\nprofiles: []\n");
+        assert!(e.to_string().starts_with("profiles: given twice"), "{e}");
         let e = yaml_error("- 1\n");
         assert!(e.path.is_root());
         assert!(e.to_string().starts_with("top level: invalid type"), "{e}");
