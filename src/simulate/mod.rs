@@ -351,7 +351,7 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
 /// The builder identity label (bk-ci's), which the scheduler's identity rule reads.
 const BUILDER_LABEL: &str = "bkci.dispatch.kubenetes/core";
 
-fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
+fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Result<Pod, Error> {
     let w = &s.workloads[a.workload];
     let n = &p.workloads[a.workload];
     let mut labels = w.labels.clone();
@@ -378,7 +378,14 @@ fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
             }}}]
         }
     });
-    serde_json::from_value(obj).expect("simulated pods are well-formed")
+    // `Scenario::parse` checked labels, selectors and tolerations, so this holds.
+    serde_json::from_value(obj).map_err(|e| {
+        Error::Scenario(scenario::Error::Invalid {
+            path: "scenario".into(),
+            field: format!("workloads[{}]", a.workload),
+            message: e.to_string(),
+        })
+    })
 }
 
 fn summary(v: &[f64]) -> UsageSummary {
@@ -621,7 +628,7 @@ async fn run_policy(
                     if let Some(p) = running.remove(&k) {
                         resubmits += 1;
                         let pname = format!("{}-r{resubmits}", p.name);
-                        let pod = pod_of(s, &plan, &p.arrival, &pname);
+                        let pod = pod_of(s, &plan, &p.arrival, &pname)?;
                         let key = format!("{}/{pname}", s.workloads[p.arrival.workload].namespace);
                         arrived_at.insert(key, (now, p.arrival.clone()));
                         r.arrived += 1;
@@ -637,7 +644,7 @@ async fn run_policy(
             next_arrival += 1;
             let w = &s.workloads[a.workload];
             let name = format!("{}-{}", w.name, a.seq);
-            let pod = pod_of(s, &plan, &a, &name);
+            let pod = pod_of(s, &plan, &a, &name)?;
             arrived_at.insert(format!("{}/{name}", w.namespace), (EPOCH_MS + a.at_ms, a));
             r.arrived += 1;
             queue.add(Arc::new(PodInfo::new(Arc::new(pod))));
