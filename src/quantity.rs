@@ -26,6 +26,10 @@ pub enum Error {
     /// The number has more digits than we can represent exactly.
     #[error("quantity {0:?} has too many digits")]
     TooPrecise(String),
+    /// A negative amount where only non-negative ones mean something (requests, limits,
+    /// capacity); [`Quantity::parse`] itself accepts negative quantities.
+    #[error("quantity {0:?} is negative; requests, limits and capacities must not be")]
+    Negative(String),
 }
 
 /// A parsed quantity: `mantissa × 10^exp10 × 2^exp2`, with a sign.
