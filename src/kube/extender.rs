@@ -182,7 +182,9 @@ pub struct ExtenderState {
     pub binder: Option<Arc<dyn ExtenderBinder>>,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
+/// Reads a request body of the Go type `kind` (`ExtenderArgs`, `ExtenderBindingArgs`), or
+/// says where it is wrong (`invalid ExtenderArgs at Pod.spec.containers: ...`).
+pub fn parse<T: serde::de::DeserializeOwned>(
     kind: &'static str,
     body: &[u8],
 ) -> Result<T, ExtenderError> {
