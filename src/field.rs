@@ -236,8 +236,8 @@ pub struct Error {
     pub object: Option<String>,
     /// The field, from the object's (or the document's) root.
     pub path: Path,
-    /// What is wrong.
-    pub kind: ErrorKind,
+    /// What is wrong (boxed: keeps `Result<_, Error>` small).
+    pub kind: Box<ErrorKind>,
     /// Where in the text, when the parser knows (`line 3, column 7`).
     pub location: Option<String>,
 }
@@ -248,7 +248,7 @@ impl Error {
         Error {
             object: None,
             path,
-            kind,
+            kind: Box::new(kind),
             location: None,
         }
     }

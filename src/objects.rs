@@ -78,7 +78,7 @@ fn label(position: &str, kind: &str, v: &Value) -> String {
         .and_then(|m| m.get("namespace"))
         .and_then(Value::as_str);
     let what = match (name, ns, kind) {
-        (Some(n), _, _) if n.is_empty() => kind.to_string(),
+        (Some(""), _, _) => kind.to_string(),
         (Some(n), Some(ns), "Pod") => format!("{kind} {:?}", field::shown(&format!("{ns}/{n}"))),
         (Some(n), None, "Pod") => format!("{kind} {:?}", field::shown(&format!("default/{n}"))),
         (Some(n), _, _) => format!("{kind} {:?}", field::shown(n)),

@@ -316,7 +316,10 @@ mod tests {
         assert_eq!(format_milli(2000), "2");
         // Regression: a saturated negative quantity (`-8200E20`) overflowed `abs()`.
         assert_eq!(format_bytes(i64::MIN), "-8192Pi");
-        assert_eq!(format_bytes(Quantity::parse("-8200E20").unwrap().value()), "-8192Pi");
+        assert_eq!(
+            format_bytes(Quantity::parse("-8200E20").unwrap().value()),
+            "-8192Pi"
+        );
         assert_eq!(format_milli(i64::MIN), "-9223372036854775808m");
     }
 }

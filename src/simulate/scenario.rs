@@ -610,7 +610,7 @@ impl Scenario {
         }
         let step = Path::new("step");
         let shown = |d: Duration| humantime_serde::re::humantime::format_duration(d).to_string();
-        if s.step < MIN_STEP || s.step.subsec_nanos() % 1_000_000 != 0 {
+        if s.step < MIN_STEP || !s.step.subsec_nanos().is_multiple_of(1_000_000) {
             errors.push(FieldError::out_of_range(
                 step,
                 shown(s.step),
@@ -868,7 +868,7 @@ mod tests {
                 "x.yaml: workloads[0].count: must be at most 1000000, got 10000000000",
             ),
             (
-                format!("duration: 10h\nnodes: [{{count: 1}}]\nworkloads: [{{name: b, requests: {{cpu: '1', memory: 1Gi}}, arrivalsPerHour: 200000}}]\n"),
+                "duration: 10h\nnodes: [{count: 1}]\nworkloads: [{name: b, requests: {cpu: '1', memory: 1Gi}, arrivalsPerHour: 200000}]\n".to_string(),
                 "x.yaml: workloads: must be at most 1000000 pods in total (service and database counts, expected builder arrivals, bursts), got about 2000000 pods",
             ),
             (
