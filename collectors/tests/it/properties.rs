@@ -211,7 +211,10 @@ fn prometheus_answers() -> Vec<Vec<u8>> {
 fn exposition_seeds() -> Vec<Vec<u8>> {
     let text = String::from_utf8(fixture("real/kubelet-1.21-datadog.txt")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    lines.chunks(150).map(|c| c.join("\n").into_bytes()).collect()
+    lines
+        .chunks(150)
+        .map(|c| c.join("\n").into_bytes())
+        .collect()
 }
 
 fn cases(n: u32) -> ProptestConfig {
