@@ -198,8 +198,95 @@ pub fn check_pod(pod: &Pod) -> Vec<FieldError> {
             check_non_negative(r.limits.as_ref(), &rp.child("limits"), &mut out);
         }
         check_non_negative(spec.overhead.as_ref(), &sp.child("overhead"), &mut out);
+        check_scheduling_numbers(spec, &sp, &mut out);
     }
     out
+}
+
+/// The numbers the API server bounds and the scheduling plugins compute with: topology
+/// spread `maxSkew` and `minDomains` at least 1, `whenUnsatisfiable` known, preferred
+/// (anti-)affinity weights in 1..=100.
+fn check_scheduling_numbers(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    sp: &FieldPath,
+    out: &mut Vec<FieldError>,
+) {
+    const WHEN: [&str; 2] = ["DoNotSchedule", "ScheduleAnyway"];
+    for (i, c) in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = sp.child("topologySpreadConstraints").index(i);
+        if c.max_skew < 1 {
+            out.push(FieldError::out_of_range(
+                at.child("maxSkew"),
+                c.max_skew,
+                "at least 1",
+            ));
+        }
+        if let Some(m) = c.min_domains
+            && m < 1
+        {
+            out.push(FieldError::out_of_range(
+                at.child("minDomains"),
+                m,
+                "at least 1",
+            ));
+        }
+        if !WHEN.contains(&c.when_unsatisfiable.as_str()) {
+            out.push(FieldError::not_supported(
+                at.child("whenUnsatisfiable"),
+                &c.when_unsatisfiable,
+                &WHEN,
+            ));
+        }
+    }
+    let Some(a) = &spec.affinity else { return };
+    let ap = sp.child("affinity");
+    let weight = |w: i32, at: FieldPath, out: &mut Vec<FieldError>| {
+        if !(1..=100).contains(&w) {
+            out.push(FieldError::out_of_range(at, w, "in 1..=100"));
+        }
+    };
+    if let Some(na) = &a.node_affinity {
+        let p = ap
+            .child("nodeAffinity")
+            .child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, t) in na
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .enumerate()
+        {
+            weight(t.weight, p.index(i).child("weight"), out);
+        }
+    }
+    let terms = [
+        (
+            "podAffinity",
+            a.pod_affinity.as_ref().and_then(|x| {
+                x.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+        ),
+        (
+            "podAntiAffinity",
+            a.pod_anti_affinity.as_ref().and_then(|x| {
+                x.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+        ),
+    ];
+    for (name, list) in terms {
+        let p = ap
+            .child(name)
+            .child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, t) in list.into_iter().flatten().enumerate() {
+            weight(t.weight, p.index(i).child("weight"), out);
+        }
+    }
 }
 
 /// Reading state: the objects so far, where each node and pod came from (for duplicates),
@@ -466,6 +553,27 @@ mod tests {
         );
         assert!(
             e.contains("metadata.labels[a b]: must be a qualified name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn scheduling_numbers_are_bounded_as_the_api_server_bounds_them() {
+        // maxSkew feeds `maxSkew - 1` in PodTopologySpread's score (i32::MIN overflowed).
+        let pod = "kind: Pod\nmetadata: {name: x}\nspec:\n  containers: []\n  topologySpreadConstraints: [{maxSkew: -2147483648, topologyKey: zone, whenUnsatisfiable: Never, minDomains: 0}]\n  affinity: {podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 101, podAffinityTerm: {topologyKey: zone}}]}}\n";
+        let e = errors(pod);
+        let fields: Vec<&str> = e
+            .lines()
+            .map(|l| l.split(": ").nth(2).unwrap_or(""))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.topologySpreadConstraints[0].maxSkew",
+                "spec.topologySpreadConstraints[0].minDomains",
+                "spec.topologySpreadConstraints[0].whenUnsatisfiable",
+                "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+            ],
             "{e}"
         );
     }
