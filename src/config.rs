@@ -42,12 +42,13 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The YAML does not fit the schema.
-    #[error("{path}: at {field}: {message}")]
+    /// The YAML does not fit the schema, or (from [`Config::from_yaml`]) a value in it is
+    /// invalid.
+    #[error("{path}: {field}: {message}")]
     Parse {
         /// The file.
         path: String,
-        /// The field path (`.` when it is the document itself).
+        /// The field path ([`crate::field::Path`]; `top level` for the document itself).
         field: String,
         /// What is wrong.
         message: String,
@@ -253,15 +254,34 @@ impl Config {
         let config: Config = match serde_path_to_error::deserialize(de) {
             Ok(c) => c,
             Err(e) => {
-                let field = e.path().to_string();
+                let fe = crate::field::Error::from_serde(e.path(), &e.inner().to_string());
+                let mut message = fe.kind.to_string();
+                if fe.path.is_root() {
+                    // serde says "expected struct Config": say what the document holds.
+                    message = message.replace(
+                        "struct Config",
+                        "a mapping of profiles, scheduler, dataDir, storage, collectors, analytics, usage, serve",
+                    );
+                }
+                if let Some(l) = fe.location {
+                    message.push_str(&format!(" ({l})"));
+                }
                 return Err(ConfigError::Parse {
                     path: origin.to_string(),
-                    field,
-                    message: e.into_inner().to_string(),
+                    field: fe.path.to_string(),
+                    message,
                 });
             }
         };
-        config.validate()?;
+        // Validation errors name the file too.
+        config.validate().map_err(|e| match e {
+            ConfigError::Invalid { field, message } => ConfigError::Parse {
+                path: origin.to_string(),
+                field,
+                message,
+            },
+            other => other,
+        })?;
         Ok(config)
     }
 
@@ -478,7 +498,23 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            ("profiles: [{schedulerName: a, bogus: 1}]", "profiles[0]"),
+            // Regression (issue #15, 9): `at .` or the parser's message repeated the path.
+            (
+                "apiVersion: v2\n",
+                "t: apiVersion: unknown field; expected one of profiles, scheduler, dataDir, storage, collectors, analytics, usage, serve",
+            ),
+            (
+                "- 1\n",
+                "t: top level: invalid type: sequence, expected a mapping of profiles, scheduler",
+            ),
+            (
+                "profiles: [{schedulerName: a, bogus: 1}]",
+                "t: profiles[0].bogus: unknown field; expected one of schedulerName, plugins, pluginArgs (line 1, column 31)",
+            ),
+            (
+                "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
+                "t: profiles[headroom].plugins.TaintToleration.weight: ",
+            ),
             (
                 "profiles: [{plugins: {NoSuch: {weight: 2}}}]",
                 "plugins.NoSuch",

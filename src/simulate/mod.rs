@@ -356,7 +356,13 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
 /// The builder identity label (bk-ci's), which the scheduler's identity rule reads.
 const BUILDER_LABEL: &str = "bkci.dispatch.kubenetes/core";
 
-fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str, scheduler_name: &str) -> Pod {
+fn pod_of(
+    s: &Scenario,
+    p: &Plan,
+    a: &Arrival,
+    name: &str,
+    scheduler_name: &str,
+) -> Result<Pod, Error> {
     let w = &s.workloads[a.workload];
     let n = &p.workloads[a.workload];
     let mut labels = w.labels.clone();
@@ -383,7 +389,14 @@ fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str, scheduler_name: &str)
             }}}]
         }
     });
-    serde_json::from_value(obj).expect("simulated pods are well-formed")
+    // `Scenario::parse` checked labels, selectors and tolerations, so this holds.
+    serde_json::from_value(obj).map_err(|e| {
+        Error::Scenario(scenario::Error::Invalid {
+            path: "scenario".into(),
+            field: format!("workloads[{}]", a.workload),
+            message: e.to_string(),
+        })
+    })
 }
 
 fn summary(v: &[f64]) -> UsageSummary {
@@ -583,9 +596,9 @@ async fn run_policy(
         b.set_message(policy.as_str());
         b
     });
-    let submit = |a: &Arrival, name: &str| {
-        let pod = pod_of(s, &plan, a, name, &scheduler_name);
-        cluster.apply_pod(pod);
+    let submit = |a: &Arrival, name: &str| -> Result<(), Error> {
+        cluster.apply_pod(pod_of(s, &plan, a, name, &scheduler_name)?);
+        Ok(())
     };
 
     for tick in 0..=ticks {
@@ -631,7 +644,7 @@ async fn run_policy(
                         arrived_at.insert(key, (now, p.arrival.clone()));
                         r.arrived += 1;
                         r.lost_and_resubmitted += 1;
-                        submit(&p.arrival, &pname);
+                        submit(&p.arrival, &pname)?;
                     }
                 }
                 cluster.delete_node(name);
@@ -648,7 +661,7 @@ async fn run_policy(
                 (EPOCH_MS + a.at_ms, a.clone()),
             );
             r.arrived += 1;
-            submit(&a, &name);
+            submit(&a, &name)?;
         }
         // Completions: the pod leaves the cluster; its run is recorded as the collectors'
         // run detection would record it.

@@ -227,7 +227,7 @@ fn reservations_scenario_through_serve() {
 fn bad_scenarios_exit_2_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("nodes: []\n", "at nodes"),
+        ("nodes: []\n", ": nodes: at least one node is required"),
         (
             "nodes: [{count: 1}]\nworkloads: [{name: w, requests: {cpu: 1, memory: 1Gi}, usage: {cpu: [2, 1]}}]\n",
             "workloads[0].usage.cpu",
