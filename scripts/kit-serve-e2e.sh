@@ -93,7 +93,10 @@ echo "build-1 PodScheduled: $($K get pod build-1 -o jsonpath='{.status.condition
 curl -s 127.0.0.1:10270/metrics | grep -E '^headroom_(collector_cycles_total|cluster_lists_total\{kind="Pod"\}|events_created_total|scheduler_schedule_attempts_total)' | head
 log "2. kill -9 mid-collection, restart with the default reserve on the same store"
 sleep 6
-kill -9 "$(cat "$W/hr50.pid")"; killed=$(date +%s%3N)
+kill -9 "$(cat "$W/hr50.pid")"; killed=$(date +%s%3N); sleep 1
+$HR series --data-dir "$W/data" --match node_memory_working_set_bytes --output json | python3 -c "
+import json,sys; s=json.load(sys.stdin)[0]
+print('after kill -9: newest surviving sample', $killed - s['last_ts_ms'], 'ms before the kill (flushInterval 2s, scrape 1s)')"
 serve hr10 "$W/reserve10.yaml" --listen 127.0.0.1:10271
 for i in $(seq 60); do [ -n "$($K get pod build-1 -o jsonpath='{.spec.nodeName}')" ] && break; sleep 1; done
 echo "build-1 after restart (reserve 10 %): node '$($K get pod build-1 -o jsonpath='{.spec.nodeName}')'"
