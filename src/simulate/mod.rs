@@ -533,11 +533,36 @@ async fn run_policy(
     // Ties between equally scored nodes are broken by the simulation's seed too, or two
     // runs of one seed would differ.
     config.scheduler.seed = config.scheduler.seed.or(Some(seed));
-    let scheduler_name = config
+    let first_profile = config
         .profiles
         .first()
         .map(|p| p.scheduler_name.clone())
         .unwrap_or_default();
+    // Each workload's pods name their profile; a name no profile has would leave them
+    // pending forever, as `serve` would (they are not ours).
+    let mut scheduler_names = Vec::with_capacity(s.workloads.len());
+    for (i, w) in s.workloads.iter().enumerate() {
+        let name = w
+            .scheduler_name
+            .clone()
+            .unwrap_or_else(|| first_profile.clone());
+        if !config.profiles.iter().any(|p| p.scheduler_name == name) {
+            let known: Vec<&str> = config
+                .profiles
+                .iter()
+                .map(|p| p.scheduler_name.as_str())
+                .collect();
+            return Err(Error::Scenario(scenario::Error::Invalid {
+                path: "scenario".into(),
+                field: format!("workloads[{i}].schedulerName"),
+                message: format!(
+                    "no profile named {name:?} in the configuration (profiles: {})",
+                    known.join(", ")
+                ),
+            }));
+        }
+        scheduler_names.push(name);
+    }
     let plan = plan(s, seed)?;
     let store = match &data_dir {
         Some(d) => Store::open(d, config.storage.clone())?,
@@ -597,7 +622,7 @@ async fn run_policy(
         b
     });
     let submit = |a: &Arrival, name: &str| -> Result<(), Error> {
-        cluster.apply_pod(pod_of(s, &plan, a, name, &scheduler_name)?);
+        cluster.apply_pod(pod_of(s, &plan, a, name, &scheduler_names[a.workload])?);
         Ok(())
     };
 

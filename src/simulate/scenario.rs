@@ -212,6 +212,11 @@ pub struct Workload {
     /// Pod tolerations (Kubernetes Toleration objects).
     #[serde(default)]
     pub tolerations: Vec<serde_json::Value>,
+    /// The pods' `spec.schedulerName`: which profile of the configuration decides them.
+    /// Default: the first profile's. A name no profile has is an error when the
+    /// simulation starts (the pods would never be scheduled).
+    #[serde(default)]
+    pub scheduler_name: Option<String>,
 }
 
 fn default_ns() -> String {
