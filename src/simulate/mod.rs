@@ -125,6 +125,26 @@ pub struct ApiHook {
 /// Simulated time starts here (2026-01-01T00:00:00Z), so samples have real-looking times.
 pub const EPOCH_MS: i64 = 1_767_225_600_000;
 
+/// When a run on `store` starts: [`EPOCH_MS`], or, on a store an earlier run (or anything
+/// else) wrote to, the first whole day after its newest sample — a second simulation on
+/// the same `--data-dir` appends a later run instead of failing on out-of-order samples,
+/// and keeps the same time of day (arrivals and a daily cycle line up). The run is the
+/// same run: every time is relative to its start.
+fn start_after(store: &Store) -> Result<i64, Error> {
+    const DAY_MS: i64 = 24 * 3_600_000;
+    let mut newest = i64::MIN;
+    for info in store.select(&[])? {
+        if let Some(last) = info.last {
+            newest = newest.max(last.ts_ms);
+        }
+    }
+    if newest < EPOCH_MS {
+        return Ok(EPOCH_MS);
+    }
+    let days = (newest - EPOCH_MS) / DAY_MS + 1;
+    Ok(EPOCH_MS + days * DAY_MS)
+}
+
 /// How long a pod's memory takes to reach its working set.
 const RAMP_MS: f64 = 120_000.0;
 /// How long a database takes to fill its disk need.
@@ -568,18 +588,19 @@ async fn run_policy(
         Some(d) => Store::open(d, config.storage.clone())?,
         None => Store::open_temporary(config.storage.clone())?,
     };
+    let epoch = start_after(&store)?;
     let reservations = UsageFile {
         reservations: s.reservations.clone(),
         ..UsageFile::default()
     }
-    .resolve(EPOCH_MS)
+    .resolve(epoch)
     .map_err(|(field, message)| scenario::Error::Invalid {
         path: "scenario".into(),
         field,
         message,
     })?
     .reservations;
-    let (clock, time) = Clock::manual(EPOCH_MS);
+    let (clock, time) = Clock::manual(epoch);
     let mut parts = Parts::new(clock, store.clone());
     parts.reservations = Some(Arc::new(InMemoryReservations::new(reservations)));
     parts.explain = hook.is_some();
@@ -628,7 +649,7 @@ async fn run_policy(
 
     for tick in 0..=ticks {
         let rel = tick as i64 * step_ms;
-        let now = EPOCH_MS + rel;
+        let now = epoch + rel;
         time.set(now);
         engine.housekeeping();
         // Events.
@@ -683,7 +704,7 @@ async fn run_policy(
             let name = format!("{}-{}", w.name, a.seq);
             arrived_at.insert(
                 format!("{}/{name}", w.namespace),
-                (EPOCH_MS + a.at_ms, a.clone()),
+                (epoch + a.at_ms, a.clone()),
             );
             r.arrived += 1;
             submit(&a, &name)?;

@@ -302,3 +302,44 @@ fn workloads_are_decided_by_the_profile_they_name() {
         "{err}"
     );
 }
+
+/// A second simulation on the same `--data-dir` appends a later run (it used to fail with
+/// "out-of-order sample"); the store holds both.
+#[test]
+fn a_second_simulation_on_the_same_data_dir_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("store");
+    let scenario = repo("examples/reservations.yaml");
+    for _ in 0..2 {
+        let o = run(&[
+            "simulate",
+            scenario.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--output",
+            "json",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let o = run(&[
+        "series",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--match",
+        "node_memory_working_set_bytes",
+        "--output",
+        "json",
+    ]);
+    let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The second run started a day after the first one's newest sample.
+    let last = rows[0]["last_ts_ms"].as_i64().unwrap();
+    assert!(
+        last > headroom::simulate::EPOCH_MS + 24 * 3_600_000,
+        "{rows}"
+    );
+}
