@@ -640,22 +640,52 @@ impl Running {
     }
 
     /// Stops everything in phase order (see [`phases`]) and reports.
-    pub async fn stop(mut self) -> StopReport {
+    pub async fn stop(self) -> StopReport {
+        self.stop_within(None).await
+    }
+
+    /// [`stop`](Self::stop) within `grace`: whatever has not finished by then (binds or
+    /// writes to an API server that went away) is aborted, and the store still gets its
+    /// final flush.
+    pub async fn stop_within(mut self, grace: Option<Duration>) -> StopReport {
+        let deadline = grace.map(|g| tokio::time::Instant::now() + g);
         let mut report = StopReport::default();
         // The intake phase's tasks include the scheduling loops: it stops them, then they
         // finish their binds before the decisions phase begins.
-        self.phases.stop_through(Phase::Intake).await;
-        for h in self.scheduling.drain(..) {
-            if let Ok((s, terms)) = h.await {
-                report.scheduling.add(&s);
-                report.terms += terms;
+        self.phases.stop_through_by(Phase::Intake, deadline).await;
+        for mut h in self.scheduling.drain(..) {
+            let joined = match deadline {
+                None => Some((&mut h).await),
+                Some(d) => tokio::time::timeout_at(d, &mut h).await.ok(),
+            };
+            match joined {
+                Some(Ok((s, terms))) => {
+                    report.scheduling.add(&s);
+                    report.terms += terms;
+                }
+                Some(Err(_)) => {}
+                None => {
+                    tracing::warn!(
+                        "binds in flight did not finish within the grace period; aborted"
+                    );
+                    h.abort();
+                }
             }
         }
-        self.phases.stop_through(Phase::Decisions).await;
-        if let Some(s) = self.sink.take() {
-            report.sink = s.await.unwrap_or_default();
+        self.phases
+            .stop_through_by(Phase::Decisions, deadline)
+            .await;
+        if let Some(mut s) = self.sink.take() {
+            let joined = match deadline {
+                None => Some((&mut s).await),
+                Some(d) => tokio::time::timeout_at(d, &mut s).await.ok(),
+            };
+            match joined {
+                Some(r) => report.sink = r.unwrap_or_default(),
+                None => s.abort(),
+            }
         }
-        self.phases.stop_all().await;
+        self.phases.stop_through_by(Phase::Store, deadline).await;
         if let Some(m) = self.maintenance.take() {
             report.maintenance = m.await.ok();
         }

@@ -62,6 +62,12 @@ pub struct ServeConfig {
     /// Timeout of one API request (binding, patch, event). Default `10s`.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// After SIGTERM, how long binds in flight and pending writes (events, conditions,
+    /// annotations, reservation status, the Lease release) may take; whatever is left is
+    /// abandoned, and the store still gets its final flush. Default `20s`: inside
+    /// Kubernetes' default 30 s termination grace period, with room for the flush.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace_period: Duration,
     /// Flow control of binds toward the API server: a congestion window on binds in
     /// flight (`initialWindow` 16, `minWindow` 2, `maxWindow` 512, `latencyTarget` 1s) and
     /// an optional client-side rate limit (`qps` 0 = none, `burst` 100), see
@@ -82,6 +88,7 @@ impl Default for ServeConfig {
             reservations: ReservationsConfig::default(),
             assume_ttl: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
+            shutdown_grace_period: Duration::from_secs(20),
             binding: super::flow::FlowConfig::default(),
         }
     }

@@ -247,7 +247,9 @@ pub async fn run(
 
     shutdown.await;
     tracing::info!("shutting down: no new pods; finishing binds in flight");
-    let stop = running.stop().await;
+    let stop = running
+        .stop_within(Some(cx.serve.shutdown_grace_period))
+        .await;
     let election = election_rx.await.unwrap_or_default();
     Ok(ServeReport {
         scheduling: stop.scheduling,

@@ -422,3 +422,39 @@ async fn kube_bind_flow_control_shrinks_under_429_and_latency_and_binds_each_pod
         );
     }
 }
+
+/// SIGTERM with the API server gone (issue "Hardening", defect 12): `serve` stops within
+/// `serve.shutdownGracePeriod` — a bind in flight and the writes queued behind it are
+/// abandoned — and still flushes its store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_stops_within_the_grace_period_when_the_api_server_is_gone() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  shutdownGracePeriod: 3s\n  requestTimeout: 30s\n";
+    let s = serve_with(
+        &fake,
+        yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    fake.wait_for(10, "synced", |f| {
+        f.calls().iter().any(|c| c.1 == "pods" && c.2 == "watch")
+    })
+    .await;
+    // The server dies with a bind in flight.
+    fake.binding_latency(Duration::from_secs(600));
+    fake.put("pods", super::pod("p", "headroom", "1"));
+    fake.wait_for(10, "a bind in flight", |f| f.max_bindings_in_flight() >= 1)
+        .await;
+    fake.black_hole();
+    let t0 = Instant::now();
+    let report = s.stop().await;
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "stopped after {took:?} with a 3 s grace period"
+    );
+    let m = report.maintenance.expect("maintenance ran");
+    assert!(m.final_flush_ok, "{m:?}");
+}

@@ -64,6 +64,7 @@ struct Inner {
     answer_late: (u32, Duration),
     bindings_in_flight: u32,
     max_bindings_in_flight: u32,
+    black_hole: bool,
     steal_next_binding: Option<String>,
     bindings: Vec<BindingSeen>,
     calls: Vec<Call>,
@@ -339,6 +340,13 @@ impl Fake {
         self.lock().answer_late = (n, d);
     }
 
+    /// From now on the server accepts connections but never answers (a dead API server
+    /// behind a live load balancer, the slowest way to fail); open watches end.
+    pub fn black_hole(&self) {
+        self.lock().black_hole = true;
+        let _ = self.drop_watches.send(());
+    }
+
     /// The most binding requests the fake served at the same time.
     pub fn max_bindings_in_flight(&self) -> u32 {
         self.lock().max_bindings_in_flight
@@ -444,6 +452,9 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if fake.lock().black_hole {
+        return std::future::pending().await;
+    }
     let Some(t) = parse_path(uri.path()) else {
         return status(
             404,
