@@ -214,9 +214,12 @@ pub struct ServeArgs {
     /// Prometheus base URL to collect usage from (sets collectors.prometheus.url).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// Listener address (overrides serve.listen; default 0.0.0.0:10260).
+    /// The extender's listener (overrides serve.listen; default 0.0.0.0:10260).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    /// The inspection API's listener (overrides serve.apiListen; default 0.0.0.0:10261).
+    #[arg(long, value_name = "ADDR")]
+    pub api_listen: Option<std::net::SocketAddr>,
     /// Store directory (default: `dataDir` of the configuration, else ./headroom-data).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -610,6 +613,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         context,
         prometheus,
         listen,
+        api_listen,
         data_dir,
         no_leader_election,
         extender_only,
@@ -642,6 +646,13 @@ fn run_serve(args: ServeArgs) -> ExitCode {
     if extender_only {
         config.serve.schedule = false;
     }
+    // The flags win over the file before validation (mode `none` needs loopback ones).
+    if let Some(a) = listen {
+        config.serve.listen = a.to_string();
+    }
+    if let Some(a) = api_listen {
+        config.serve.api_listen = a.to_string();
+    }
     if let Err(e) = config.validate() {
         eprintln!("error: {e}");
         return ExitCode::from(2);
@@ -673,7 +684,6 @@ fn run_serve(args: ServeArgs) -> ExitCode {
             }
         };
         let mut opts = crate::kube::serve::ServeOptions::new(config, client);
-        opts.listen = listen;
         opts.data_dir = data_dir;
         match crate::kube::serve::run(opts, shutdown_signal()).await {
             Ok(report) => {

@@ -353,6 +353,44 @@ impl BindPlugin for ApiBinder {
 impl ExtenderBinder for ApiBinder {
     fn bind<'a>(&'a self, args: &'a ExtenderBindingArgs) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
+            // Only a pending pod, the one the caller names by uid: an extender that binds
+            // whatever it is asked to is a way around the scheduler.
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &args.pod_namespace);
+            let pod = tokio::time::timeout(self.timeout, api.get_opt(&args.pod_name))
+                .await
+                .map_err(|_| {
+                    format!(
+                        "looking up pod {}/{} timed out",
+                        args.pod_namespace, args.pod_name
+                    )
+                })?
+                .map_err(|e| {
+                    format!(
+                        "looking up pod {}/{}: {e}",
+                        args.pod_namespace, args.pod_name
+                    )
+                })?
+                .ok_or_else(|| {
+                    format!(
+                        "pod {}/{} does not exist",
+                        args.pod_namespace, args.pod_name
+                    )
+                })?;
+            if pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
+                return Err(format!(
+                    "pod {}/{} has uid {:?}, not {:?}",
+                    args.pod_namespace,
+                    args.pod_name,
+                    pod.metadata.uid.as_deref().unwrap_or(""),
+                    args.pod_uid
+                ));
+            }
+            if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                return Err(format!(
+                    "pod {}/{} is already bound to {n}",
+                    args.pod_namespace, args.pod_name
+                ));
+            }
             bind_pod(
                 &self.client,
                 &args.pod_namespace,

@@ -30,9 +30,16 @@ pub const EXTENDER_PROFILE: &str = "extender";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ServeConfig {
-    /// Address of the HTTP listener: the extender endpoints, `/healthz` and `/readyz`.
+    /// Address of the extender's listener: `/extender/*`, `/healthz` and `/readyz`.
     /// Default `0.0.0.0:10260`.
     pub listen: String,
+    /// Address of the inspection API's listener: `/explain`, `/nodes`, `/builders`,
+    /// `/queue`, `/metrics`, `/healthz`, `/readyz`. Default `0.0.0.0:10261`.
+    pub api_listen: String,
+    /// Who may call the listeners: TLS, client certificates or TokenReview,
+    /// SubjectAccessReview (default), or `mode: none` on loopback only; see
+    /// `src/kube/auth.rs`.
+    pub security: super::auth::SecurityConfig,
     /// Schedule and bind the unassigned pods whose `spec.schedulerName` names one of the
     /// profiles. Default true. Set false to run as an extender only (kube-scheduler then
     /// schedules; headroom filters, scores and optionally binds for it).
@@ -79,6 +86,8 @@ impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             listen: "0.0.0.0:10260".to_string(),
+            api_listen: "0.0.0.0:10261".to_string(),
+            security: super::auth::SecurityConfig::default(),
             schedule: true,
             leader_election: LeaderElectionConfig::default(),
             extender: ExtenderConfig::default(),
@@ -272,11 +281,23 @@ impl ServeConfig {
             field: format!("serve.{field}"),
             message,
         };
-        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+        let Ok(listen) = self.listen.parse::<std::net::SocketAddr>() else {
             return Err(invalid(
                 "listen",
                 format!("{:?} is not an address like 0.0.0.0:10260", self.listen),
             ));
+        };
+        let Ok(api_listen) = self.api_listen.parse::<std::net::SocketAddr>() else {
+            return Err(invalid(
+                "apiListen",
+                format!("{:?} is not an address like 0.0.0.0:10261", self.api_listen),
+            ));
+        };
+        if let Err((field, message)) = self
+            .security
+            .validate(&[("listen", listen), ("apiListen", api_listen)])
+        {
+            return Err(crate::config::ConfigError::Invalid { field, message });
         }
         if let Err((field, message)) = self.binding.validate() {
             return Err(crate::config::ConfigError::Invalid { field, message });

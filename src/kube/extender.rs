@@ -443,9 +443,12 @@ async fn bind_handler(State(state): State<ExtenderState>, body: Bytes) -> Respon
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
+    // The uid is the bind's precondition (a pod deleted and recreated under the same
+    // name is not bound by mistake): a bind without one is refused, not sent unguarded.
     let missing = [
         ("PodName", args.pod_name.is_empty()),
         ("PodNamespace", args.pod_namespace.is_empty()),
+        ("PodUID", args.pod_uid.is_empty()),
         ("Node", args.node.is_empty()),
     ];
     if let Some((field, _)) = missing.iter().find(|(_, m)| *m) {
@@ -454,6 +457,14 @@ async fn bind_handler(State(state): State<ExtenderState>, body: Bytes) -> Respon
             path: (*field).to_string(),
             message: "missing".into(),
         }
+        .into_response();
+    }
+    // Only to a node this scheduler knows (kube-scheduler's own node list and ours come
+    // from the same API server).
+    if (state.snapshot)().get(&args.node).is_none() {
+        return axum::Json(ExtenderBindingResult {
+            error: format!("node {:?} is not known to headroom", args.node),
+        })
         .into_response();
     }
     let error = match &state.binder {

@@ -30,6 +30,7 @@ use kube::Client;
 use kube::api::Api;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::auth::{self, Auth, KubeReviewer, Reviewer, SecurityMode};
 use super::bind::{ApiBinder, BindStats};
 use super::config::ServeConfig;
 use super::crd::{self, KubeReservations, ReservationResource};
@@ -38,6 +39,7 @@ use super::extender::{self, ExtenderState};
 use super::flow::BindFlow;
 use super::leader::{ElectionStats, KubeLeaseStore, LeaderElector, LeaseStore};
 use super::reflect;
+use super::tls;
 use super::{Error, Result};
 use crate::api::SinkReport;
 use crate::clock::Clock;
@@ -58,10 +60,14 @@ pub struct ServeOptions {
     pub store: Option<headroom_storage::Store>,
     /// Store directory override (`--data-dir`).
     pub data_dir: Option<PathBuf>,
-    /// Listener override (`--listen`).
+    /// Extender listener override (`--listen`).
     pub listen: Option<SocketAddr>,
-    /// Told the listener's actual address once it is bound (tests listen on port 0).
-    pub bound: Option<oneshot::Sender<SocketAddr>>,
+    /// Inspection API listener override (`--api-listen`).
+    pub api_listen: Option<SocketAddr>,
+    /// Told the listeners' actual addresses once they are bound (tests listen on port 0).
+    pub bound: Option<oneshot::Sender<Bound>>,
+    /// Who answers TokenReviews and SubjectAccessReviews; `None`: the API server.
+    pub reviewer: Option<Arc<dyn Reviewer>>,
     /// Where the Lease lives; `None`: the API server.
     pub lease_store: Option<Arc<dyn LeaseStore>>,
     /// More routes to serve on the same listener (the inspection API).
@@ -77,11 +83,22 @@ impl ServeOptions {
             store: None,
             data_dir: None,
             listen: None,
+            api_listen: None,
             bound: None,
+            reviewer: None,
             lease_store: None,
             extra_routes: None,
         }
     }
+}
+
+/// Where `serve` listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The extender's listener (and probes).
+    pub extender: SocketAddr,
+    /// The inspection API's listener (and probes).
+    pub api: SocketAddr,
 }
 
 /// What a `serve` run did.
@@ -173,19 +190,31 @@ pub async fn run(
         store,
         data_dir,
         listen,
+        api_listen,
         bound,
+        reviewer,
         lease_store,
         extra_routes,
     } = opts;
+    let mut config = config;
+    // The flags win over the file; validation then sees the addresses used (mode `none`
+    // is refused on a non-loopback one).
+    if let Some(a) = listen {
+        config.serve.listen = a.to_string();
+    }
+    if let Some(a) = api_listen {
+        config.serve.api_listen = a.to_string();
+    }
     config.validate()?;
     let serve = config.serve.clone();
-    let addr = match listen {
-        Some(a) => a,
-        None => serve
-            .listen
-            .parse()
-            .map_err(|_| Error::Task(format!("bad listen address {:?}", serve.listen)))?,
+    let parse = |field: &str, v: &str| {
+        v.parse::<SocketAddr>()
+            .map_err(|_| Error::Task(format!("serve.{field}: bad address {v:?}")))
     };
+    let addrs = (
+        parse("listen", &serve.listen)?,
+        parse("apiListen", &serve.api_listen)?,
+    );
     let store = match store {
         Some(s) => s,
         None => headroom_storage::Store::open(
@@ -239,8 +268,21 @@ pub async fn run(
         )
         .with_flow(flow, bind_stats),
     );
-    cx.start_http(&mut running, addr, bound, extra_routes, &leader_rx)
-        .await?;
+    let reviewer = reviewer.unwrap_or_else(|| {
+        Arc::new(KubeReviewer::new(
+            cx.client.clone(),
+            cx.serve.request_timeout,
+        ))
+    });
+    cx.start_http(
+        &mut running,
+        addrs,
+        bound,
+        extra_routes,
+        &leader_rx,
+        reviewer,
+    )
+    .await?;
     if cx.serve.schedule {
         cx.start_scheduling(&mut running, binder, leader_rx);
     }
@@ -404,15 +446,17 @@ impl Cx {
         (status_done, gc_done)
     }
 
-    /// The listener: the extender routes, the probes, the inspection API over the engine
-    /// and the caller's routes.
+    /// The two listeners, each with the probes: the extender's (`serve.listen`) and the
+    /// inspection API's (`serve.apiListen`, plus the caller's routes); both behind
+    /// `serve.security` (TLS, client certificates or TokenReview, SubjectAccessReview).
     async fn start_http(
         &self,
         running: &mut Running,
-        addr: SocketAddr,
-        bound: Option<oneshot::Sender<SocketAddr>>,
+        (ext_addr, api_addr): (SocketAddr, SocketAddr),
+        bound: Option<oneshot::Sender<Bound>>,
         extra_routes: Option<Router>,
         leader: &watch::Receiver<bool>,
+        reviewer: Arc<dyn Reviewer>,
     ) -> Result<()> {
         let extender_router = if self.serve.extender.enabled {
             let framework = Arc::new(build_framework_with(
@@ -436,41 +480,81 @@ impl Cx {
         } else {
             None
         };
+        let health = Health {
+            synced: self.engine.cluster().synced.clone(),
+            leader: leader.clone(),
+        };
         let api_state = self.engine.api_state();
         api_state.set_ready(true);
         let api_routes = crate::api::routes(api_state);
-        let app = compose_router(
-            extender_router,
-            Health {
-                synced: self.engine.cluster().synced.clone(),
-                leader: leader.clone(),
-            },
+        let api_app = compose_router(
+            None,
+            health.clone(),
             Some(match extra_routes {
                 Some(x) => x.merge(api_routes),
                 None => api_routes,
             }),
         );
-        let listen_error = |source| Error::Listen {
-            addr: addr.to_string(),
-            source,
-        };
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(listen_error)?;
-        let local = listener.local_addr().map_err(listen_error)?;
-        tracing::info!(%local, identity = %self.identity, "serving");
-        if let Some(tx) = bound {
-            let _ = tx.send(local);
-        }
-        let stop = running.phases.stopped(Phase::Intake);
-        running.phases.spawn(Phase::Intake, async move {
-            let r = axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "http listener failed");
+        let ext_app = compose_router(extender_router, health, None);
+        let security = &self.serve.security;
+        let auth = Auth::new(security, reviewer);
+        auth.register(self.engine.metrics());
+        let layer = axum::middleware::from_fn_with_state(auth, auth::authorize);
+        let (ext_app, api_app) = (ext_app.layer(layer.clone()), api_app.layer(layer));
+        let tls = match security.mode {
+            SecurityMode::None => None,
+            SecurityMode::Delegated => {
+                let (chain, key) = tls::serving_identity(
+                    security.cert_file.as_deref(),
+                    security.key_file.as_deref(),
+                )
+                .map_err(|e| Error::Task(e.to_string()))?;
+                Some(
+                    tls::acceptor(chain, key, security.client_ca_file.as_deref())
+                        .map_err(|e| Error::Task(e.to_string()))?,
+                )
             }
-        });
+        };
+        let mut bound_at = Vec::new();
+        for (addr, app, what) in [
+            (ext_addr, ext_app, "extender"),
+            (api_addr, api_app, "inspection API"),
+        ] {
+            let listen_error = |source| Error::Listen {
+                addr: addr.to_string(),
+                source,
+            };
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(listen_error)?;
+            let local = listener.local_addr().map_err(listen_error)?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            tracing::info!(%local, identity = %self.identity, "serving the {what} on {scheme}");
+            bound_at.push(local);
+            let stop = running.phases.stopped(Phase::Intake);
+            match &tls {
+                Some(acceptor) => {
+                    let acceptor = acceptor.clone();
+                    running.phases.spawn(Phase::Intake, async move {
+                        tls::serve(listener, acceptor, app, stop).await;
+                    });
+                }
+                None => running.phases.spawn(Phase::Intake, async move {
+                    let r = axum::serve(listener, app)
+                        .with_graceful_shutdown(stop)
+                        .await;
+                    if let Err(e) = r {
+                        tracing::error!(error = %e, "http listener failed");
+                    }
+                }),
+            }
+        }
+        if let Some(tx) = bound {
+            let _ = tx.send(Bound {
+                extender: bound_at[0],
+                api: bound_at[1],
+            });
+        }
         Ok(())
     }
 

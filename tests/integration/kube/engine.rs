@@ -42,11 +42,15 @@ async fn serve_with(fake: &Fake, yaml: &str, store: Store) -> Running {
     let handle = tokio::spawn(run(opts, async {
         let _ = stop_rx.await;
     }));
-    let addr = tokio::time::timeout(Duration::from_secs(10), bound_rx)
+    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
         .await
         .expect("listener within 10 s")
         .expect("listener address");
-    Running { addr, stop, handle }
+    Running {
+        bound,
+        stop,
+        handle,
+    }
 }
 
 async fn get_json(url: &str) -> (u16, Value) {
@@ -299,6 +303,8 @@ async fn kube_serve_kill_9_loses_at_most_the_flush_interval() {
             data.to_str().unwrap(),
             "--listen",
             "127.0.0.1:0",
+            "--api-listen",
+            "127.0.0.1:0",
         ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -346,7 +352,7 @@ async fn kube_bind_flow_control_shrinks_under_429_and_latency_and_binds_each_pod
     fake.binding_latency(Duration::from_millis(150));
     fake.throttle_bindings(6, 1);
     fake.answer_late(2, Duration::from_millis(1500));
-    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n  requestTimeout: 1s\n  binding: {initialWindow: 8, minWindow: 1, latencyTarget: 100ms}\n";
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n  requestTimeout: 1s\n  binding: {initialWindow: 8, minWindow: 1, latencyTarget: 100ms}\n";
     let s = serve_with(
         &fake,
         yaml,
@@ -431,7 +437,7 @@ async fn kube_serve_stops_within_the_grace_period_when_the_api_server_is_gone() 
     let fake = Fake::start().await;
     fake.put("namespaces", namespace("default"));
     fake.put("nodes", node("node-a", "4"));
-    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  shutdownGracePeriod: 3s\n  requestTimeout: 30s\n";
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  shutdownGracePeriod: 3s\n  requestTimeout: 30s\n";
     let s = serve_with(
         &fake,
         yaml,

@@ -65,6 +65,8 @@ struct Inner {
     bindings_in_flight: u32,
     max_bindings_in_flight: u32,
     black_hole: bool,
+    tokens: HashMap<String, (String, Vec<String>)>,
+    grants: Vec<(String, String, String)>,
     steal_next_binding: Option<String>,
     bindings: Vec<BindingSeen>,
     calls: Vec<Call>,
@@ -347,6 +349,27 @@ impl Fake {
         let _ = self.drop_watches.send(());
     }
 
+    /// A bearer token `TokenReview` authenticates as `user` in `groups`.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        self.lock().tokens.insert(
+            token.to_string(),
+            (
+                user.to_string(),
+                groups.iter().map(|g| g.to_string()).collect(),
+            ),
+        );
+    }
+
+    /// `SubjectAccessReview` allows `subject` (a user, or `group:NAME`) to `verb` every
+    /// non-resource URL starting with `path_prefix` (RBAC's `nonResourceURLs` with `*`).
+    pub fn grant(&self, subject: &str, verb: &str, path_prefix: &str) {
+        self.lock().grants.push((
+            subject.to_string(),
+            verb.to_string(),
+            path_prefix.to_string(),
+        ));
+    }
+
     /// The most binding requests the fake served at the same time.
     pub fn max_bindings_in_flight(&self) -> u32 {
         self.lock().max_bindings_in_flight
@@ -582,6 +605,42 @@ async fn handle(
             };
             fake.lock().bindings_in_flight -= 1;
             response
+        }
+        ("create", None) if t.resource == "tokenreviews" => {
+            let token = body["spec"]["token"].as_str().unwrap_or("");
+            let user = fake.lock().tokens.get(token).cloned();
+            let status = match user {
+                Some((name, groups)) => json!({"authenticated": true,
+                    "user": {"username": name, "groups": groups}}),
+                None => json!({"authenticated": false, "error": "invalid bearer token"}),
+            };
+            let mut review = body.clone();
+            review["status"] = status;
+            (StatusCode::CREATED, axum::Json(review)).into_response()
+        }
+        ("create", None) if t.resource == "subjectaccessreviews" => {
+            let spec = &body["spec"];
+            let user = spec["user"].as_str().unwrap_or("").to_string();
+            let groups: Vec<String> = spec["groups"]
+                .as_array()
+                .map(|g| {
+                    g.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let path = spec["nonResourceAttributes"]["path"].as_str().unwrap_or("");
+            let verb = spec["nonResourceAttributes"]["verb"].as_str().unwrap_or("");
+            let allowed = fake.lock().grants.iter().any(|(who, v, prefix)| {
+                let subject = match who.strip_prefix("group:") {
+                    Some(g) => groups.iter().any(|x| x == g),
+                    None => *who == user,
+                };
+                subject && v == verb && path.starts_with(prefix.as_str())
+            });
+            let mut review = body.clone();
+            review["status"] = json!({"allowed": allowed});
+            (StatusCode::CREATED, axum::Json(review)).into_response()
         }
         ("create", None) => {
             let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
