@@ -165,9 +165,17 @@ pub enum Command {
     Explain {
         /// The pod, as NAMESPACE/NAME.
         pod: String,
-        /// The headroom server's base URL.
+        /// The headroom server's base URL (`headroom serve`'s inspection API is
+        /// `https://HOST:10261`).
         #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
         server: String,
+        /// Bearer token for a server that authenticates callers (`headroom serve`), e.g.
+        /// from `kubectl create token`.
+        #[arg(long, env = "HEADROOM_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Accept the server's certificate without checking it (a self-signed one).
+        #[arg(long)]
+        insecure_skip_tls_verify: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -311,8 +319,27 @@ pub fn parse_pod_arg(pod: &str) -> Result<(&str, &str), ExplainError> {
     Ok((ns, name))
 }
 
+/// How to reach the inspection API.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Bearer token, if the server wants one.
+    pub token: Option<String>,
+    /// Skip the server certificate check.
+    pub insecure: bool,
+}
+
 /// Fetches the pod's decision from the API at `server` as text or JSON.
 pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<String, ExplainError> {
+    fetch_explanation_with(server, pod, output, &Access::default())
+}
+
+/// [`fetch_explanation`] with credentials.
+pub fn fetch_explanation_with(
+    server: &str,
+    pod: &str,
+    output: Output,
+    access: &Access,
+) -> Result<String, ExplainError> {
     let (ns, name) = parse_pod_arg(pod)?;
     let base = server.trim_end_matches('/');
     let format = match output {
@@ -341,9 +368,14 @@ pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<Stri
         };
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
+            .danger_accept_invalid_certs(access.insecure)
             .build()
             .map_err(unreachable)?;
-        let response = client.get(parsed).send().await.map_err(unreachable)?;
+        let mut request = client.get(parsed);
+        if let Some(t) = &access.token {
+            request = request.bearer_auth(t);
+        }
+        let response = request.send().await.map_err(unreachable)?;
         let status = response.status();
         let body = response.text().await.map_err(unreachable)?;
         if status.is_success() {
@@ -365,8 +397,8 @@ pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<Stri
     })
 }
 
-fn run_explain(pod: &str, server: &str, output: Output) -> ExitCode {
-    match fetch_explanation(server, pod, output) {
+fn run_explain(pod: &str, server: &str, output: Output, access: &Access) -> ExitCode {
+    match fetch_explanation_with(server, pod, output, access) {
         Ok(body) => {
             print!("{body}");
             if !body.ends_with('\n') {
@@ -837,8 +869,18 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Explain {
             pod,
             server,
+            token,
+            insecure_skip_tls_verify,
             output,
-        } => run_explain(&pod, &server, output),
+        } => run_explain(
+            &pod,
+            &server,
+            output,
+            &Access {
+                token,
+                insecure: insecure_skip_tls_verify,
+            },
+        ),
         Command::Serve(args) => run_serve(args),
         Command::Crd => {
             print!("{}", crate::kube::crd::crd_yaml());
