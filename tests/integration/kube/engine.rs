@@ -464,3 +464,52 @@ async fn kube_serve_stops_within_the_grace_period_when_the_api_server_is_gone() 
     let m = report.maintenance.expect("maintenance ran");
     assert!(m.final_flush_ok, "{m:?}");
 }
+
+/// Issue "Hardening": 1,000 pods created at once on 20 nodes that fit 800 of them. No node
+/// is overcommitted by requests, no pod is bound twice, and the 200 that fit nowhere stay
+/// pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_a_thousand_pods_at_once_overcommit_nothing_and_bind_once() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    for i in 0..20 {
+        fake.put("nodes", node(&format!("node-{i:02}"), "4"));
+    }
+    let s = serve_with(
+        &fake,
+        super::BASE,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    for i in 0..1000 {
+        fake.put("pods", super::pod(&format!("p{i:04}"), "headroom", "100m"));
+    }
+    fake.wait_for(120, "800 bound", |f| {
+        (0..1000)
+            .filter(|i| f.node_of("default", &format!("p{i:04}")).is_some())
+            .count()
+            == 800
+    })
+    .await;
+    // Give any late, wrong bind the chance to show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut per_node: std::collections::BTreeMap<String, usize> = Default::default();
+    for i in 0..1000 {
+        if let Some(n) = fake.node_of("default", &format!("p{i:04}")) {
+            *per_node.entry(n).or_default() += 1;
+        }
+    }
+    assert_eq!(per_node.len(), 20);
+    for (node, pods) in &per_node {
+        assert!(*pods <= 40, "{node} holds {pods} pods of 100m on 4 CPUs");
+    }
+    let seen = fake.bindings();
+    let mut ok: std::collections::BTreeMap<String, usize> = Default::default();
+    for b in seen.iter().filter(|b| b.status == 201) {
+        *ok.entry(b.pod.clone()).or_default() += 1;
+    }
+    assert_eq!(ok.len(), 800);
+    assert!(ok.values().all(|n| *n == 1), "a pod bound twice");
+    let report = s.stop().await;
+    assert_eq!(report.scheduling.bound, 800, "{report:?}");
+}
