@@ -43,51 +43,27 @@ fi
 all=(quantity objects usage_file scenario config kubelet_summary prometheus_response exposition extender_args store_open)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 
-# Seeds: real inputs of each parser (copied every run; libFuzzer dedups by coverage).
-seed() {
-    local target="$1"; shift
-    mkdir -p "$fuzz/corpus/$target"
-    for f in "$@"; do
-        [[ -f "$f" ]] && cp -f "$f" "$fuzz/corpus/$target/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
-    done
-    return 0
-}
-# A body with a leading selector byte (status or kind) for the targets that read one.
-seed_prefixed() {
-    local target="$1" byte="$2"; shift 2
-    mkdir -p "$fuzz/corpus/$target"
-    for f in "$@"; do
-        [[ -f "$f" ]] || continue
-        { printf "$byte"; cat "$f"; } >"$fuzz/corpus/$target/seed-$(basename "$f")"
-    done
-    return 0
-}
-cases=("$root"/tests/fixtures/kube-scheduler-cases/0[0-4]?/cluster.yaml)
-seed quantity /dev/null
-printf '100m' >"$fuzz/corpus/quantity/seed-100m"
-printf '0.1Ki' >"$fuzz/corpus/quantity/seed-0.1Ki"
-printf -- '-1.5e3' >"$fuzz/corpus/quantity/seed-exp"
-seed objects "$root"/examples/cluster.yaml "$root"/examples/pods.yaml "$root"/examples/seed-00*/cluster.yaml "${cases[@]}"
-seed usage_file "$root"/examples/seed-00*/usage.yaml
-seed scenario "$root"/examples/ci-farm*.yaml "$root"/examples/databases.yaml "$root"/examples/reservations.yaml
-printf 'duration: 2m\nstep: 15s\nnodes: [{count: 2}]\nworkloads: [{name: b, requests: {cpu: "1", memory: 1Gi}, arrivalsPerHour: 300}]\nevents: [{at: 1m, burst: {workload: b, count: 3}}]\n' \
-    >"$fuzz/corpus/scenario/seed-small.yaml"
-seed config "$root"/examples/config.yaml
-seed kubelet_summary "$root"/collectors/tests/fixtures/*.json "$root"/collectors/tests/fixtures/real/*.json
-seed_prefixed exposition '\000' "$root"/collectors/tests/fixtures/real/kubelet-1.21-datadog.txt
-mkdir -p "$fuzz/corpus/prometheus_response"
-printf '\000{"status":"success","data":{"resultType":"vector","result":[{"metric":{"node":"n1"},"value":[1767225600.5,"0.25"]}]}}' \
-    >"$fuzz/corpus/prometheus_response/seed-vector.json"
-printf '\000{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"p"},"values":[[1767225600,"1"],[1767225615,"NaN"]]}]},"warnings":["w"]}' \
-    >"$fuzz/corpus/prometheus_response/seed-matrix.json"
-printf '\001{"status":"error","errorType":"bad_data","error":"parse error"}' \
-    >"$fuzz/corpus/prometheus_response/seed-error.json"
-mkdir -p "$fuzz/corpus/extender_args"
-for f in "$root"/tests/fixtures/kube-captures/kube-scheduler-extender/*.json; do
-    python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["request"]))' "$f" \
-        >"$fuzz/corpus/extender_args/seed-$(basename "$f")"
+# Seeds: real inputs of each parser, listed in fuzz/seeds.txt, plus fuzz/seeds/TARGET/
+# (copied every run; libFuzzer dedups by coverage). CI's tests/integration/fuzzing.rs reads
+# the same lists.
+for t in "${all[@]}"; do
+    mkdir -p "$fuzz/corpus/$t"
+    if [[ -d "$fuzz/seeds/$t" ]]; then
+        cp -f "$fuzz/seeds/$t"/* "$fuzz/corpus/$t/" 2>/dev/null || true
+    fi
 done
-mkdir -p "$fuzz/corpus/store_open"
+while read -r target pattern selector; do
+    [[ -z "$target" || "$target" == \#* ]] && continue
+    for f in $root/$pattern; do
+        [[ -f "$f" ]] || continue
+        out="$fuzz/corpus/$target/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
+        if [[ -n "${selector:-}" ]]; then
+            { printf "\\$(printf '%03o' "$selector")"; cat "$f"; } >"$out"
+        else
+            cp -f "$f" "$out"
+        fi
+    done
+done <"$fuzz/seeds.txt"
 
 cd "$fuzz"
 echo "building ${#targets[@]} fuzz target(s)" >&2

@@ -118,8 +118,11 @@ serve ext "$W/reserve50.yaml" 10272 --extender-only
 # kube-scheduler's client certificate for the extender, signed by the kit's CA.
 openssl req -newkey rsa:2048 -nodes -keyout "$W/ks-client.key" -out "$W/ks-client.csr" \
   -subj "/CN=system:kube-scheduler" 2>/dev/null
+# An X.509 v3 client certificate (extensions make it v3; webpki refuses v1 certificates,
+# which is what `openssl x509 -req` makes without them, as kubeadm's never are).
+printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$W/client.ext"
 openssl x509 -req -in "$W/ks-client.csr" -CA "$EXT/pki/ca.crt" -CAkey "$EXT/pki/ca.key" \
-  -CAcreateserial -out "$W/ks-client.crt" -days 1 2>/dev/null
+  -CAcreateserial -out "$W/ks-client.crt" -days 1 -extfile "$W/client.ext" 2>/dev/null
 $K create namespace headroom-system >/dev/null 2>&1
 $K apply -f deploy/rbac.yaml >/dev/null
 sed -e "s#/etc/kubernetes/scheduler.conf#$EXT/run/admin.kubeconfig#" \
@@ -141,5 +144,5 @@ EOF
 sleep 8
 echo "web-1 node: '$($K get pod web-1 -o jsonpath='{.spec.nodeName}')'"
 echo "web-1 PodScheduled: $($K get pod web-1 -o jsonpath='{.status.conditions[0].message}')"
-api 10372 /metrics | grep -E '^headroom_(collector_cycles_total|cluster_lists_total\{kind="Node"\}|auth_requests_total)'
+api 10372 /metrics | grep -E '^headroom_(collector_cycles_total|cluster_lists_total\{kind="Node"\}|auth_requests_total|auth_tls_handshake_failures_total|extender_)'
 

@@ -650,7 +650,18 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         no_leader_election,
         extender_only,
     } = args;
-    let mut config = match load_config(config.as_ref()) {
+    // Validated once the flags are applied: they win over the file (and `--listen
+    // 127.0.0.1:…` is what makes `serve.security.mode: none` acceptable).
+    let origin = config
+        .as_ref()
+        .map_or("the default configuration".to_string(), |p| {
+            p.display().to_string()
+        });
+    let read = match config.as_ref() {
+        Some(p) => Config::read(p),
+        None => Ok(Config::default()),
+    };
+    let mut config = match read {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -685,7 +696,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
     if let Some(a) = api_listen {
         config.serve.api_listen = a.to_string();
     }
-    if let Err(e) = config.validate() {
+    if let Err(e) = config.validate_in(&origin) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }

@@ -248,8 +248,16 @@ pub struct PluginArgs {
 }
 
 impl Config {
-    /// Parses YAML text; `origin` names the source in errors.
+    /// Parses and validates YAML text; `origin` names the source in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config = Config::parse_yaml(text, origin)?;
+        config.validate_in(origin)?;
+        Ok(config)
+    }
+
+    /// Parses YAML text without [`Config::validate`]: for callers that apply command-line
+    /// flags first (they win over the file) and then call [`Config::validate_in`].
+    pub fn parse_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let de = serde_norway::Deserializer::from_str(text);
         let config: Config = match serde_path_to_error::deserialize(de) {
             Ok(c) => c,
@@ -273,25 +281,35 @@ impl Config {
                 });
             }
         };
-        // Validation errors name the file too.
-        config.validate().map_err(|e| match e {
+        Ok(config)
+    }
+
+    /// [`Config::validate`], with errors naming `origin` (the file) too.
+    pub fn validate_in(&self, origin: &str) -> Result<(), ConfigError> {
+        self.validate().map_err(|e| match e {
             ConfigError::Invalid { field, message } => ConfigError::Parse {
                 path: origin.to_string(),
                 field,
                 message,
             },
             other => other,
-        })?;
+        })
+    }
+
+    /// Reads, parses and validates a YAML file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let config = Config::read(path)?;
+        config.validate_in(&path.display().to_string())?;
         Ok(config)
     }
 
-    /// Reads and parses a YAML file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    /// Reads and parses a YAML file without validating it (see [`Config::parse_yaml`]).
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.display().to_string(),
             source,
         })?;
-        Config::from_yaml(&text, &path.display().to_string())
+        Config::parse_yaml(&text, &path.display().to_string())
     }
 
     /// Checks what serde cannot: unique profile names, known plugins, weights, args, and

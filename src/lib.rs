@@ -27,6 +27,7 @@ pub mod config;
 pub mod engine;
 pub mod field;
 pub mod framework;
+pub mod fuzzing;
 pub mod kube;
 pub mod metrics;
 pub mod objects;

@@ -1,11 +1,6 @@
 //! The usage file (`place --usage`).
+//!
+//! The body is `headroom::fuzzing::usage_file`, which CI also runs (tests/integration/fuzzing.rs).
 #![no_main]
 
-use headroom::usage::file::UsageFile;
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = UsageFile::parse(text, "fuzz.yaml", 1_767_225_600_000);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| headroom::fuzzing::usage_file(data));

@@ -499,6 +499,8 @@ impl Cx {
         let security = &self.serve.security;
         let auth = Auth::new(security, reviewer);
         auth.register(self.engine.metrics());
+        let handshakes = tls::HandshakeStats::default();
+        handshakes.register(self.engine.metrics());
         let layer = axum::middleware::from_fn_with_state(auth, auth::authorize);
         let (ext_app, api_app) = (ext_app.layer(layer.clone()), api_app.layer(layer));
         let tls = match security.mode {
@@ -534,9 +536,9 @@ impl Cx {
             let stop = running.phases.stopped(Phase::Intake);
             match &tls {
                 Some(acceptor) => {
-                    let acceptor = acceptor.clone();
+                    let (acceptor, handshakes) = (acceptor.clone(), handshakes.clone());
                     running.phases.spawn(Phase::Intake, async move {
-                        tls::serve(listener, acceptor, app, stop).await;
+                        tls::serve(listener, acceptor, app, handshakes, stop).await;
                     });
                 }
                 None => running.phases.spawn(Phase::Intake, async move {

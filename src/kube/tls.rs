@@ -164,13 +164,76 @@ pub fn acceptor(
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// Why a TLS handshake failed, as counted in
+/// `headroom_auth_tls_handshake_failures_total{reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+/// Failed TLS handshakes on `serve`'s listeners, by reason (cheap to clone).
+#[derive(Clone, Default)]
+pub struct HandshakeStats {
+    failures: prometheus_client::metrics::family::Family<
+        ReasonLabel,
+        prometheus_client::metrics::counter::Counter,
+    >,
+}
+
+impl HandshakeStats {
+    /// Registers `headroom_auth_tls_handshake_failures_total{reason}` on `metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        for reason in ["client_certificate", "other"] {
+            let _ = self.failures.get_or_create(&ReasonLabel { reason });
+        }
+        metrics.register(
+            "headroom_auth_tls_handshake_failures",
+            "TLS handshakes that failed: client_certificate (a client certificate was \
+             presented and refused), other (plain HTTP, scanners, dropped connections)",
+            self.failures.clone(),
+        );
+    }
+
+    /// Counts a failed handshake and logs it: a refused client certificate is a
+    /// misconfiguration an operator must see (kube-scheduler's extender call then fails
+    /// with "tls: unknown certificate"), so it is a warning; anything else is debug.
+    fn failed(&self, peer: SocketAddr, e: &std::io::Error) {
+        let refused = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .and_then(|r| match r {
+                rustls::Error::InvalidCertificate(why) => Some(format!("{why:?}")),
+                _ => None,
+            });
+        let reason = match refused {
+            Some(why) => {
+                tracing::warn!(
+                    %peer,
+                    error = %e,
+                    why,
+                    "refused the client certificate (not signed by \
+                     serve.security.clientCAFile, expired, or not an X.509 v3 client \
+                     certificate)"
+                );
+                "client_certificate"
+            }
+            None => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                "other"
+            }
+        };
+        self.failures.get_or_create(&ReasonLabel { reason }).inc();
+    }
+}
+
 /// Serves `app` over TLS on `listener` until `shutdown`: each connection's verified client
-/// certificate (if any) reaches the handlers as a [`PeerIdentity`] extension. A handshake
-/// that fails is logged at debug level (port scanners, plain-HTTP clients).
+/// certificate (if any) reaches the handlers as a [`PeerIdentity`] extension. A failed
+/// handshake is counted in `stats` (and logged, see [`HandshakeStats`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     acceptor: TlsAcceptor,
     app: Router,
+    stats: HandshakeStats,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -187,12 +250,12 @@ pub async fn serve(
                 }
             },
         };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
+        let (acceptor, app, stats) = (acceptor.clone(), app.clone(), stats.clone());
         tokio::spawn(async move {
             let tls = match acceptor.accept(tcp).await {
                 Ok(t) => t,
                 Err(e) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    stats.failed(peer, &e);
                     return;
                 }
             };

@@ -555,3 +555,38 @@ fn check_config_rejects_storage_values_sled_cannot_use() {
         assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
     }
 }
+
+/// `serve`'s flags win over the file before it is validated: `serve.security.mode: none`
+/// is refused on the default (all-interfaces) listeners, accepted with `--listen` and
+/// `--api-listen` on loopback (found on the kit: the failover script could not start).
+#[test]
+fn serve_flags_apply_before_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(&dir, "none.yaml", "serve: {security: {mode: none}}\n");
+    let kubeconfig = dir.path().join("missing.kubeconfig");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let o = run(&["serve", "--config", &cfg, "--kubeconfig", kubeconfig]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("serve.security.mode: none serves without authentication")
+            && stderr(&o).contains("serve.listen is 0.0.0.0:10260")
+            && stderr(&o).contains("none.yaml"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "serve",
+        "--config",
+        &cfg,
+        "--kubeconfig",
+        kubeconfig,
+        "--listen",
+        "127.0.0.1:0",
+        "--api-listen",
+        "127.0.0.1:0",
+    ]);
+    // Past validation: it stops at the missing kubeconfig instead.
+    assert!(!stderr(&o).contains("loopback"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("missing.kubeconfig"), "{}", stderr(&o));
+    assert_ne!(o.status.code(), Some(0));
+}

@@ -4,6 +4,7 @@ mod api;
 mod cli;
 mod collect;
 mod conformance;
+mod fuzzing;
 mod grafana;
 mod kube;
 mod prometheus;

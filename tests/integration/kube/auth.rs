@@ -44,6 +44,8 @@ async fn kube_listeners_authenticate_and_authorize_every_caller_but_the_probes()
     fake.put("pods", pod("p", "headroom", "1"));
     fake.add_token("viewer-token", "alice", &["ci"]);
     fake.add_token("stranger-token", "bob", &[]);
+    fake.add_token("scraper-token", "prometheus", &[]);
+    fake.grant("prometheus", "get", "/metrics");
     fake.grant("alice", "get", "/explain");
     fake.grant("system:kube-scheduler", "post", "/extender/");
     let dir = tempfile::tempdir().unwrap();
@@ -185,6 +187,28 @@ async fn kube_listeners_authenticate_and_authorize_every_caller_but_the_probes()
         "a certificate from another CA fails the handshake"
     );
     assert_eq!(post(client(Some((&cert, &key)))).await, 200);
+    // The refused certificate is counted (and logged as a warning), plain HTTP is not
+    // mistaken for it.
+    let metrics = anon
+        .get(api("/metrics"))
+        .bearer_auth("scraper-token")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |series: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{series} missing from:\n{metrics}"))
+    };
+    assert_eq!(
+        value("headroom_auth_tls_handshake_failures_total{reason=\"client_certificate\"}"),
+        1.0
+    );
+    assert!(value("headroom_auth_tls_handshake_failures_total{reason=\"other\"}") >= 1.0);
     let report = s.stop().await;
     assert_eq!(report.scheduling.bound, 1);
     assert_calls_allowed(&fake);
