@@ -325,59 +325,38 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
     let log_of =
         |p: &Prometheus| std::fs::read_to_string(p._dir.path().join("log")).unwrap_or_default();
 
+    // Waits until `up{job="headroom"}` has a series that `accept`s its value.
     let start = Instant::now();
-    loop {
+    let mut wait_for_up = |what: &str, accept: &dyn Fn(&Value) -> bool| loop {
         if let Ok(Some(status)) = prom.child.try_wait() {
             panic!("prometheus exited with {status}: {}", log_of(&prom));
         }
-        // Scraping has begun once `up` exists (0 while nothing listens yet): Prometheus
-        // throttles target discovery, so being ready is not enough.
         let up = api(
             "/api/v1/query",
             vec![("query", "up{job=\"headroom\"}".into())],
         );
-        let scraping = up.as_ref().is_some_and(|v| {
+        let seen = up.as_ref().is_some_and(|v| {
             v["data"]["result"]
                 .as_array()
-                .is_some_and(|r| !r.is_empty())
+                .is_some_and(|r| r.iter().any(|s| accept(&s["value"][1])))
         });
-        if scraping {
-            break;
+        if seen {
+            return;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "prometheus did not start scraping within 60 s: {up:?}\n{}",
+            "prometheus did not {what} within 60 s: {up:?}\n{}",
             log_of(&prom)
         );
         std::thread::sleep(Duration::from_millis(100));
-    }
+    };
+    // Scraping has begun once `up` exists (0 while nothing listens yet): Prometheus
+    // throttles target discovery, so being ready is not enough.
+    wait_for_up("start scraping", &|_| true);
     let demo = spawn_simulation(&demo_addr);
     assert_eq!(demo.addr, demo_addr);
-
-    // Prometheus is up and has scraped headroom successfully.
-    loop {
-        if let Ok(Some(status)) = prom.child.try_wait() {
-            panic!("prometheus exited with {status}: {}", log_of(&prom));
-        }
-        let up = api(
-            "/api/v1/query",
-            vec![("query", "up{job=\"headroom\"}".into())],
-        );
-        let healthy = up.as_ref().is_some_and(|v| {
-            v["data"]["result"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|s| s["value"][1] == "1"))
-        });
-        if healthy {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "prometheus did not scrape headroom within 60 s: {up:?}\n{}",
-            log_of(&prom)
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    // Prometheus has scraped headroom successfully.
+    wait_for_up("scrape headroom", &|v| v == "1");
 
     // Template variables: the query must list values (else the dropdown is empty); panels
     // are evaluated with what Grafana substitutes for the default "All".
