@@ -12,8 +12,13 @@
 # 2. kill -9 mid-collection, restart on the same --data-dir: the store reopens with the
 #    node's series up to within flushInterval of the kill;
 # 3. extender mode: the real kube-scheduler with deploy/extender/kube-scheduler-config.yaml
-#    (pointed at this headroom) schedules a default-scheduler pod; headroom's filter rejects
-#    the node under the 50 % reserve, so kube-scheduler reports the extender's reason.
+#    (pointed at this headroom, over HTTPS with a client certificate the kit's CA signed for
+#    system:kube-scheduler, authorised by deploy/rbac.yaml's headroom-extender-client role)
+#    schedules a default-scheduler pod; headroom's filter rejects the node under the 50 %
+#    reserve, so kube-scheduler reports the extender's reason.
+#
+# headroom's listeners run with the default security (TLS, TokenReview and
+# SubjectAccessReview against the kit's API server); curl asks with the kit's admin token.
 set -u
 HR=$(realpath "${1:-target/release/headroom}")
 KIT=$(cd "$(dirname "$0")/../../shared/kit" && pwd)
@@ -55,6 +60,7 @@ echo "node $NODE: capacity $cap bytes, really used $used (free $(python3 -c "pri
 
 prom_config() { # reserve
   cat <<EOF
+serve: {security: {clientCAFile: $EXT/pki/ca.crt}}
 storage: {flushInterval: 2s}
 analytics: {refreshInterval: 2s}
 usage: {defaults: {memoryReservePercent: $1}}
@@ -69,18 +75,21 @@ EOF
 }
 prom_config 50 >"$W/reserve50.yaml"
 prom_config 10 >"$W/reserve10.yaml"
-serve() { # name config extra-args...
-  local name=$1 cfg=$2; shift 2
+serve() { # name config extender-port extra-args...
+  local name=$1 cfg=$2 port=$3; shift 3
   $HR serve --config "$cfg" --kubeconfig "$EXT/run/admin.kubeconfig" --data-dir "$W/data" \
-    --no-leader-election "$@" >>"$W/$name.log" 2>&1 &
+    --no-leader-election --listen 127.0.0.1:$port --api-listen 127.0.0.1:$((port + 100)) \
+    "$@" >>"$W/$name.log" 2>&1 &
   echo $! >"$W/$name.pid"
 }
+api() { curl -sk -H "Authorization: Bearer admintoken" "https://127.0.0.1:$1$2"; }
 until curl -sf 'http://127.0.0.1:19090/api/v1/query?query=node_uname_info' | grep -q nodename; do sleep 1; done
 
 log "1. scheduler mode, memoryReservePercent 50"
-serve hr50 "$W/reserve50.yaml" --listen 127.0.0.1:10270
-for i in $(seq 60); do curl -sf "127.0.0.1:10270/nodes/$NODE" | grep -q '"basis":"measured"' && break; sleep 1; done
-curl -s "127.0.0.1:10270/nodes/$NODE" | python3 -c "import json,sys; n=json.load(sys.stdin); h=n['headroom']; print('headroom:', h['basis'], 'memory free', round(100*(1-h['memoryUsed']/h['memoryTotal'])), '%')"
+serve hr50 "$W/reserve50.yaml" 10270
+for i in $(seq 60); do api 10370 "/nodes/$NODE" | grep -q '"basis":"measured"' && break; sleep 1; done
+echo "no credentials: HTTP $(curl -sk -o /dev/null -w '%{http_code}' https://127.0.0.1:10370/nodes)"
+api 10370 "/nodes/$NODE" | python3 -c "import json,sys; n=json.load(sys.stdin); h=n['headroom']; print('headroom:', h['basis'], 'memory free', round(100*(1-h['memoryUsed']/h['memoryTotal'])), '%')"
 $K create -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
@@ -90,11 +99,14 @@ EOF
 sleep 5
 echo "build-1 node: '$($K get pod build-1 -o jsonpath='{.spec.nodeName}')'"
 echo "build-1 PodScheduled: $($K get pod build-1 -o jsonpath='{.status.conditions[0].message}')"
-curl -s 127.0.0.1:10270/metrics | grep -E '^headroom_(collector_cycles_total|cluster_lists_total\{kind="Pod"\}|events_created_total|scheduler_schedule_attempts_total)' | head
+api 10370 /metrics | grep -E '^headroom_(collector_cycles_total|cluster_lists_total\{kind="Pod"\}|events_created_total|scheduler_schedule_attempts_total|auth_requests_total)' | head -12
 log "2. kill -9 mid-collection, restart with the default reserve on the same store"
 sleep 6
-kill -9 "$(cat "$W/hr50.pid")"; killed=$(date +%s%3N)
-serve hr10 "$W/reserve10.yaml" --listen 127.0.0.1:10271
+kill -9 "$(cat "$W/hr50.pid")"; killed=$(date +%s%3N); sleep 1
+$HR series --data-dir "$W/data" --match node_memory_working_set_bytes --output json | python3 -c "
+import json,sys; s=json.load(sys.stdin)[0]
+print('after kill -9: newest surviving sample', $killed - s['last_ts_ms'], 'ms before the kill (flushInterval 2s, scrape 1s)')"
+serve hr10 "$W/reserve10.yaml" 10271
 for i in $(seq 60); do [ -n "$($K get pod build-1 -o jsonpath='{.spec.nodeName}')" ] && break; sleep 1; done
 echo "build-1 after restart (reserve 10 %): node '$($K get pod build-1 -o jsonpath='{.spec.nodeName}')'"
 kill "$(cat "$W/hr10.pid")"; wait "$(cat "$W/hr10.pid")" 2>/dev/null
@@ -102,12 +114,25 @@ $HR series --data-dir "$W/data" --match node_memory_working_set_bytes --output j
 import json,sys; s=json.load(sys.stdin)[0]; print('series after kill -9 + restart:', s['metric'], s['labels'], 'samples ok')"
 
 log "3. extender mode: the real kube-scheduler asks headroom (reserve 50 %)"
-serve ext "$W/reserve50.yaml" --listen 127.0.0.1:10272 --extender-only
+serve ext "$W/reserve50.yaml" 10272 --extender-only
+# kube-scheduler's client certificate for the extender, signed by the kit's CA.
+openssl req -newkey rsa:2048 -nodes -keyout "$W/ks-client.key" -out "$W/ks-client.csr" \
+  -subj "/CN=system:kube-scheduler" 2>/dev/null
+# An X.509 v3 client certificate (extensions make it v3; webpki refuses v1 certificates,
+# which is what `openssl x509 -req` makes without them, as kubeadm's never are).
+printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$W/client.ext"
+openssl x509 -req -in "$W/ks-client.csr" -CA "$EXT/pki/ca.crt" -CAkey "$EXT/pki/ca.key" \
+  -CAcreateserial -out "$W/ks-client.crt" -days 1 -extfile "$W/client.ext" 2>/dev/null
+$K create namespace headroom-system >/dev/null 2>&1
+$K apply -f deploy/rbac.yaml >/dev/null
 sed -e "s#/etc/kubernetes/scheduler.conf#$EXT/run/admin.kubeconfig#" \
-    -e "s#http://headroom.headroom-system.svc:10260/extender#http://127.0.0.1:10272/extender#" \
+    -e "s#https://headroom.headroom-system.svc:10260/extender#https://127.0.0.1:10272/extender#" \
+    -e "s#/etc/kubernetes/pki/scheduler-extender-client.crt#$W/ks-client.crt#" \
+    -e "s#/etc/kubernetes/pki/scheduler-extender-client.key#$W/ks-client.key#" \
     -e 's#leaderElect: true#leaderElect: false#' \
     deploy/extender/kube-scheduler-config.yaml >"$W/ks.yaml"
-for i in $(seq 60); do curl -sf "127.0.0.1:10272/nodes/$NODE" | grep -q '"basis":"measured"' && break; sleep 1; done
+for i in $(seq 60); do api 10372 "/nodes/$NODE" | grep -q '"basis":"measured"' && break; sleep 1; done
+echo "extender without a client certificate: HTTP $(curl -sk -o /dev/null -w '%{http_code}' -X POST -d '{}' https://127.0.0.1:10272/extender/filter)"
 "$EXT/bin/kube-scheduler" --config="$W/ks.yaml" --secure-port=10263 >"$W/ks.log" 2>&1 &
 echo $! >"$W/ks.pid"
 $K create -f - >/dev/null <<EOF
@@ -119,5 +144,5 @@ EOF
 sleep 8
 echo "web-1 node: '$($K get pod web-1 -o jsonpath='{.spec.nodeName}')'"
 echo "web-1 PodScheduled: $($K get pod web-1 -o jsonpath='{.status.conditions[0].message}')"
-grep -c 'POST /extender' "$W/ext.log" >/dev/null 2>&1 || true
-curl -s 127.0.0.1:10272/metrics | grep -E '^headroom_(collector_cycles_total|cluster_lists_total\{kind="Node"\})'
+api 10372 /metrics | grep -E '^headroom_(collector_cycles_total|cluster_lists_total\{kind="Node"\}|auth_requests_total|auth_tls_handshake_failures_total|extender_)'
+

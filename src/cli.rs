@@ -212,9 +212,17 @@ pub enum Command {
     Explain {
         /// The pod, as NAMESPACE/NAME.
         pod: String,
-        /// The headroom server's base URL.
+        /// The headroom server's base URL (`headroom serve`'s inspection API is
+        /// `https://HOST:10261`).
         #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
         server: String,
+        /// Bearer token for a server that authenticates callers (`headroom serve`), e.g.
+        /// from `kubectl create token`.
+        #[arg(long, env = "HEADROOM_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Accept the server's certificate without checking it (a self-signed one).
+        #[arg(long)]
+        insecure_skip_tls_verify: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -227,9 +235,17 @@ pub enum Command {
     /// in real use; moves aim at `advice.targetMemoryPercent` (80). Exit code 0 when the
     /// advice was fetched (hot nodes or not), 2 when the server cannot be reached.
     Advice {
-        /// The headroom server's base URL.
+        /// The headroom server's base URL (`headroom serve`'s inspection API is
+        /// `https://HOST:10261`).
         #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
         server: String,
+        /// Bearer token for a server that authenticates callers (`headroom serve`), e.g.
+        /// from `kubectl create token`.
+        #[arg(long, env = "HEADROOM_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Accept the server's certificate without checking it (a self-signed one).
+        #[arg(long)]
+        insecure_skip_tls_verify: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -276,9 +292,12 @@ pub struct ServeArgs {
     /// Prometheus base URL to collect usage from (sets collectors.prometheus.url).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// Listener address (overrides serve.listen; default 0.0.0.0:10260).
+    /// The extender's listener (overrides serve.listen; default 0.0.0.0:10260).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    /// The inspection API's listener (overrides serve.apiListen; default 0.0.0.0:10261).
+    #[arg(long, value_name = "ADDR")]
+    pub api_listen: Option<std::net::SocketAddr>,
     /// Store directory (default: `dataDir` of the configuration, else ./headroom-data).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -371,19 +390,43 @@ pub fn parse_pod_arg(pod: &str) -> Result<(&str, &str), ExplainError> {
     Ok((ns, name))
 }
 
+/// How to reach the inspection API.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Bearer token, if the server wants one.
+    pub token: Option<String>,
+    /// Skip the server certificate check.
+    pub insecure: bool,
+}
+
 /// Fetches the pod's decision from the API at `server` as text or JSON.
 pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<String, ExplainError> {
+    fetch_explanation_with(server, pod, output, &Access::default())
+}
+
+/// [`fetch_explanation`] with credentials.
+pub fn fetch_explanation_with(
+    server: &str,
+    pod: &str,
+    output: Output,
+    access: &Access,
+) -> Result<String, ExplainError> {
     let (ns, name) = parse_pod_arg(pod)?;
-    fetch_api(server, &format!("/explain/{ns}/{name}"), output)
+    fetch_api(server, &format!("/explain/{ns}/{name}"), output, access)
 }
 
 /// Fetches the descheduling advice from the API at `server` as text or JSON.
-pub fn fetch_advice(server: &str, output: Output) -> Result<String, ExplainError> {
-    fetch_api(server, "/advice", output)
+pub fn fetch_advice(server: &str, output: Output, access: &Access) -> Result<String, ExplainError> {
+    fetch_api(server, "/advice", output, access)
 }
 
 /// GET `path?format=text|json` from the inspection API at `server`.
-fn fetch_api(server: &str, path: &str, output: Output) -> Result<String, ExplainError> {
+fn fetch_api(
+    server: &str,
+    path: &str,
+    output: Output,
+    access: &Access,
+) -> Result<String, ExplainError> {
     let base = server.trim_end_matches('/');
     let format = match output {
         Output::Text => "text",
@@ -411,9 +454,14 @@ fn fetch_api(server: &str, path: &str, output: Output) -> Result<String, Explain
         };
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
+            .danger_accept_invalid_certs(access.insecure)
             .build()
             .map_err(unreachable)?;
-        let response = client.get(parsed).send().await.map_err(unreachable)?;
+        let mut request = client.get(parsed);
+        if let Some(t) = &access.token {
+            request = request.bearer_auth(t);
+        }
+        let response = request.send().await.map_err(unreachable)?;
         let status = response.status();
         let body = response.text().await.map_err(unreachable)?;
         if status.is_success() {
@@ -435,8 +483,8 @@ fn fetch_api(server: &str, path: &str, output: Output) -> Result<String, Explain
     })
 }
 
-fn run_advice(server: &str, output: Output) -> ExitCode {
-    match fetch_advice(server, output) {
+fn run_advice(server: &str, output: Output, access: &Access) -> ExitCode {
+    match fetch_advice(server, output, access) {
         Ok(body) => {
             print!("{body}");
             if !body.ends_with('\n') {
@@ -451,8 +499,8 @@ fn run_advice(server: &str, output: Output) -> ExitCode {
     }
 }
 
-fn run_explain(pod: &str, server: &str, output: Output) -> ExitCode {
-    match fetch_explanation(server, pod, output) {
+fn run_explain(pod: &str, server: &str, output: Output, access: &Access) -> ExitCode {
+    match fetch_explanation_with(server, pod, output, access) {
         Ok(body) => {
             print!("{body}");
             if !body.ends_with('\n') {
@@ -807,11 +855,23 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         context,
         prometheus,
         listen,
+        api_listen,
         data_dir,
         no_leader_election,
         extender_only,
     } = args;
-    let mut config = match load_config(config.as_ref()) {
+    // Validated once the flags are applied: they win over the file (and `--listen
+    // 127.0.0.1:…` is what makes `serve.security.mode: none` acceptable).
+    let origin = config
+        .as_ref()
+        .map_or("the default configuration".to_string(), |p| {
+            p.display().to_string()
+        });
+    let read = match config.as_ref() {
+        Some(p) => Config::read(p),
+        None => Ok(Config::default()),
+    };
+    let mut config = match read {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -839,7 +899,14 @@ fn run_serve(args: ServeArgs) -> ExitCode {
     if extender_only {
         config.serve.schedule = false;
     }
-    if let Err(e) = config.validate() {
+    // The flags win over the file before validation (mode `none` needs loopback ones).
+    if let Some(a) = listen {
+        config.serve.listen = a.to_string();
+    }
+    if let Some(a) = api_listen {
+        config.serve.api_listen = a.to_string();
+    }
+    if let Err(e) = config.validate_in(&origin) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
@@ -870,7 +937,6 @@ fn run_serve(args: ServeArgs) -> ExitCode {
             }
         };
         let mut opts = crate::kube::serve::ServeOptions::new(config, client);
-        opts.listen = listen;
         opts.data_dir = data_dir;
         match crate::kube::serve::run(opts, shutdown_signal()).await {
             Ok(report) => {
@@ -1057,9 +1123,31 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Explain {
             pod,
             server,
+            token,
+            insecure_skip_tls_verify,
             output,
-        } => run_explain(&pod, &server, output),
-        Command::Advice { server, output } => run_advice(&server, output),
+        } => run_explain(
+            &pod,
+            &server,
+            output,
+            &Access {
+                token,
+                insecure: insecure_skip_tls_verify,
+            },
+        ),
+        Command::Advice {
+            server,
+            token,
+            insecure_skip_tls_verify,
+            output,
+        } => run_advice(
+            &server,
+            output,
+            &Access {
+                token,
+                insecure: insecure_skip_tls_verify,
+            },
+        ),
         Command::Serve(args) => run_serve(args),
         Command::Crd => {
             print!("{}", crate::kube::crd::crd_yaml());

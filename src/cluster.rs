@@ -352,11 +352,20 @@ impl ClusterState {
 
     /// A complete node list (initial list or re-list).
     pub fn replace_nodes(&self, nodes: Vec<Node>) {
-        self.stats.list(Kind::Node);
         let names: HashSet<String> = nodes
             .iter()
             .filter_map(|n| n.metadata.name.clone())
             .collect();
+        for n in nodes {
+            self.apply_node(n);
+        }
+        self.nodes_listed(&names);
+    }
+
+    /// A complete node list ended, its nodes already applied one by one as they arrived:
+    /// nodes not in it are gone.
+    pub fn nodes_listed(&self, names: &HashSet<String>) {
+        self.stats.list(Kind::Node);
         let stale: Vec<String> = self
             .sched()
             .snapshot()
@@ -368,11 +377,8 @@ impl ClusterState {
         for n in stale {
             self.delete_node(&n);
         }
-        for n in nodes {
-            self.apply_node(n);
-        }
         if let Some(r) = &self.nodes_observer {
-            r.nodes_listed(&names);
+            r.nodes_listed(names);
         }
         self.synced.set(&self.synced.nodes);
     }
@@ -506,8 +512,17 @@ impl ClusterState {
 
     /// A complete pod list (initial list or re-list): pods not in it are gone.
     pub fn replace_pods(&self, pods: Vec<Pod>) {
-        self.stats.list(Kind::Pod);
         let keys: HashSet<PodKey> = pods.iter().map(key_of).collect();
+        for p in pods {
+            self.apply_pod(p);
+        }
+        self.pods_listed(&keys);
+    }
+
+    /// A complete pod list ended, its pods already applied one by one as they arrived:
+    /// pods not in it are gone.
+    pub fn pods_listed(&self, keys: &HashSet<PodKey>) {
+        self.stats.list(Kind::Pod);
         let stale: Vec<PodKey> = {
             let known = self.known();
             known
@@ -521,9 +536,6 @@ impl ClusterState {
         for k in stale {
             self.delete_pod_key(&k);
         }
-        for p in pods {
-            self.apply_pod(p);
-        }
         self.synced.set(&self.synced.pods);
     }
 
@@ -534,10 +546,15 @@ impl ClusterState {
 
     /// A complete namespace list.
     pub fn replace_namespaces(&self, list: Vec<Namespace>) {
-        self.stats.list(Kind::Namespace);
         for ns in &list {
             self.apply_namespace(ns);
         }
+        self.namespaces_listed();
+    }
+
+    /// A complete namespace list ended (its namespaces applied as they arrived).
+    pub fn namespaces_listed(&self) {
+        self.stats.list(Kind::Namespace);
         self.synced.set(&self.synced.namespaces);
     }
 

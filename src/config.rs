@@ -44,12 +44,13 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The YAML does not fit the schema.
-    #[error("{path}: at {field}: {message}")]
+    /// The YAML does not fit the schema, or (from [`Config::from_yaml`]) a value in it is
+    /// invalid.
+    #[error("{path}: {field}: {message}")]
     Parse {
         /// The file.
         path: String,
-        /// The field path (`.` when it is the document itself).
+        /// The field path ([`crate::field::Path`]; `top level` for the document itself).
         field: String,
         /// What is wrong.
         message: String,
@@ -253,31 +254,68 @@ pub struct PluginArgs {
 }
 
 impl Config {
-    /// Parses YAML text; `origin` names the source in errors.
+    /// Parses and validates YAML text; `origin` names the source in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config = Config::parse_yaml(text, origin)?;
+        config.validate_in(origin)?;
+        Ok(config)
+    }
+
+    /// Parses YAML text without [`Config::validate`]: for callers that apply command-line
+    /// flags first (they win over the file) and then call [`Config::validate_in`].
+    pub fn parse_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let de = serde_norway::Deserializer::from_str(text);
         let config: Config = match serde_path_to_error::deserialize(de) {
             Ok(c) => c,
             Err(e) => {
-                let field = e.path().to_string();
+                let fe = crate::field::Error::from_serde(e.path(), &e.inner().to_string());
+                let mut message = fe.kind.to_string();
+                if fe.path.is_root() {
+                    // serde says "expected struct Config": say what the document holds.
+                    message = message.replace(
+                        "struct Config",
+                        "a mapping of profiles, scheduler, dataDir, storage, collectors, analytics, usage, serve",
+                    );
+                }
+                if let Some(l) = fe.location {
+                    message.push_str(&format!(" ({l})"));
+                }
                 return Err(ConfigError::Parse {
                     path: origin.to_string(),
-                    field,
-                    message: e.into_inner().to_string(),
+                    field: fe.path.to_string(),
+                    message,
                 });
             }
         };
-        config.validate()?;
         Ok(config)
     }
 
-    /// Reads and parses a YAML file.
+    /// [`Config::validate`], with errors naming `origin` (the file) too.
+    pub fn validate_in(&self, origin: &str) -> Result<(), ConfigError> {
+        self.validate().map_err(|e| match e {
+            ConfigError::Invalid { field, message } => ConfigError::Parse {
+                path: origin.to_string(),
+                field,
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Reads, parses and validates a YAML file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let config = Config::read(path)?;
+        config.validate_in(&path.display().to_string())?;
+        Ok(config)
+    }
+
+    /// Reads and parses a YAML file without validating it (see [`Config::parse_yaml`]).
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.display().to_string(),
             source,
         })?;
-        Config::from_yaml(&text, &path.display().to_string())
+        Config::parse_yaml(&text, &path.display().to_string())
     }
 
     /// Checks what serde cannot: unique profile names, known plugins, weights, args, and
@@ -487,7 +525,23 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            ("profiles: [{schedulerName: a, bogus: 1}]", "profiles[0]"),
+            // Regression (issue #15, 9): `at .` or the parser's message repeated the path.
+            (
+                "apiVersion: v2\n",
+                "t: apiVersion: unknown field; expected one of profiles, scheduler, dataDir, storage, collectors, analytics, usage, advice, serve",
+            ),
+            (
+                "- 1\n",
+                "t: top level: invalid type: sequence, expected a mapping of profiles, scheduler",
+            ),
+            (
+                "profiles: [{schedulerName: a, bogus: 1}]",
+                "t: profiles[0].bogus: unknown field; expected one of schedulerName, plugins, pluginArgs (line 1, column 31)",
+            ),
+            (
+                "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
+                "t: profiles[headroom].plugins.TaintToleration.weight: ",
+            ),
             (
                 "profiles: [{plugins: {NoSuch: {weight: 2}}}]",
                 "plugins.NoSuch",

@@ -10,6 +10,7 @@
 //! - [`config`]: the YAML configuration;
 //! - [`engine`]: the one composition root `serve`, `simulate` and `place` run on, with
 //!   [`cluster`] (the state every cluster feed writes to) and [`clock`] (wall or simulated);
+//! - [`field`]: validation errors with field paths (`spec.containers[0].resources`);
 //! - [`place`]: the `headroom place` what-if command;
 //! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store;
 //! - [`metrics`]: headroom's Prometheus metrics;
@@ -27,7 +28,9 @@ pub mod cluster;
 pub mod collect;
 pub mod config;
 pub mod engine;
+pub mod field;
 pub mod framework;
+pub mod fuzzing;
 pub mod kube;
 pub mod metrics;
 pub mod objects;

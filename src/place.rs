@@ -104,6 +104,7 @@ pub fn place_objects(
         .map(|p| UsageFile::load(p, wall_ms()))
         .transpose()?;
     let now_ms = file.as_ref().map_or_else(wall_ms, |f| f.now_ms);
+    // A store only to read usage from (`--data-dir`); a what-if run writes nothing.
     let store = match &options.data_dir {
         Some(dir) => {
             let shown = dir.display().to_string();
@@ -111,19 +112,16 @@ pub fn place_objects(
             if !has_store {
                 return Err(PlaceError::NoStore(shown));
             }
-            headroom_storage::Store::open_existing(dir, config.storage.clone()).map_err(|e| {
-                PlaceError::Store {
-                    path: shown,
-                    message: e.to_string(),
-                }
-            })?
+            Some(
+                headroom_storage::Store::open_existing(dir, config.storage.clone()).map_err(
+                    |e| PlaceError::Store {
+                        path: shown,
+                        message: e.to_string(),
+                    },
+                )?,
+            )
         }
-        None => headroom_storage::Store::open_temporary(config.storage.clone()).map_err(|e| {
-            PlaceError::Store {
-                path: "(temporary store)".into(),
-                message: e.to_string(),
-            }
-        })?,
+        None => None,
     };
     let reservations = file
         .as_ref()
@@ -131,11 +129,15 @@ pub fn place_objects(
         .unwrap_or_default();
     let source = Arc::new(InMemoryReservations::new(reservations));
     let (clock, _) = Clock::manual(now_ms);
-    let mut parts = Parts::new(clock, store);
-    parts.reservations = Some(source);
-    // What-if: nothing from the cluster file is queued; the pods to place are given.
-    parts.schedule = false;
-    parts.explain = true;
+    let parts = Parts {
+        clock,
+        store,
+        reservations: Some(source),
+        nodes_observer: None,
+        // What-if: nothing from the cluster file is queued; the pods to place are given.
+        schedule: false,
+        explain: true,
+    };
     let engine = Engine::new(config.clone(), parts).map_err(|e| match e {
         EngineError::Config(c) => PlaceError::Config(c),
         other => PlaceError::Store {

@@ -103,6 +103,9 @@ pub async fn run_decision_sink(
                 inputs,
             }));
         }
+        // Not across the store write: while a reader holds the snapshot, the scheduler's
+        // next change (an assumed pod) has to copy it.
+        drop(snapshot);
         let caches = match state.store().cloned() {
             Some(store) => {
                 let records = logged.clone();

@@ -82,8 +82,10 @@ pub enum EngineError {
 pub struct Parts {
     /// "Now": the wall clock, or the simulator's simulated time.
     pub clock: Clock,
-    /// The store (samples, runs, placements, decisions).
-    pub store: Store,
+    /// The store (samples, runs, placements, decisions). `None` for a what-if run with
+    /// nothing to read or keep (`place` without `--data-dir`): the usage view is then
+    /// empty and nothing is written.
+    pub store: Option<Store>,
     /// Where reservations come from (the `Reservation` custom resources under `serve`, a
     /// scenario or usage file otherwise). Default: none.
     pub reservations: Option<Arc<dyn ReservationSource>>,
@@ -102,7 +104,7 @@ impl Parts {
     pub fn new(clock: Clock, store: Store) -> Parts {
         Parts {
             clock,
-            store,
+            store: Some(store),
             reservations: None,
             nodes_observer: None,
             schedule: true,
@@ -131,7 +133,7 @@ pub struct Engine {
     cluster: Arc<ClusterState>,
     deps: PluginDeps,
     metrics: Arc<Metrics>,
-    store: Store,
+    store: Option<Store>,
     log: Arc<DecisionLog>,
     view: watch::Sender<Arc<UsageView>>,
     refresh_trigger: Arc<Notify>,
@@ -240,9 +242,9 @@ impl Engine {
         &self.metrics
     }
 
-    /// The store.
-    pub fn store(&self) -> &Store {
-        &self.store
+    /// The store, when the engine has one.
+    pub fn store(&self) -> Option<&Store> {
+        self.store.as_ref()
     }
 
     /// The in-memory decision log behind `/explain`.
@@ -265,9 +267,13 @@ impl Engine {
     pub fn api_state(&self) -> ApiState {
         let sched = self.scheduler.clone();
         let identity = self.deps.identity.clone();
-        ApiState::new(self.scheduler.clone(), self.metrics.clone())
+        let state = ApiState::new(self.scheduler.clone(), self.metrics.clone());
+        let state = match &self.store {
+            Some(store) => state.with_store(store.clone()),
+            None => state,
+        };
+        state
             .with_queue(self.queue.clone())
-            .with_store(self.store.clone())
             .with_decision_log(self.log.clone())
             .with_clock(self.clock.as_fn())
             .with_policy(self.deps.policy.clone())
@@ -368,11 +374,14 @@ impl Engine {
     /// Computes the usage view from the store as of the clock's now. Blocking (store
     /// reads and polars): async callers use [`refresh_usage`](Self::refresh_usage).
     pub fn compute_view(&self) -> Result<UsageView, EngineError> {
-        Ok(analytics::compute(
-            &self.store,
-            &self.config.analytics,
-            self.clock.now_ms(),
-        )?)
+        let now = self.clock.now_ms();
+        match &self.store {
+            Some(store) => Ok(analytics::compute(store, &self.config.analytics, now)?),
+            None => Ok(UsageView {
+                generated_ms: now,
+                ..UsageView::default()
+            }),
+        }
     }
 
     /// Computes the usage view (on the blocking pool) and publishes it.
@@ -397,7 +406,10 @@ impl Engine {
     /// One store maintenance pass as of the clock's now: flush, then retention and
     /// rollups (on the blocking pool).
     pub async fn maintain_store(&self) -> Result<MaintenanceStats, EngineError> {
-        let (store, now) = (self.store.clone(), self.clock.now_ms());
+        let Some(store) = self.store.clone() else {
+            return Ok(MaintenanceStats::default());
+        };
+        let now = self.clock.now_ms();
         let stats = tokio::task::spawn_blocking(move || {
             store.flush()?;
             store.maintain(now)
@@ -409,7 +421,9 @@ impl Engine {
 
     /// Makes every appended sample durable now (on the blocking pool).
     pub async fn flush_store(&self) -> Result<(), EngineError> {
-        let store = self.store.clone();
+        let Some(store) = self.store.clone() else {
+            return Ok(());
+        };
         tokio::task::spawn_blocking(move || store.flush())
             .await
             .map_err(|e| EngineError::Task(e.to_string()))??;
@@ -445,6 +459,9 @@ impl Engine {
         if drive == Drive::Manual {
             return Ok(running);
         }
+        let store = self.store.clone().ok_or_else(|| {
+            EngineError::Task("an engine without a store cannot run on timers".into())
+        })?;
         // The queue's own timers: backoff and unschedulable flushes.
         {
             let queue = self.queue.clone();
@@ -477,7 +494,7 @@ impl Engine {
                 Phase::Intake,
                 futures::FutureExt::map(
                     analytics::run_refresh(
-                        self.store.clone(),
+                        store.clone(),
                         self.config.analytics.clone(),
                         self.clock.clone(),
                         tx,
@@ -511,14 +528,14 @@ impl Engine {
                 }
             });
         }
-        self.start_collectors(&mut running)?;
+        self.start_collectors(&mut running, &store)?;
         // Store maintenance: the flush interval is the crash-loss window (README); the
         // final flush runs in the last phase, after every writer is done.
         {
             let mut mc = MaintenanceConfig::from(&self.config.storage);
             mc.clock = self.clock.as_fn();
             running.maintenance = Some(tokio::spawn(headroom_storage::run_maintenance(
-                self.store.clone(),
+                store,
                 mc,
                 Arc::new(Notify::new()),
                 running.phases.stopped(Phase::Store),
@@ -530,7 +547,11 @@ impl Engine {
     /// The collectors, when any source is configured: their loops on a thread of their own
     /// (the future borrows the store across awaits, so it is not `Send`), writing into the
     /// store, counting into the engine's metrics, naming builders from the cluster state.
-    fn start_collectors(self: &Arc<Self>, running: &mut Running) -> Result<(), EngineError> {
+    fn start_collectors(
+        self: &Arc<Self>,
+        running: &mut Running,
+        store: &Store,
+    ) -> Result<(), EngineError> {
         let c = &self.config.collectors;
         if c.prometheus.is_none() && c.kubelet.is_none() && c.scrape.is_none() {
             return Ok(());
@@ -538,7 +559,7 @@ impl Engine {
         let collectors = headroom_collectors::Collectors::new(c.clone())?
             .with_metrics(self.metrics.collectors())
             .with_pod_lister(self.cluster.clone());
-        let sink = self.store.clone();
+        let sink = store.clone();
         let stop = running.phases.stopped(Phase::Intake);
         let handle = std::thread::Builder::new()
             .name("collectors".into())
@@ -641,22 +662,52 @@ impl Running {
     }
 
     /// Stops everything in phase order (see [`phases`]) and reports.
-    pub async fn stop(mut self) -> StopReport {
+    pub async fn stop(self) -> StopReport {
+        self.stop_within(None).await
+    }
+
+    /// [`stop`](Self::stop) within `grace`: whatever has not finished by then (binds or
+    /// writes to an API server that went away) is aborted, and the store still gets its
+    /// final flush.
+    pub async fn stop_within(mut self, grace: Option<Duration>) -> StopReport {
+        let deadline = grace.map(|g| tokio::time::Instant::now() + g);
         let mut report = StopReport::default();
         // The intake phase's tasks include the scheduling loops: it stops them, then they
         // finish their binds before the decisions phase begins.
-        self.phases.stop_through(Phase::Intake).await;
-        for h in self.scheduling.drain(..) {
-            if let Ok((s, terms)) = h.await {
-                report.scheduling.add(&s);
-                report.terms += terms;
+        self.phases.stop_through_by(Phase::Intake, deadline).await;
+        for mut h in self.scheduling.drain(..) {
+            let joined = match deadline {
+                None => Some((&mut h).await),
+                Some(d) => tokio::time::timeout_at(d, &mut h).await.ok(),
+            };
+            match joined {
+                Some(Ok((s, terms))) => {
+                    report.scheduling.add(&s);
+                    report.terms += terms;
+                }
+                Some(Err(_)) => {}
+                None => {
+                    tracing::warn!(
+                        "binds in flight did not finish within the grace period; aborted"
+                    );
+                    h.abort();
+                }
             }
         }
-        self.phases.stop_through(Phase::Decisions).await;
-        if let Some(s) = self.sink.take() {
-            report.sink = s.await.unwrap_or_default();
+        self.phases
+            .stop_through_by(Phase::Decisions, deadline)
+            .await;
+        if let Some(mut s) = self.sink.take() {
+            let joined = match deadline {
+                None => Some((&mut s).await),
+                Some(d) => tokio::time::timeout_at(d, &mut s).await.ok(),
+            };
+            match joined {
+                Some(r) => report.sink = r.unwrap_or_default(),
+                None => s.abort(),
+            }
         }
-        self.phases.stop_all().await;
+        self.phases.stop_through_by(Phase::Store, deadline).await;
         if let Some(m) = self.maintenance.take() {
             report.maintenance = m.await.ok();
         }

@@ -16,6 +16,7 @@ use std::future::Future;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// A shutdown phase (see the module docs for the order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,15 +101,35 @@ impl Phases {
     /// Stops `phase` and every earlier one that is still running, in order, waiting for
     /// each phase's tasks.
     pub async fn stop_through(&mut self, phase: Phase) {
+        self.stop_through_by(phase, None).await;
+    }
+
+    /// [`stop_through`](Self::stop_through), but a task still running at `deadline` is
+    /// aborted (logged) instead of awaited, so a shutdown with the API server gone ends in
+    /// bounded time. The store phase is never cut short: its final flush is local.
+    pub async fn stop_through_by(&mut self, phase: Phase, deadline: Option<Instant>) {
         for (i, p) in ALL.iter().enumerate() {
             if !*self.stops[i].0.borrow() {
                 let _ = self.stops[i].0.send(true);
             }
-            for t in std::mem::take(&mut self.tasks[i]) {
-                if let Err(e) = t.await
-                    && e.is_panic()
-                {
-                    tracing::error!(phase = ?p, error = %e, "a background task panicked");
+            let deadline = deadline.filter(|_| *p != Phase::Store);
+            for mut t in std::mem::take(&mut self.tasks[i]) {
+                let joined = match deadline {
+                    None => Some((&mut t).await),
+                    Some(d) => tokio::time::timeout_at(d, &mut t).await.ok(),
+                };
+                match joined {
+                    Some(Err(e)) if e.is_panic() => {
+                        tracing::error!(phase = ?p, error = %e, "a background task panicked");
+                    }
+                    Some(_) => {}
+                    None => {
+                        tracing::warn!(
+                            phase = ?p,
+                            "a background task did not finish within the shutdown grace period; aborted"
+                        );
+                        t.abort();
+                    }
                 }
             }
             if *p == phase {
@@ -127,6 +148,7 @@ impl Phases {
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     #[tokio::test]
     async fn phases_stop_in_order_and_each_waits_for_its_tasks() {
@@ -149,5 +171,26 @@ mod tests {
             *order.lock().unwrap(),
             vec![Phase::Intake, Phase::Writers, Phase::Store]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_aborts_what_hangs_but_not_the_store_phase() {
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let mut phases = Phases::default();
+        // A writer that never ends (an API call with the server gone).
+        phases.spawn(Phase::Writers, std::future::pending());
+        let (stop, d) = (phases.stopped(Phase::Store), done.clone());
+        phases.spawn(Phase::Store, async move {
+            stop.await;
+            // The final flush takes longer than the grace period left: still awaited.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            d.lock().unwrap().push("flushed");
+        });
+        let t0 = Instant::now();
+        phases
+            .stop_through_by(Phase::Store, Some(t0 + Duration::from_secs(5)))
+            .await;
+        assert_eq!(*done.lock().unwrap(), vec!["flushed"]);
+        assert_eq!(Instant::now() - t0, Duration::from_secs(35));
     }
 }

@@ -467,7 +467,7 @@ pub struct ReporterStats {
     pub placements: Counter,
     /// Failed writes (API or store), each also logged.
     pub failed: Counter,
-    /// Decisions and bind outcomes dropped because the reporter's queue was full.
+    /// Condition and annotation patches skipped because binds were waiting (binds first).
     pub dropped: Counter,
 }
 
@@ -497,7 +497,7 @@ impl ReporterStats {
             ),
             (
                 "headroom_reporter_dropped",
-                "Decisions or bind outcomes the reporter's queue had no room for",
+                "Condition and annotation patches skipped because binds were waiting for the API server",
                 &self.dropped,
             ),
         ] {
@@ -523,6 +523,21 @@ pub struct Reporter {
     pub identity: headroom_collectors::IdentityConfig,
     /// Counters (registered on the engine's metrics by the caller).
     pub stats: ReporterStats,
+    /// Binds come first: while binds wait for the API server (this flow controller's
+    /// window is full), the reporter's own patches (conditions, annotations) are dropped
+    /// and counted rather than sent.
+    pub yield_to: Option<Arc<super::flow::BindFlow>>,
+}
+
+impl Reporter {
+    /// Whether to skip a low-priority write now (binds are waiting); counts the skip.
+    fn yield_to_binds(&self) -> bool {
+        let busy = self.yield_to.as_ref().is_some_and(|f| f.binds_waiting());
+        if busy {
+            self.stats.dropped.inc();
+        }
+        busy
+    }
 }
 
 /// Bind outcomes waiting for their decision, at most: past this, an outcome is reported
@@ -603,12 +618,17 @@ impl Reporter {
         let now = super::now_ms();
         let (reason, message) = match &d.outcome {
             Outcome::Placed { .. } => {
-                let usage = {
-                    let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-                    s.snapshot().usage().clone()
-                };
-                st.summaries
-                    .insert(d.uid.clone(), decision_summary(d, &usage, now));
+                // The snapshot briefly (an Arc), not a copy of its usage context: the
+                // summary reads a few entries of it. Dropped at once, so the scheduler's
+                // next change need not copy the snapshot.
+                let snapshot = self
+                    .scheduler
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .snapshot();
+                let summary = decision_summary(d, snapshot.usage(), now);
+                drop(snapshot);
+                st.summaries.insert(d.uid.clone(), summary);
                 if let Some(o) = st.parked.remove(&d.uid) {
                     self.on_outcome(o, st).await;
                 }
@@ -626,7 +646,7 @@ impl Reporter {
             ..Default::default()
         };
         self.recorder.record(failed_scheduling(regarding, &message));
-        if st.conditions.get(&d.uid) == Some(&message) {
+        if st.conditions.get(&d.uid) == Some(&message) || self.yield_to_binds() {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &d.namespace);
@@ -708,7 +728,7 @@ impl Reporter {
             let v = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
             annotations.insert(BKCI_HISTORY_ANNOTATION.into(), json!(v));
         }
-        if annotations.is_empty() {
+        if annotations.is_empty() || self.yield_to_binds() {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &o.pod.namespace);

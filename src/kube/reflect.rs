@@ -8,6 +8,7 @@
 //! `headroom_cluster_watch_errors_total`); when the API server answers `410 Gone`
 //! (resourceVersion too old) the watcher re-lists, and the re-list is applied as a diff.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -19,13 +20,43 @@ use kube::runtime::watcher::{self, Event};
 
 use super::crd::{KubeReservations, ReservationResource};
 use crate::cluster::{ClusterState, FeedStats, Kind};
+use crate::queue::PodKey;
+
+/// Namespace, name and uid of a listed object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectKey {
+    /// Namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Uid.
+    pub uid: String,
+}
+
+impl ObjectKey {
+    fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectKey {
+        ObjectKey {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+        }
+    }
+}
 
 /// Feeds one watch's events to `apply` until `shutdown`, buffering a (re-)list until it
 /// is complete. Errors are logged and counted; the stream backs off and recovers itself.
+/// Feeds one watch's events to `on` until `shutdown`. A (re-)list arrives page by page
+/// (the watcher lists in pages of 500): each listed object is applied as it arrives, so
+/// the snapshot is built while the rest of the list is still on the wire, and the end of
+/// the list reports every key it held ([`WatchItem::Listed`]) so objects absent from it
+/// are removed. With `buffered`, the list is instead handed over whole
+/// ([`WatchItem::List`]). Errors are logged and counted; the stream backs off and recovers
+/// itself.
 async fn pump<K, F>(
     kind: Kind,
     api: Api<K>,
     stats: FeedStats,
+    buffered: bool,
     mut on: F,
     shutdown: impl std::future::Future<Output = ()>,
 ) where
@@ -35,7 +66,8 @@ async fn pump<K, F>(
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     tokio::pin!(stream);
     tokio::pin!(shutdown);
-    let mut buffer: Option<Vec<K>> = None;
+    let mut buffer: Vec<K> = Vec::new();
+    let mut listed: HashSet<ObjectKey> = HashSet::new();
     loop {
         let ev = tokio::select! {
             biased;
@@ -44,9 +76,17 @@ async fn pump<K, F>(
         };
         let Some(ev) = ev else { break };
         match ev {
-            Ok(Event::Init) => buffer = Some(Vec::new()),
-            Ok(Event::InitApply(o)) => buffer.get_or_insert_with(Vec::new).push(o),
-            Ok(Event::InitDone) => on(WatchItem::List(buffer.take().unwrap_or_default())),
+            Ok(Event::Init) => {
+                buffer.clear();
+                listed.clear();
+            }
+            Ok(Event::InitApply(o)) if buffered => buffer.push(o),
+            Ok(Event::InitApply(o)) => {
+                listed.insert(ObjectKey::of(o.meta()));
+                on(WatchItem::Apply(o));
+            }
+            Ok(Event::InitDone) if buffered => on(WatchItem::List(std::mem::take(&mut buffer))),
+            Ok(Event::InitDone) => on(WatchItem::Listed(std::mem::take(&mut listed))),
             Ok(Event::Apply(o)) => on(WatchItem::Apply(o)),
             Ok(Event::Delete(o)) => on(WatchItem::Delete(o)),
             Err(e) => {
@@ -57,11 +97,13 @@ async fn pump<K, F>(
     }
 }
 
-/// One watch event, after list buffering.
+/// One watch event.
 pub enum WatchItem<K> {
-    /// A complete list.
+    /// A complete list, whole (buffered watches).
     List(Vec<K>),
-    /// Added or modified.
+    /// A complete list ended: these objects were in it (their items came as `Apply`).
+    Listed(HashSet<ObjectKey>),
+    /// Added or modified (also each item of a list, unbuffered).
     Apply(K),
     /// Deleted.
     Delete(K),
@@ -86,8 +128,10 @@ pub async fn run(
         Kind::Node,
         Api::all(client.clone()),
         state.stats.clone(),
+        false,
         move |item| match item {
             WatchItem::List(l) => s.replace_nodes(l),
+            WatchItem::Listed(keys) => s.nodes_listed(&keys.into_iter().map(|k| k.name).collect()),
             WatchItem::Apply(n) => s.apply_node(n),
             WatchItem::Delete(n) => s.delete_node(n.metadata.name.as_deref().unwrap_or("")),
         },
@@ -98,8 +142,15 @@ pub async fn run(
         Kind::Pod,
         Api::all(client.clone()),
         state.stats.clone(),
+        false,
         move |item| match item {
             WatchItem::List(l) => s.replace_pods(l),
+            WatchItem::Listed(keys) => s.pods_listed(
+                &keys
+                    .into_iter()
+                    .map(|k| PodKey::new(k.namespace, k.name, k.uid))
+                    .collect(),
+            ),
             WatchItem::Apply(p) => s.apply_pod(p),
             WatchItem::Delete(p) => s.delete_pod(&p),
         },
@@ -110,8 +161,10 @@ pub async fn run(
         Kind::Namespace,
         Api::all(client.clone()),
         state.stats.clone(),
+        false,
         move |item| match item {
             WatchItem::List(l) => s.replace_namespaces(l),
+            WatchItem::Listed(_) => s.namespaces_listed(),
             WatchItem::Apply(n) => s.apply_namespace(&n),
             // Labels of a deleted namespace no longer matter: no pod can be in it.
             WatchItem::Delete(_) => {}
@@ -129,8 +182,11 @@ pub async fn run(
                 Kind::Reservation,
                 Api::all(client),
                 stats,
+                // The cache replaces its list wholesale; reservations are few.
+                true,
                 move |item| match item {
                     WatchItem::List(l) => r.replace_all(l.into_iter().map(Arc::new).collect()),
+                    WatchItem::Listed(_) => {}
                     WatchItem::Apply(o) => r.apply(Arc::new(o)),
                     WatchItem::Delete(o) => r.delete(
                         o.metadata.namespace.as_deref().unwrap_or(""),

@@ -30,18 +30,22 @@ use kube::Client;
 use kube::api::Api;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::bind::ApiBinder;
+use super::auth::{self, Auth, KubeReviewer, Reviewer, SecurityMode};
+use super::bind::{ApiBinder, BindStats};
+use super::config::ServeConfig;
 use super::crd::{self, KubeReservations, ReservationResource};
 use super::events::{self, Reporter, ReporterStats};
 use super::extender::{self, ExtenderState};
+use super::flow::BindFlow;
 use super::leader::{ElectionStats, KubeLeaseStore, LeaderElector, LeaseStore};
 use super::reflect;
+use super::tls;
 use super::{Error, Result};
 use crate::api::SinkReport;
 use crate::clock::Clock;
 use crate::cluster::{NodeObserver, Synced};
 use crate::config::Config;
-use crate::engine::{Drive, Engine, EngineError, Parts, Phase};
+use crate::engine::{Drive, Engine, EngineError, Parts, Phase, Running};
 use crate::plugins::build_framework_with;
 use crate::reservation::ReservationSource;
 use crate::scheduling_loop::LoopStats;
@@ -56,10 +60,14 @@ pub struct ServeOptions {
     pub store: Option<headroom_storage::Store>,
     /// Store directory override (`--data-dir`).
     pub data_dir: Option<PathBuf>,
-    /// Listener override (`--listen`).
+    /// Extender listener override (`--listen`).
     pub listen: Option<SocketAddr>,
-    /// Told the listener's actual address once it is bound (tests listen on port 0).
-    pub bound: Option<oneshot::Sender<SocketAddr>>,
+    /// Inspection API listener override (`--api-listen`).
+    pub api_listen: Option<SocketAddr>,
+    /// Told the listeners' actual addresses once they are bound (tests listen on port 0).
+    pub bound: Option<oneshot::Sender<Bound>>,
+    /// Who answers TokenReviews and SubjectAccessReviews; `None`: the API server.
+    pub reviewer: Option<Arc<dyn Reviewer>>,
     /// Where the Lease lives; `None`: the API server.
     pub lease_store: Option<Arc<dyn LeaseStore>>,
     /// More routes to serve on the same listener (the inspection API).
@@ -75,11 +83,22 @@ impl ServeOptions {
             store: None,
             data_dir: None,
             listen: None,
+            api_listen: None,
             bound: None,
+            reviewer: None,
             lease_store: None,
             extra_routes: None,
         }
     }
+}
+
+/// Where `serve` listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The extender's listener (and probes).
+    pub extender: SocketAddr,
+    /// The inspection API's listener (and probes).
+    pub api: SocketAddr,
 }
 
 /// What a `serve` run did.
@@ -171,19 +190,31 @@ pub async fn run(
         store,
         data_dir,
         listen,
+        api_listen,
         bound,
+        reviewer,
         lease_store,
         extra_routes,
     } = opts;
+    let mut config = config;
+    // The flags win over the file; validation then sees the addresses used (mode `none`
+    // is refused on a non-loopback one).
+    if let Some(a) = listen {
+        config.serve.listen = a.to_string();
+    }
+    if let Some(a) = api_listen {
+        config.serve.api_listen = a.to_string();
+    }
     config.validate()?;
     let serve = config.serve.clone();
-    let addr = match listen {
-        Some(a) => a,
-        None => serve
-            .listen
-            .parse()
-            .map_err(|_| Error::Task(format!("bad listen address {:?}", serve.listen)))?,
+    let parse = |field: &str, v: &str| {
+        v.parse::<SocketAddr>()
+            .map_err(|_| Error::Task(format!("serve.{field}: bad address {v:?}")))
     };
+    let addrs = (
+        parse("listen", &serve.listen)?,
+        parse("apiListen", &serve.api_listen)?,
+    );
     let store = match store {
         Some(s) => s,
         None => headroom_storage::Store::open(
@@ -205,229 +236,62 @@ pub async fn run(
         parts.nodes_observer = Some(r.clone() as Arc<dyn NodeObserver>);
     }
     let engine = Engine::new(config, parts)?;
-
-    // The reporter hears of every decision through the engine's sink, and of every bind
-    // outcome from the binder.
+    // The reporter hears of every decision through the engine's sink.
     let (decisions_tx, decisions_rx) = mpsc::channel(4096);
-    let (outcomes_tx, outcomes_rx) = mpsc::channel(4096);
     let mut running = engine.start(Drive::Timers, Some(decisions_tx))?;
-    let identity = serve.leader_election.identity();
-
-    // Leadership: released in the handover phase, after every write of ours.
-    let (leader_tx, leader_rx) = watch::channel(!serve.leader_election.enabled);
-    let (election_tx, election_rx) = oneshot::channel();
-    if serve.leader_election.enabled {
-        let store: Arc<dyn LeaseStore> = lease_store.unwrap_or_else(|| {
-            Arc::new(KubeLeaseStore::new(
-                client.clone(),
-                &serve.leader_election.namespace(),
-                &serve.leader_election.lease_name,
-            ))
-        });
-        let elector = LeaderElector::new(store, &serve.leader_election, &identity);
-        let stop = running.phases.stopped(Phase::Handover);
-        running.phases.spawn(Phase::Handover, async move {
-            let _ = election_tx.send(elector.run(leader_tx, stop).await);
-        });
-    } else {
-        drop(election_tx);
-    }
-
-    // The cluster feed.
-    {
-        let (client, cluster, r) = (
-            client.clone(),
-            engine.cluster().clone(),
-            reservations.clone(),
-        );
-        let stop = running.phases.signal(Phase::Intake);
-        running.phases.spawn(Phase::Intake, async move {
-            reflect::run(client, cluster, r, stop).await;
-        });
-    }
-
-    // Reporter and events: they drain after the decision sink.
-    let (recorder, events_rx) = events::recorder();
-    let event_stats = recorder.stats().clone();
-    event_stats.register(engine.metrics());
-    {
-        let stop = running.phases.stopped(Phase::Writers);
-        running.phases.spawn(
-            Phase::Writers,
-            futures::FutureExt::map(
-                events::run_event_writer(
-                    client.clone(),
-                    serve.events.clone(),
-                    identity.clone(),
-                    event_stats.clone(),
-                    events_rx,
-                    stop,
-                ),
-                drop,
-            ),
-        );
-    }
-    let reporter_stats = ReporterStats::default();
-    reporter_stats.register(engine.metrics());
-    {
-        let reporter = Reporter {
-            client: client.clone(),
-            recorder: recorder.clone(),
-            store: Some(store.clone()),
-            scheduler: engine.scheduler().clone(),
-            config: serve.clone(),
-            identity: engine.config().collectors.identity.clone(),
-            stats: reporter_stats.clone(),
-        };
-        let stop = running.phases.stopped(Phase::Writers);
-        running.phases.spawn(Phase::Writers, async move {
-            reporter.run(decisions_rx, outcomes_rx, stop).await;
-        });
-    }
-
-    // Reservation status writer and GC.
-    let (status_tx, status_done) = oneshot::channel();
-    match status_rx {
-        Some(rx) => {
-            let client = client.clone();
-            let (leader, stop) = (leader_rx.clone(), running.phases.stopped(Phase::Writers));
-            running.phases.spawn(Phase::Writers, async move {
-                let r = crd::run_status_writer(
-                    move |ns: &str| Api::<ReservationResource>::namespaced(client.clone(), ns),
-                    rx,
-                    leader,
-                    stop,
-                )
-                .await;
-                let _ = status_tx.send(r);
-            });
-        }
-        None => drop(status_tx),
-    }
-    let (gc_tx, gc_done) = oneshot::channel();
-    match &reservations {
-        Some(r) => {
-            let gc = crd::run_gc(
-                r.clone(),
-                crd::api_deleter(client.clone()),
-                serve.reservations.gc_interval,
-                serve.reservations.keep_finished,
-                leader_rx.clone(),
-                running.phases.stopped(Phase::Intake),
-            );
-            running.phases.spawn(Phase::Intake, async move {
-                let _ = gc_tx.send(gc.await);
-            });
-        }
-        None => drop(gc_tx),
-    }
-
-    // HTTP: extender, probes, the inspection API over the engine.
-    let binder = Arc::new(ApiBinder::new(
-        client.clone(),
-        Some(engine.queue().clone()),
-        Some(outcomes_tx),
-        serve.request_timeout,
-    ));
-    let synced = engine.cluster().synced.clone();
-    let extender_router = if serve.extender.enabled {
-        let framework = Arc::new(build_framework_with(
-            &serve.extender.profile(),
-            engine.deps(),
-        )?);
-        let sched = engine.scheduler().clone();
-        let snapshot: extender::SnapshotSource =
-            Arc::new(move || sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot());
-        let ext_binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
-            client.clone(),
-            None,
-            None,
-            serve.request_timeout,
-        ));
-        Some(extender::router(ExtenderState {
-            framework,
-            snapshot,
-            binder: Some(ext_binder),
-        }))
-    } else {
-        None
+    let cx = Cx {
+        engine: engine.clone(),
+        client,
+        identity: serve.leader_election.identity(),
+        serve,
     };
-    let api_state = engine.api_state();
-    api_state.set_ready(true);
-    let api_routes = crate::api::routes(api_state);
-    let extra_routes = Some(match extra_routes {
-        Some(x) => x.merge(api_routes),
-        None => api_routes,
-    });
-    let app = compose_router(
-        extender_router,
-        Health {
-            synced: synced.clone(),
-            leader: leader_rx.clone(),
-        },
-        extra_routes,
-    );
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Listen {
-            addr: addr.to_string(),
-            source,
-        })?;
-    let local = listener.local_addr().map_err(|source| Error::Listen {
-        addr: addr.to_string(),
-        source,
-    })?;
-    tracing::info!(%local, identity = %identity, "serving");
-    if let Some(tx) = bound {
-        let _ = tx.send(local);
-    }
-    {
-        let stop = running.phases.stopped(Phase::Intake);
-        running.phases.spawn(Phase::Intake, async move {
-            let r = axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "http listener failed");
-            }
-        });
-    }
 
-    // Scheduling: while the initial lists are in and this replica leads.
-    if serve.schedule {
-        let (gate_tx, gate_rx) = watch::channel(false);
-        {
-            let mut leader = leader_rx.clone();
-            let stop = running.phases.stopped(Phase::Intake);
-            running.phases.spawn(Phase::Intake, async move {
-                tokio::pin!(stop);
-                tokio::select! {
-                    biased;
-                    _ = &mut stop => return,
-                    _ = synced.wait() => {}
-                }
-                loop {
-                    let _ = gate_tx.send(*leader.borrow_and_update());
-                    tokio::select! {
-                        biased;
-                        _ = &mut stop => return,
-                        changed = leader.changed() => if changed.is_err() { return },
-                    }
-                }
-            });
-        }
-        let (engine, binder) = (engine.clone(), binder.clone());
-        // The watch confirms binds; a lost confirmation expires the pod.
-        running.spawn_scheduling(
-            move || engine.scheduling_loop(binder.clone(), false),
-            gate_rx,
-        );
+    let (leader_rx, election_rx) = cx.start_leadership(&mut running, lease_store);
+    cx.start_feed(&mut running, reservations.clone());
+    // Binds toward the API server go through one flow controller; the reporter's own
+    // writes yield to it.
+    let flow = BindFlow::new(cx.serve.binding.clone());
+    flow.register(engine.metrics());
+    let (outcomes_tx, outcomes_rx) = mpsc::channel(4096);
+    let (reporter_stats, event_stats) =
+        cx.start_reporting(&mut running, &store, &flow, decisions_rx, outcomes_rx);
+    let (status_done, gc_done) =
+        cx.start_reservations(&mut running, reservations, status_rx, &leader_rx);
+    let bind_stats = BindStats::default();
+    bind_stats.register(engine.metrics());
+    let binder = Arc::new(
+        ApiBinder::new(
+            cx.client.clone(),
+            Some(engine.queue().clone()),
+            Some(outcomes_tx),
+            cx.serve.request_timeout,
+        )
+        .with_flow(flow, bind_stats),
+    );
+    let reviewer = reviewer.unwrap_or_else(|| {
+        Arc::new(KubeReviewer::new(
+            cx.client.clone(),
+            cx.serve.request_timeout,
+        ))
+    });
+    cx.start_http(
+        &mut running,
+        addrs,
+        bound,
+        extra_routes,
+        &leader_rx,
+        reviewer,
+    )
+    .await?;
+    if cx.serve.schedule {
+        cx.start_scheduling(&mut running, binder, leader_rx);
     }
-    drop(binder);
 
     shutdown.await;
     tracing::info!("shutting down: no new pods; finishing binds in flight");
-    let stop = running.stop().await;
+    let stop = running
+        .stop_within(Some(cx.serve.shutdown_grace_period))
+        .await;
     let election = election_rx.await.unwrap_or_default();
     Ok(ServeReport {
         scheduling: stop.scheduling,
@@ -440,4 +304,294 @@ pub async fn run(
         reservation_status: status_done.await.unwrap_or_default(),
         reservation_gc: gc_done.await.unwrap_or_default(),
     })
+}
+
+/// Reservation status writes: (written, failed).
+type StatusCounts = (u64, u64);
+/// Reservations the GC (marked expired, deleted).
+type GcCounts = (usize, usize);
+
+/// What the parts of the adapter share.
+struct Cx {
+    engine: Arc<Engine>,
+    client: Client,
+    serve: ServeConfig,
+    identity: String,
+}
+
+impl Cx {
+    /// Leadership: the Lease elector (released in the handover phase, after every write
+    /// of ours), or "always leader" without election.
+    fn start_leadership(
+        &self,
+        running: &mut Running,
+        lease_store: Option<Arc<dyn LeaseStore>>,
+    ) -> (watch::Receiver<bool>, oneshot::Receiver<ElectionStats>) {
+        let le = &self.serve.leader_election;
+        let (leader_tx, leader_rx) = watch::channel(!le.enabled);
+        let (election_tx, election_rx) = oneshot::channel();
+        if le.enabled {
+            let store: Arc<dyn LeaseStore> = lease_store.unwrap_or_else(|| {
+                Arc::new(KubeLeaseStore::new(
+                    self.client.clone(),
+                    &le.namespace(),
+                    &le.lease_name,
+                ))
+            });
+            let elector = LeaderElector::new(store, le, &self.identity);
+            let stop = running.phases.stopped(Phase::Handover);
+            running.phases.spawn(Phase::Handover, async move {
+                let _ = election_tx.send(elector.run(leader_tx, stop).await);
+            });
+        } else {
+            // Always the leader, until the handover phase (a dropped sender would read as
+            // leadership lost).
+            let stop = running.phases.stopped(Phase::Handover);
+            running.phases.spawn(Phase::Handover, async move {
+                stop.await;
+                drop(leader_tx);
+            });
+        }
+        (leader_rx, election_rx)
+    }
+
+    /// The cluster feed: the watches into the engine's cluster state.
+    fn start_feed(&self, running: &mut Running, reservations: Option<Arc<KubeReservations>>) {
+        let (client, cluster) = (self.client.clone(), self.engine.cluster().clone());
+        let stop = running.phases.signal(Phase::Intake);
+        running.phases.spawn(Phase::Intake, async move {
+            reflect::run(client, cluster, reservations, stop).await;
+        });
+    }
+
+    /// The event writer and the reporter; they drain after the decision sink.
+    fn start_reporting(
+        &self,
+        running: &mut Running,
+        store: &headroom_storage::Store,
+        flow: &Arc<BindFlow>,
+        decisions: mpsc::Receiver<Arc<crate::framework::Decision>>,
+        outcomes: mpsc::Receiver<super::bind::BindOutcome>,
+    ) -> (ReporterStats, Arc<events::EventStats>) {
+        let (recorder, events_rx) = events::recorder();
+        let event_stats = recorder.stats().clone();
+        event_stats.register(self.engine.metrics());
+        let writer = events::run_event_writer(
+            self.client.clone(),
+            self.serve.events.clone(),
+            self.identity.clone(),
+            event_stats.clone(),
+            events_rx,
+            running.phases.stopped(Phase::Writers),
+        );
+        running
+            .phases
+            .spawn(Phase::Writers, futures::FutureExt::map(writer, drop));
+        let stats = ReporterStats::default();
+        stats.register(self.engine.metrics());
+        let reporter = Reporter {
+            client: self.client.clone(),
+            recorder,
+            store: Some(store.clone()),
+            scheduler: self.engine.scheduler().clone(),
+            config: self.serve.clone(),
+            identity: self.engine.config().collectors.identity.clone(),
+            stats: stats.clone(),
+            yield_to: Some(flow.clone()),
+        };
+        let stop = running.phases.stopped(Phase::Writers);
+        running.phases.spawn(Phase::Writers, async move {
+            reporter.run(decisions, outcomes, stop).await;
+        });
+        (stats, event_stats)
+    }
+
+    /// The `Reservation` status writer (leader only, drains with the writers) and GC.
+    fn start_reservations(
+        &self,
+        running: &mut Running,
+        reservations: Option<Arc<KubeReservations>>,
+        status_rx: Option<mpsc::UnboundedReceiver<crd::StatusWrite>>,
+        leader: &watch::Receiver<bool>,
+    ) -> (oneshot::Receiver<StatusCounts>, oneshot::Receiver<GcCounts>) {
+        let (status_tx, status_done) = oneshot::channel();
+        if let Some(rx) = status_rx {
+            let client = self.client.clone();
+            let (leader, stop) = (leader.clone(), running.phases.stopped(Phase::Writers));
+            running.phases.spawn(Phase::Writers, async move {
+                let r = crd::run_status_writer(
+                    move |ns: &str| Api::<ReservationResource>::namespaced(client.clone(), ns),
+                    rx,
+                    leader,
+                    stop,
+                )
+                .await;
+                let _ = status_tx.send(r);
+            });
+        }
+        let (gc_tx, gc_done) = oneshot::channel();
+        if let Some(r) = reservations {
+            let gc = crd::run_gc(
+                r,
+                crd::api_deleter(self.client.clone()),
+                self.serve.reservations.gc_interval,
+                self.serve.reservations.keep_finished,
+                leader.clone(),
+                running.phases.stopped(Phase::Intake),
+            );
+            running.phases.spawn(Phase::Intake, async move {
+                let _ = gc_tx.send(gc.await);
+            });
+        }
+        (status_done, gc_done)
+    }
+
+    /// The two listeners, each with the probes: the extender's (`serve.listen`) and the
+    /// inspection API's (`serve.apiListen`, plus the caller's routes); both behind
+    /// `serve.security` (TLS, client certificates or TokenReview, SubjectAccessReview).
+    async fn start_http(
+        &self,
+        running: &mut Running,
+        (ext_addr, api_addr): (SocketAddr, SocketAddr),
+        bound: Option<oneshot::Sender<Bound>>,
+        extra_routes: Option<Router>,
+        leader: &watch::Receiver<bool>,
+        reviewer: Arc<dyn Reviewer>,
+    ) -> Result<()> {
+        let extender_router = if self.serve.extender.enabled {
+            let framework = Arc::new(build_framework_with(
+                &self.serve.extender.profile(),
+                self.engine.deps(),
+            )?);
+            let sched = self.engine.scheduler().clone();
+            let snapshot: extender::SnapshotSource =
+                Arc::new(move || sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot());
+            let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
+                self.client.clone(),
+                None,
+                None,
+                self.serve.request_timeout,
+            ));
+            Some(extender::router(ExtenderState {
+                framework,
+                snapshot,
+                binder: Some(binder),
+            }))
+        } else {
+            None
+        };
+        let health = Health {
+            synced: self.engine.cluster().synced.clone(),
+            leader: leader.clone(),
+        };
+        let api_state = self.engine.api_state();
+        api_state.set_ready(true);
+        let api_routes = crate::api::routes(api_state);
+        let api_app = compose_router(
+            None,
+            health.clone(),
+            Some(match extra_routes {
+                Some(x) => x.merge(api_routes),
+                None => api_routes,
+            }),
+        );
+        let ext_app = compose_router(extender_router, health, None);
+        let security = &self.serve.security;
+        let auth = Auth::new(security, reviewer);
+        auth.register(self.engine.metrics());
+        let handshakes = tls::HandshakeStats::default();
+        handshakes.register(self.engine.metrics());
+        let layer = axum::middleware::from_fn_with_state(auth, auth::authorize);
+        let (ext_app, api_app) = (ext_app.layer(layer.clone()), api_app.layer(layer));
+        let tls = match security.mode {
+            SecurityMode::None => None,
+            SecurityMode::Delegated => {
+                let (chain, key) = tls::serving_identity(
+                    security.cert_file.as_deref(),
+                    security.key_file.as_deref(),
+                )
+                .map_err(|e| Error::Task(e.to_string()))?;
+                Some(
+                    tls::acceptor(chain, key, security.client_ca_file.as_deref())
+                        .map_err(|e| Error::Task(e.to_string()))?,
+                )
+            }
+        };
+        let mut bound_at = Vec::new();
+        for (addr, app, what) in [
+            (ext_addr, ext_app, "extender"),
+            (api_addr, api_app, "inspection API"),
+        ] {
+            let listen_error = |source| Error::Listen {
+                addr: addr.to_string(),
+                source,
+            };
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(listen_error)?;
+            let local = listener.local_addr().map_err(listen_error)?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            tracing::info!(%local, identity = %self.identity, "serving the {what} on {scheme}");
+            bound_at.push(local);
+            let stop = running.phases.stopped(Phase::Intake);
+            match &tls {
+                Some(acceptor) => {
+                    let (acceptor, handshakes) = (acceptor.clone(), handshakes.clone());
+                    running.phases.spawn(Phase::Intake, async move {
+                        tls::serve(listener, acceptor, app, handshakes, stop).await;
+                    });
+                }
+                None => running.phases.spawn(Phase::Intake, async move {
+                    let r = axum::serve(listener, app)
+                        .with_graceful_shutdown(stop)
+                        .await;
+                    if let Err(e) = r {
+                        tracing::error!(error = %e, "http listener failed");
+                    }
+                }),
+            }
+        }
+        if let Some(tx) = bound {
+            let _ = tx.send(Bound {
+                extender: bound_at[0],
+                api: bound_at[1],
+            });
+        }
+        Ok(())
+    }
+
+    /// The engine's scheduling loop, binding through `binder`, while the initial lists
+    /// are in and this replica leads.
+    fn start_scheduling(
+        &self,
+        running: &mut Running,
+        binder: Arc<ApiBinder>,
+        mut leader: watch::Receiver<bool>,
+    ) {
+        let (gate_tx, gate_rx) = watch::channel(false);
+        let synced = self.engine.cluster().synced.clone();
+        let stop = running.phases.stopped(Phase::Intake);
+        running.phases.spawn(Phase::Intake, async move {
+            tokio::pin!(stop);
+            tokio::select! {
+                biased;
+                _ = &mut stop => return,
+                _ = synced.wait() => {}
+            }
+            loop {
+                let _ = gate_tx.send(*leader.borrow_and_update());
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => return,
+                    changed = leader.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+        let engine = self.engine.clone();
+        // The watch confirms binds; a lost confirmation expires the pod.
+        running.spawn_scheduling(
+            move || engine.scheduling_loop(binder.clone(), false),
+            gate_rx,
+        );
+    }
 }

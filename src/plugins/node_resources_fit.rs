@@ -270,30 +270,37 @@ impl NodeResourcesFit {
         shape[shape.len() - 1].1
     }
 
+    /// One resource's score, always in `0..=MAX_NODE_SCORE`: the arithmetic is done in
+    /// `i128` (a capacity near `i64::MAX` times 100 would overflow `i64`), and a negative
+    /// request or capacity (which the pod and node readers reject) counts as zero.
     fn resource_score(&self, requested: i64, capacity: i64) -> i64 {
-        match self.args.scoring_strategy.kind {
+        let (requested, capacity) = (i128::from(requested.max(0)), i128::from(capacity));
+        let max = i128::from(MAX_NODE_SCORE);
+        let score = match self.args.scoring_strategy.kind {
             StrategyType::LeastAllocated => {
-                if capacity == 0 || requested > capacity {
+                if capacity <= 0 || requested > capacity {
                     0
                 } else {
-                    (capacity - requested) * MAX_NODE_SCORE / capacity
+                    (capacity - requested) * max / capacity
                 }
             }
             StrategyType::MostAllocated => {
-                if capacity == 0 {
+                if capacity <= 0 {
                     0
                 } else {
-                    requested.min(capacity) * MAX_NODE_SCORE / capacity
+                    requested.min(capacity) * max / capacity
                 }
             }
             StrategyType::RequestedToCapacityRatio => {
-                if capacity == 0 || requested > capacity {
-                    self.broken_linear(100)
+                let ratio = if capacity <= 0 || requested > capacity {
+                    100
                 } else {
-                    self.broken_linear(requested * 100 / capacity)
-                }
+                    (requested * 100 / capacity) as i64
+                };
+                i128::from(self.broken_linear(ratio))
             }
-        }
+        };
+        score.clamp(0, max) as i64
     }
 }
 
@@ -553,6 +560,47 @@ mod tests {
             &info(req_pod("p", None, json!({"example.com/gpu": "5"}))),
         );
         assert!(got[1].1.is_success());
+    }
+
+    #[test]
+    fn resource_scores_stay_in_range_on_any_input() {
+        // Regression (issue #15, 7): a negative request scored 102 ("returns an invalid
+        // score"), and a capacity near i64::MAX overflowed `capacity * 100`.
+        for kind in [
+            StrategyType::LeastAllocated,
+            StrategyType::MostAllocated,
+            StrategyType::RequestedToCapacityRatio,
+        ] {
+            let fit = NodeResourcesFit::new(NodeResourcesFitArgs {
+                scoring_strategy: ScoringStrategy {
+                    kind,
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .unwrap();
+            let values = [
+                i64::MIN,
+                -1000,
+                -1,
+                0,
+                1,
+                1000,
+                i64::MAX / 100 + 1,
+                i64::MAX,
+            ];
+            for r in values {
+                for c in values {
+                    let s = fit.resource_score(r, c);
+                    assert!((0..=MAX_NODE_SCORE).contains(&s), "{kind:?} {r} {c}: {s}");
+                }
+            }
+            assert_eq!(
+                fit.resource_score(-1000, 4000),
+                fit.resource_score(0, 4000),
+                "{kind:?}"
+            );
+        }
     }
 
     #[test]

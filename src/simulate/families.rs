@@ -693,6 +693,7 @@ impl Family {
                     period: Duration::from_secs(period.as_secs()),
                     peak_at: Duration::from_secs(peak_at.as_secs()),
                 }),
+                scheduler_name: None,
             });
         }
         // Services and databases beside the builds.
@@ -811,6 +812,7 @@ fn service_defaults() -> Workload {
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
         daily_cycle: None,
+        scheduler_name: None,
     }
 }
 

@@ -130,6 +130,26 @@ pub struct ApiHook {
 /// Simulated time starts here (2026-01-01T00:00:00Z), so samples have real-looking times.
 pub const EPOCH_MS: i64 = 1_767_225_600_000;
 
+/// When a run on `store` starts: [`EPOCH_MS`], or, on a store an earlier run (or anything
+/// else) wrote to, the first whole day after its newest sample — a second simulation on
+/// the same `--data-dir` appends a later run instead of failing on out-of-order samples,
+/// and keeps the same time of day (arrivals and a daily cycle line up). The run is the
+/// same run: every time is relative to its start.
+fn start_after(store: &Store) -> Result<i64, Error> {
+    const DAY_MS: i64 = 24 * 3_600_000;
+    let mut newest = i64::MIN;
+    for info in store.select(&[])? {
+        if let Some(last) = info.last {
+            newest = newest.max(last.ts_ms);
+        }
+    }
+    if newest < EPOCH_MS {
+        return Ok(EPOCH_MS);
+    }
+    let days = (newest - EPOCH_MS) / DAY_MS + 1;
+    Ok(EPOCH_MS + days * DAY_MS)
+}
+
 /// How long a pod's memory takes to reach its working set.
 const RAMP_MS: f64 = 120_000.0;
 /// A build's Job gives up after this many failed pods (Kubernetes' default
@@ -402,7 +422,13 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
 /// The builder identity label (bk-ci's), which the scheduler's identity rule reads.
 const BUILDER_LABEL: &str = "bkci.dispatch.kubenetes/core";
 
-fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str, scheduler_name: &str) -> Pod {
+fn pod_of(
+    s: &Scenario,
+    p: &Plan,
+    a: &Arrival,
+    name: &str,
+    scheduler_name: &str,
+) -> Result<Pod, Error> {
     let w = &s.workloads[a.workload];
     let n = &p.workloads[a.workload];
     let mut labels = w.labels.clone();
@@ -429,7 +455,14 @@ fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str, scheduler_name: &str)
             }}}]
         }
     });
-    serde_json::from_value(obj).expect("simulated pods are well-formed")
+    // `Scenario::parse` checked labels, selectors and tolerations, so this holds.
+    serde_json::from_value(obj).map_err(|e| {
+        Error::Scenario(scenario::Error::Invalid {
+            path: "scenario".into(),
+            field: format!("workloads[{}]", a.workload),
+            message: e.to_string(),
+        })
+    })
 }
 
 fn summary(v: &[f64]) -> UsageSummary {
@@ -574,28 +607,54 @@ async fn run_policy(
     // Ties between equally scored nodes are broken by the simulation's seed too, or two
     // runs of one seed would differ.
     config.scheduler.seed = config.scheduler.seed.or(Some(seed));
-    let scheduler_name = config
+    let first_profile = config
         .profiles
         .first()
         .map(|p| p.scheduler_name.clone())
         .unwrap_or_default();
+    // Each workload's pods name their profile; a name no profile has would leave them
+    // pending forever, as `serve` would (they are not ours).
+    let mut scheduler_names = Vec::with_capacity(s.workloads.len());
+    for (i, w) in s.workloads.iter().enumerate() {
+        let name = w
+            .scheduler_name
+            .clone()
+            .unwrap_or_else(|| first_profile.clone());
+        if !config.profiles.iter().any(|p| p.scheduler_name == name) {
+            let known: Vec<&str> = config
+                .profiles
+                .iter()
+                .map(|p| p.scheduler_name.as_str())
+                .collect();
+            return Err(Error::Scenario(scenario::Error::Invalid {
+                path: "scenario".into(),
+                field: format!("workloads[{i}].schedulerName"),
+                message: format!(
+                    "no profile named {name:?} in the configuration (profiles: {})",
+                    known.join(", ")
+                ),
+            }));
+        }
+        scheduler_names.push(name);
+    }
     let plan = plan(s, seed)?;
     let store = match &data_dir {
         Some(d) => Store::open(d, config.storage.clone())?,
         None => Store::open_temporary(config.storage.clone())?,
     };
+    let epoch = start_after(&store)?;
     let reservations = UsageFile {
         reservations: s.reservations.clone(),
         ..UsageFile::default()
     }
-    .resolve(EPOCH_MS)
+    .resolve(epoch)
     .map_err(|(field, message)| scenario::Error::Invalid {
         path: "scenario".into(),
         field,
         message,
     })?
     .reservations;
-    let (clock, time) = Clock::manual(EPOCH_MS);
+    let (clock, time) = Clock::manual(epoch);
     let mut parts = Parts::new(clock, store.clone());
     parts.reservations = Some(Arc::new(InMemoryReservations::new(reservations)));
     parts.explain = hook.is_some();
@@ -648,14 +707,14 @@ async fn run_policy(
         b.set_message(policy.as_str());
         b
     });
-    let submit = |a: &Arrival, name: &str| {
-        let pod = pod_of(s, &plan, a, name, &scheduler_name);
-        cluster.apply_pod(pod);
+    let submit = |a: &Arrival, name: &str| -> Result<(), Error> {
+        cluster.apply_pod(pod_of(s, &plan, a, name, &scheduler_names[a.workload])?);
+        Ok(())
     };
 
     for tick in 0..=ticks {
         let rel = tick as i64 * step_ms;
-        let now = EPOCH_MS + rel;
+        let now = epoch + rel;
         time.set(now);
         engine.housekeeping();
         // Takes pod `$k` off its node for `$kill`: a service or database OOM-killed
@@ -756,7 +815,7 @@ async fn run_policy(
                         r.arrived += 1;
                         r.lost_and_resubmitted += 1;
                         r.resubmitted += 1;
-                        submit(&p.arrival, &pname);
+                        submit(&p.arrival, &pname)?;
                     }
                 }
                 cluster.delete_node(name);
@@ -772,7 +831,7 @@ async fn run_policy(
             arrived_at.insert(key, (now, a.clone()));
             r.arrived += 1;
             r.resubmitted += 1;
-            submit(&a, &pname);
+            submit(&a, &pname)?;
         }
         // Arrivals up to now.
         while next_arrival < plan.arrivals.len() && plan.arrivals[next_arrival].at_ms <= rel {
@@ -782,10 +841,10 @@ async fn run_policy(
             let name = format!("{}-{}", w.name, a.seq);
             arrived_at.insert(
                 format!("{}/{name}", w.namespace),
-                (EPOCH_MS + a.at_ms, a.clone()),
+                (epoch + a.at_ms, a.clone()),
             );
             r.arrived += 1;
-            submit(&a, &name);
+            submit(&a, &name)?;
         }
         // Completions: the pod leaves the cluster; its run is recorded as the collectors'
         // run detection would record it.

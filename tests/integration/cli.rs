@@ -88,13 +88,22 @@ fn bad_input_exits_2_naming_object_and_field() {
     let cases = [
         (
             "kind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: [{name: c, resources: {requests: {cpu: [1]}}}]}\n",
-            "Pod ns/p: at spec.containers[0].resources.requests.cpu",
+            "Pod \"ns/p\": spec.containers[0].resources.requests.cpu: invalid type: sequence, expected Quantity",
         ),
         (
             "kind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
-            "at spec.containers",
+            "Pod \"default/p\": spec.containers: invalid type",
         ),
         ("{not yaml: [\n", "not valid YAML/JSON"),
+        // Regressions (issue #15, 7 and 8): a negative request, a pod without a name.
+        (
+            "kind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, resources: {requests: {cpu: '-1'}}}]}\n",
+            "Pod \"default/x\": spec.containers[0].resources.requests.cpu: must not be negative",
+        ),
+        (
+            "kind: Pod\nspec: {containers: []}\n",
+            "Pod: metadata.name: must not be empty",
+        ),
         ("kind: Node\nmetadata: {name: n}\n", "no Pod objects found"),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
@@ -109,6 +118,26 @@ fn bad_input_exits_2_naming_object_and_field() {
         assert_eq!(o.status.code(), Some(2), "{text}");
         assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
     }
+    // Regression (issue #15, 5): a 65,536-character node name panicked the text output;
+    // it is not a valid Node name.
+    let long = write(
+        &dir,
+        "long.yaml",
+        &format!("kind: Node\nmetadata: {{name: {}}}\n", "n".repeat(65_536)),
+    );
+    let pod = write(
+        &dir,
+        "ok.yaml",
+        "kind: Pod\nmetadata: {name: ok}\nspec: {containers: []}\n",
+    );
+    let o = run(&["place", "--cluster", &long, "--pod", &pod]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Node \"nnnn"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("metadata.name: must be at most 253 characters, got 65536"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&[
         "place",
         "--cluster",
@@ -525,4 +554,39 @@ fn check_config_rejects_storage_values_sled_cannot_use() {
         assert_eq!(o.status.code(), Some(2), "{text}");
         assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
     }
+}
+
+/// `serve`'s flags win over the file before it is validated: `serve.security.mode: none`
+/// is refused on the default (all-interfaces) listeners, accepted with `--listen` and
+/// `--api-listen` on loopback (found on the kit: the failover script could not start).
+#[test]
+fn serve_flags_apply_before_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(&dir, "none.yaml", "serve: {security: {mode: none}}\n");
+    let kubeconfig = dir.path().join("missing.kubeconfig");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let o = run(&["serve", "--config", &cfg, "--kubeconfig", kubeconfig]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("serve.security.mode: none serves without authentication")
+            && stderr(&o).contains("serve.listen is 0.0.0.0:10260")
+            && stderr(&o).contains("none.yaml"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "serve",
+        "--config",
+        &cfg,
+        "--kubeconfig",
+        kubeconfig,
+        "--listen",
+        "127.0.0.1:0",
+        "--api-listen",
+        "127.0.0.1:0",
+    ]);
+    // Past validation: it stops at the missing kubeconfig instead.
+    assert!(!stderr(&o).contains("loopback"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("missing.kubeconfig"), "{}", stderr(&o));
+    assert_ne!(o.status.code(), Some(0));
 }

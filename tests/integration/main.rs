@@ -4,9 +4,11 @@ mod api;
 mod cli;
 mod collect;
 mod conformance;
+mod fuzzing;
 mod grafana;
 mod kube;
 mod prometheus;
+mod properties;
 mod simulate;
 mod usage;
 

@@ -42,11 +42,15 @@ async fn serve_with(fake: &Fake, yaml: &str, store: Store) -> Running {
     let handle = tokio::spawn(run(opts, async {
         let _ = stop_rx.await;
     }));
-    let addr = tokio::time::timeout(Duration::from_secs(10), bound_rx)
+    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
         .await
         .expect("listener within 10 s")
         .expect("listener address");
-    Running { addr, stop, handle }
+    Running {
+        bound,
+        stop,
+        handle,
+    }
 }
 
 async fn get_json(url: &str) -> (u16, Value) {
@@ -299,6 +303,8 @@ async fn kube_serve_kill_9_loses_at_most_the_flush_interval() {
             data.to_str().unwrap(),
             "--listen",
             "127.0.0.1:0",
+            "--api-listen",
+            "127.0.0.1:0",
         ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -420,4 +426,179 @@ async fn kube_serve_places_a_waiting_pod_by_the_usage_fallback_after_max_wait() 
         "{metrics}"
     );
     s.stop().await;
+}
+
+/// Issue "Throughput": binds go through a congestion window. Against a slow server that
+/// also answers 429 with Retry-After and sometimes binds but answers too late, the window
+/// shrinks, at most the window's worth of binds are ever in flight, every pod is bound
+/// exactly once, and a timed-out bind that went through is not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_bind_flow_control_shrinks_under_429_and_latency_and_binds_each_pod_once() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "64"));
+    fake.put("nodes", node("node-b", "64"));
+    fake.binding_latency(Duration::from_millis(150));
+    fake.throttle_bindings(6, 1);
+    fake.answer_late(2, Duration::from_millis(1500));
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n  requestTimeout: 1s\n  binding: {initialWindow: 8, minWindow: 1, latencyTarget: 100ms}\n";
+    let s = serve_with(
+        &fake,
+        yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    let pods = 40;
+    for i in 0..pods {
+        fake.put("pods", super::pod(&format!("p{i}"), "headroom", "100m"));
+    }
+    // Watch the window while the pods bind.
+    let mut min_window = f64::MAX;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = get_text(&s.url("/metrics")).await;
+        if let Some(w) = metrics
+            .lines()
+            .find(|l| l.starts_with("headroom_bind_window "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            min_window = min_window.min(w);
+        }
+        let bound = (0..pods)
+            .filter(|i| fake.node_of("default", &format!("p{i}")).is_some())
+            .count();
+        if bound == pods {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {bound}/{pods} bound");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = get_text(&s.url("/metrics")).await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in /metrics:\n{metrics}"))
+    };
+    s.stop().await;
+    assert!(
+        min_window < 8.0,
+        "the window never shrank (min {min_window})"
+    );
+    assert!(
+        fake.max_bindings_in_flight() <= 8,
+        "{} binds in flight at once, window 8",
+        fake.max_bindings_in_flight()
+    );
+    assert_eq!(value("headroom_bind_throttled_total"), 6.0);
+    assert!(value("headroom_bind_timeouts_total") >= 2.0);
+    assert!(value("headroom_bind_timeouts_bound_total") >= 2.0);
+    // Exactly one successful binding per pod, and no request after it.
+    let seen = fake.bindings();
+    for i in 0..pods {
+        let pod = format!("default/p{i}");
+        let mine: Vec<u16> = seen
+            .iter()
+            .filter(|b| b.pod == pod)
+            .map(|b| b.status)
+            .collect();
+        assert_eq!(
+            mine.iter().filter(|s| **s == 201).count(),
+            1,
+            "{pod}: {mine:?}"
+        );
+        assert_eq!(
+            mine.last(),
+            Some(&201),
+            "{pod} was bound again after success: {mine:?}"
+        );
+    }
+}
+
+/// SIGTERM with the API server gone (issue "Hardening", defect 12): `serve` stops within
+/// `serve.shutdownGracePeriod` — a bind in flight and the writes queued behind it are
+/// abandoned — and still flushes its store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_stops_within_the_grace_period_when_the_api_server_is_gone() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  shutdownGracePeriod: 3s\n  requestTimeout: 30s\n";
+    let s = serve_with(
+        &fake,
+        yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    fake.wait_for(10, "synced", |f| {
+        f.calls().iter().any(|c| c.1 == "pods" && c.2 == "watch")
+    })
+    .await;
+    // The server dies with a bind in flight.
+    fake.binding_latency(Duration::from_secs(600));
+    fake.put("pods", super::pod("p", "headroom", "1"));
+    fake.wait_for(10, "a bind in flight", |f| f.max_bindings_in_flight() >= 1)
+        .await;
+    fake.black_hole();
+    let t0 = Instant::now();
+    let report = s.stop().await;
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "stopped after {took:?} with a 3 s grace period"
+    );
+    let m = report.maintenance.expect("maintenance ran");
+    assert!(m.final_flush_ok, "{m:?}");
+}
+
+/// Issue "Hardening": 1,000 pods created at once on 20 nodes that fit 800 of them. No node
+/// is overcommitted by requests, no pod is bound twice, and the 200 that fit nowhere stay
+/// pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_a_thousand_pods_at_once_overcommit_nothing_and_bind_once() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    for i in 0..20 {
+        fake.put("nodes", node(&format!("node-{i:02}"), "4"));
+    }
+    let s = serve_with(
+        &fake,
+        super::BASE,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    for i in 0..1000 {
+        fake.put("pods", super::pod(&format!("p{i:04}"), "headroom", "100m"));
+    }
+    fake.wait_for(120, "800 bound", |f| {
+        (0..1000)
+            .filter(|i| f.node_of("default", &format!("p{i:04}")).is_some())
+            .count()
+            == 800
+    })
+    .await;
+    // Give any late, wrong bind the chance to show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut per_node: std::collections::BTreeMap<String, usize> = Default::default();
+    for i in 0..1000 {
+        if let Some(n) = fake.node_of("default", &format!("p{i:04}")) {
+            *per_node.entry(n).or_default() += 1;
+        }
+    }
+    assert_eq!(per_node.len(), 20);
+    for (node, pods) in &per_node {
+        assert!(*pods <= 40, "{node} holds {pods} pods of 100m on 4 CPUs");
+    }
+    let seen = fake.bindings();
+    let mut ok: std::collections::BTreeMap<String, usize> = Default::default();
+    for b in seen.iter().filter(|b| b.status == 201) {
+        *ok.entry(b.pod.clone()).or_default() += 1;
+    }
+    assert_eq!(ok.len(), 800);
+    assert!(ok.values().all(|n| *n == 1), "a pod bound twice");
+    let report = s.stop().await;
+    assert_eq!(report.scheduling.bound, 800, "{report:?}");
 }

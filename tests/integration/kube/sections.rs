@@ -21,7 +21,7 @@ use super::kubelet::{FakeKubelet, collectors_yaml};
 use super::{Running, namespace, node, pod};
 
 /// Every serve run here: no leader election, no reservations, loopback, fast events.
-const SERVE_BASE: &str = "scheduler: {seed: 3}\nserve:\n  listen: 127.0.0.1:0\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n";
+const SERVE_BASE: &str = "scheduler: {seed: 3}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n";
 
 /// `base` with `section` merged over it (both YAML).
 fn config(base: &str, section: &str) -> Config {
@@ -43,11 +43,15 @@ async fn start(fake: &Fake, config: Config, store: Option<Store>) -> Running {
     let handle = tokio::spawn(run(opts, async {
         let _ = stop_rx.await;
     }));
-    let addr = tokio::time::timeout(Duration::from_secs(10), bound_rx)
+    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
         .await
         .expect("listener within 10 s")
         .expect("listener address");
-    Running { addr, stop, handle }
+    Running {
+        bound,
+        stop,
+        handle,
+    }
 }
 
 /// Polls `f` every 100 ms for at most `secs`; whether it became true.
@@ -347,8 +351,14 @@ fn data_dir_serve(_yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send
         let handle = tokio::spawn(run(opts, async {
             let _ = stop_rx.await;
         }));
-        let addr = bound_rx.await.unwrap();
-        Running { addr, stop, handle }.stop().await;
+        let bound = bound_rx.await.unwrap();
+        Running {
+            bound,
+            stop,
+            handle,
+        }
+        .stop()
+        .await;
         assert!(
             std::fs::read_dir(&data).unwrap().next().is_some(),
             "the store was created in dataDir"
