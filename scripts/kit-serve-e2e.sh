@@ -63,7 +63,9 @@ prom_config() { # reserve
 serve: {security: {clientCAFile: $EXT/pki/ca.crt}}
 storage: {flushInterval: 2s}
 analytics: {refreshInterval: 2s}
-usage: {defaults: {memoryReservePercent: $1}}
+# maxWait: the pod waits for real room (the default 0s places it at once on the node with
+# the most real free memory when no node has the reserve).
+usage: {maxWait: 10m, defaults: {memoryReservePercent: $1}}
 collectors:
   prometheus:
     url: http://127.0.0.1:19090
