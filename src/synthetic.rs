@@ -120,3 +120,176 @@ pub fn anti_affinity_pod(name: &str) -> Pod {
     }))
     .expect("anti-affinity pod")
 }
+
+/// A replica of workload `api-0` with two topology spread constraints over its own
+/// workload: at most 2 more replicas in one zone than in the emptiest (`DoNotSchedule`), and
+/// one replica per node preferred (`ScheduleAnyway` over `kubernetes.io/hostname`).
+pub fn spread_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "api-0"}},
+        "spec": {
+            "topologySpreadConstraints": [
+                {"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "api-0"}}},
+                {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+                 "labelSelector": {"matchLabels": {"app": "api-0"}}}],
+            "containers": [{"name": "main", "image": "registry.example/img-3:v1",
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}
+    }))
+    .expect("spread pod")
+}
+
+/// The builder of [`usage_pod`] (the collectors' identity of a pod owned by Job `ci-build`).
+pub const USAGE_BUILDER: &str = "default/Job/ci-build";
+
+/// A CI build pod of builder [`USAGE_BUILDER`] (owned by Job `ci-build`): 2 CPU, 4 GiB
+/// requested, a node selector on `kubernetes.io/os`, and a preferred node affinity for one
+/// instance type. With [`usage_view`] its builder has a profile and a placement history.
+pub fn usage_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+            "labels": {"app": "ci-build"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "ci-build",
+                "uid": "uid-job", "controller": true}]},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 10, "preference": {"matchExpressions": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.4xlarge"]}]}}]}},
+            "containers": [{"name": "main", "image": "registry.example/img-7:v1",
+                "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}
+    }))
+    .expect("usage pod")
+}
+
+/// A usage view for a cluster made by [`cluster`] with `nodes` nodes, as of `now_ms`: every
+/// node measured (CPU 10–80 % and memory 20–85 % of the synthetic capacity, the newest
+/// sample 5–60 s old, 2 % of the nodes stale), a profile for [`USAGE_BUILDER`] and a
+/// placement history of three nodes for it.
+pub fn usage_view(nodes: usize, now_ms: i64, seed: u64) -> crate::analytics::UsageView {
+    use crate::analytics::{BuilderProfile, NodeUsage, Percentiles, Stat, UsageView};
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let types = [(4.0, 16.0), (8.0, 32.0), (16.0, 64.0), (36.0, 72.0)];
+    let gib = (1u64 << 30) as f64;
+    let mut view = UsageView {
+        generated_ms: now_ms,
+        ..Default::default()
+    };
+    for i in 0..nodes {
+        let (cpu, mem) = types[i % types.len()];
+        let c = cpu * rng.random_range(0.10..0.80);
+        let m = mem * gib * rng.random_range(0.20..0.85);
+        let age = if i % 50 == 17 {
+            600_000
+        } else {
+            rng.random_range(5_000..60_000)
+        };
+        let name = format!("node-{i:05}");
+        view.nodes.insert(
+            name.clone(),
+            NodeUsage {
+                node: name,
+                cpu_cores: Stat {
+                    current: c,
+                    windowed: c * 1.1,
+                },
+                memory_working_set_bytes: Stat {
+                    current: m,
+                    windowed: m * 1.05,
+                },
+                fs_available_bytes: Some(Stat {
+                    current: 120.0 * gib,
+                    windowed: 110.0 * gib,
+                }),
+                fs_capacity_bytes: Some(200.0 * gib),
+                newest_ms: now_ms - age,
+            },
+        );
+    }
+    let p = |v: f64| Percentiles {
+        p50: v * 0.7,
+        p90: v * 0.9,
+        p95: v,
+        p99: v * 1.1,
+        max: v * 1.2,
+    };
+    view.builders.insert(
+        USAGE_BUILDER.to_string(),
+        BuilderProfile {
+            builder: USAGE_BUILDER.to_string(),
+            runs: 20,
+            cpu: p(1.5),
+            memory: p(3.0 * gib),
+            newest_ms: now_ms - 60_000,
+        },
+    );
+    let n = nodes.max(1);
+    view.placements.insert(
+        USAGE_BUILDER.to_string(),
+        [17 % n, 42 % n, 333 % n]
+            .iter()
+            .map(|i| format!("node-{i:05}"))
+            .collect(),
+    );
+    view
+}
+
+/// The scheduling benchmarks' cases (`benches/scheduler.rs`, `examples/cycle.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    /// [`plain_pod`] on a cluster without usage data.
+    Plain,
+    /// [`anti_affinity_pod`] on a cluster without usage data.
+    AntiAffinity,
+    /// [`spread_pod`] on a cluster without usage data.
+    Spread,
+    /// [`usage_pod`] on a cluster with a [`usage_view`]: every real-usage plugin of the
+    /// default profile is active.
+    Usage,
+}
+
+impl Case {
+    /// Every case.
+    pub const ALL: [Case; 4] = [Case::Plain, Case::AntiAffinity, Case::Spread, Case::Usage];
+
+    /// Its name in benchmark ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Plain => "plain",
+            Case::AntiAffinity => "anti-affinity",
+            Case::Spread => "spread",
+            Case::Usage => "usage",
+        }
+    }
+
+    /// The case named `name`.
+    pub fn from_name(name: &str) -> Option<Case> {
+        Case::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The pod the case schedules.
+    pub fn pod(self) -> Pod {
+        match self {
+            Case::Plain => plain_pod("bench"),
+            Case::AntiAffinity => anti_affinity_pod("bench-anti"),
+            Case::Spread => spread_pod("bench-spread"),
+            Case::Usage => usage_pod("bench-usage"),
+        }
+    }
+
+    /// The snapshot of a [`cluster`] of `nodes` nodes with 30 pods each (seed 42), with a
+    /// [`usage_view`] for [`Case::Usage`].
+    pub fn snapshot(self, nodes: usize) -> crate::snapshot::Snapshot {
+        let (n, p) = cluster(nodes, 30, 42);
+        let mut snap = crate::snapshot::Snapshot::build(n, p);
+        if self == Case::Usage {
+            let now_ms = 1_790_000_000_000;
+            let u = snap.usage_mut();
+            u.view = std::sync::Arc::new(usage_view(nodes, now_ms, 7));
+            u.now_ms = now_ms;
+        }
+        snap
+    }
+}
