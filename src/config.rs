@@ -130,6 +130,10 @@ pub struct SchedulerConfig {
     /// Seed of the random tie-breaker among equally scored nodes. Default: none (entropy);
     /// set it to make decisions reproducible.
     pub seed: Option<u64>,
+    /// Threads one scheduling cycle spreads Filter and Score over (upstream's
+    /// `parallelism`). Decisions do not depend on it. Default `0`: the machine's cores, at
+    /// most 16; `1` runs cycles serially.
+    pub parallelism: usize,
 }
 
 /// One profile: a scheduler name and its plugin set.
@@ -143,6 +147,12 @@ pub struct ProfileConfig {
     pub plugins: BTreeMap<String, PluginSetting>,
     /// Plugin arguments.
     pub plugin_args: PluginArgs,
+    /// Upstream's `percentageOfNodesToScore`, 0..=100. Default `100`: every node is
+    /// filtered and scored, what headroom offers over kube-scheduler's sampling. Below 100,
+    /// a cycle stops filtering once it found this share of the nodes feasible (at least
+    /// 100 nodes), scanning round robin from where the previous cycle stopped; `0` is
+    /// upstream's default, the adaptive share `50 − nodes/125` % (at least 5 %).
+    pub percentage_of_nodes_to_score: u32,
 }
 
 impl Default for ProfileConfig {
@@ -151,6 +161,7 @@ impl Default for ProfileConfig {
             scheduler_name: DEFAULT_SCHEDULER_NAME.to_string(),
             plugins: BTreeMap::new(),
             plugin_args: PluginArgs::default(),
+            percentage_of_nodes_to_score: 100,
         }
     }
 }
@@ -312,6 +323,10 @@ mod tests {
             ("profiles: [{}, {}]", "profiles[1].schedulerName"),
             ("profiles: []", "profiles"),
             ("scheduler: {seed: -1}", "scheduler.seed"),
+            (
+                "profiles: [{percentageOfNodesToScore: 101}]",
+                "profiles[headroom].percentageOfNodesToScore",
+            ),
             (
                 "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
                 "pluginArgs.nodeResourcesFit.scoringStrategy.type",

@@ -293,3 +293,238 @@ impl Case {
         snap
     }
 }
+
+/// A [`cluster`] with more variety, for tests that compare code paths over many random
+/// clusters: a random number of pods per node (0–8); a numeric `gpu-count` label and an
+/// `example.com/gpu` resource on every seventh node; no zone label on every thirteenth;
+/// `InternalIP` addresses; some pods with host ports, with preferred (anti-)affinity or in
+/// namespace `team-a`.
+pub fn random_cluster(nodes: usize, seed: u64) -> (Vec<Node>, Vec<Pod>) {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
+    let per_node = rng.random_range(0..=8);
+    let (mut ns, mut ps) = cluster(nodes, per_node, seed);
+    for (i, n) in ns.iter_mut().enumerate() {
+        let labels = n.metadata.labels.get_or_insert_with(Default::default);
+        if i % 7 == 2 {
+            labels.insert("gpu-count".into(), (i % 4).to_string());
+            if let Some(a) = n.status.as_mut().and_then(|s| s.allocatable.as_mut()) {
+                a.insert(
+                    "example.com/gpu".into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity((i % 4).to_string()),
+                );
+            }
+        }
+        if i % 13 == 5 {
+            labels.remove("topology.kubernetes.io/zone");
+        }
+        if let Some(s) = n.status.as_mut() {
+            s.addresses = Some(vec![k8s_openapi::api::core::v1::NodeAddress {
+                type_: "InternalIP".into(),
+                address: format!("10.0.{}.{}", i / 250, i % 250),
+            }]);
+        }
+    }
+    for (j, p) in ps.iter_mut().enumerate() {
+        let spec = p.spec.as_mut().expect("synthetic pod spec");
+        if j % 17 == 3 {
+            spec.containers[0].ports = Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: 80,
+                host_port: Some(8080 + (j % 3) as i32),
+                ..Default::default()
+            }]);
+        }
+        if j % 11 == 2 {
+            let app = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app"))
+                .cloned()
+                .unwrap_or_default();
+            spec.affinity = serde_json::from_value(json!({
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 20, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": app}},
+                        "topologyKey": "topology.kubernetes.io/zone"}}]},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 30, "podAffinityTerm": {"labelSelector": {"matchExpressions": [
+                        {"key": "tier", "operator": "In", "values": ["frontend"]}]},
+                        "topologyKey": "kubernetes.io/hostname"}}]}
+            }))
+            .ok();
+        }
+        if j % 19 == 4 {
+            p.metadata.namespace = Some("team-a".into());
+        }
+    }
+    (ns, ps)
+}
+
+/// A random pod for [`random_cluster`]s: random requests (sometimes none, sometimes GPUs),
+/// node selector, required and preferred node affinity (every operator, `matchFields`),
+/// tolerations, required and preferred pod (anti-)affinity, topology spread constraints
+/// (both actions, `minDomains`, `matchLabelKeys`, inclusion policies), host ports, a node
+/// name, the history and real-resources annotations, and a Job owner.
+pub fn random_pod(nodes: usize, seed: u64) -> Pod {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut chance = |p: f64| rng.random_bool(p);
+    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(7));
+    let nodes = nodes.max(1);
+    let node = |r: &mut SmallRng| format!("node-{:05}", r.random_range(0..nodes));
+    let w = rng.random_range(0..(nodes * 8 / 40).clamp(1, 30));
+    let app = format!("{}-{w}", APPS[w % APPS.len()]);
+    let zone = ZONES[rng.random_range(0..ZONES.len())];
+    let key = if chance(0.5) {
+        "topology.kubernetes.io/zone"
+    } else {
+        "kubernetes.io/hostname"
+    };
+    let mut spec = json!({"containers": [{"name": "main",
+        "image": format!("registry.example/img-{}:v1", rng.random_range(0..70))}]});
+    if !chance(0.1) {
+        let mut req = json!({"cpu": format!("{}m", rng.random_range(1..6000)),
+            "memory": format!("{}Mi", rng.random_range(1..20000))});
+        if chance(0.1) {
+            req["ephemeral-storage"] = json!(format!("{}Gi", rng.random_range(1..300)));
+        }
+        if chance(0.1) {
+            req["example.com/gpu"] = json!(rng.random_range(1..3).to_string());
+        }
+        spec["containers"][0]["resources"] = json!({"requests": req});
+    }
+    if chance(0.2) {
+        spec["nodeSelector"] = if chance(0.5) {
+            json!({"topology.kubernetes.io/zone": zone})
+        } else {
+            json!({"node.kubernetes.io/instance-type": "m5.2xlarge", "kubernetes.io/os": "linux"})
+        };
+    }
+    let ops = [
+        json!({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone, "zone-x"]}),
+        json!({"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": [zone]}),
+        json!({"key": "gpu-count", "operator": "Exists"}),
+        json!({"key": "gpu-count", "operator": "DoesNotExist"}),
+        json!({"key": "gpu-count", "operator": "Gt", "values": ["1"]}),
+        json!({"key": "gpu-count", "operator": "Lt", "values": ["2"]}),
+        json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge", "c5.9xlarge"]}),
+        json!({"key": "no-such-label", "operator": "NotIn", "values": ["x"]}),
+    ];
+    let term = |r: &mut SmallRng| {
+        let mut t = json!({"matchExpressions": [ops[r.random_range(0..ops.len())].clone()]});
+        if r.random_bool(0.3) {
+            t["matchExpressions"]
+                .as_array_mut()
+                .expect("array")
+                .push(ops[r.random_range(0..ops.len())].clone());
+        }
+        if r.random_bool(0.1) {
+            t["matchFields"] =
+                json!([{"key": "metadata.name", "operator": "In", "values": [node(r)]}]);
+        }
+        t
+    };
+    let mut affinity = json!({});
+    if chance(0.2) {
+        let terms: Vec<_> = (0..rng.random_range(1..3))
+            .map(|_| term(&mut rng))
+            .collect();
+        affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+            json!({"nodeSelectorTerms": terms});
+    }
+    if chance(0.3) {
+        let terms: Vec<_> = (0..rng.random_range(1..3))
+            .map(|_| json!({"weight": rng.random_range(1..100), "preference": term(&mut rng)}))
+            .collect();
+        affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!(terms);
+    }
+    let pod_term = |r: &mut SmallRng, app: &str, key: &str| {
+        let mut t = json!({"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key});
+        if r.random_bool(0.2) {
+            t["namespaceSelector"] = json!({});
+        }
+        t
+    };
+    if chance(0.1) {
+        affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+            json!([pod_term(&mut rng, &app, "topology.kubernetes.io/zone")]);
+    }
+    if chance(0.2) {
+        affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+            json!([pod_term(&mut rng, &app, key)]);
+    }
+    if chance(0.2) {
+        let other = format!("{}-{}", APPS[(w + 1) % APPS.len()], w + 1);
+        affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([
+            {"weight": rng.random_range(1..100), "podAffinityTerm": pod_term(&mut rng, &other, key)}]);
+        affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([
+            {"weight": rng.random_range(1..100), "podAffinityTerm": pod_term(&mut rng, &app, "kubernetes.io/hostname")}]);
+    }
+    if affinity != json!({}) {
+        spec["affinity"] = affinity;
+    }
+    if chance(0.3) {
+        let all = [
+            json!({"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}),
+            json!({"key": "dedicated", "operator": "Exists"}),
+            json!({"key": "spot", "operator": "Equal", "value": "true", "effect": "PreferNoSchedule"}),
+            json!({"operator": "Exists"}),
+            json!({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}),
+        ];
+        let k = rng.random_range(0..all.len());
+        spec["tolerations"] = json!([all[k].clone()]);
+    }
+    if chance(0.25) {
+        let mut cs = Vec::new();
+        for _ in 0..rng.random_range(1..3) {
+            let mut c = json!({
+                "maxSkew": rng.random_range(1..4),
+                "topologyKey": if rng.random_bool(0.5) { "topology.kubernetes.io/zone" } else { "kubernetes.io/hostname" },
+                "whenUnsatisfiable": if rng.random_bool(0.5) { "DoNotSchedule" } else { "ScheduleAnyway" },
+                "labelSelector": {"matchLabels": {"app": app.clone()}},
+            });
+            if rng.random_bool(0.2) {
+                c["minDomains"] = json!(rng.random_range(1..5));
+                c["whenUnsatisfiable"] = json!("DoNotSchedule");
+            }
+            if rng.random_bool(0.2) {
+                c["matchLabelKeys"] = json!(["tier"]);
+            }
+            if rng.random_bool(0.2) {
+                c["nodeAffinityPolicy"] = json!("Ignore");
+            }
+            if rng.random_bool(0.2) {
+                c["nodeTaintsPolicy"] = json!("Honor");
+            }
+            cs.push(c);
+        }
+        spec["topologySpreadConstraints"] = json!(cs);
+    }
+    if chance(0.1) {
+        spec["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
+    }
+    if chance(0.03) {
+        spec["nodeName"] = json!(node(&mut rng));
+    }
+    let mut annotations = json!({});
+    if chance(0.1) {
+        annotations["bkci.dispatch.kubenetes/builder-history-nodes"] = json!(
+            serde_json::to_string(&[node(&mut rng), format!("10.0.0.{}", rng.random_range(0..9))])
+                .unwrap_or_default()
+        );
+    }
+    if chance(0.1) {
+        annotations["bkci.dispatch.kubenetes/builder-real-resources"] =
+            json!(r#"[{"cpu":"1","memory":"2Gi"},{"cpu":"2","memory":"3Gi"}]"#);
+    }
+    let mut meta = json!({"name": format!("random-{seed}"), "namespace": if chance(0.8) { "default" } else { "team-a" },
+        "uid": format!("uid-random-{seed}"),
+        "labels": {"app": app, "tier": if chance(0.5) { "frontend" } else { "backend" }},
+        "annotations": annotations});
+    if chance(0.3) {
+        meta["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "ci-build",
+            "uid": "uid-job", "controller": true}]);
+    }
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}),
+    )
+    .expect("random pod")
+}
