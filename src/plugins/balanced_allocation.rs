@@ -11,7 +11,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::node_resources_fit::{ResourceSpec, allocatable_requested, default_resources};
+use super::node_resources_fit::{
+    ResourceKind, ResourceSpec, allocatable_requested, default_resources,
+    table_allocatable_requested,
+};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
 };
@@ -40,6 +43,8 @@ impl Default for BalancedAllocationArgs {
 #[derive(Debug, Clone)]
 pub struct BalancedAllocation {
     args: BalancedAllocationArgs,
+    /// The resources, resolved (in `resources` order).
+    kinds: Vec<ResourceKind>,
 }
 
 impl BalancedAllocation {
@@ -48,7 +53,12 @@ impl BalancedAllocation {
         if args.resources.is_empty() {
             return Err("resources: at least one resource is required".into());
         }
-        Ok(BalancedAllocation { args })
+        let kinds = args
+            .resources
+            .iter()
+            .map(|r| ResourceKind::of(&r.name))
+            .collect();
+        Ok(BalancedAllocation { args, kinds })
     }
 
     /// Registers its extension points (PreScore, Score).
@@ -63,11 +73,26 @@ impl BalancedAllocation {
 
     /// Requested fractions (after, before) placing the pod.
     fn fractions(&self, pod: &PodInfo, node: &NodeInfo) -> (Fractions, Fractions) {
+        self.fractions_with(pod, |name, _| allocatable_requested(node, pod, name, true))
+    }
+
+    /// Requested fractions from each resource's (allocatable, requested with the pod).
+    #[inline]
+    fn fractions_with(
+        &self,
+        pod: &PodInfo,
+        mut get: impl FnMut(&str, ResourceKind) -> Option<(i64, i64)>,
+    ) -> (Fractions, Fractions) {
         let mut after = Fractions::new();
         let mut before = Fractions::new();
-        for r in &self.args.resources {
-            if let Some((alloc, req)) = allocatable_requested(node, pod, &r.name, true) {
-                let pod_req = pod.requests.requests.get(&r.name);
+        for (r, kind) in self.args.resources.iter().zip(&self.kinds) {
+            if let Some((alloc, req)) = get(&r.name, *kind) {
+                let pod_req = match kind {
+                    ResourceKind::Cpu => pod.requests.requests.milli_cpu,
+                    ResourceKind::Memory => pod.requests.requests.memory,
+                    ResourceKind::EphemeralStorage => pod.requests.requests.ephemeral_storage,
+                    ResourceKind::Scalar => pod.requests.requests.get(&r.name),
+                };
                 after.push((req as f64 / alloc as f64).min(1.0));
                 before.push(((req - pod_req) as f64 / alloc as f64).min(1.0));
             }
@@ -76,11 +101,16 @@ impl BalancedAllocation {
     }
 
     fn score_of(&self, pod: &PodInfo, node: &NodeInfo) -> (i64, i64, i64) {
-        let (after, before) = self.fractions(pod, node);
-        let a = balanced_score(&after);
-        let b = balanced_score(&before);
-        ((150 + a - b) / 2, a, b)
+        score_from(self.fractions(pod, node))
     }
+}
+
+/// The score, and the balance after and before, from the requested fractions.
+#[inline]
+fn score_from((after, before): (Fractions, Fractions)) -> (i64, i64, i64) {
+    let a = balanced_score(&after);
+    let b = balanced_score(&before);
+    ((150 + a - b) / 2, a, b)
 }
 
 /// Requested fractions, inline for the usual handful of resources (no allocation per node).
@@ -134,6 +164,23 @@ impl PreScorePlugin for BalancedAllocation {
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(self.score_of(pod, node).0)
+    }
+
+    fn score_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut [i64],
+    ) -> Result<(), (usize, Status)> {
+        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+            let f = self.fractions_with(pod, |name, kind| {
+                table_allocatable_requested(snapshot, idx, pod, kind, name, true)
+            });
+            *out = score_from(f).0;
+        }
+        Ok(())
     }
 
     fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {

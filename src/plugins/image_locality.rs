@@ -147,6 +147,26 @@ impl ScorePlugin for ImageLocality {
         }
     }
 
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut [i64],
+    ) -> Result<(), (usize, Status)> {
+        let s = state
+            .read::<PreScoreState>()
+            .ok_or_else(|| (0, Status::error("ImageLocality PreScore state missing")))?;
+        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+            *out = match s.sums.get(idx as usize) {
+                Some(&sum) if sum > 0 => calculate_priority(sum, s.containers),
+                _ => 0,
+            };
+        }
+        Ok(())
+    }
+
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let s = state.read::<PreScoreState>()?;
         Some(format!(

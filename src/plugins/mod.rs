@@ -56,6 +56,7 @@ pub mod real_memory_fit;
 pub mod reservation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+mod topology;
 
 #[cfg(test)]
 pub(crate) mod testutil;

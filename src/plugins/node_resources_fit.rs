@@ -12,12 +12,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, Registered,
-    ScorePlugin, Status,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
+    Reasons, Registered, ScorePlugin, Status,
 };
 use crate::quantity::{format_bytes, format_milli};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, is_scalar_resource};
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::table::res;
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
 pub const NAME: &str = "NodeResourcesFit";
@@ -124,6 +125,75 @@ pub struct NodeResourcesFitArgs {
 pub struct NodeResourcesFit {
     args: NodeResourcesFitArgs,
     shape: Vec<(i64, i64)>,
+    /// The scored resources, resolved (in `scoringStrategy.resources` order).
+    kinds: Vec<ResourceKind>,
+}
+
+/// A resource name resolved once: a column of the node table, or a scalar read from the
+/// node's [`NodeInfo`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResourceKind {
+    /// `cpu`.
+    Cpu,
+    /// `memory`.
+    Memory,
+    /// `ephemeral-storage`.
+    EphemeralStorage,
+    /// Anything else.
+    Scalar,
+}
+
+impl ResourceKind {
+    /// Resolves a resource name.
+    pub(crate) fn of(name: &str) -> ResourceKind {
+        match name {
+            CPU => ResourceKind::Cpu,
+            MEMORY => ResourceKind::Memory,
+            EPHEMERAL_STORAGE => ResourceKind::EphemeralStorage,
+            _ => ResourceKind::Scalar,
+        }
+    }
+}
+
+/// [`allocatable_requested`] for node `idx`, from the node table.
+#[inline]
+pub(crate) fn table_allocatable_requested(
+    snapshot: &Snapshot,
+    idx: NodeIdx,
+    pod: &PodInfo,
+    kind: ResourceKind,
+    name: &str,
+    use_requested: bool,
+) -> Option<(i64, i64)> {
+    let t = snapshot.table();
+    let i = idx as usize;
+    let r = &pod.requests;
+    let (alloc, req) = match kind {
+        ResourceKind::Cpu => (
+            t.allocatable[i][res::CPU],
+            if use_requested {
+                t.requested[i][res::CPU] + r.requests.milli_cpu
+            } else {
+                t.non_zero[i][0] + r.non_zero_milli_cpu
+            },
+        ),
+        ResourceKind::Memory => (
+            t.allocatable[i][res::MEMORY],
+            if use_requested {
+                t.requested[i][res::MEMORY] + r.requests.memory
+            } else {
+                t.non_zero[i][1] + r.non_zero_memory
+            },
+        ),
+        ResourceKind::EphemeralStorage => (
+            t.allocatable[i][res::EPHEMERAL_STORAGE],
+            t.requested[i][res::EPHEMERAL_STORAGE] + r.requests.ephemeral_storage,
+        ),
+        ResourceKind::Scalar => {
+            return allocatable_requested(snapshot.node(idx), pod, name, use_requested);
+        }
+    };
+    (alloc != 0).then_some((alloc, req))
 }
 
 /// Node's allocatable and requested (with the pod) for one scored resource; `None` skips it.
@@ -234,7 +304,40 @@ impl NodeResourcesFit {
                 shape.push((p.utilization, p.score * (MAX_NODE_SCORE / 10)));
             }
         }
-        Ok(NodeResourcesFit { args, shape })
+        let kinds = st
+            .resources
+            .iter()
+            .map(|r| ResourceKind::of(&r.name))
+            .collect();
+        Ok(NodeResourcesFit { args, shape, kinds })
+    }
+
+    /// The score from each scored resource's (allocatable, requested with the pod).
+    #[inline]
+    fn score_with(&self, mut get: impl FnMut(&str, ResourceKind) -> Option<(i64, i64)>) -> i64 {
+        let mut node_score = 0i64;
+        let mut weight_sum = 0i64;
+        let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
+        for (r, kind) in self.args.scoring_strategy.resources.iter().zip(&self.kinds) {
+            let Some((alloc, req)) = get(&r.name, *kind) else {
+                continue;
+            };
+            let s = self.resource_score(req, alloc);
+            if ratio && s <= 0 {
+                // RequestedToCapacityRatio only averages resources that score above zero.
+                continue;
+            }
+            node_score += s * r.weight;
+            weight_sum += r.weight;
+        }
+        if weight_sum == 0 {
+            return 0;
+        }
+        if ratio {
+            (node_score as f64 / weight_sum as f64).round() as i64
+        } else {
+            node_score / weight_sum
+        }
     }
 
     /// Registers its extension points (PreFilter, Filter, Score).
@@ -388,33 +491,80 @@ impl FilterPlugin for NodeResourcesFit {
             detail: (!details.is_empty()).then(|| details.join("; ")),
         }
     }
+
+    fn filter_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let t = snapshot.table();
+        let req = &pod.requests.requests;
+        let checked = !req.is_zero();
+        let want = [req.milli_cpu, req.memory, req.ephemeral_storage];
+        const INSUFFICIENT: [&str; 3] = [
+            "Insufficient cpu",
+            "Insufficient memory",
+            "Insufficient ephemeral-storage",
+        ];
+        let scalars: Vec<&(Arc<str>, i64)> = req
+            .scalars
+            .iter()
+            .filter(|(name, want)| *want != 0 && is_scalar_resource(name) && !self.ignored(name))
+            .collect();
+        batch.retain(|idx| {
+            let i = idx as usize;
+            let (a, u) = (&t.allocatable[i], &t.requested[i]);
+            let mut reasons = Reasons::new();
+            if u[res::PODS] + 1 > a[res::PODS] {
+                reasons.push(Cow::Borrowed(REASON_TOO_MANY_PODS));
+            }
+            if checked {
+                for k in [res::CPU, res::MEMORY, res::EPHEMERAL_STORAGE] {
+                    if want[k] > 0 && want[k] > a[k] - u[k] {
+                        reasons.push(Cow::Borrowed(INSUFFICIENT[k]));
+                    }
+                }
+                if !scalars.is_empty() {
+                    let node = snapshot.node(idx);
+                    for (name, want) in &scalars {
+                        let free = node.allocatable.scalar(name) - node.requested.scalar(name);
+                        if *want > free {
+                            reasons.push(Cow::Owned(format!("Insufficient {name}")));
+                        }
+                    }
+                }
+            }
+            (!reasons.is_empty()).then_some(Status {
+                code: Code::Unschedulable,
+                reasons,
+                plugin: "",
+                detail: None,
+            })
+        });
+    }
 }
 
 impl ScorePlugin for NodeResourcesFit {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let mut node_score = 0i64;
-        let mut weight_sum = 0i64;
-        let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
-        for r in &self.args.scoring_strategy.resources {
-            let Some((alloc, req)) = allocatable_requested(node, pod, &r.name, false) else {
-                continue;
-            };
-            let s = self.resource_score(req, alloc);
-            if ratio && s <= 0 {
-                // RequestedToCapacityRatio only averages resources that score above zero.
-                continue;
-            }
-            node_score += s * r.weight;
-            weight_sum += r.weight;
+        Ok(self.score_with(|name, _| allocatable_requested(node, pod, name, false)))
+    }
+
+    fn score_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut [i64],
+    ) -> Result<(), (usize, Status)> {
+        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+            *out = self.score_with(|name, kind| {
+                table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+            });
         }
-        if weight_sum == 0 {
-            return Ok(0);
-        }
-        Ok(if ratio {
-            (node_score as f64 / weight_sum as f64).round() as i64
-        } else {
-            node_score / weight_sum
-        })
+        Ok(())
     }
 
     fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {

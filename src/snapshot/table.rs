@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Taint;
 use smallvec::SmallVec;
@@ -154,8 +155,9 @@ impl Interner<String> {
 pub struct LabelColumn {
     /// The key.
     pub key: String,
-    /// Value id per node index ([`NONE`]: the node lacks the key).
-    pub values: Vec<u32>,
+    /// Value id per node index ([`NONE`]: the node lacks the key). Shared: a cycle's
+    /// per-domain counts keep the column they were computed over (copied on write).
+    pub values: Arc<Vec<u32>>,
     /// The key's values.
     pub dict: Interner<String>,
 }
@@ -202,7 +204,7 @@ impl LabelTable {
     fn push_node(&mut self) {
         self.nodes += 1;
         for c in &mut self.columns {
-            c.values.push(NONE);
+            Arc::make_mut(&mut c.values).push(NONE);
         }
     }
 
@@ -214,7 +216,7 @@ impl LabelTable {
                     let key = self.columns.len() as u32;
                     self.columns.push(LabelColumn {
                         key: k.clone(),
-                        values: vec![NONE; self.nodes],
+                        values: Arc::new(vec![NONE; self.nodes]),
                         dict: Interner::default(),
                     });
                     self.keys.insert(k.clone(), key);
@@ -222,14 +224,15 @@ impl LabelTable {
                 }
             };
             let col = &mut self.columns[key as usize];
-            col.values[idx] = col.dict.intern(v);
+            let id = col.dict.intern(v);
+            Arc::make_mut(&mut col.values)[idx] = id;
         }
     }
 
     fn clear(&mut self, idx: usize) {
         for c in &mut self.columns {
-            let v = std::mem::replace(&mut c.values[idx], NONE);
-            if v != NONE {
+            if c.values[idx] != NONE {
+                let v = std::mem::replace(&mut Arc::make_mut(&mut c.values)[idx], NONE);
                 c.dict.release(v);
             }
         }
@@ -239,7 +242,7 @@ impl LabelTable {
         self.clear(idx);
         self.nodes -= 1;
         for c in &mut self.columns {
-            c.values.swap_remove(idx);
+            Arc::make_mut(&mut c.values).swap_remove(idx);
         }
     }
 }
