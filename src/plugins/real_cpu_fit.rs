@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
+    CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
-use crate::usage::{NodeReal, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::{CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, pod_usage};
 
 use super::PluginDeps;
 
@@ -71,15 +71,39 @@ impl PreFilterPlugin for RealCpuFit {
 
 impl FilterPlugin for RealCpuFit {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(u) = cycle_usage(state) else {
+        let Some(u) = cycle_usage_ref(state) else {
             return Status::error("RealCpuFit: PreFilter did not run");
         };
-        let real = NodeReal::of(node, &u.ctx, &self.policy);
+        self.check(u, &u.node_real(node, &self.policy), state.explain)
+    }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(u) = cycle_usage_ref(state) else {
+            return batch.reject_all(&Status::error("RealCpuFit: PreFilter did not run"));
+        };
+        let table = snapshot.table();
+        batch.retain(|idx| {
+            let s = self.check(u, &u.node_real_at(table, idx, &self.policy), false);
+            (!s.is_success()).then_some(s)
+        });
+    }
+}
+
+impl RealCpuFit {
+    /// The verdict on a node's real state.
+    #[inline]
+    fn check(&self, u: &CycleUsage, real: &NodeReal, explain: bool) -> Status {
         if !real.freshness.is_fresh() {
             return degraded_status(
                 &self.policy,
-                &format!("CPU usage {}", real.freshness.describe()),
-                state.explain,
+                || format!("CPU usage {}", real.freshness.describe()),
+                explain,
             );
         }
         let predicted = u.pod.prediction.cpu_cores;
@@ -87,7 +111,7 @@ impl FilterPlugin for RealCpuFit {
         let limit = real.cpu_total * u.pod.class.cpu_threshold;
         if after > limit {
             let s = Status::unschedulable(REASON);
-            if state.explain {
+            if explain {
                 return s.with_detail(format!(
                     "real CPU {:.2} (incl. {} recent pod(s) {:.2}) + predicted {:.2} = {:.2} > {:.0} % of {:.2} cores (class {})",
                     real.cpu_used,

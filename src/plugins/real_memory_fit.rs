@@ -10,12 +10,12 @@
 use std::sync::Arc;
 
 use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
+    CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
 };
 use crate::quantity::format_bytes;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
-use crate::usage::{NodeReal, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::{CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, pod_usage};
 
 use super::PluginDeps;
 
@@ -74,15 +74,39 @@ impl PreFilterPlugin for RealMemoryFit {
 
 impl FilterPlugin for RealMemoryFit {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(u) = cycle_usage(state) else {
+        let Some(u) = cycle_usage_ref(state) else {
             return Status::error("RealMemoryFit: PreFilter did not run");
         };
-        let real = NodeReal::of(node, &u.ctx, &self.policy);
+        self.check(u, &u.node_real(node, &self.policy), state.explain)
+    }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(u) = cycle_usage_ref(state) else {
+            return batch.reject_all(&Status::error("RealMemoryFit: PreFilter did not run"));
+        };
+        let table = snapshot.table();
+        batch.retain(|idx| {
+            let s = self.check(u, &u.node_real_at(table, idx, &self.policy), false);
+            (!s.is_success()).then_some(s)
+        });
+    }
+}
+
+impl RealMemoryFit {
+    /// The verdict on a node's real state.
+    #[inline]
+    fn check(&self, u: &CycleUsage, real: &NodeReal, explain: bool) -> Status {
         if !real.freshness.is_fresh() {
             return degraded_status(
                 &self.policy,
-                &format!("memory usage {}", real.freshness.describe()),
-                state.explain,
+                || format!("memory usage {}", real.freshness.describe()),
+                explain,
             );
         }
         let predicted = u.pod.prediction.memory_bytes;
@@ -90,7 +114,7 @@ impl FilterPlugin for RealMemoryFit {
         let reserve = real.memory_total * u.pod.class.memory_reserve;
         if free - predicted < reserve {
             let s = Status::unschedulable(REASON);
-            if state.explain {
+            if explain {
                 return s.with_detail(format!(
                     "real free memory {} − predicted {} < reserve {} ({:.0} % of {}, class {}); {}; {}",
                     format_bytes(free as i64),

@@ -23,7 +23,7 @@ pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 pub use table::NodeTable;
 
 use crate::selector::Labels;
-use crate::usage::UsageContext;
+use crate::usage::{UsageContext, UsageRows};
 
 /// Index of a node within one snapshot.
 pub type NodeIdx = u32;
@@ -60,6 +60,22 @@ pub struct Snapshot {
     pod_index: PodIndex,
     /// Real usage, time, reservations and recent placements (see [`crate::usage`]).
     usage: Arc<UsageContext>,
+    /// Increments when nodes are added or removed (node indices change).
+    layout: u64,
+    /// The usage view resolved by node index, for the view and layout it was built for.
+    usage_rows: RowsCache,
+}
+
+/// The last [`UsageRows`], rebuilt when the view or the node layout changed.
+#[derive(Debug, Default)]
+struct RowsCache(std::sync::Mutex<Option<Arc<UsageRows>>>);
+
+impl Clone for RowsCache {
+    fn clone(&self) -> Self {
+        RowsCache(std::sync::Mutex::new(
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        ))
+    }
 }
 
 fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
@@ -108,6 +124,20 @@ impl Snapshot {
     /// Mutable usage context (copied first if a cycle or reader still holds it).
     pub fn usage_mut(&mut self) -> &mut UsageContext {
         Arc::make_mut(&mut self.usage)
+    }
+
+    /// The usage view's node usage by node index: resolved once per view and node set
+    /// (the first cycle after a view refresh or a node change pays one lookup per node).
+    pub fn usage_rows(&self) -> Arc<UsageRows> {
+        let mut cache = self.usage_rows.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rows) = cache.as_ref()
+            && rows.is_for(&self.usage.view, self.layout)
+        {
+            return rows.clone();
+        }
+        let rows = Arc::new(UsageRows::build(&self.usage.view, &self.names, self.layout));
+        *cache = Some(rows.clone());
+        rows
     }
 
     /// Increments on every change; recorded in decisions.
@@ -299,6 +329,7 @@ impl Snapshot {
             return idx;
         }
         let mut info = NodeInfo::new(node);
+        self.layout += 1;
         let idx = self.nodes.len() as NodeIdx;
         info.idx = idx;
         self.index_images(&info, idx, true);
@@ -316,6 +347,7 @@ impl Snapshot {
             return false;
         };
         self.generation += 1;
+        self.layout += 1;
         let info = self.nodes[idx as usize].clone();
         for p in &info.pods {
             self.pod_nodes

@@ -280,6 +280,10 @@ pub struct NodeTable {
     pub requested: Vec<[i64; 4]>,
     /// The pods' CPU and memory requests with upstream's scoring defaults.
     pub non_zero: Vec<[i64; 2]>,
+    /// Capacity: millicores and memory ([`NodeInfo::capacity`]).
+    pub capacity: Vec<[i64; 2]>,
+    /// [`NodeInfo::disk_annotations`].
+    pub disk_annotations: Vec<(Option<f64>, Option<f64>)>,
     /// [`flag`]s.
     pub flags: Vec<u8>,
     /// The node's taints, as ids into [`NodeTable::taint_dict`].
@@ -329,6 +333,8 @@ impl NodeTable {
         self.allocatable.push([0; 4]);
         self.requested.push([0; 4]);
         self.non_zero.push([0; 2]);
+        self.capacity.push([0; 2]);
+        self.disk_annotations.push((None, None));
         self.flags.push(0);
         self.taints.push(SmallVec::new());
         self.labels.push_node();
@@ -341,6 +347,8 @@ impl NodeTable {
     pub(super) fn set_node(&mut self, idx: usize, info: &NodeInfo) {
         let a = &info.allocatable;
         self.allocatable[idx] = [a.milli_cpu, a.memory, a.ephemeral_storage, a.pods];
+        self.capacity[idx] = [info.capacity.0, info.capacity.1];
+        self.disk_annotations[idx] = info.disk_annotations;
         self.flags[idx] = flags_of(info);
         self.labels.clear(idx);
         self.labels.set(idx, info.labels());
@@ -382,6 +390,8 @@ impl NodeTable {
         self.allocatable.swap_remove(idx);
         self.requested.swap_remove(idx);
         self.non_zero.swap_remove(idx);
+        self.capacity.swap_remove(idx);
+        self.disk_annotations.swap_remove(idx);
         self.flags.swap_remove(idx);
         self.taints.swap_remove(idx);
         self.labels.swap_remove(idx);
@@ -403,6 +413,12 @@ impl NodeTable {
             assert_eq!(self.allocatable[i], fresh.allocatable[0], "{}", n.name);
             assert_eq!(self.requested[i], fresh.requested[0], "{}", n.name);
             assert_eq!(self.non_zero[i], fresh.non_zero[0], "{}", n.name);
+            assert_eq!(self.capacity[i], fresh.capacity[0], "{}", n.name);
+            assert_eq!(
+                self.disk_annotations[i], fresh.disk_annotations[0],
+                "{}",
+                n.name
+            );
             assert_eq!(self.flags[i], fresh.flags[0], "{}", n.name);
             let taints: Vec<&TaintKey> = self.taints[i]
                 .iter()

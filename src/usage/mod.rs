@@ -18,11 +18,13 @@ use std::sync::Arc;
 
 use crate::analytics::UsageView;
 
-pub use node::{Disk, DiskSource, FreeAfter, Freshness, NodeReal};
+pub use node::{Disk, DiskSource, FreeAfter, Freshness, NodeReal, RecentSums, UsageRow, UsageRows};
 pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, Percentile, StalePolicy, UsagePolicy,
 };
-pub use predict::{CycleUsage, PodUsage, Prediction, Source, cycle_usage, pod_usage};
+pub use predict::{
+    CycleUsage, PodUsage, Prediction, Source, cycle_usage, cycle_usage_ref, pod_usage,
+};
 
 /// How many of its own recent nodes per builder the scheduler remembers between views.
 pub const HISTORY_DEPTH: usize = 8;
