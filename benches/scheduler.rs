@@ -2,10 +2,13 @@
 //! Scheduling throughput of the default profile, scoring every node (no sampling), on
 //! synthetic clusters (`headroom::synthetic::Case`): a plain pod at 500, 5k and 15k nodes;
 //! inter-pod anti-affinity, topology spread and the full default profile with usage data
-//! (every real-usage plugin active) at 5k nodes. Besides criterion's estimates it prints
+//! (every real-usage plugin active) at 5k nodes; each on one thread and on two
+//! (`/1t`, `/2t`: `Framework::with_parallelism`). Besides criterion's estimates it prints
 //! p50/p99 over 2,000 timed decisions per case. Plus the cost of a snapshot update.
 //!
-//! Run: `cargo bench --bench scheduler` (numbers in benches/README.md).
+//! Run: `cargo bench --bench scheduler` (numbers in benches/README.md);
+//! `HEADROOM_BENCH_FILTER=plain cargo bench --bench scheduler` runs the cases whose id
+//! contains `plain` only.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -29,8 +32,10 @@ const CASES: [(Case, usize); 6] = [
     (Case::Usage, 5_000),
 ];
 
-fn framework(_threads: usize) -> Framework {
-    build_framework(&Config::default().profiles[0]).unwrap()
+fn framework(threads: usize) -> Framework {
+    build_framework(&Config::default().profiles[0])
+        .unwrap()
+        .with_parallelism(threads)
 }
 
 fn percentiles(name: &str, fw: &Framework, pod: &PodInfo, snap: &Snapshot) {
@@ -65,9 +70,12 @@ fn decisions(c: &mut Criterion) {
     for (case, nodes) in CASES {
         let snap = case.snapshot(nodes);
         let pod = PodInfo::new(Arc::new(case.pod()));
-        for threads in [1usize] {
+        for threads in [1usize, 2] {
             let fw = framework(threads);
             let id = format!("{}/{nodes}/{threads}t", case.name());
+            if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {
+                continue;
+            }
             percentiles(&id, &fw, &pod, &snap);
             let mut rng = SmallRng::seed_from_u64(1);
             group.bench_with_input(

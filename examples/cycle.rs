@@ -7,8 +7,9 @@
 //!     target/release/examples/cycle plain 5000 200
 //! ```
 //!
-//! Arguments: case (`plain`, `anti-affinity`, `spread`, `usage`), nodes, decisions. It
-//! prints the wall time per decision; divide callgrind's total Ir by the decisions.
+//! Arguments: case (`plain`, `anti-affinity`, `spread`, `usage`), nodes, decisions,
+//! threads (default 1). It prints the wall time per decision; divide callgrind's total Ir
+//! by the decisions.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -42,7 +43,10 @@ fn main() {
     let nodes: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5000);
     let n: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(100);
     let config = Config::default();
-    let fw = build_framework(&config.profiles[0]).expect("default profile");
+    let threads: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let fw = build_framework(&config.profiles[0])
+        .expect("default profile")
+        .with_parallelism(threads);
     let snap = case.snapshot(nodes);
     let pod = PodInfo::new(Arc::new(case.pod()));
     // Warm up outside the measured function.

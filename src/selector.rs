@@ -9,6 +9,12 @@
 //!   a missing selector matches nothing.
 //! - Node selector terms are ORed, the requirements inside a term ANDed; an empty term matches
 //!   nothing; a term that fails to parse matches nothing (upstream's lazy errors).
+//!
+//! For node labels, [`CompiledSelector`], [`CompiledTerm`] and [`CompiledNodeSelector`] are
+//! the same selectors compiled once per cycle against a snapshot's label columns
+//! ([`crate::snapshot::table::LabelTable`]): keys become columns, values become value ids,
+//! `metadata.name` becomes node indices, `Gt`/`Lt` a table over the key's distinct values.
+//! Matching a node is then a few integer comparisons.
 
 use std::collections::BTreeMap;
 

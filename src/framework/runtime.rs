@@ -837,7 +837,8 @@ fn filter_chunk(
         }
     }
     let (feasible, mut rejected) = batch.into_parts();
-    rejected.sort_unstable_by_key(|(idx, _)| *idx);
+    // One sorted run per filter: a stable sort merges runs in about linear time.
+    rejected.sort_by_key(|(idx, _)| *idx);
     FilterChunk {
         feasible,
         rejected,

@@ -18,6 +18,7 @@ use super::node_resources_fit::{
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
 };
+use crate::snapshot::table::res;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
@@ -77,7 +78,7 @@ impl BalancedAllocation {
     }
 
     /// Requested fractions from each resource's (allocatable, requested with the pod).
-    #[inline]
+    #[inline(always)]
     fn fractions_with(
         &self,
         pod: &PodInfo,
@@ -106,7 +107,7 @@ impl BalancedAllocation {
 }
 
 /// The score, and the balance after and before, from the requested fractions.
-#[inline]
+#[inline(always)]
 fn score_from((after, before): (Fractions, Fractions)) -> (i64, i64, i64) {
     let a = balanced_score(&after);
     let b = balanced_score(&before);
@@ -117,6 +118,7 @@ fn score_from((after, before): (Fractions, Fractions)) -> (i64, i64, i64) {
 type Fractions = smallvec::SmallVec<[f64; 4]>;
 
 /// Upstream's `balancedResourceScorer` over requested fractions.
+#[inline(always)]
 fn balanced_score(fractions: &[f64]) -> i64 {
     let std = match fractions.len() {
         0 | 1 => 0.0,
@@ -174,11 +176,51 @@ impl ScorePlugin for BalancedAllocation {
         nodes: &[NodeIdx],
         scores: &mut [i64],
     ) -> Result<(), (usize, Status)> {
+        if self.kinds.contains(&ResourceKind::Scalar) || self.kinds.len() > 4 {
+            for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+                let f = self.fractions_with(pod, |name, kind| {
+                    table_allocatable_requested(snapshot, idx, pod, kind, name, true)
+                });
+                *out = score_from(f).0;
+            }
+            return Ok(());
+        }
+        // Every resource is a column of the node table: fixed arrays, the node's rows read
+        // once (the same arithmetic as `fractions_with`).
+        let t = snapshot.table();
+        let mut cols = [0usize; 4];
+        let mut pod_req = [0i64; 4];
+        let k = self.kinds.len();
+        for (j, kind) in self.kinds.iter().enumerate() {
+            let (col, req) = match kind {
+                ResourceKind::Cpu => (res::CPU, pod.requests.requests.milli_cpu),
+                ResourceKind::Memory => (res::MEMORY, pod.requests.requests.memory),
+                _ => (
+                    res::EPHEMERAL_STORAGE,
+                    pod.requests.requests.ephemeral_storage,
+                ),
+            };
+            cols[j] = col;
+            pod_req[j] = req;
+        }
         for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            let f = self.fractions_with(pod, |name, kind| {
-                table_allocatable_requested(snapshot, idx, pod, kind, name, true)
-            });
-            *out = score_from(f).0;
+            let i = idx as usize;
+            let (a, rq) = (&t.allocatable[i], &t.requested[i]);
+            let mut after = [0f64; 4];
+            let mut before = [0f64; 4];
+            let mut n = 0;
+            for j in 0..k {
+                let alloc = a[cols[j]];
+                if alloc == 0 {
+                    continue;
+                }
+                let req = rq[cols[j]] + pod_req[j];
+                after[n] = (req as f64 / alloc as f64).min(1.0);
+                before[n] = ((req - pod_req[j]) as f64 / alloc as f64).min(1.0);
+                n += 1;
+            }
+            let (sa, sb) = (balanced_score(&after[..n]), balanced_score(&before[..n]));
+            *out = (150 + sa - sb) / 2;
         }
         Ok(())
     }

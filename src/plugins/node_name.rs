@@ -62,8 +62,7 @@ impl FilterPlugin for NodeName {
             return;
         };
         let want = snapshot.index_of(want);
-        let reject = Status::unresolvable(ERR_REASON);
-        batch.retain(|idx| (Some(idx) != want).then(|| reject.clone()));
+        batch.reject_if(&Status::unresolvable(ERR_REASON), |idx| Some(idx) != want);
     }
 }
 

@@ -156,7 +156,7 @@ impl ResourceKind {
 }
 
 /// [`allocatable_requested`] for node `idx`, from the node table.
-#[inline]
+#[inline(always)]
 pub(crate) fn table_allocatable_requested(
     snapshot: &Snapshot,
     idx: NodeIdx,
@@ -313,7 +313,7 @@ impl NodeResourcesFit {
     }
 
     /// The score from each scored resource's (allocatable, requested with the pod).
-    #[inline]
+    #[inline(always)]
     fn score_with(&self, mut get: impl FnMut(&str, ResourceKind) -> Option<(i64, i64)>) -> i64 {
         let mut node_score = 0i64;
         let mut weight_sum = 0i64;
@@ -373,6 +373,7 @@ impl NodeResourcesFit {
         shape[shape.len() - 1].1
     }
 
+    #[inline(always)]
     fn resource_score(&self, requested: i64, capacity: i64) -> i64 {
         match self.args.scoring_strategy.kind {
             StrategyType::LeastAllocated => {
@@ -559,9 +560,30 @@ impl ScorePlugin for NodeResourcesFit {
         nodes: &[NodeIdx],
         scores: &mut [i64],
     ) -> Result<(), (usize, Status)> {
+        if self.kinds.contains(&ResourceKind::Scalar) {
+            for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+                *out = self.score_with(|name, kind| {
+                    table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+                });
+            }
+            return Ok(());
+        }
+        // Every scored resource is a column of the node table: read the node's rows once.
+        let t = snapshot.table();
+        let r = &pod.requests;
         for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            *out = self.score_with(|name, kind| {
-                table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+            let i = idx as usize;
+            let (a, nz, rq) = (&t.allocatable[i], &t.non_zero[i], &t.requested[i]);
+            *out = self.score_with(|_, kind| {
+                let (alloc, req) = match kind {
+                    ResourceKind::Cpu => (a[res::CPU], nz[0] + r.non_zero_milli_cpu),
+                    ResourceKind::Memory => (a[res::MEMORY], nz[1] + r.non_zero_memory),
+                    _ => (
+                        a[res::EPHEMERAL_STORAGE],
+                        rq[res::EPHEMERAL_STORAGE] + r.requests.ephemeral_storage,
+                    ),
+                };
+                (alloc != 0).then_some((alloc, req))
             });
         }
         Ok(())

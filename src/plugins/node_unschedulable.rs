@@ -73,8 +73,9 @@ impl FilterPlugin for NodeUnschedulable {
             return;
         }
         let table = snapshot.table();
-        let reject = Status::unresolvable(ERR_REASON);
-        batch.retain(|idx| table.has(idx, flag::UNSCHEDULABLE).then(|| reject.clone()));
+        batch.reject_if(&Status::unresolvable(ERR_REASON), |idx| {
+            table.has(idx, flag::UNSCHEDULABLE)
+        });
     }
 }
 

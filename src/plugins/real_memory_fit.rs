@@ -91,7 +91,13 @@ impl FilterPlugin for RealMemoryFit {
             return batch.reject_all(&Status::error("RealMemoryFit: PreFilter did not run"));
         };
         let table = snapshot.table();
+        // Nodes without fresh usage all get the same verdict.
+        let degraded = degraded_status(&self.policy, String::new, false);
+        let degraded = (!degraded.is_success()).then_some(degraded);
         batch.retain(|idx| {
+            if !u.is_fresh(idx, &self.policy) {
+                return degraded.clone();
+            }
             let s = self.check(u, &u.node_real_at(table, idx, &self.policy), false);
             (!s.is_success()).then_some(s)
         });

@@ -158,13 +158,14 @@ impl FilterPlugin for TaintToleration {
         }
         let untolerated =
             untolerated_taints(snapshot, pod.tolerations(), &["NoSchedule", "NoExecute"]);
-        let reject = Status::unresolvable(ERR_REASON);
-        batch.retain(|idx| {
-            (table.has(idx, flag::NO_SCHEDULE_TAINTS)
+        if !untolerated.contains(&true) {
+            return;
+        }
+        batch.reject_if(&Status::unresolvable(ERR_REASON), |idx| {
+            table.has(idx, flag::NO_SCHEDULE_TAINTS)
                 && table.taints[idx as usize]
                     .iter()
-                    .any(|&t| untolerated[t as usize]))
-            .then(|| reject.clone())
+                    .any(|&t| untolerated[t as usize])
         });
     }
 }
