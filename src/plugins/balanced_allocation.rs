@@ -203,6 +203,32 @@ impl ScorePlugin for BalancedAllocation {
             cols[j] = col;
             pod_req[j] = req;
         }
+        if k == 2 {
+            // The default: two resources, no loops.
+            let [c0, c1, ..] = cols;
+            let [p0, p1, ..] = pod_req;
+            for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+                let i = idx as usize;
+                let (a, rq) = (&t.allocatable[i], &t.requested[i]);
+                let (a0, a1) = (a[c0], a[c1]);
+                if a0 == 0 || a1 == 0 {
+                    // A resource the node lacks drops out: the general path.
+                    *out = self.score_of(pod, snapshot.node(idx)).0;
+                    continue;
+                }
+                let (r0, r1) = (rq[c0] + p0, rq[c1] + p1);
+                let after = [
+                    (r0 as f64 / a0 as f64).min(1.0),
+                    (r1 as f64 / a1 as f64).min(1.0),
+                ];
+                let before = [
+                    ((r0 - p0) as f64 / a0 as f64).min(1.0),
+                    ((r1 - p1) as f64 / a1 as f64).min(1.0),
+                ];
+                *out = (150 + balanced_score(&after) - balanced_score(&before)) / 2;
+            }
+            return Ok(());
+        }
         for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
             let i = idx as usize;
             let (a, rq) = (&t.allocatable[i], &t.requested[i]);

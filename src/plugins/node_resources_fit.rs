@@ -155,6 +155,26 @@ impl ResourceKind {
     }
 }
 
+/// `a / b` (truncating, as Rust's `/`), through a floating-point division where that is
+/// exact after one correction step: non-negative `a` and positive `b` below 2^52. Integer
+/// division is the slowest instruction of the scores, and is not pipelined.
+#[inline(always)]
+pub(crate) fn div(a: i64, b: i64) -> i64 {
+    const LIMIT: i64 = 1 << 52;
+    if a >= 0 && b > 0 && a < LIMIT && b < LIMIT {
+        let q = (a as f64 / b as f64) as i64;
+        if q * b > a {
+            q - 1
+        } else if (q + 1) * b <= a {
+            q + 1
+        } else {
+            q
+        }
+    } else {
+        a / b
+    }
+}
+
 /// [`allocatable_requested`] for node `idx`, from the node table.
 #[inline(always)]
 pub(crate) fn table_allocatable_requested(
@@ -336,7 +356,7 @@ impl NodeResourcesFit {
         if ratio {
             (node_score as f64 / weight_sum as f64).round() as i64
         } else {
-            node_score / weight_sum
+            div(node_score, weight_sum)
         }
     }
 
@@ -380,21 +400,21 @@ impl NodeResourcesFit {
                 if capacity == 0 || requested > capacity {
                     0
                 } else {
-                    (capacity - requested) * MAX_NODE_SCORE / capacity
+                    div((capacity - requested) * MAX_NODE_SCORE, capacity)
                 }
             }
             StrategyType::MostAllocated => {
                 if capacity == 0 {
                     0
                 } else {
-                    requested.min(capacity) * MAX_NODE_SCORE / capacity
+                    div(requested.min(capacity) * MAX_NODE_SCORE, capacity)
                 }
             }
             StrategyType::RequestedToCapacityRatio => {
                 if capacity == 0 || requested > capacity {
                     self.broken_linear(100)
                 } else {
-                    self.broken_linear(requested * 100 / capacity)
+                    self.broken_linear(div(requested * 100, capacity))
                 }
             }
         }
@@ -517,6 +537,17 @@ impl FilterPlugin for NodeResourcesFit {
         batch.retain(|idx| {
             let i = idx as usize;
             let (a, u) = (&t.allocatable[i], &t.requested[i]);
+            // The common case first: everything fits.
+            let short = |k: usize| want[k] > 0 && want[k] > a[k] - u[k];
+            if u[res::PODS] < a[res::PODS]
+                && (!checked
+                    || (!short(res::CPU)
+                        && !short(res::MEMORY)
+                        && !short(res::EPHEMERAL_STORAGE)
+                        && scalars.is_empty()))
+            {
+                return None;
+            }
             let mut reasons = Reasons::new();
             if u[res::PODS] + 1 > a[res::PODS] {
                 reasons.push(Cow::Borrowed(REASON_TOO_MANY_PODS));
@@ -664,6 +695,42 @@ mod tests {
                 ),
             ],
         )
+    }
+
+    #[test]
+    fn div_is_integer_division() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+        let edges = [
+            0,
+            1,
+            2,
+            3,
+            7,
+            99,
+            100,
+            101,
+            (1 << 52) - 1,
+            1 << 52,
+            i64::MAX / 200,
+        ];
+        let mut pairs: Vec<(i64, i64)> = Vec::new();
+        for &a in &edges {
+            for &b in &edges {
+                pairs.push((a, b.max(1)));
+                pairs.push((-a, b.max(1)));
+            }
+        }
+        for _ in 0..200_000 {
+            let bits = rng.random_range(1..52);
+            let b = rng.random_range(1..1i64 << bits);
+            let a = rng.random_range(0..b.saturating_mul(101).min(1 << 52));
+            pairs.push((a, b));
+            pairs.push((b * rng.random_range(0..100), b));
+        }
+        for (a, b) in pairs {
+            assert_eq!(div(a, b), a / b, "{a} / {b}");
+        }
     }
 
     #[test]
