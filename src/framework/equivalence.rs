@@ -14,8 +14,10 @@ use crate::synthetic;
 
 /// Everything a decision says, details aside (the batch path leaves them out).
 fn summary(d: &Decision) -> String {
-    let rejected: Vec<String> = d
-        .rejected
+    // Rejected nodes in index order (the runtime lists them block by block).
+    let mut rejected: Vec<&(u32, crate::framework::Status)> = d.rejected.iter().collect();
+    rejected.sort_by_key(|(i, _)| *i);
+    let rejected: Vec<String> = rejected
         .iter()
         .map(|(i, s)| format!("{i}:{}:{:?}:{:?}", s.plugin, s.code, s.reasons))
         .collect();
@@ -42,7 +44,9 @@ fn summary(d: &Decision) -> String {
 fn frameworks(config: &Config) -> Vec<(String, Framework)> {
     let deps = PluginDeps::from_config(config);
     let profile = &config.profiles[0];
-    let base = build_framework_with(profile, &deps).unwrap();
+    let base = build_framework_with(profile, &deps)
+        .unwrap()
+        .with_filter_block(16);
     vec![
         ("serial".into(), base.clone().with_parallelism(1)),
         (
@@ -84,6 +88,7 @@ fn parallel_and_serial_cycles_match_the_reference() {
     let fws = frameworks(&config);
     let mut placed = 0;
     let mut cases = 0;
+    let mut orders: Vec<(String, Vec<u32>)> = Vec::new();
     for seed in 0..40u64 {
         let nodes = [1, 3, 17, 60, 150, 333][seed as usize % 6];
         let snap = snapshot(nodes, seed, seed % 3 != 0);
@@ -98,6 +103,11 @@ fn parallel_and_serial_cycles_match_the_reference() {
                     let mut rng = SmallRng::seed_from_u64(seed + p);
                     let (d, _) = fw.schedule(&pod, &snap, &mut rng, explain);
                     let got = summary(&d);
+                    if !explain {
+                        // Serial and parallel runs list rejections in the same order.
+                        let order: Vec<u32> = d.rejected.iter().map(|(i, _)| *i).collect();
+                        orders.push((name.clone(), order));
+                    }
                     assert!(
                         got == want,
                         "{name}, explain {explain}, cluster {nodes}/{seed}, pod {}:\n--- reference\n{want}\n--- runtime\n{got}",
@@ -113,6 +123,13 @@ fn parallel_and_serial_cycles_match_the_reference() {
                     }
                 }
             }
+            assert!(
+                orders.windows(2).all(|w| w[0].1 == w[1].1),
+                "rejection order differs between {} and {}",
+                orders[0].0,
+                orders[orders.len() - 1].0
+            );
+            orders.clear();
             cases += 1;
             placed += usize::from(want.starts_with("outcome Placed"));
         }
@@ -149,7 +166,8 @@ fn sampling_matches_between_serial_and_parallel_and_goes_round_robin() {
                 let mut rng = SmallRng::seed_from_u64(p);
                 let (d, _) = fw.schedule(&pod, &snap, &mut rng, false);
                 assert_eq!(d.feasible.len(), want, "{name}");
-                let got = summary(&d);
+                // Serial and parallel runs agree on the order too.
+                let got = format!("{}\n{:?}", summary(&d), d.rejected);
                 if let Some(s) = &seen {
                     assert_eq!(&got, s, "{name}, {percentage} %");
                 }

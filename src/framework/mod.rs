@@ -91,8 +91,8 @@ pub trait FilterPlugin: Plugin {
 /// The nodes a filter batch works on: those still feasible, and those rejected so far.
 #[derive(Debug, Default)]
 pub struct NodeBatch {
-    nodes: Vec<NodeIdx>,
-    rejected: Vec<(NodeIdx, Status)>,
+    pub(crate) nodes: Vec<NodeIdx>,
+    pub(crate) rejected: Vec<(NodeIdx, Status)>,
 }
 
 impl NodeBatch {
@@ -156,10 +156,6 @@ impl NodeBatch {
     /// Splits the batch into the feasible nodes and the rejected ones.
     pub fn into_parts(self) -> (Vec<NodeIdx>, Vec<(NodeIdx, Status)>) {
         (self.nodes, self.rejected)
-    }
-
-    pub(crate) fn rejected_mut(&mut self) -> &mut Vec<(NodeIdx, Status)> {
-        &mut self.rejected
     }
 }
 

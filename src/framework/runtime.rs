@@ -41,6 +41,12 @@ pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
 /// Chunks are at least this many nodes: below, a thread hand-off costs more than it saves.
 pub const DEFAULT_MIN_CHUNK: usize = 768;
+/// Filters run plugin by plugin over blocks of this many nodes. The decision lists rejected
+/// nodes block by block, and within a block filter by filter; chunks handed to threads are
+/// whole blocks, so that order does not depend on the number of threads.
+pub const FILTER_BLOCK: usize = 512;
+/// With sampling, nodes are filtered in rounds of at least this many blocks.
+const SAMPLING_ROUND_BLOCKS: usize = 4;
 
 /// The round-robin start of the next sampled scan (upstream's `nextStartNodeIndex`).
 #[derive(Debug, Default)]
@@ -64,6 +70,8 @@ pub struct Framework {
     pool: Option<Arc<rayon::ThreadPool>>,
     /// Smallest chunk handed to a thread.
     min_chunk: usize,
+    /// Nodes per filter block ([`FILTER_BLOCK`]).
+    block: usize,
     /// `percentageOfNodesToScore` (0: adaptive, 100: every node).
     percentage: u32,
     next_start: NextStart,
@@ -104,7 +112,7 @@ pub fn default_parallelism() -> usize {
 /// What filtering one chunk of nodes found.
 struct FilterChunk {
     feasible: Vec<NodeIdx>,
-    /// Sorted by node index (= scan order within a chunk).
+    /// Block by block, within a block filter by filter.
     rejected: Vec<(NodeIdx, Status)>,
     /// The first error: node, plugin, message.
     error: Option<(NodeIdx, &'static str, String)>,
@@ -135,6 +143,7 @@ impl Framework {
             parallelism: 1,
             pool: None,
             min_chunk: DEFAULT_MIN_CHUNK,
+            block: FILTER_BLOCK,
             percentage: 100,
             next_start: NextStart::default(),
         }
@@ -157,6 +166,13 @@ impl Framework {
     /// tests lower it to exercise the parallel path on small clusters.
     pub fn with_min_chunk(mut self, nodes: usize) -> Framework {
         self.min_chunk = nodes.max(1);
+        self
+    }
+
+    /// Nodes per filter block (default [`FILTER_BLOCK`]); the order of rejected nodes in
+    /// a decision depends on it. Tests lower it to split small clusters.
+    pub fn with_filter_block(mut self, nodes: usize) -> Framework {
+        self.block = nodes.max(1);
         self
     }
 
@@ -567,16 +583,17 @@ impl Framework {
                     seg.len() - pos
                 } else {
                     (2 * (target - feasible.len()))
-                        .max(self.min_chunk * self.parallelism)
+                        .next_multiple_of(self.block)
+                        .max(SAMPLING_ROUND_BLOCKS * self.block)
                         .min(seg.len() - pos)
                 };
                 let nodes = &seg[pos..pos + round];
                 pos += round;
                 let k = self.chunks_for(nodes.len(), parallel);
-                let size = nodes.len().div_ceil(k);
+                let size = nodes.len().div_ceil(self.block).div_ceil(k).max(1) * self.block;
                 let parts: Vec<&[NodeIdx]> = nodes.chunks(size).collect();
                 let chunks = self.run_parts(parts, |part| {
-                    filter_chunk(filters, state, pod, snapshot, part)
+                    filter_chunk(filters, state, pod, snapshot, part, self.block)
                 });
                 if let Some(c) = chunks.iter().find(|c| c.error.is_some()) {
                     if k > 1 {
@@ -590,20 +607,29 @@ impl Framework {
                         snapshot.node(idx).name
                     ));
                 }
-                for c in chunks {
+                for mut c in chunks {
                     let need = target - feasible.len();
                     if c.feasible.len() < need {
                         processed += c.feasible.len() + c.rejected.len();
-                        feasible.extend(c.feasible);
-                        rejected.extend(c.rejected);
+                        if feasible.is_empty() {
+                            feasible = c.feasible;
+                        } else {
+                            feasible.extend_from_slice(&c.feasible);
+                        }
+                        if rejected.is_empty() {
+                            rejected = c.rejected;
+                        } else {
+                            rejected.append(&mut c.rejected);
+                        }
                         continue;
                     }
-                    // Enough: stop at the `need`-th feasible node of this chunk.
+                    // Enough: stop at the `need`-th feasible node of this chunk (within a
+                    // chunk, index order is scan order).
                     let last = c.feasible[need - 1];
-                    let kept = c.rejected.partition_point(|(i, _)| *i < last);
-                    processed += need + kept;
+                    c.rejected.retain(|(i, _)| *i < last);
+                    processed += need + c.rejected.len();
                     feasible.extend_from_slice(&c.feasible[..need]);
-                    rejected.extend(c.rejected.into_iter().take(kept));
+                    rejected.append(&mut c.rejected);
                     break 'scan;
                 }
             }
@@ -801,47 +827,54 @@ impl Framework {
     }
 }
 
-/// Runs the filters over one chunk of nodes (index order), plugin by plugin over the nodes
-/// still feasible.
+/// Runs the filters over a range of nodes (index order), block by block (`block` nodes),
+/// each block plugin by plugin over the nodes still feasible.
 fn filter_chunk(
     filters: &[(&'static str, &dyn FilterPlugin)],
     state: &CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
     nodes: &[NodeIdx],
+    block: usize,
 ) -> FilterChunk {
     let table = snapshot.table();
-    let mut batch = NodeBatch::new(nodes.to_vec());
-    batch.retain(|idx| {
-        table.has(idx, flag::ERROR).then(|| {
-            Status::unresolvable(NODE_UNREADABLE)
-                .with_plugin("NodeInfo")
-                .with_detail(snapshot.node(idx).error.clone().unwrap_or_default())
-        })
-    });
+    let mut feasible = Vec::with_capacity(nodes.len());
+    let mut batch = NodeBatch::new(Vec::with_capacity(nodes.len().min(block)));
     let mut error = None;
-    for (name, f) in filters {
-        if batch.nodes().is_empty() {
-            break;
-        }
-        let before = batch.rejected_mut().len();
-        f.filter_batch(state, pod, snapshot, &mut batch);
-        for (idx, s) in &mut batch.rejected_mut()[before..] {
-            s.plugin = name;
-            if s.code == Code::Error && error.as_ref().is_none_or(|(e, _, _)| *idx < *e) {
-                error = Some((*idx, *name, s.message()));
+    for block in nodes.chunks(block) {
+        batch.nodes.clear();
+        batch.nodes.extend_from_slice(block);
+        batch.retain(|idx| {
+            table.has(idx, flag::ERROR).then(|| {
+                Status::unresolvable(NODE_UNREADABLE)
+                    .with_plugin("NodeInfo")
+                    .with_detail(snapshot.node(idx).error.clone().unwrap_or_default())
+            })
+        });
+        for (name, f) in filters {
+            if batch.nodes.is_empty() {
+                break;
+            }
+            let before = batch.rejected.len();
+            f.filter_batch(state, pod, snapshot, &mut batch);
+            for (idx, s) in &mut batch.rejected[before..] {
+                s.plugin = name;
+                if s.code == Code::Error && error.as_ref().is_none_or(|(e, _, _)| *idx < *e) {
+                    error = Some((*idx, *name, s.message()));
+                }
+            }
+            if error.is_some() {
+                break;
             }
         }
+        feasible.extend_from_slice(&batch.nodes);
         if error.is_some() {
             break;
         }
     }
-    let (feasible, mut rejected) = batch.into_parts();
-    // One sorted run per filter: a stable sort merges runs in about linear time.
-    rejected.sort_by_key(|(idx, _)| *idx);
     FilterChunk {
         feasible,
-        rejected,
+        rejected: batch.rejected,
         error,
     }
 }

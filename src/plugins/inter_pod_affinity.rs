@@ -340,41 +340,69 @@ impl Failure<'_> {
     }
 }
 
-impl InterPodAffinity {
+/// The PreFilter state arranged for per-node checks (built once per batch).
+struct Checks<'a> {
+    /// Per required affinity term: its key and its counts (`None`: no node has the key).
+    affinity: SmallVec<[(&'a str, Option<&'a DomainCounts>); 2]>,
+    /// Upstream's escape hatch: no pod matches the terms, but the pod itself does.
+    first_of_series: bool,
+    /// Per required anti-affinity term that some pod matched: its key and counts.
+    anti: SmallVec<[(&'a str, &'a DomainCounts); 2]>,
+    /// Existing pods' anti-affinity, per topology key.
+    existing: SmallVec<[&'a DomainCounts; 2]>,
+}
+
+impl<'a> Checks<'a> {
+    fn new(s: &'a PreFilterState, pod: &'a PodInfo) -> Checks<'a> {
+        let anti = if s.anti_affinity.is_empty() {
+            SmallVec::new()
+        } else {
+            pod.required_anti_affinity
+                .iter()
+                .zip(&s.anti_affinity_keys)
+                .filter_map(|(t, k)| Some((t.topology_key.as_str(), s.anti_affinity.get(k.slot)?)))
+                .collect()
+        };
+        Checks {
+            affinity: pod
+                .required_affinity
+                .iter()
+                .zip(&s.affinity_keys)
+                .map(|(t, k)| (t.topology_key.as_str(), s.affinity.get(k.slot)))
+                .collect(),
+            first_of_series: s.affinity.is_empty() && s.self_match,
+            anti,
+            existing: s.existing_anti_affinity.keys().collect(),
+        }
+    }
+
     /// Why node `idx` fails, if it does.
     #[inline]
-    fn check<'a>(s: &'a PreFilterState, pod: &'a PodInfo, idx: NodeIdx) -> Option<Failure<'a>> {
+    fn check(&self, idx: NodeIdx) -> Option<Failure<'a>> {
         // Required affinity: every term's domain must hold matching pods, unless no pod in
         // the cluster matches and the pod matches its own terms.
         let mut pods_exist = true;
         let mut missing: Option<&str> = None;
-        for (t, k) in pod.required_affinity.iter().zip(&s.affinity_keys) {
-            let counts = s.affinity.get(k.slot);
+        for &(key, counts) in &self.affinity {
             let Some(domain) = counts.and_then(|c| c.domain(idx)) else {
-                return Some(Failure::LacksKey(&t.topology_key));
+                return Some(Failure::LacksKey(key));
             };
             if counts.map_or(0, |c| c.get(domain)) <= 0 {
                 pods_exist = false;
-                missing.get_or_insert(&t.topology_key);
+                missing.get_or_insert(key);
             }
         }
-        // Upstream's escape hatch: the first pod of a series with affinity to itself.
-        let first_of_series = s.affinity.is_empty() && s.self_match;
-        if !pods_exist && !first_of_series {
+        if !pods_exist && !self.first_of_series {
             return Some(Failure::NoAffinityPods(missing.unwrap_or_default()));
         }
-
-        if !s.anti_affinity.is_empty() {
-            for (t, k) in pod.required_anti_affinity.iter().zip(&s.anti_affinity_keys) {
-                if let Some(c) = s.anti_affinity.get(k.slot).and_then(|c| c.at(idx))
-                    && c > 0
-                {
-                    return Some(Failure::AntiAffinity(&t.topology_key, c));
-                }
+        for &(key, counts) in &self.anti {
+            if let Some(c) = counts.at(idx)
+                && c > 0
+            {
+                return Some(Failure::AntiAffinity(key, c));
             }
         }
-
-        for counts in s.existing_anti_affinity.keys() {
+        for counts in &self.existing {
             if let Some(c) = counts.at(idx)
                 && c > 0
             {
@@ -390,7 +418,7 @@ impl FilterPlugin for InterPodAffinity {
         let Some(s) = state.read::<PreFilterState>() else {
             return Status::error("InterPodAffinity: PreFilter state missing");
         };
-        match Self::check(s, pod, node.idx) {
+        match Checks::new(s, pod).check(node.idx) {
             None => Status::success(),
             Some(f) if state.explain => f.status().with_detail(f.detail(node)),
             Some(f) => f.status(),
@@ -407,7 +435,8 @@ impl FilterPlugin for InterPodAffinity {
         let Some(s) = state.read::<PreFilterState>() else {
             return batch.reject_all(&Status::error("InterPodAffinity: PreFilter state missing"));
         };
-        batch.retain(|idx| Self::check(s, pod, idx).map(|f| f.status()));
+        let checks = Checks::new(s, pod);
+        batch.retain(|idx| checks.check(idx).map(|f| f.status()));
     }
 }
 

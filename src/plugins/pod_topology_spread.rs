@@ -38,6 +38,7 @@ use crate::framework::{
 use crate::selector::{Labels, Op, Requirement, Selector, SelectorError};
 use crate::snapshot::table::{NONE, flag};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use smallvec::SmallVec;
 
 /// The plugin's name.
 pub const NAME: &str = "PodTopologySpread";
@@ -367,6 +368,26 @@ impl Eligibility {
         require_all_keys: bool,
     ) -> Vec<bool> {
         let k = constraints.len();
+        if self.affinity.is_none() && self.untolerated.is_none() {
+            // Only the keys decide: the same verdict for every constraint of a node.
+            if !require_all_keys {
+                return vec![true; snapshot.len() * k];
+            }
+            let Some(columns) = self
+                .keys
+                .iter()
+                .map(|c| c.as_deref().map(Vec::as_slice))
+                .collect::<Option<SmallVec<[&[u32]; 4]>>>()
+            else {
+                return vec![false; snapshot.len() * k];
+            };
+            let mut out = Vec::with_capacity(snapshot.len() * k);
+            for i in 0..snapshot.len() {
+                let all = columns.iter().all(|c| c[i] != NONE);
+                out.extend(std::iter::repeat_n(all, k));
+            }
+            return out;
+        }
         let mut out = vec![false; snapshot.len() * k];
         for (i, chunk) in out.chunks_mut(k.max(1)).enumerate() {
             self.node(snapshot, constraints, i as NodeIdx, require_all_keys, chunk);
@@ -597,27 +618,49 @@ enum Failure {
     },
 }
 
+impl PreFilterState {
+    /// The global minimum constraint `i` measures skew against.
+    fn min_of(&self, i: usize) -> i64 {
+        if (self.counts[i].domains as i64) < i64::from(self.constraints[i].min_domains) {
+            0
+        } else {
+            self.min[i]
+        }
+    }
+}
+
+/// Per constraint, what a node's domain may hold: `(column, counts, limit)` with a node
+/// failing when its domain's count exceeds `limit = maxSkew + min − self match`.
+type Limits<'a> = SmallVec<[(&'a [u32], &'a [i64], i64); 2]>;
+
 impl PodTopologySpread {
+    fn limits(s: &PreFilterState) -> Limits<'_> {
+        s.constraints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let counts = &s.counts[i];
+                let column = counts.column.as_deref().map_or(&[][..], Vec::as_slice);
+                let limit = i64::from(c.max_skew) + s.min_of(i) - i64::from(s.self_match[i]);
+                (column, counts.counts.as_slice(), limit)
+            })
+            .collect()
+    }
+
     #[inline]
-    fn check(s: &PreFilterState, idx: NodeIdx) -> Option<Failure> {
-        for (i, c) in s.constraints.iter().enumerate() {
-            let counts = &s.counts[i];
-            let Some(value) = counts.value(idx) else {
+    fn check(s: &PreFilterState, limits: &Limits<'_>, idx: NodeIdx) -> Option<Failure> {
+        for (i, &(column, counts, limit)) in limits.iter().enumerate() {
+            let v = column.get(idx as usize).copied().unwrap_or(NONE);
+            if v == NONE {
                 return Some(Failure::LacksKey(i));
-            };
-            let min = if (counts.domains as i64) < i64::from(c.min_domains) {
-                0
-            } else {
-                s.min[i]
-            };
-            let self_match = i64::from(s.self_match[i]);
-            let matching = counts.get(value);
-            if matching + self_match - min > i64::from(c.max_skew) {
+            }
+            let matching = counts[v as usize];
+            if matching > limit {
                 return Some(Failure::Skew {
                     constraint: i,
                     matching,
-                    self_match,
-                    min,
+                    self_match: i64::from(s.self_match[i]),
+                    min: s.min_of(i),
                 });
             }
         }
@@ -630,7 +673,7 @@ impl FilterPlugin for PodTopologySpread {
         let Some(s) = state.read::<PreFilterState>() else {
             return Status::error("PodTopologySpread: PreFilter state missing");
         };
-        match Self::check(s, node.idx) {
+        match Self::check(s, &Self::limits(s), node.idx) {
             None => Status::success(),
             Some(Failure::LacksKey(i)) => {
                 let st = Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
@@ -681,7 +724,8 @@ impl FilterPlugin for PodTopologySpread {
         };
         let lacks = Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
         let skew = Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
-        batch.retain(|idx| match Self::check(s, idx)? {
+        let limits = Self::limits(s);
+        batch.retain(|idx| match Self::check(s, &limits, idx)? {
             Failure::LacksKey(_) => Some(lacks.clone()),
             Failure::Skew { .. } => Some(skew.clone()),
         });
