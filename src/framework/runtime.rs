@@ -479,12 +479,19 @@ impl Framework {
         let mut totals = vec![0i64; n];
         for ((i, sp), raw) in active.iter().zip(raw) {
             let name = self.plugins[*i].name;
-            match self.normalize(*sp, &state, pod, snapshot, &d.feasible, raw, explain) {
+            let weight = self.weights[*i];
+            match self.normalize(
+                *sp,
+                &state,
+                pod,
+                snapshot,
+                &d.feasible,
+                raw,
+                explain,
+                weight,
+                &mut totals,
+            ) {
                 Ok(column) => {
-                    let weight = self.weights[*i];
-                    for (t, s) in totals.iter_mut().zip(&column.normalized) {
-                        *t += s * weight;
-                    }
                     d.scores.push(ScoreColumn {
                         plugin: name,
                         weight,
@@ -749,7 +756,8 @@ impl Framework {
         Ok(raw)
     }
 
-    /// Normalises one plugin's raw column, checks the range, and collects explanations.
+    /// Normalises one plugin's raw column, checks the range, adds the weighted scores to
+    /// `totals`, and collects explanations.
     #[allow(clippy::too_many_arguments)]
     fn normalize(
         &self,
@@ -760,16 +768,23 @@ impl Framework {
         feasible: &[NodeIdx],
         raw: Vec<i64>,
         explain: bool,
+        weight: i64,
+        totals: &mut [i64],
     ) -> Result<ScoreColumn, Status> {
         let mut normalized = raw.clone();
         let s = sp.normalize(state, pod, &mut normalized);
         if !s.is_success() {
             return Err(s);
         }
-        if let Some(bad) = normalized
-            .iter()
-            .find(|v| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(*v))
-        {
+        // One pass: the range check, and the weighted score into the totals.
+        let mut bad = None;
+        for (t, v) in totals.iter_mut().zip(&normalized) {
+            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(v) {
+                bad.get_or_insert(*v);
+            }
+            *t += v * weight;
+        }
+        if let Some(bad) = bad {
             return Err(Status::error(format!(
                 "plugin {:?} returns an invalid score {bad}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
                 sp.name()
@@ -995,12 +1010,19 @@ impl Framework {
                     }
                 }
             }
-            match self.normalize(sp, &state, pod, snapshot, &d.feasible, raw, false) {
+            let weight = self.weights[i];
+            match self.normalize(
+                sp,
+                &state,
+                pod,
+                snapshot,
+                &d.feasible,
+                raw,
+                false,
+                weight,
+                &mut totals,
+            ) {
                 Ok(column) => {
-                    let weight = self.weights[i];
-                    for (t, s) in totals.iter_mut().zip(&column.normalized) {
-                        *t += s * weight;
-                    }
                     d.scores.push(ScoreColumn {
                         plugin: p.name,
                         weight,

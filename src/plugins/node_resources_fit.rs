@@ -17,7 +17,7 @@ use crate::framework::{
 };
 use crate::quantity::{format_bytes, format_milli};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, is_scalar_resource};
-use crate::snapshot::table::res;
+use crate::snapshot::table::{Divisor, res};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
@@ -152,26 +152,6 @@ impl ResourceKind {
             EPHEMERAL_STORAGE => ResourceKind::EphemeralStorage,
             _ => ResourceKind::Scalar,
         }
-    }
-}
-
-/// `a / b` (truncating, as Rust's `/`), through a floating-point division where that is
-/// exact after one correction step: non-negative `a` and positive `b` below 2^52. Integer
-/// division is the slowest instruction of the scores, and is not pipelined.
-#[inline(always)]
-pub(crate) fn div(a: i64, b: i64) -> i64 {
-    const LIMIT: i64 = 1 << 52;
-    if a >= 0 && b > 0 && a < LIMIT && b < LIMIT {
-        let q = (a as f64 / b as f64) as i64;
-        if q * b > a {
-            q - 1
-        } else if (q + 1) * b <= a {
-            q + 1
-        } else {
-            q
-        }
-    } else {
-        a / b
     }
 }
 
@@ -332,9 +312,14 @@ impl NodeResourcesFit {
         Ok(NodeResourcesFit { args, shape, kinds })
     }
 
-    /// The score from each scored resource's (allocatable, requested with the pod).
+    /// The score from each scored resource's (allocatable as a [`Divisor`], requested with
+    /// the pod); `all_weights` divides by the sum of every resource's weight.
     #[inline(always)]
-    fn score_with(&self, mut get: impl FnMut(&str, ResourceKind) -> Option<(i64, i64)>) -> i64 {
+    fn score_with(
+        &self,
+        all_weights: Divisor,
+        mut get: impl FnMut(&str, ResourceKind) -> Option<(Divisor, i64)>,
+    ) -> i64 {
         let mut node_score = 0i64;
         let mut weight_sum = 0i64;
         let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
@@ -355,9 +340,23 @@ impl NodeResourcesFit {
         }
         if ratio {
             (node_score as f64 / weight_sum as f64).round() as i64
+        } else if weight_sum == all_weights.get() {
+            all_weights.div(node_score)
         } else {
-            div(node_score, weight_sum)
+            node_score / weight_sum
         }
+    }
+
+    /// The sum of the scored resources' weights.
+    fn all_weights(&self) -> Divisor {
+        Divisor::new(
+            self.args
+                .scoring_strategy
+                .resources
+                .iter()
+                .map(|r| r.weight)
+                .sum(),
+        )
     }
 
     /// Registers its extension points (PreFilter, Filter, Score).
@@ -393,28 +392,30 @@ impl NodeResourcesFit {
         shape[shape.len() - 1].1
     }
 
+    /// One resource's score; `capacity` divides exactly as `/` ([`Divisor`]).
     #[inline(always)]
-    fn resource_score(&self, requested: i64, capacity: i64) -> i64 {
+    fn resource_score(&self, requested: i64, capacity: Divisor) -> i64 {
+        let c = capacity.get();
         match self.args.scoring_strategy.kind {
             StrategyType::LeastAllocated => {
-                if capacity == 0 || requested > capacity {
+                if c == 0 || requested > c {
                     0
                 } else {
-                    div((capacity - requested) * MAX_NODE_SCORE, capacity)
+                    capacity.div((c - requested) * MAX_NODE_SCORE)
                 }
             }
             StrategyType::MostAllocated => {
-                if capacity == 0 {
+                if c == 0 {
                     0
                 } else {
-                    div(requested.min(capacity) * MAX_NODE_SCORE, capacity)
+                    capacity.div(requested.min(c) * MAX_NODE_SCORE)
                 }
             }
             StrategyType::RequestedToCapacityRatio => {
-                if capacity == 0 || requested > capacity {
+                if c == 0 || requested > c {
                     self.broken_linear(100)
                 } else {
-                    self.broken_linear(div(requested * 100, capacity))
+                    self.broken_linear(capacity.div(requested * 100))
                 }
             }
         }
@@ -580,7 +581,9 @@ impl FilterPlugin for NodeResourcesFit {
 
 impl ScorePlugin for NodeResourcesFit {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(self.score_with(|name, _| allocatable_requested(node, pod, name, false)))
+        Ok(self.score_with(self.all_weights(), |name, _| {
+            allocatable_requested(node, pod, name, false).map(|(a, r)| (Divisor::new(a), r))
+        }))
     }
 
     fn score_batch(
@@ -591,10 +594,12 @@ impl ScorePlugin for NodeResourcesFit {
         nodes: &[NodeIdx],
         scores: &mut [i64],
     ) -> Result<(), (usize, Status)> {
+        let all_weights = self.all_weights();
         if self.kinds.contains(&ResourceKind::Scalar) {
             for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-                *out = self.score_with(|name, kind| {
+                *out = self.score_with(all_weights, |name, kind| {
                     table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+                        .map(|(a, r)| (Divisor::new(a), r))
                 });
             }
             return Ok(());
@@ -604,17 +609,17 @@ impl ScorePlugin for NodeResourcesFit {
         let r = &pod.requests;
         for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
             let i = idx as usize;
-            let (a, nz, rq) = (&t.allocatable[i], &t.non_zero[i], &t.requested[i]);
-            *out = self.score_with(|_, kind| {
+            let (a, nz, rq) = (&t.allocatable_div[i], &t.non_zero[i], &t.requested[i]);
+            *out = self.score_with(all_weights, |_, kind| {
                 let (alloc, req) = match kind {
-                    ResourceKind::Cpu => (a[res::CPU], nz[0] + r.non_zero_milli_cpu),
-                    ResourceKind::Memory => (a[res::MEMORY], nz[1] + r.non_zero_memory),
+                    ResourceKind::Cpu => (a[0], nz[0] + r.non_zero_milli_cpu),
+                    ResourceKind::Memory => (a[1], nz[1] + r.non_zero_memory),
                     _ => (
-                        a[res::EPHEMERAL_STORAGE],
+                        a[2],
                         rq[res::EPHEMERAL_STORAGE] + r.requests.ephemeral_storage,
                     ),
                 };
-                (alloc != 0).then_some((alloc, req))
+                (alloc.get() != 0).then_some((alloc, req))
             });
         }
         Ok(())
@@ -641,7 +646,7 @@ impl ScorePlugin for NodeResourcesFit {
                     } else {
                         format_bytes(alloc)
                     },
-                    self.resource_score(req, alloc)
+                    self.resource_score(req, Divisor::new(alloc))
                 ))
             })
             .collect();
@@ -695,42 +700,6 @@ mod tests {
                 ),
             ],
         )
-    }
-
-    #[test]
-    fn div_is_integer_division() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
-        let edges = [
-            0,
-            1,
-            2,
-            3,
-            7,
-            99,
-            100,
-            101,
-            (1 << 52) - 1,
-            1 << 52,
-            i64::MAX / 200,
-        ];
-        let mut pairs: Vec<(i64, i64)> = Vec::new();
-        for &a in &edges {
-            for &b in &edges {
-                pairs.push((a, b.max(1)));
-                pairs.push((-a, b.max(1)));
-            }
-        }
-        for _ in 0..200_000 {
-            let bits = rng.random_range(1..52);
-            let b = rng.random_range(1..1i64 << bits);
-            let a = rng.random_range(0..b.saturating_mul(101).min(1 << 52));
-            pairs.push((a, b));
-            pairs.push((b * rng.random_range(0..100), b));
-        }
-        for (a, b) in pairs {
-            assert_eq!(div(a, b), a / b, "{a} / {b}");
-        }
     }
 
     #[test]

@@ -59,6 +59,51 @@ pub mod res {
     pub const PODS: usize = 3;
 }
 
+/// Division by a fixed positive divisor through a multiplication (Granlund and Montgomery's
+/// "round-up" method): `n / d == (n · m) >> s` for every `0 ≤ n < 2^63`, with
+/// `s = 63 + ⌈log2 d⌉` and `m = ⌈2^s / d⌉ < 2^64`. Scores divide by each node's
+/// allocatable on every node of every cycle; an integer division is the slowest
+/// instruction there and is not pipelined, a 64×64-bit multiplication is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Divisor {
+    d: i64,
+    /// 0: no magic number (`d ≤ 0`); `div` divides.
+    m: u64,
+    shift: u32,
+}
+
+impl Divisor {
+    /// The divisor `d`.
+    pub fn new(d: i64) -> Divisor {
+        if d <= 0 {
+            return Divisor { d, m: 0, shift: 0 };
+        }
+        let ceil_log2 = 64 - (d as u64 - 1).leading_zeros();
+        let shift = 63 + ceil_log2;
+        let m = (1u128 << shift).div_ceil(d as u128);
+        Divisor {
+            d,
+            m: m as u64,
+            shift,
+        }
+    }
+
+    /// The divisor.
+    pub fn get(self) -> i64 {
+        self.d
+    }
+
+    /// `n / d`, exactly as Rust's `/` (which it falls back to for negative `n` or `d ≤ 0`).
+    #[inline(always)]
+    pub fn div(self, n: i64) -> i64 {
+        if n >= 0 && self.m != 0 {
+            ((u128::from(n as u64) * u128::from(self.m)) >> self.shift) as i64
+        } else {
+            n / self.d
+        }
+    }
+}
+
 /// A dictionary of values with reference-counted, recycled `u32` ids.
 #[derive(Debug, Clone)]
 pub struct Interner<T> {
@@ -280,6 +325,9 @@ pub struct NodeTable {
     pub requested: Vec<[i64; 4]>,
     /// The pods' CPU and memory requests with upstream's scoring defaults.
     pub non_zero: Vec<[i64; 2]>,
+    /// Allocatable millicores, memory and ephemeral storage as [`Divisor`]s (scores divide
+    /// by them).
+    pub allocatable_div: Vec<[Divisor; 3]>,
     /// Capacity: millicores and memory ([`NodeInfo::capacity`]).
     pub capacity: Vec<[i64; 2]>,
     /// [`NodeInfo::disk_annotations`].
@@ -331,6 +379,7 @@ impl NodeTable {
     /// Appends a node (its index is the previous length).
     pub(super) fn push(&mut self, info: &NodeInfo) {
         self.allocatable.push([0; 4]);
+        self.allocatable_div.push([Divisor::new(0); 3]);
         self.requested.push([0; 4]);
         self.non_zero.push([0; 2]);
         self.capacity.push([0; 2]);
@@ -347,6 +396,11 @@ impl NodeTable {
     pub(super) fn set_node(&mut self, idx: usize, info: &NodeInfo) {
         let a = &info.allocatable;
         self.allocatable[idx] = [a.milli_cpu, a.memory, a.ephemeral_storage, a.pods];
+        self.allocatable_div[idx] = [
+            Divisor::new(a.milli_cpu),
+            Divisor::new(a.memory),
+            Divisor::new(a.ephemeral_storage),
+        ];
         self.capacity[idx] = [info.capacity.0, info.capacity.1];
         self.disk_annotations[idx] = info.disk_annotations;
         self.flags[idx] = flags_of(info);
@@ -388,6 +442,7 @@ impl NodeTable {
             self.taint_dict.release(id);
         }
         self.allocatable.swap_remove(idx);
+        self.allocatable_div.swap_remove(idx);
         self.requested.swap_remove(idx);
         self.non_zero.swap_remove(idx);
         self.capacity.swap_remove(idx);
@@ -411,6 +466,11 @@ impl NodeTable {
             let mut fresh = NodeTable::default();
             fresh.push(n);
             assert_eq!(self.allocatable[i], fresh.allocatable[0], "{}", n.name);
+            assert_eq!(
+                self.allocatable_div[i], fresh.allocatable_div[0],
+                "{}",
+                n.name
+            );
             assert_eq!(self.requested[i], fresh.requested[0], "{}", n.name);
             assert_eq!(self.non_zero[i], fresh.non_zero[0], "{}", n.name);
             assert_eq!(self.capacity[i], fresh.capacity[0], "{}", n.name);
@@ -442,5 +502,55 @@ impl NodeTable {
                 assert!(self.labels.column(k).is_some(), "{}: {k}", n.name);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn divisor_divides_exactly() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let edges = [
+            1,
+            2,
+            3,
+            5,
+            7,
+            100,
+            4096,
+            1 << 62,
+            (1 << 62) + 1,
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        let mut cases: Vec<(i64, i64)> = Vec::new();
+        for &d in &edges {
+            for n in [
+                0,
+                1,
+                d - 1,
+                d,
+                d.saturating_add(1),
+                i64::MAX,
+                i64::MAX - 1,
+                -1,
+                -d,
+                i64::MIN + 1,
+            ] {
+                cases.push((n, d));
+            }
+        }
+        for _ in 0..1_000_000 {
+            let d = (rng.random::<u64>() >> rng.random_range(0..64)).max(1) as i64 & i64::MAX;
+            let n = (rng.random::<u64>() >> rng.random_range(0..64)) as i64;
+            cases.push((n, d.max(1)));
+        }
+        for (n, d) in cases {
+            assert_eq!(Divisor::new(d).div(n), n / d, "{n} / {d}");
+        }
+        assert_eq!(Divisor::new(-4).div(9), 9 / -4);
     }
 }
