@@ -182,7 +182,7 @@ pub trait ScorePlugin: Plugin {
     /// The raw score of a node.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
 
-    /// Raw scores of a batch of nodes into `scores` (same length), as
+    /// Appends the raw scores of a batch of nodes to `scores` (one per node, in order), as
     /// [`ScorePlugin::score`] gives them; on failure, the position of the node and the
     /// status. The default calls `score` per node.
     fn score_batch(
@@ -191,12 +191,14 @@ pub trait ScorePlugin: Plugin {
         pod: &PodInfo,
         snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
-        for (i, (&idx, out)) in nodes.iter().zip(scores.iter_mut()).enumerate() {
-            *out = self
-                .score(state, pod, snapshot.node(idx))
-                .map_err(|s| (i, s))?;
+        scores.reserve(nodes.len());
+        for (i, &idx) in nodes.iter().enumerate() {
+            scores.push(
+                self.score(state, pod, snapshot.node(idx))
+                    .map_err(|s| (i, s))?,
+            );
         }
         Ok(())
     }

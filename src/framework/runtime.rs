@@ -726,32 +726,45 @@ impl Framework {
         parallel: bool,
     ) -> Result<Vec<Vec<i64>>, ScoreError> {
         let n = feasible.len();
-        let mut raw: Vec<Vec<i64>> = active.iter().map(|_| vec![0i64; n]).collect();
         let k = self.chunks_for(n, parallel);
         let size = n.div_ceil(k).max(1);
-        // Per chunk: its nodes and its slice of every column.
-        let mut parts: Vec<(&[NodeIdx], Vec<&mut [i64]>)> = feasible
-            .chunks(size)
-            .map(|nodes| (nodes, Vec::with_capacity(active.len())))
-            .collect();
-        for column in raw.iter_mut() {
-            for ((_, cols), slice) in parts.iter_mut().zip(column.chunks_mut(size)) {
-                cols.push(slice);
+        // Per chunk, one column per plugin; the chunks' columns are then joined in order.
+        let parts: Vec<&[NodeIdx]> = feasible.chunks(size).collect();
+        let results = self.run_parts(parts, |nodes| {
+            let mut cols: Vec<Vec<i64>> = Vec::with_capacity(active.len());
+            for (i, sp) in active {
+                let mut col = Vec::with_capacity(nodes.len());
+                sp.score_batch(state, pod, snapshot, nodes, &mut col)
+                    .map_err(|(pos, s)| (nodes[pos], *i, s))?;
+                if col.len() != nodes.len() {
+                    return Err((
+                        nodes[0],
+                        *i,
+                        Status::error(format!("scored {} of {} nodes", col.len(), nodes.len())),
+                    ));
+                }
+                cols.push(col);
+            }
+            Ok(cols)
+        });
+        let mut raw: Vec<Vec<i64>> = Vec::new();
+        for r in results {
+            match r {
+                Ok(cols) if raw.is_empty() => raw = cols,
+                Ok(cols) => {
+                    for (column, part) in raw.iter_mut().zip(cols) {
+                        column.extend_from_slice(&part);
+                    }
+                }
+                Err(_) if k > 1 => {
+                    // Report the error a serial run reports.
+                    return self.score_all(active, state, pod, snapshot, feasible, false);
+                }
+                Err(err) => return Err(err),
             }
         }
-        let results = self.run_parts(parts, |(nodes, mut cols)| {
-            for ((i, sp), out) in active.iter().zip(cols.iter_mut()) {
-                sp.score_batch(state, pod, snapshot, nodes, out)
-                    .map_err(|(pos, s)| (nodes[pos], *i, s))?;
-            }
-            Ok(())
-        });
-        if let Some(err) = results.into_iter().find_map(Result::err) {
-            if k > 1 {
-                // Report the error a serial run reports.
-                return self.score_all(active, state, pod, snapshot, feasible, false);
-            }
-            return Err(err);
+        if raw.is_empty() {
+            raw = active.iter().map(|_| Vec::new()).collect();
         }
         Ok(raw)
     }

@@ -174,14 +174,15 @@ impl ScorePlugin for BalancedAllocation {
         pod: &PodInfo,
         snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         if self.kinds.contains(&ResourceKind::Scalar) || self.kinds.len() > 4 {
-            for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+            for &idx in nodes {
                 let f = self.fractions_with(pod, |name, kind| {
                     table_allocatable_requested(snapshot, idx, pod, kind, name, true)
                 });
-                *out = score_from(f).0;
+                scores.push(score_from(f).0);
             }
             return Ok(());
         }
@@ -207,29 +208,30 @@ impl ScorePlugin for BalancedAllocation {
             // The default: two resources, no loops.
             let [c0, c1, ..] = cols;
             let [p0, p1, ..] = pod_req;
-            for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+            for &idx in nodes {
                 let i = idx as usize;
                 let (a, rq) = (&t.allocatable[i], &t.requested[i]);
                 let (a0, a1) = (a[c0], a[c1]);
                 if a0 == 0 || a1 == 0 {
                     // A resource the node lacks drops out: the general path.
-                    *out = self.score_of(pod, snapshot.node(idx)).0;
+                    scores.push(self.score_of(pod, snapshot.node(idx)).0);
                     continue;
                 }
                 let (r0, r1) = (rq[c0] + p0, rq[c1] + p1);
-                let after = [
-                    (r0 as f64 / a0 as f64).min(1.0),
-                    (r1 as f64 / a1 as f64).min(1.0),
-                ];
-                let before = [
-                    ((r0 - p0) as f64 / a0 as f64).min(1.0),
-                    ((r1 - p1) as f64 / a1 as f64).min(1.0),
-                ];
-                *out = (150 + balanced_score(&after) - balanced_score(&before)) / 2;
+                let (a0, a1) = (a0 as f64, a1 as f64);
+                // `balanced_score` of two fractions, written out.
+                let two =
+                    |x: f64, y: f64| ((1.0 - ((x - y) / 2.0).abs()) * MAX_NODE_SCORE as f64) as i64;
+                let after = two((r0 as f64 / a0).min(1.0), (r1 as f64 / a1).min(1.0));
+                let before = two(
+                    ((r0 - p0) as f64 / a0).min(1.0),
+                    ((r1 - p1) as f64 / a1).min(1.0),
+                );
+                scores.push((150 + after - before) / 2);
             }
             return Ok(());
         }
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+        for &idx in nodes {
             let i = idx as usize;
             let (a, rq) = (&t.allocatable[i], &t.requested[i]);
             let mut after = [0f64; 4];
@@ -246,7 +248,7 @@ impl ScorePlugin for BalancedAllocation {
                 n += 1;
             }
             let (sa, sb) = (balanced_score(&after[..n]), balanced_score(&before[..n]));
-            *out = (150 + sa - sb) / 2;
+            scores.push((150 + sa - sb) / 2);
         }
         Ok(())
     }

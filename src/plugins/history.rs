@@ -295,13 +295,14 @@ impl ScorePlugin for History {
         _pod: &PodInfo,
         _snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let Some(c) = state.read::<Cycle>() else {
             return Err((0, Status::error("History: PreScore did not run")));
         };
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            *out = self.score_of(c, idx);
+        for &idx in nodes {
+            scores.push(self.score_of(c, idx));
         }
         Ok(())
     }

@@ -153,16 +153,17 @@ impl ScorePlugin for ImageLocality {
         _pod: &PodInfo,
         _snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let s = state
             .read::<PreScoreState>()
             .ok_or_else(|| (0, Status::error("ImageLocality PreScore state missing")))?;
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            *out = match s.sums.get(idx as usize) {
+        for &idx in nodes {
+            scores.push(match s.sums.get(idx as usize) {
                 Some(&sum) if sum > 0 => calculate_priority(sum, s.containers),
                 _ => 0,
-            };
+            });
         }
         Ok(())
     }

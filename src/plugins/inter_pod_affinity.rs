@@ -530,14 +530,15 @@ impl ScorePlugin for InterPodAffinity {
         _pod: &PodInfo,
         _snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let Some(s) = state.read::<PreScoreState>() else {
             return Err((0, Status::error("InterPodAffinity: PreScore state missing")));
         };
         let keys: SmallVec<[&DomainCounts; 4]> = s.topology_score.keys().collect();
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            *out = keys.iter().filter_map(|c| c.at(idx)).sum();
+        for &idx in nodes {
+            scores.push(keys.iter().filter_map(|c| c.at(idx)).sum());
         }
         Ok(())
     }

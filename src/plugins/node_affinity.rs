@@ -352,19 +352,21 @@ impl ScorePlugin for NodeAffinity {
         _pod: &PodInfo,
         snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let s = state
             .read::<PreScoreState>()
             .ok_or_else(|| (0, Status::error("NodeAffinity PreScore state missing")))?;
         let labels = &snapshot.table().labels;
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            *out = s
-                .compiled
-                .iter()
-                .filter(|(t, _)| t.matches(labels, idx))
-                .map(|(_, w)| *w)
-                .sum();
+        for &idx in nodes {
+            scores.push(
+                s.compiled
+                    .iter()
+                    .filter(|(t, _)| t.matches(labels, idx))
+                    .map(|(_, w)| *w)
+                    .sum(),
+            );
         }
         Ok(())
     }

@@ -592,25 +592,49 @@ impl ScorePlugin for NodeResourcesFit {
         pod: &PodInfo,
         snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let all_weights = self.all_weights();
         if self.kinds.contains(&ResourceKind::Scalar) {
-            for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-                *out = self.score_with(all_weights, |name, kind| {
+            for &idx in nodes {
+                scores.push(self.score_with(all_weights, |name, kind| {
                     table_allocatable_requested(snapshot, idx, pod, kind, name, false)
                         .map(|(a, r)| (Divisor::new(a), r))
-                });
+                }));
+            }
+            return Ok(());
+        }
+        let t = snapshot.table();
+        let r = &pod.requests;
+        let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
+        if !ratio && self.kinds == [ResourceKind::Cpu, ResourceKind::Memory] {
+            // The default: cpu and memory, straight arithmetic.
+            let res = &self.args.scoring_strategy.resources;
+            let (w0, w1) = (res[0].weight, res[1].weight);
+            for &idx in nodes {
+                let i = idx as usize;
+                let [ac, am, _] = t.allocatable_div[i];
+                let nz = &t.non_zero[i];
+                if ac.get() == 0 || am.get() == 0 {
+                    // A resource the node lacks drops out: the general path.
+                    scores.push(self.score_with(all_weights, |name, kind| {
+                        table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+                            .map(|(a, r)| (Divisor::new(a), r))
+                    }));
+                    continue;
+                }
+                let s = self.resource_score(nz[0] + r.non_zero_milli_cpu, ac) * w0
+                    + self.resource_score(nz[1] + r.non_zero_memory, am) * w1;
+                scores.push(all_weights.div(s));
             }
             return Ok(());
         }
         // Every scored resource is a column of the node table: read the node's rows once.
-        let t = snapshot.table();
-        let r = &pod.requests;
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+        for &idx in nodes {
             let i = idx as usize;
             let (a, nz, rq) = (&t.allocatable_div[i], &t.non_zero[i], &t.requested[i]);
-            *out = self.score_with(all_weights, |_, kind| {
+            scores.push(self.score_with(all_weights, |_, kind| {
                 let (alloc, req) = match kind {
                     ResourceKind::Cpu => (a[0], nz[0] + r.non_zero_milli_cpu),
                     ResourceKind::Memory => (a[1], nz[1] + r.non_zero_memory),
@@ -620,7 +644,7 @@ impl ScorePlugin for NodeResourcesFit {
                     ),
                 };
                 (alloc.get() != 0).then_some((alloc, req))
-            });
+            }));
         }
         Ok(())
     }

@@ -843,16 +843,17 @@ impl ScorePlugin for PodTopologySpread {
         _pod: &PodInfo,
         _snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let Some(s) = state.read::<PreScoreState>() else {
             return Err((
                 0,
                 Status::error("PodTopologySpread: PreScore state missing"),
             ));
         };
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            *out = s.score(idx);
+        for &idx in nodes {
+            scores.push(s.score(idx));
         }
         Ok(())
     }

@@ -173,15 +173,16 @@ impl ScorePlugin for RealHeadroom {
         pod: &PodInfo,
         snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let u = cycle_usage_ref(state)
             .ok_or_else(|| (0, Status::error("RealHeadroom: PreScore did not run")))?;
         let reserve = u.pod.class.memory_reserve;
         let table = snapshot.table();
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
+        for &idx in nodes {
             let i = FreeAfter::at(u, pod, table, idx, &self.policy);
-            *out = self.score_of(&i, reserve);
+            scores.push(self.score_of(&i, reserve));
         }
         Ok(())
     }

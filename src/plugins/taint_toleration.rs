@@ -212,23 +212,24 @@ impl ScorePlugin for TaintToleration {
         pod: &PodInfo,
         snapshot: &Snapshot,
         nodes: &[NodeIdx],
-        scores: &mut [i64],
+        scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
         let table = snapshot.table();
         let tolerations = match state.read::<PreScoreState>() {
             Some(s) => s.tolerations.as_slice(),
             None => pod.tolerations(),
         };
         let untolerated = untolerated_taints(snapshot, tolerations, &["PreferNoSchedule"]);
-        for (&idx, out) in nodes.iter().zip(scores.iter_mut()) {
-            *out = if table.has(idx, flag::PREFER_NO_SCHEDULE_TAINTS) {
+        for &idx in nodes {
+            scores.push(if table.has(idx, flag::PREFER_NO_SCHEDULE_TAINTS) {
                 table.taints[idx as usize]
                     .iter()
                     .filter(|&&t| untolerated[t as usize])
                     .count() as i64
             } else {
                 0
-            };
+            });
         }
         Ok(())
     }
