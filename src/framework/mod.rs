@@ -313,8 +313,11 @@ pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
         }
         return;
     }
+    // The divisor is the same for the whole column: a multiplication instead of a division
+    // per node (exactly `/`).
+    let by = crate::snapshot::table::Divisor::new(max_count);
     for s in scores.iter_mut() {
-        let mut v = max * *s / max_count;
+        let mut v = by.div(max * *s);
         if reverse {
             v = max - v;
         }

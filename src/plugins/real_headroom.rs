@@ -150,7 +150,13 @@ impl PreScorePlugin for RealHeadroom {
         feasible: &[NodeIdx],
     ) -> Status {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
-        let any_fresh = feasible.iter().any(|&i| u.is_fresh(i, &self.policy));
+        let oldest_fresh = u
+            .ctx
+            .now_ms
+            .saturating_sub(self.policy.stale_after.as_millis() as i64);
+        // No fresh entry in the whole view: no need to look at the nodes.
+        let any_fresh = u.rows.fresh_count(oldest_fresh) > 0
+            && feasible.iter().any(|&i| u.is_fresh(i, &self.policy));
         if !any_fresh {
             return Status::skip();
         }
