@@ -317,7 +317,7 @@ pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
     // per node (exactly `/`).
     let by = crate::snapshot::table::Divisor::new(max_count);
     for s in scores.iter_mut() {
-        let mut v = by.div(max * *s);
+        let mut v = by.divide(max * *s);
         if reverse {
             v = max - v;
         }

@@ -155,6 +155,28 @@ impl ResourceKind {
     }
 }
 
+/// `LeastAllocated`: the free share of `capacity` after `requested`, 0..=100.
+#[inline(always)]
+fn least_allocated(requested: i64, capacity: Divisor) -> i64 {
+    let c = capacity.get();
+    if c == 0 || requested > c {
+        0
+    } else {
+        capacity.divide((c - requested) * MAX_NODE_SCORE)
+    }
+}
+
+/// `MostAllocated`: the used share of `capacity` with `requested`, 0..=100.
+#[inline(always)]
+fn most_allocated(requested: i64, capacity: Divisor) -> i64 {
+    let c = capacity.get();
+    if c == 0 {
+        0
+    } else {
+        capacity.divide(requested.min(c) * MAX_NODE_SCORE)
+    }
+}
+
 /// [`allocatable_requested`] for node `idx`, from the node table.
 #[inline(always)]
 pub(crate) fn table_allocatable_requested(
@@ -341,9 +363,42 @@ impl NodeResourcesFit {
         if ratio {
             (node_score as f64 / weight_sum as f64).round() as i64
         } else if weight_sum == all_weights.get() {
-            all_weights.div(node_score)
+            all_weights.divide(node_score)
         } else {
             node_score / weight_sum
+        }
+    }
+
+    /// Scores over cpu and memory from the node table, each resource scored by `score`.
+    #[inline(always)]
+    fn cpu_memory(
+        &self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+        all_weights: Divisor,
+        score: impl Fn(i64, Divisor) -> i64,
+    ) {
+        let t = snapshot.table();
+        let r = &pod.requests;
+        let res = &self.args.scoring_strategy.resources;
+        let (w0, w1) = (res[0].weight, res[1].weight);
+        for &idx in nodes {
+            let i = idx as usize;
+            let [ac, am, _] = t.allocatable_div[i];
+            if ac.get() == 0 || am.get() == 0 {
+                // A resource the node lacks drops out: the general path.
+                scores.push(self.score_with(all_weights, |name, kind| {
+                    table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+                        .map(|(a, r)| (Divisor::new(a), r))
+                }));
+                continue;
+            }
+            let nz = &t.non_zero[i];
+            let s = score(nz[0] + r.non_zero_milli_cpu, ac) * w0
+                + score(nz[1] + r.non_zero_memory, am) * w1;
+            scores.push(all_weights.divide(s));
         }
     }
 
@@ -397,25 +452,13 @@ impl NodeResourcesFit {
     fn resource_score(&self, requested: i64, capacity: Divisor) -> i64 {
         let c = capacity.get();
         match self.args.scoring_strategy.kind {
-            StrategyType::LeastAllocated => {
-                if c == 0 || requested > c {
-                    0
-                } else {
-                    capacity.div((c - requested) * MAX_NODE_SCORE)
-                }
-            }
-            StrategyType::MostAllocated => {
-                if c == 0 {
-                    0
-                } else {
-                    capacity.div(requested.min(c) * MAX_NODE_SCORE)
-                }
-            }
+            StrategyType::LeastAllocated => least_allocated(requested, capacity),
+            StrategyType::MostAllocated => most_allocated(requested, capacity),
             StrategyType::RequestedToCapacityRatio => {
                 if c == 0 || requested > c {
                     self.broken_linear(100)
                 } else {
-                    self.broken_linear(capacity.div(requested * 100))
+                    self.broken_linear(capacity.divide(requested * 100))
                 }
             }
         }
@@ -609,24 +652,12 @@ impl ScorePlugin for NodeResourcesFit {
         let r = &pod.requests;
         let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
         if !ratio && self.kinds == [ResourceKind::Cpu, ResourceKind::Memory] {
-            // The default: cpu and memory, straight arithmetic.
-            let res = &self.args.scoring_strategy.resources;
-            let (w0, w1) = (res[0].weight, res[1].weight);
-            for &idx in nodes {
-                let i = idx as usize;
-                let [ac, am, _] = t.allocatable_div[i];
-                let nz = &t.non_zero[i];
-                if ac.get() == 0 || am.get() == 0 {
-                    // A resource the node lacks drops out: the general path.
-                    scores.push(self.score_with(all_weights, |name, kind| {
-                        table_allocatable_requested(snapshot, idx, pod, kind, name, false)
-                            .map(|(a, r)| (Divisor::new(a), r))
-                    }));
-                    continue;
+            // The default: cpu and memory, straight arithmetic, the strategy chosen once.
+            match self.args.scoring_strategy.kind {
+                StrategyType::MostAllocated => {
+                    self.cpu_memory(snapshot, pod, nodes, scores, all_weights, most_allocated)
                 }
-                let s = self.resource_score(nz[0] + r.non_zero_milli_cpu, ac) * w0
-                    + self.resource_score(nz[1] + r.non_zero_memory, am) * w1;
-                scores.push(all_weights.div(s));
+                _ => self.cpu_memory(snapshot, pod, nodes, scores, all_weights, least_allocated),
             }
             return Ok(());
         }

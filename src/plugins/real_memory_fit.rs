@@ -93,6 +93,17 @@ impl FilterPlugin for RealMemoryFit {
         let table = snapshot.table();
         // Nodes without fresh usage all get the same verdict.
         let degraded = degraded_status(&self.policy, String::new, false);
+        let oldest_fresh = u
+            .ctx
+            .now_ms
+            .saturating_sub(self.policy.stale_after.as_millis() as i64);
+        if u.rows.fresh_count(oldest_fresh) == 0 {
+            // No node has fresh usage: that verdict for all.
+            if !degraded.is_success() {
+                batch.reject_all(&degraded);
+            }
+            return;
+        }
         let degraded = (!degraded.is_success()).then_some(degraded);
         batch.retain(|idx| {
             if !u.is_fresh(idx, &self.policy) {

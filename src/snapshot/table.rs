@@ -67,7 +67,7 @@ pub mod res {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Divisor {
     d: i64,
-    /// 0: no magic number (`d ≤ 0`); `div` divides.
+    /// 0: no magic number (`d ≤ 0`); `divide` divides.
     m: u64,
     shift: u32,
 }
@@ -95,7 +95,7 @@ impl Divisor {
 
     /// `n / d`, exactly as Rust's `/` (which it falls back to for negative `n` or `d ≤ 0`).
     #[inline(always)]
-    pub fn div(self, n: i64) -> i64 {
+    pub fn divide(self, n: i64) -> i64 {
         if n >= 0 && self.m != 0 {
             ((u128::from(n as u64) * u128::from(self.m)) >> self.shift) as i64
         } else {
@@ -549,8 +549,8 @@ mod tests {
             cases.push((n, d.max(1)));
         }
         for (n, d) in cases {
-            assert_eq!(Divisor::new(d).div(n), n / d, "{n} / {d}");
+            assert_eq!(Divisor::new(d).divide(n), n / d, "{n} / {d}");
         }
-        assert_eq!(Divisor::new(-4).div(9), 9 / -4);
+        assert_eq!(Divisor::new(-4).divide(9), 9 / -4);
     }
 }
