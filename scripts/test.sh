@@ -6,10 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The collectors' tests run a real Prometheus and node-exporter (Debian packages) on loopback.
+# The collectors' tests run a real Prometheus, a real VictoriaMetrics and node-exporter
+# (Debian packages) on loopback.
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-node-exporter >/dev/null 2>&1 || need+=(prometheus-node-exporter)
+command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing ${need[*]} (apt-get)"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::place::{PlaceOptions, place_files};
 
 /// headroom: a Kubernetes scheduler that places pods by what nodes and workloads really use.
@@ -165,9 +165,17 @@ pub enum Command {
     Explain {
         /// The pod, as NAMESPACE/NAME.
         pod: String,
-        /// The headroom server's base URL.
+        /// The headroom server's base URL (`headroom serve`'s inspection API is
+        /// `https://HOST:10261`).
         #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
         server: String,
+        /// Bearer token for a server that authenticates callers (`headroom serve`), e.g.
+        /// from `kubectl create token`.
+        #[arg(long, env = "HEADROOM_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Accept the server's certificate without checking it (a self-signed one).
+        #[arg(long)]
+        insecure_skip_tls_verify: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -214,9 +222,12 @@ pub struct ServeArgs {
     /// Prometheus base URL to collect usage from (sets collectors.prometheus.url).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// Listener address (overrides serve.listen; default 0.0.0.0:10260).
+    /// The extender's listener (overrides serve.listen; default 0.0.0.0:10260).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    /// The inspection API's listener (overrides serve.apiListen; default 0.0.0.0:10261).
+    #[arg(long, value_name = "ADDR")]
+    pub api_listen: Option<std::net::SocketAddr>,
     /// Store directory (default: `dataDir` of the configuration, else ./headroom-data).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -308,8 +319,27 @@ pub fn parse_pod_arg(pod: &str) -> Result<(&str, &str), ExplainError> {
     Ok((ns, name))
 }
 
+/// How to reach the inspection API.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Bearer token, if the server wants one.
+    pub token: Option<String>,
+    /// Skip the server certificate check.
+    pub insecure: bool,
+}
+
 /// Fetches the pod's decision from the API at `server` as text or JSON.
 pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<String, ExplainError> {
+    fetch_explanation_with(server, pod, output, &Access::default())
+}
+
+/// [`fetch_explanation`] with credentials.
+pub fn fetch_explanation_with(
+    server: &str,
+    pod: &str,
+    output: Output,
+    access: &Access,
+) -> Result<String, ExplainError> {
     let (ns, name) = parse_pod_arg(pod)?;
     let base = server.trim_end_matches('/');
     let format = match output {
@@ -338,9 +368,14 @@ pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<Stri
         };
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
+            .danger_accept_invalid_certs(access.insecure)
             .build()
             .map_err(unreachable)?;
-        let response = client.get(parsed).send().await.map_err(unreachable)?;
+        let mut request = client.get(parsed);
+        if let Some(t) = &access.token {
+            request = request.bearer_auth(t);
+        }
+        let response = request.send().await.map_err(unreachable)?;
         let status = response.status();
         let body = response.text().await.map_err(unreachable)?;
         if status.is_success() {
@@ -362,8 +397,8 @@ pub fn fetch_explanation(server: &str, pod: &str, output: Output) -> Result<Stri
     })
 }
 
-fn run_explain(pod: &str, server: &str, output: Output) -> ExitCode {
-    match fetch_explanation(server, pod, output) {
+fn run_explain(pod: &str, server: &str, output: Output, access: &Access) -> ExitCode {
+    match fetch_explanation_with(server, pod, output, access) {
         Ok(body) => {
             print!("{body}");
             if !body.ends_with('\n') {
@@ -484,6 +519,9 @@ fn run_simulate(
             return ExitCode::from(2);
         }
     };
+    for u in config.unused_in(Mode::Simulate) {
+        eprintln!("note: {u}");
+    }
     let scenario = match Scenario::load(&scenario) {
         Ok(s) => s,
         Err(e) => {
@@ -607,6 +645,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         context,
         prometheus,
         listen,
+        api_listen,
         data_dir,
         no_leader_election,
         extender_only,
@@ -639,6 +678,13 @@ fn run_serve(args: ServeArgs) -> ExitCode {
     if extender_only {
         config.serve.schedule = false;
     }
+    // The flags win over the file before validation (mode `none` needs loopback ones).
+    if let Some(a) = listen {
+        config.serve.listen = a.to_string();
+    }
+    if let Some(a) = api_listen {
+        config.serve.api_listen = a.to_string();
+    }
     if let Err(e) = config.validate() {
         eprintln!("error: {e}");
         return ExitCode::from(2);
@@ -670,7 +716,6 @@ fn run_serve(args: ServeArgs) -> ExitCode {
             }
         };
         let mut opts = crate::kube::serve::ServeOptions::new(config, client);
-        opts.listen = listen;
         opts.data_dir = data_dir;
         match crate::kube::serve::run(opts, shutdown_signal()).await {
             Ok(report) => {
@@ -740,6 +785,9 @@ pub fn run(cli: Cli) -> ExitCode {
             if seed.is_some() {
                 config.scheduler.seed = seed;
             }
+            for u in config.unused_in(Mode::Place) {
+                eprintln!("note: {u}");
+            }
             let options = PlaceOptions {
                 profile,
                 usage,
@@ -788,6 +836,11 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(c) => {
                 println!("# {}: valid; effective configuration:", file.display());
+                for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {
+                    for u in c.unused_in(mode) {
+                        println!("# note: {u}");
+                    }
+                }
                 print!("{}", c.to_yaml());
                 ExitCode::SUCCESS
             }
@@ -816,8 +869,18 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Explain {
             pod,
             server,
+            token,
+            insecure_skip_tls_verify,
             output,
-        } => run_explain(&pod, &server, output),
+        } => run_explain(
+            &pod,
+            &server,
+            output,
+            &Access {
+                token,
+                insecure: insecure_skip_tls_verify,
+            },
+        ),
         Command::Serve(args) => run_serve(args),
         Command::Crd => {
             print!("{}", crate::kube::crd::crd_yaml());

@@ -43,8 +43,9 @@ pub enum CommandError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The store failed (open, flush, select).
-    #[error("store in {path}: {source} (is another headroom process using it?)")]
+    /// The store failed (open, flush, select). The store's error says why: not a store,
+    /// damaged, locked by another process, ...
+    #[error("store in {path}: {source}")]
     Store {
         /// The store directory.
         path: PathBuf,
@@ -347,7 +348,8 @@ pub fn list_series(
         path: data_dir.to_path_buf(),
         source,
     };
-    let store = Store::open(data_dir, config.storage.clone()).map_err(store_error)?;
+    // Never creates a store: a directory that is not one is refused, untouched.
+    let store = Store::open_existing(data_dir, config.storage.clone()).map_err(store_error)?;
     if store.select(&[]).map_err(store_error)?.is_empty() {
         return Ok(SeriesListing::Empty(data_dir.to_path_buf()));
     }

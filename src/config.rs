@@ -10,8 +10,10 @@
 //!     pluginArgs:
 //!       nodeResourcesFit:
 //!         scoringStrategy: { type: MostAllocated }
+//!     percentageOfNodesToScore: 100    # default: every node (0: upstream's adaptive share)
 //! scheduler:
 //!   seed: 42                           # tie-breaking randomness (default: from entropy)
+//!   parallelism: 0                     # threads per cycle (default: the cores, at most 16)
 //! dataDir: /var/lib/headroom           # the store's directory (default: ./headroom-data)
 //! storage:                             # the store's settings (headroom-storage's StoreConfig)
 //!   rawRetention: 48h
@@ -42,12 +44,13 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The YAML does not fit the schema.
-    #[error("{path}: at {field}: {message}")]
+    /// The YAML does not fit the schema, or (from [`Config::from_yaml`]) a value in it is
+    /// invalid.
+    #[error("{path}: {field}: {message}")]
     Parse {
         /// The file.
         path: String,
-        /// The field path (`.` when it is the document itself).
+        /// The field path ([`crate::field::Path`]; `top level` for the document itself).
         field: String,
         /// What is wrong.
         message: String,
@@ -124,17 +127,89 @@ impl Config {
 }
 
 /// Scheduling-loop settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct SchedulerConfig {
     /// Seed of the random tie-breaker among equally scored nodes. Default: none (entropy);
     /// set it to make decisions reproducible.
     pub seed: Option<u64>,
+    /// Backoff after a pod's first failed attempt, seconds; each further failure doubles
+    /// it up to `podMaxBackoffSeconds`. Default `1`, as kube-scheduler's
+    /// `podInitialBackoffSeconds`.
+    pub pod_initial_backoff_seconds: u64,
+    /// Cap on a pod's backoff, seconds. Default `10`, as kube-scheduler's
+    /// `podMaxBackoffSeconds`.
+    pub pod_max_backoff_seconds: u64,
     /// Threads one scheduling cycle spreads Filter and Score over (upstream's
     /// `parallelism`). Decisions do not depend on it. Default `0`: the machine's cores, at
     /// most 16; `1` runs cycles serially.
     pub parallelism: usize,
 }
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        let q = crate::queue::QueueConfig::default();
+        SchedulerConfig {
+            seed: None,
+            pod_initial_backoff_seconds: q.initial_backoff.as_secs(),
+            pod_max_backoff_seconds: q.max_backoff.as_secs(),
+            parallelism: 0,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// The queue's configuration: these backoffs, upstream's defaults for the rest.
+    pub fn queue(&self) -> crate::queue::QueueConfig {
+        crate::queue::QueueConfig {
+            initial_backoff: std::time::Duration::from_secs(self.pod_initial_backoff_seconds),
+            max_backoff: std::time::Duration::from_secs(self.pod_max_backoff_seconds),
+            ..crate::queue::QueueConfig::default()
+        }
+    }
+
+    /// Upstream's validation: a positive initial backoff, a cap not below it; and at most
+    /// [`MAX_PARALLELISM`] threads per cycle.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.pod_initial_backoff_seconds == 0 {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.podInitialBackoffSeconds".into(),
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.pod_max_backoff_seconds < self.pod_initial_backoff_seconds {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.podMaxBackoffSeconds".into(),
+                message: format!(
+                    "{} is below podInitialBackoffSeconds ({})",
+                    self.pod_max_backoff_seconds, self.pod_initial_backoff_seconds
+                ),
+            });
+        }
+        // Far beyond any sensible backoff; keeps Duration arithmetic trivially safe.
+        const MAX: u64 = 24 * 3600;
+        if self.pod_max_backoff_seconds > MAX {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.podMaxBackoffSeconds".into(),
+                message: format!("{} is above {MAX} (a day)", self.pod_max_backoff_seconds),
+            });
+        }
+        if self.parallelism > MAX_PARALLELISM {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.parallelism".into(),
+                message: format!(
+                    "{} is above {MAX_PARALLELISM} (0 means the machine's cores, at most 16)",
+                    self.parallelism
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The most threads `scheduler.parallelism` may ask for: one cycle's Filter and Score gain
+/// nothing from more, and each is a thread of its own.
+pub const MAX_PARALLELISM: usize = 256;
 
 /// One profile: a scheduler name and its plugin set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,15 +282,34 @@ impl Config {
         let config: Config = match serde_path_to_error::deserialize(de) {
             Ok(c) => c,
             Err(e) => {
-                let field = e.path().to_string();
+                let fe = crate::field::Error::from_serde(e.path(), &e.inner().to_string());
+                let mut message = fe.kind.to_string();
+                if fe.path.is_root() {
+                    // serde says "expected struct Config": say what the document holds.
+                    message = message.replace(
+                        "struct Config",
+                        "a mapping of profiles, scheduler, dataDir, storage, collectors, analytics, usage, serve",
+                    );
+                }
+                if let Some(l) = fe.location {
+                    message.push_str(&format!(" ({l})"));
+                }
                 return Err(ConfigError::Parse {
                     path: origin.to_string(),
-                    field,
-                    message: e.into_inner().to_string(),
+                    field: fe.path.to_string(),
+                    message,
                 });
             }
         };
-        config.validate()?;
+        // Validation errors name the file too.
+        config.validate().map_err(|e| match e {
+            ConfigError::Invalid { field, message } => ConfigError::Parse {
+                path: origin.to_string(),
+                field,
+                message,
+            },
+            other => other,
+        })?;
         Ok(config)
     }
 
@@ -253,6 +347,7 @@ impl Config {
             }
             crate::plugins::build_framework(p)?;
         }
+        self.scheduler.validate()?;
         if let Err(e) = self.collectors.validate() {
             return Err(collectors_error(e));
         }
@@ -265,6 +360,15 @@ impl Config {
         if let Err((field, message)) = self.usage.validate() {
             return Err(ConfigError::Invalid { field, message });
         }
+        if let Err(e) = self.storage.validate() {
+            let (field, message) = match e {
+                headroom_storage::Error::InvalidConfig { field, message } => {
+                    (format!("storage.{field}"), message)
+                }
+                other => ("storage".to_string(), other.to_string()),
+            };
+            return Err(ConfigError::Invalid { field, message });
+        }
         self.serve.validate()?;
         Ok(())
     }
@@ -272,6 +376,121 @@ impl Config {
     /// The effective configuration as YAML (defaults filled in).
     pub fn to_yaml(&self) -> String {
         serde_norway::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
+/// The commands that read a configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `headroom serve`.
+    Serve,
+    /// `headroom simulate`.
+    Simulate,
+    /// `headroom place`.
+    Place,
+}
+
+impl Mode {
+    /// The command's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Serve => "serve",
+            Mode::Simulate => "simulate",
+            Mode::Place => "place",
+        }
+    }
+}
+
+/// A section the configuration sets (to a non-default value) that a command does not use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unused {
+    /// The field path (`collectors`, `scheduler.podInitialBackoffSeconds`).
+    pub field: &'static str,
+    /// The command that ignores it.
+    pub mode: Mode,
+    /// Why.
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for Unused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is set but `headroom {}` does not use it: {}",
+            self.field,
+            self.mode.as_str(),
+            self.why
+        )
+    }
+}
+
+impl Config {
+    /// The sections set to non-default values that `mode` does not use, with why: every
+    /// other section takes effect in every mode (`headroom check-config` prints these, and
+    /// `simulate` and `place` warn about them).
+    pub fn unused_in(&self, mode: Mode) -> Vec<Unused> {
+        let d = Config::default();
+        // `collectors.identity` is how every mode names a pod's builder; only the sources
+        // and run detection are the collectors' own.
+        let c = &self.collectors;
+        let sources_set = c.prometheus.is_some()
+            || c.kubelet.is_some()
+            || c.scrape.is_some()
+            || c.runs != d.collectors.runs;
+        let backoff_set = self.scheduler.pod_initial_backoff_seconds
+            != d.scheduler.pod_initial_backoff_seconds
+            || self.scheduler.pod_max_backoff_seconds != d.scheduler.pod_max_backoff_seconds;
+        let rows: [(&'static str, bool, Mode, &'static str); 6] = [
+            (
+                "dataDir",
+                self.data_dir.is_some(),
+                Mode::Simulate,
+                "a simulation keeps its store in --data-dir, else in a temporary store",
+            ),
+            (
+                "dataDir",
+                self.data_dir.is_some(),
+                Mode::Place,
+                "place reads a store only when given --data-dir",
+            ),
+            (
+                "collectors (prometheus, kubelet, scrape, runs)",
+                sources_set,
+                Mode::Simulate,
+                "the simulator generates its nodes' usage and runs itself",
+            ),
+            (
+                "collectors (prometheus, kubelet, scrape, runs)",
+                sources_set,
+                Mode::Place,
+                "place takes usage from --usage and --data-dir",
+            ),
+            (
+                "serve",
+                self.serve != d.serve,
+                Mode::Simulate,
+                "it configures the cluster connection (listener, leader election, extender, events, reservations)",
+            ),
+            (
+                "scheduler.podInitialBackoffSeconds/podMaxBackoffSeconds",
+                backoff_set,
+                Mode::Place,
+                "place makes one attempt per pod, with no queue",
+            ),
+        ];
+        let mut out: Vec<Unused> = rows
+            .into_iter()
+            .filter(|(_, set, m, _)| *set && *m == mode)
+            .map(|(field, _, mode, why)| Unused { field, mode, why })
+            .collect();
+        if mode == Mode::Place && self.serve != d.serve {
+            out.push(Unused {
+                field: "serve",
+                mode,
+                why: "it configures the cluster connection (listener, leader election, extender, events, reservations)",
+            });
+        }
+        out
     }
 }
 
@@ -307,7 +526,23 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            ("profiles: [{schedulerName: a, bogus: 1}]", "profiles[0]"),
+            // Regression (issue #15, 9): `at .` or the parser's message repeated the path.
+            (
+                "apiVersion: v2\n",
+                "t: apiVersion: unknown field; expected one of profiles, scheduler, dataDir, storage, collectors, analytics, usage, serve",
+            ),
+            (
+                "- 1\n",
+                "t: top level: invalid type: sequence, expected a mapping of profiles, scheduler",
+            ),
+            (
+                "profiles: [{schedulerName: a, bogus: 1}]",
+                "t: profiles[0].bogus: unknown field; expected one of schedulerName, plugins, pluginArgs, percentageOfNodesToScore (line 1, column 31)",
+            ),
+            (
+                "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
+                "t: profiles[headroom].plugins.TaintToleration.weight: ",
+            ),
             (
                 "profiles: [{plugins: {NoSuch: {weight: 2}}}]",
                 "plugins.NoSuch",
@@ -325,8 +560,17 @@ mod tests {
             ("scheduler: {seed: -1}", "scheduler.seed"),
             (
                 "profiles: [{percentageOfNodesToScore: 101}]",
-                "profiles[headroom].percentageOfNodesToScore",
+                "t: profiles[headroom].percentageOfNodesToScore: 101 is not in 0..=100",
             ),
+            (
+                "profiles: [{percentageOfNodesToScore: -1}]",
+                "t: profiles[0].percentageOfNodesToScore: ",
+            ),
+            (
+                "scheduler: {parallelism: 257}",
+                "t: scheduler.parallelism: 257 is above 256",
+            ),
+            ("scheduler: {parallelism: -1}", "t: scheduler.parallelism: "),
             (
                 "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
                 "pluginArgs.nodeResourcesFit.scoringStrategy.type",

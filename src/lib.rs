@@ -8,6 +8,9 @@
 //! - [`plugins`]: the plugins, one file each, and the registry that builds profiles;
 //! - [`queue`]: active, backoff and unschedulable queues;
 //! - [`config`]: the YAML configuration;
+//! - [`engine`]: the one composition root `serve`, `simulate` and `place` run on, with
+//!   [`cluster`] (the state every cluster feed writes to) and [`clock`] (wall or simulated);
+//! - [`field`]: validation errors with field paths (`spec.containers[0].resources`);
 //! - [`place`]: the `headroom place` what-if command;
 //! - [`collect`]: `headroom collect --once` and `headroom series`, collectors into the store;
 //! - [`metrics`]: headroom's Prometheus metrics;
@@ -17,8 +20,12 @@
 pub mod analytics;
 pub mod api;
 pub mod cli;
+pub mod clock;
+pub mod cluster;
 pub mod collect;
 pub mod config;
+pub mod engine;
+pub mod field;
 pub mod framework;
 pub mod kube;
 pub mod metrics;

@@ -42,11 +42,13 @@
 //! `headroom_usage_view_age_seconds` is `+Inf` until a usage view was computed.
 //!
 //! `kind` on the node gauges: `allocatable`, `requested` (sum of the pods' requests),
-//! `used` (newest measured sample), `used_windowed` (the windowed quantile the scheduler
-//! judges by), `headroom` (allocatable minus `used_windowed`; for disk, the windowed free
-//! space), and for disk `capacity` (filesystem size). Measured kinds are absent for a node
-//! without usage data; `headroom_usage_stale_nodes` counts those and the ones whose newest
-//! sample is older than [`MetricsOptions::stale_after`].
+//! `used` (newest measured sample), `used_windowed` (the windowed quantile), `headroom`
+//! (what the node really has free by the scheduler's own definition,
+//! [`crate::usage::Headroom`]: capacity minus the larger of current and windowed usage and
+//! the pods placed since the newest sample, or minus requests where usage is stale or
+//! missing; for disk, the free space after recent placements), and for disk `capacity`
+//! (filesystem size). Measured kinds are absent for a node without usage data; `headroom_usage_stale_nodes` counts those and the ones whose newest
+//! sample is older than the usage policy's `staleAfter`.
 //!
 //! Cardinality is bounded: builder gauges cover the [`MetricsOptions::max_builders`] most
 //! recently active builders, and rejection reasons beyond
@@ -70,6 +72,7 @@ use crate::analytics::UsageView;
 use crate::framework::{BindPlugin, BoxFuture, Decision, Outcome, Plugin, Status};
 use crate::queue::QueueLengths;
 use crate::snapshot::{PodInfo, Snapshot};
+use crate::usage::{Headroom, UsagePolicy};
 
 /// Errors of the metrics module.
 #[derive(Debug, thiserror::Error)]
@@ -88,9 +91,6 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Tuning of the metrics.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MetricsOptions {
-    /// A node whose newest usage sample is older than this (or that has none) is stale.
-    /// Default 2 minutes: eight 15 s scrapes missed.
-    pub stale_after: Duration,
     /// At most this many builders get profile gauges, the most recently active first.
     /// Default 500.
     pub max_builders: usize,
@@ -102,7 +102,6 @@ pub struct MetricsOptions {
 impl Default for MetricsOptions {
     fn default() -> Self {
         MetricsOptions {
-            stale_after: Duration::from_secs(120),
             max_builders: 500,
             max_rejection_reasons: 200,
         }
@@ -192,7 +191,9 @@ pub fn decision_result(d: &Decision) -> &'static str {
 /// Every metric headroom exports, and the registry that encodes them. Share it behind an
 /// `Arc`; every method takes `&self`.
 pub struct Metrics {
-    registry: Registry,
+    /// Behind a lock so other modules can register their own metrics after construction
+    /// ([`Metrics::register`]); encoding takes it briefly.
+    registry: Mutex<Registry>,
     options: MetricsOptions,
     attempts: Family<ResultLabel, Counter>,
     decision_duration: Histogram,
@@ -256,7 +257,7 @@ impl Metrics {
     /// [`collectors`](Self::collectors) to `Collectors::with_metrics` so their errors show).
     pub fn new(options: MetricsOptions) -> Metrics {
         let m = Metrics {
-            registry: Registry::default(),
+            registry: Mutex::new(Registry::default()),
             options,
             attempts: Family::default(),
             decision_duration: latency_histogram(),
@@ -307,7 +308,7 @@ impl Metrics {
                 .placements
                 .get_or_create(&CacheLabel { cache: c.label() });
         }
-        let r = &mut self.registry;
+        let r = self.registry.get_mut().unwrap_or_else(|e| e.into_inner());
         // prometheus-client appends `_total` to counter names when encoding.
         r.register(
             "headroom_scheduler_schedule_attempts",
@@ -539,12 +540,14 @@ impl Metrics {
     /// Rebuilds the per-node gauges from the snapshot (allocatable, requested) and the
     /// usage view (measured usage, headroom, age) as of `now_ms` (ms since the epoch). Nodes
     /// that left the snapshot disappear from the gauges.
-    pub fn set_node_usage(&self, snapshot: &Snapshot, view: &UsageView, now_ms: i64) {
+    pub fn set_node_usage(&self, snapshot: &Snapshot, policy: &UsagePolicy, now_ms: i64) {
         for f in [&self.node_cpu, &self.node_memory, &self.node_disk] {
             f.clear();
         }
         self.node_usage_age.clear();
-        let stale_ms = i64::try_from(self.options.stale_after.as_millis()).unwrap_or(i64::MAX);
+        let ctx = snapshot.usage();
+        let view = &ctx.view;
+        let stale_ms = i64::try_from(policy.stale_after.as_millis()).unwrap_or(i64::MAX);
         let mut stale = 0i64;
         for n in snapshot.nodes() {
             let name = n.name.to_string();
@@ -555,15 +558,21 @@ impl Metrics {
                 })
                 .set(v);
             };
-            let alloc_cpu = n.allocatable.milli_cpu as f64 / 1000.0;
-            let alloc_mem = n.allocatable.memory as f64;
-            set(&self.node_cpu, "allocatable", alloc_cpu);
+            set(
+                &self.node_cpu,
+                "allocatable",
+                n.allocatable.milli_cpu as f64 / 1000.0,
+            );
             set(
                 &self.node_cpu,
                 "requested",
                 n.requested.milli_cpu as f64 / 1000.0,
             );
-            set(&self.node_memory, "allocatable", alloc_mem);
+            set(
+                &self.node_memory,
+                "allocatable",
+                n.allocatable.memory as f64,
+            );
             set(&self.node_memory, "requested", n.requested.memory as f64);
             set(
                 &self.node_disk,
@@ -575,6 +584,14 @@ impl Metrics {
                 "requested",
                 n.requested.ephemeral_storage as f64,
             );
+            // The scheduler's own headroom (measured + recent placements, or requests
+            // where usage is stale or missing): the number it decides on.
+            let h = Headroom::of(n, ctx, policy);
+            set(&self.node_cpu, "headroom", h.cpu_free());
+            set(&self.node_memory, "headroom", h.memory_free());
+            if let Some(free) = h.disk_free_bytes {
+                set(&self.node_disk, "headroom", free);
+            }
             let Some(u) = view.node(&n.name) else {
                 stale += 1;
                 continue;
@@ -586,10 +603,8 @@ impl Metrics {
             self.node_usage_age
                 .get_or_create(&NodeLabel { node: name.clone() })
                 .set(age_ms as f64 / 1000.0);
-            let h = u.headroom(alloc_cpu, alloc_mem);
             set(&self.node_cpu, "used", u.cpu_cores.current);
             set(&self.node_cpu, "used_windowed", u.cpu_cores.windowed);
-            set(&self.node_cpu, "headroom", h.cpu_cores);
             set(
                 &self.node_memory,
                 "used",
@@ -600,16 +615,12 @@ impl Metrics {
                 "used_windowed",
                 u.memory_working_set_bytes.windowed,
             );
-            set(&self.node_memory, "headroom", h.memory_bytes);
             if let Some(cap) = u.fs_capacity_bytes {
                 set(&self.node_disk, "capacity", cap);
                 if let Some(avail) = u.fs_available_bytes {
                     set(&self.node_disk, "used", cap - avail.current);
                     set(&self.node_disk, "used_windowed", cap - avail.windowed);
                 }
-            }
-            if let Some(free) = h.fs_available_bytes {
-                set(&self.node_disk, "headroom", free);
             }
         }
         self.usage_nodes.set(to_i64(snapshot.len()));
@@ -706,8 +717,24 @@ impl Metrics {
 
     fn encode_locked(&self) -> Result<String, MetricsError> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        prometheus_client::encoding::text::encode(&mut out, &registry)?;
         Ok(out)
+    }
+
+    /// Registers a metric another module owns and feeds (the cluster feed's and the event
+    /// writer's counters), so `/metrics` shows it. `name` follows
+    /// `headroom_<subsystem>_<name>`; counters get `_total` appended when encoded.
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(name, help, metric);
     }
 }
 
@@ -934,7 +961,7 @@ mod tests {
     fn node_gauges_follow_snapshot_and_view() {
         let m = Metrics::default();
         let alloc = json!({"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "100Gi", "pods": "110"}}});
-        let snap = Snapshot::build(
+        let mut snap = Snapshot::build(
             [
                 node("fresh", alloc.clone()),
                 node("old", alloc.clone()),
@@ -950,7 +977,11 @@ mod tests {
         view.nodes
             .insert("fresh".into(), usage("fresh", now - 10_000));
         view.nodes.insert("old".into(), usage("old", now - 600_000));
-        m.set_node_usage(&snap, &view, now);
+        let view = Arc::new(view);
+        snap.usage_mut().view = view.clone();
+        snap.usage_mut().now_ms = now;
+        let policy = UsagePolicy::default();
+        m.set_node_usage(&snap, &policy, now);
         let text = m.encode().unwrap();
         let g = |s: &str| sample(&text, s);
         assert_eq!(
@@ -989,9 +1020,48 @@ mod tests {
         assert_eq!(g("headroom_usage_nodes"), Some(3.0));
         assert_eq!(g("headroom_usage_view_age_seconds"), Some(5.0));
 
+        // The headroom is the scheduler's: a pod placed after the newest sample counts.
+        snap.usage_mut().record_placement(
+            None,
+            "fresh",
+            crate::usage::RecentPlacement {
+                pod: "ci/new".into(),
+                at_ms: now - 1_000,
+                cpu_cores: 0.5,
+                memory_bytes: 1e9,
+                disk_bytes: 0.0,
+            },
+        );
+        m.set_node_usage(&snap, &policy, now);
+        let text = m.encode().unwrap();
+        assert_eq!(
+            sample(
+                &text,
+                "headroom_node_memory_bytes{node=\"fresh\",kind=\"headroom\"}"
+            ),
+            Some(8.0 * 1024.0 * 1024.0 * 1024.0 - 5e9)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "headroom_node_cpu_cores{node=\"fresh\",kind=\"headroom\"}"
+            ),
+            Some(1.0)
+        );
+        // A node without usage: its requests stand in (none here: all free).
+        assert_eq!(
+            sample(
+                &text,
+                "headroom_node_cpu_cores{node=\"none\",kind=\"headroom\"}"
+            ),
+            Some(4.0)
+        );
+
         // A node that left the snapshot leaves the gauges.
-        let smaller = Snapshot::build([node("fresh", json!({}))], []);
-        m.set_node_usage(&smaller, &view, now);
+        let mut smaller = Snapshot::build([node("fresh", json!({}))], []);
+        smaller.usage_mut().view = view.clone();
+        smaller.usage_mut().now_ms = now;
+        m.set_node_usage(&smaller, &policy, now);
         let text = m.encode().unwrap();
         assert!(!text.contains("node=\"old\""), "{text}");
         assert_eq!(sample(&text, "headroom_usage_stale_nodes"), Some(0.0));

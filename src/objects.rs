@@ -2,11 +2,16 @@
 //! prints (a `v1` `List`), a multi-document YAML stream, or single objects. Errors name the
 //! file, the object (`Pod default/web-1`) and the field.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use crate::field::{self, Error as FieldError, ErrorList, Path as FieldPath};
+use crate::quantity::Quantity;
 
 /// Why a file of objects could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -29,18 +34,10 @@ pub enum LoadError {
         /// Parser message.
         message: String,
     },
-    /// An object does not fit its kind's schema.
-    #[error("{path}: {object}: at {field}: {message}")]
-    Object {
-        /// File.
-        path: String,
-        /// `Kind namespace/name`.
-        object: String,
-        /// Field path inside the object.
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
+    /// Objects do not fit their kind's schema or hold invalid values: every error, each
+    /// line naming the file, the object (`items[3]: Node "n1"`) and the field.
+    #[error("{0}")]
+    Invalid(ErrorList),
 }
 
 /// Objects read from files, by kind.
@@ -67,75 +64,393 @@ fn describe(v: &Value) -> String {
         .and_then(|m| m.get("namespace"))
         .and_then(Value::as_str)
     {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
+        Some(ns) => format!("{kind} {ns}/{}", field::shown(name)),
+        None => format!("{kind} {}", field::shown(name)),
     }
 }
 
-fn typed<T: DeserializeOwned>(v: Value, path: &str, object: &str) -> Result<T, LoadError> {
-    serde_path_to_error::deserialize(v).map_err(|e| LoadError::Object {
-        path: path.to_string(),
-        object: object.to_string(),
-        field: e.path().to_string(),
-        message: e.into_inner().to_string(),
-    })
+/// How an object is named in errors: its position (`items[3]`, `document 2`), its kind
+/// and its name (`Node "n1"`, `Pod "default/web-1"`).
+fn label(position: &str, kind: &str, v: &Value) -> String {
+    let meta = v.get("metadata");
+    let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
+    let ns = meta
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str);
+    let what = match (name, ns, kind) {
+        (Some(""), _, _) => kind.to_string(),
+        (Some(n), Some(ns), "Pod") => format!("{kind} {:?}", field::shown(&format!("{ns}/{n}"))),
+        (Some(n), None, "Pod") => format!("{kind} {:?}", field::shown(&format!("default/{n}"))),
+        (Some(n), _, _) => format!("{kind} {:?}", field::shown(n)),
+        (None, _, _) => kind.to_string(),
+    };
+    if position.is_empty() {
+        what
+    } else {
+        format!("{position}: {what}")
+    }
 }
 
-impl Objects {
-    /// Adds one object (or the items of a `List`).
-    fn add(&mut self, v: Value, path: &str) -> Result<(), LoadError> {
-        if v.is_null() {
-            return Ok(());
+fn typed<T: DeserializeOwned>(v: Value, object: &str) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(v)
+        .map_err(|e| FieldError::from_serde(e.path(), &e.inner().to_string()).in_object(object))
+}
+
+fn check_labels(
+    labels: Option<&BTreeMap<String, String>>,
+    at: &FieldPath,
+    out: &mut Vec<FieldError>,
+) {
+    for (k, v) in labels.into_iter().flatten() {
+        let p = at.key(k.clone());
+        out.extend(field::label_key(&p, k));
+        out.extend(field::label_value(&p, v));
+    }
+}
+
+/// Negative quantities in a resource list (requests, limits, overhead, capacity): the API
+/// server rejects them, and the scheduler's arithmetic assumes they cannot occur.
+/// Unparseable ones are left to the scheduler, which makes the pod or node unschedulable
+/// with the reason.
+fn check_non_negative(
+    list: Option<&BTreeMap<String, K8sQuantity>>,
+    at: &FieldPath,
+    out: &mut Vec<FieldError>,
+) {
+    for (name, q) in list.into_iter().flatten() {
+        if Quantity::parse(&q.0).is_ok_and(|v| v.is_negative()) {
+            out.push(FieldError::invalid(
+                at.key(name.clone()),
+                field::quoted(&q.0),
+                "must not be negative",
+            ));
         }
-        let object = describe(&v);
+    }
+}
+
+fn check_container(c: &Container, at: &FieldPath, out: &mut Vec<FieldError>) {
+    if let Some(r) = &c.resources {
+        let rp = at.child("resources");
+        check_non_negative(r.requests.as_ref(), &rp.child("requests"), out);
+        check_non_negative(r.limits.as_ref(), &rp.child("limits"), out);
+    }
+}
+
+/// What the API server would reject in a Node and the scheduler relies on: the name (a
+/// DNS-1123 subdomain), label keys and values, no negative capacity or allocatable.
+/// Paths start at the object (`metadata.name`).
+pub fn check_node(node: &Node) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let meta = FieldPath::new("metadata");
+    match node.metadata.name.as_deref() {
+        None => out.push(FieldError::required(
+            meta.child("name"),
+            "must not be empty",
+        )),
+        Some(n) => out.extend(field::dns1123_subdomain(&meta.child("name"), n)),
+    }
+    check_labels(
+        node.metadata.labels.as_ref(),
+        &meta.child("labels"),
+        &mut out,
+    );
+    if let Some(st) = &node.status {
+        let sp = FieldPath::new("status");
+        check_non_negative(st.capacity.as_ref(), &sp.child("capacity"), &mut out);
+        check_non_negative(st.allocatable.as_ref(), &sp.child("allocatable"), &mut out);
+    }
+    out
+}
+
+/// What the API server would reject in a Pod and the scheduler relies on: the name (a
+/// DNS-1123 subdomain), the namespace (a DNS-1123 label), label keys and values, no
+/// negative requests or limits (containers, init containers, pod-level resources,
+/// overhead). Paths start at the object (`spec.containers[0].resources.requests.cpu`).
+pub fn check_pod(pod: &Pod) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let meta = FieldPath::new("metadata");
+    match pod.metadata.name.as_deref() {
+        None => out.push(FieldError::required(
+            meta.child("name"),
+            "must not be empty",
+        )),
+        Some(n) => out.extend(field::dns1123_subdomain(&meta.child("name"), n)),
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref() {
+        out.extend(field::dns1123_label(&meta.child("namespace"), ns));
+    }
+    check_labels(
+        pod.metadata.labels.as_ref(),
+        &meta.child("labels"),
+        &mut out,
+    );
+    if let Some(spec) = &pod.spec {
+        let sp = FieldPath::new("spec");
+        for (i, c) in spec.containers.iter().enumerate() {
+            check_container(c, &sp.child("containers").index(i), &mut out);
+        }
+        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+            check_container(c, &sp.child("initContainers").index(i), &mut out);
+        }
+        if let Some(r) = &spec.resources {
+            let rp = sp.child("resources");
+            check_non_negative(r.requests.as_ref(), &rp.child("requests"), &mut out);
+            check_non_negative(r.limits.as_ref(), &rp.child("limits"), &mut out);
+        }
+        check_non_negative(spec.overhead.as_ref(), &sp.child("overhead"), &mut out);
+        check_scheduling_numbers(spec, &sp, &mut out);
+    }
+    out
+}
+
+/// The numbers the API server bounds and the scheduling plugins compute with: topology
+/// spread `maxSkew` and `minDomains` at least 1, `whenUnsatisfiable` known, preferred
+/// (anti-)affinity weights in 1..=100.
+fn check_scheduling_numbers(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    sp: &FieldPath,
+    out: &mut Vec<FieldError>,
+) {
+    const WHEN: [&str; 2] = ["DoNotSchedule", "ScheduleAnyway"];
+    for (i, c) in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = sp.child("topologySpreadConstraints").index(i);
+        if c.max_skew < 1 {
+            out.push(FieldError::out_of_range(
+                at.child("maxSkew"),
+                c.max_skew,
+                "at least 1",
+            ));
+        }
+        if let Some(m) = c.min_domains
+            && m < 1
+        {
+            out.push(FieldError::out_of_range(
+                at.child("minDomains"),
+                m,
+                "at least 1",
+            ));
+        }
+        if !WHEN.contains(&c.when_unsatisfiable.as_str()) {
+            out.push(FieldError::not_supported(
+                at.child("whenUnsatisfiable"),
+                &c.when_unsatisfiable,
+                &WHEN,
+            ));
+        }
+    }
+    let Some(a) = &spec.affinity else { return };
+    let ap = sp.child("affinity");
+    let weight = |w: i32, at: FieldPath, out: &mut Vec<FieldError>| {
+        if !(1..=100).contains(&w) {
+            out.push(FieldError::out_of_range(at, w, "in 1..=100"));
+        }
+    };
+    if let Some(na) = &a.node_affinity {
+        let p = ap
+            .child("nodeAffinity")
+            .child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, t) in na
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .enumerate()
+        {
+            weight(t.weight, p.index(i).child("weight"), out);
+        }
+    }
+    let terms = [
+        (
+            "podAffinity",
+            a.pod_affinity.as_ref().and_then(|x| {
+                x.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+        ),
+        (
+            "podAntiAffinity",
+            a.pod_anti_affinity.as_ref().and_then(|x| {
+                x.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+        ),
+    ];
+    for (name, list) in terms {
+        let p = ap
+            .child(name)
+            .child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, t) in list.into_iter().flatten().enumerate() {
+            weight(t.weight, p.index(i).child("weight"), out);
+        }
+    }
+}
+
+/// Reading state: the objects so far, where each node and pod came from (for duplicates),
+/// and every error.
+#[derive(Default)]
+struct Reader {
+    out: Objects,
+    nodes: BTreeMap<String, String>,
+    pods: BTreeMap<(String, String), String>,
+    errors: ErrorList,
+}
+
+impl Reader {
+    /// Adds one object (or the items of a `List`) found at `position`.
+    fn add(&mut self, v: Value, position: &str) {
+        if v.is_null() {
+            return;
+        }
         let Some(kind) = v.get("kind").and_then(Value::as_str).map(str::to_string) else {
-            return Err(LoadError::Object {
-                path: path.to_string(),
-                object,
-                field: "kind".into(),
-                message: "missing `kind` (expected Node, Pod, Namespace or List)".into(),
-            });
+            let object = label(position, "object", &v);
+            self.errors.push(
+                FieldError::required(
+                    FieldPath::new("kind"),
+                    "missing `kind` (expected Node, Pod, Namespace or List)",
+                )
+                .in_object(object),
+            );
+            return;
         };
+        let object = label(position, &kind, &v);
         match kind.as_str() {
             "List" | "NodeList" | "PodList" | "NamespaceList" => {
                 let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
                 let Value::Array(items) = items else {
-                    return Err(LoadError::Object {
-                        path: path.to_string(),
-                        object,
-                        field: "items".into(),
-                        message: "expected a list".into(),
-                    });
+                    self.errors.push(
+                        FieldError::invalid(FieldPath::new("items"), "", "expected a list")
+                            .in_object(object),
+                    );
+                    return;
                 };
                 let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-                for mut item in items {
+                for (i, mut item) in items.into_iter().enumerate() {
                     if let (Some(k), Value::Object(m)) = (item_kind, &mut item) {
                         m.entry("kind")
                             .or_insert_with(|| Value::String(k.to_string()));
                     }
-                    self.add(item, path)?;
+                    let at = if position.is_empty() {
+                        format!("items[{i}]")
+                    } else {
+                        format!("{position}.items[{i}]")
+                    };
+                    self.add(item, &at);
                 }
             }
-            "Node" => self.nodes.push(typed(v, path, &object)?),
-            "Pod" => self.pods.push(typed(v, path, &object)?),
-            "Namespace" => self.namespaces.push(typed(v, path, &object)?),
-            other => self.ignored.push(format!("{other} ({object})")),
+            "Node" => match typed::<Node>(v, &object) {
+                Ok(node) => {
+                    let errs = check_node(&node);
+                    if !errs.is_empty() {
+                        self.errors
+                            .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
+                        return;
+                    }
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    if let Some(first) = self.nodes.get(&name) {
+                        self.errors.push(
+                            FieldError::duplicate(FieldPath::root(), first.clone())
+                                .in_object(object),
+                        );
+                        return;
+                    }
+                    self.nodes.insert(name, position_or(position, &object));
+                    self.out.nodes.push(node);
+                }
+                Err(e) => self.errors.push(e),
+            },
+            "Pod" => match typed::<Pod>(v, &object) {
+                Ok(mut pod) => {
+                    let errs = check_pod(&pod);
+                    if !errs.is_empty() {
+                        self.errors
+                            .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
+                        return;
+                    }
+                    // As kubectl does: no namespace means `default`.
+                    let ns = pod
+                        .metadata
+                        .namespace
+                        .get_or_insert_with(|| "default".to_string())
+                        .clone();
+                    let key = (ns, pod.metadata.name.clone().unwrap_or_default());
+                    if let Some(first) = self.pods.get(&key) {
+                        self.errors.push(
+                            FieldError::duplicate(FieldPath::root(), first.clone())
+                                .in_object(object),
+                        );
+                        return;
+                    }
+                    self.pods.insert(key, position_or(position, &object));
+                    self.out.pods.push(pod);
+                }
+                Err(e) => self.errors.push(e),
+            },
+            "Namespace" => match typed::<Namespace>(v, &object) {
+                Ok(ns) => {
+                    let name = FieldPath::new("metadata").child("name");
+                    match ns.metadata.name.as_deref() {
+                        None => self.errors.push(
+                            FieldError::required(name, "must not be empty").in_object(object),
+                        ),
+                        Some(n) => match field::dns1123_label(&name, n) {
+                            Some(e) => self.errors.push(e.in_object(object)),
+                            None => self.out.namespaces.push(ns),
+                        },
+                    }
+                }
+                Err(e) => self.errors.push(e),
+            },
+            other => self
+                .out
+                .ignored
+                .push(format!("{} ({})", field::shown(other), describe(&v))),
         }
-        Ok(())
     }
+}
 
-    /// Parses YAML or JSON text (one or more documents).
+/// The position of an object, for "duplicate of ..." (the object label when the file
+/// holds a single object).
+fn position_or(position: &str, object: &str) -> String {
+    if position.is_empty() {
+        object.to_string()
+    } else {
+        position.to_string()
+    }
+}
+
+impl Objects {
+    /// Parses YAML or JSON text (one or more documents). Every invalid object is reported
+    /// (not only the first): Nodes and Pods need valid names, namespaces and label keys
+    /// and values, Pods no negative requests or limits; a Node or Pod may appear once.
+    /// Pods without a namespace get `default`, as kubectl gives them.
     pub fn parse(text: &str, path: &str) -> Result<Objects, LoadError> {
-        let mut out = Objects::default();
+        let mut docs = Vec::new();
         for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
             let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| LoadError::Syntax {
                 path: path.to_string(),
                 document: i + 1,
                 message: e.to_string(),
             })?;
-            out.add(v, path)?;
+            docs.push(v);
         }
-        Ok(out)
+        let several = docs.iter().filter(|v| !v.is_null()).count() > 1;
+        let mut r = Reader::default();
+        for (i, v) in docs.into_iter().enumerate() {
+            let position = if several {
+                format!("document {}", i + 1)
+            } else {
+                String::new()
+            };
+            r.add(v, &position);
+        }
+        if !r.errors.is_empty() {
+            return Err(LoadError::Invalid(r.errors.with_origin(path)));
+        }
+        Ok(r.out)
     }
 
     /// Reads a file.
@@ -169,7 +484,7 @@ mod tests {
 
         let bad = "kind: Pod\nmetadata: {name: p, namespace: d}\nspec: {containers: [{name: c, ports: [{containerPort: eighty}]}]}\n";
         let e = Objects::parse(bad, "pod.yaml").unwrap_err().to_string();
-        assert!(e.contains("Pod d/p"), "{e}");
+        assert!(e.starts_with("pod.yaml: Pod \"d/p\": "), "{e}");
         assert!(
             e.contains("spec.containers[0].ports[0].containerPort"),
             "{e}"
@@ -181,5 +496,110 @@ mod tests {
         assert!(e.contains("missing `kind`"), "{e}");
         let e = Objects::parse("kind: [\n", "f").unwrap_err().to_string();
         assert!(e.contains("document 1"), "{e}");
+    }
+
+    fn errors(text: &str) -> String {
+        match Objects::parse(text, "f.yaml") {
+            Err(LoadError::Invalid(list)) => list.to_string(),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_must_be_present_valid_and_unique() {
+        // Regression (issue #15, 8): a Pod without metadata was placed as `default/`, a
+        // Node named "" was used, and two Nodes of one name were merged silently.
+        let e = errors("kind: Pod\nspec: {containers: []}\n");
+        assert_eq!(e, "f.yaml: Pod: metadata.name: must not be empty");
+        let list = r#"{"kind": "List", "items": [
+            {"kind": "Node", "metadata": {"name": "n0"}},
+            {"kind": "Node", "metadata": {"name": "n1"}},
+            {"kind": "Node", "metadata": {"name": "n2"}},
+            {"kind": "Node", "metadata": {"name": ""}},
+            {"kind": "Node", "metadata": {"name": "n4"}},
+            {"kind": "Node", "metadata": {"name": "n1"}}]}"#;
+        let e = errors(list);
+        assert_eq!(
+            e,
+            "f.yaml: items[3]: Node: metadata.name: must not be empty\n\
+             f.yaml: items[5]: Node \"n1\": duplicate of items[1]"
+        );
+        let stream = "kind: Pod\nmetadata: {name: a}\n---\nkind: Pod\nmetadata: {name: a, namespace: default}\n";
+        assert_eq!(
+            errors(stream),
+            "f.yaml: document 2: Pod \"default/a\": duplicate of document 1"
+        );
+        // Pods without a namespace get `default`, as kubectl gives them.
+        let o = Objects::parse("kind: Pod\nmetadata: {name: a}\n", "f").unwrap();
+        assert_eq!(o.pods[0].metadata.namespace.as_deref(), Some("default"));
+        // Regression (issue #15, 5): a 65,536-character node name reached `place`.
+        let long = format!("kind: Node\nmetadata: {{name: {}}}\n", "a".repeat(65_536));
+        let e = errors(&long);
+        assert!(
+            e.ends_with("metadata.name: must be at most 253 characters, got 65536"),
+            "{e}"
+        );
+        assert!(e.len() < 200, "{e}");
+        let e =
+            errors("kind: Pod\nmetadata: {name: Web_1, namespace: My.NS, labels: {'a b': x}}\n");
+        assert_eq!(e.lines().count(), 3, "{e}");
+        assert!(
+            e.contains("metadata.name: must be a DNS-1123 subdomain"),
+            "{e}"
+        );
+        assert!(
+            e.contains("metadata.namespace: must be a DNS-1123 label"),
+            "{e}"
+        );
+        assert!(
+            e.contains("metadata.labels[a b]: must be a qualified name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn scheduling_numbers_are_bounded_as_the_api_server_bounds_them() {
+        // maxSkew feeds `maxSkew - 1` in PodTopologySpread's score (i32::MIN overflowed).
+        let pod = "kind: Pod\nmetadata: {name: x}\nspec:\n  containers: []\n  topologySpreadConstraints: [{maxSkew: -2147483648, topologyKey: zone, whenUnsatisfiable: Never, minDomains: 0}]\n  affinity: {podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 101, podAffinityTerm: {topologyKey: zone}}]}}\n";
+        let e = errors(pod);
+        let fields: Vec<&str> = e
+            .lines()
+            .map(|l| l.split(": ").nth(2).unwrap_or(""))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.topologySpreadConstraints[0].maxSkew",
+                "spec.topologySpreadConstraints[0].minDomains",
+                "spec.topologySpreadConstraints[0].whenUnsatisfiable",
+                "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+            ],
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn negative_requests_and_limits_are_rejected() {
+        // Regression (issue #15, 7): `cpu: "-1"` gave an out-of-range score, `memory: "-1"`
+        // was placed.
+        let pod = "kind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: '-1', memory: 1Gi}, limits: {memory: '-1'}}\n  initContainers:\n  - {name: i, resources: {requests: {memory: -5Mi}}}\n  overhead: {cpu: -100m}\n";
+        let e = errors(pod);
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "f.yaml: Pod \"default/x\": spec.containers[0].resources.requests.cpu: must not be negative, got \"-1\"",
+                "f.yaml: Pod \"default/x\": spec.containers[0].resources.limits.memory: must not be negative, got \"-1\"",
+                "f.yaml: Pod \"default/x\": spec.initContainers[0].resources.requests.memory: must not be negative, got \"-5Mi\"",
+                "f.yaml: Pod \"default/x\": spec.overhead.cpu: must not be negative, got \"-100m\"",
+            ]
+        );
+        let node = "kind: Node\nmetadata: {name: n}\nstatus: {allocatable: {memory: '-1'}}\n";
+        assert_eq!(
+            errors(node),
+            "f.yaml: Node \"n\": status.allocatable.memory: must not be negative, got \"-1\""
+        );
+        // Unparseable quantities stay the scheduler's business (unschedulable with a reason).
+        assert!(Objects::parse("kind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\n", "f").is_ok());
     }
 }

@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::analytics::UsageView;
+use crate::clock::{Clock, wall_ms};
 use crate::config::Config;
+use crate::engine::{Engine, EngineError, Parts};
 use crate::framework::decision::Explanation;
 use crate::objects::{LoadError, Objects};
-use crate::plugins::PluginDeps;
-use crate::reservation::{InMemoryReservations, Reservation, ReservationSource};
-use crate::scheduler::Scheduler;
-use crate::snapshot::{PodInfo, Snapshot};
+use crate::reservation::InMemoryReservations;
+use crate::snapshot::PodInfo;
 use crate::usage::file::UsageFile;
 
 /// Why `place` could not run (exit code 2).
@@ -88,109 +88,103 @@ pub struct PlaceOptions {
     pub data_dir: Option<PathBuf>,
 }
 
-/// The real-usage inputs of a `place` run.
-#[derive(Debug, Clone, Default)]
-pub struct PlaceUsage {
-    /// Decision time, ms since the epoch.
-    pub now_ms: i64,
-    /// The usage view.
-    pub view: UsageView,
-    /// Reservations.
-    pub reservations: Vec<Reservation>,
-}
-
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// Gathers the usage inputs of `options`: the store's view (if `data_dir`), overlaid by the
-/// usage file's entries (if `usage`); the file's `now` (else the wall clock) is the time.
-pub fn load_usage(config: &Config, options: &PlaceOptions) -> Result<PlaceUsage, PlaceError> {
-    let file = options
-        .usage
-        .as_deref()
-        .map(|p| UsageFile::load(p, wall_ms()))
-        .transpose()?;
-    let now_ms = file.as_ref().map_or_else(wall_ms, |f| f.now_ms);
-    let mut view = UsageView {
-        generated_ms: now_ms,
-        ..UsageView::default()
-    };
-    if let Some(dir) = &options.data_dir {
-        let shown = dir.display().to_string();
-        let has_store = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some());
-        if !has_store {
-            return Err(PlaceError::NoStore(shown));
-        }
-        let store_err = |message: String| PlaceError::Store {
-            path: shown.clone(),
-            message,
-        };
-        let store = headroom_storage::Store::open(dir, config.storage.clone())
-            .map_err(|e| store_err(e.to_string()))?;
-        view = crate::analytics::compute(&store, &config.analytics, now_ms)
-            .map_err(|e| store_err(e.to_string()))?;
-    }
-    let mut reservations = Vec::new();
-    if let Some(f) = file {
-        view.nodes.extend(f.view.nodes);
-        view.builders.extend(f.view.builders);
-        view.placements.extend(f.view.placements);
-        reservations = f.reservations;
-    }
-    Ok(PlaceUsage {
-        now_ms,
-        view,
-        reservations,
-    })
-}
-
-/// Builds the snapshot from cluster objects.
-pub fn snapshot_of(objects: &Objects) -> Snapshot {
-    let mut snap = Snapshot::build(objects.nodes.iter().cloned(), objects.pods.iter().cloned());
-    for ns in &objects.namespaces {
-        snap.upsert_namespace(ns);
-    }
-    snap
-}
-
-/// Runs `place` over already-loaded objects.
+/// Runs `place` over already-loaded objects: the [`Engine`] (the same profiles, plugin
+/// dependencies and usage computation as `serve`) on a clock stopped at the decision
+/// time, its cluster state fed from `cluster` as a watch would feed it, each pod of `pods`
+/// scheduled in turn and assumed before the next.
 pub fn place_objects(
     config: &Config,
     cluster: &Objects,
     pods: &Objects,
     options: &PlaceOptions,
 ) -> Result<PlaceReport, PlaceError> {
-    let usage = load_usage(config, options)?;
-    place_with_usage(config, cluster, pods, options, usage)
-}
-
-/// Runs `place` over loaded objects and usage inputs.
-pub fn place_with_usage(
-    config: &Config,
-    cluster: &Objects,
-    pods: &Objects,
-    options: &PlaceOptions,
-    usage: PlaceUsage,
-) -> Result<PlaceReport, PlaceError> {
-    let source = Arc::new(InMemoryReservations::new(usage.reservations));
-    // Expired holds are gone before the first pod, as the purge loop would have done.
-    source.purge_expired(usage.now_ms);
-    let deps = PluginDeps::from_config(config).with_reservations(source);
-    let mut scheduler = Scheduler::with_deps(config, &deps)?;
+    let file = options
+        .usage
+        .as_deref()
+        .map(|p| UsageFile::load(p, wall_ms()))
+        .transpose()?;
+    let now_ms = file.as_ref().map_or_else(wall_ms, |f| f.now_ms);
+    // A store only to read usage from (`--data-dir`); a what-if run writes nothing.
+    let store = match &options.data_dir {
+        Some(dir) => {
+            let shown = dir.display().to_string();
+            let has_store = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some());
+            if !has_store {
+                return Err(PlaceError::NoStore(shown));
+            }
+            Some(
+                headroom_storage::Store::open_existing(dir, config.storage.clone()).map_err(
+                    |e| PlaceError::Store {
+                        path: shown,
+                        message: e.to_string(),
+                    },
+                )?,
+            )
+        }
+        None => None,
+    };
+    let reservations = file
+        .as_ref()
+        .map(|f| f.reservations.clone())
+        .unwrap_or_default();
+    let source = Arc::new(InMemoryReservations::new(reservations));
+    let (clock, _) = Clock::manual(now_ms);
+    let parts = Parts {
+        clock,
+        store,
+        reservations: Some(source),
+        nodes_observer: None,
+        // What-if: nothing from the cluster file is queued; the pods to place are given.
+        schedule: false,
+        explain: true,
+    };
+    let engine = Engine::new(config.clone(), parts).map_err(|e| match e {
+        EngineError::Config(c) => PlaceError::Config(c),
+        other => PlaceError::Store {
+            path: "(engine)".into(),
+            message: other.to_string(),
+        },
+    })?;
     if let Some(p) = &options.profile
-        && scheduler.framework(Some(p)).is_none()
+        && engine.scheduler_profile_missing(p)
     {
-        return Err(PlaceError::UnknownProfile(
-            p.clone(),
-            scheduler.profiles().join(", "),
-        ));
+        let names = engine
+            .scheduler()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .profiles()
+            .join(", ");
+        return Err(PlaceError::UnknownProfile(p.clone(), names));
     }
-    *scheduler.snapshot_mut() = snapshot_of(cluster);
-    scheduler.set_now_ms(usage.now_ms);
-    scheduler.set_usage_view(Arc::new(usage.view));
+    // Expired holds are gone before the first pod, as the housekeeping tick would have
+    // done; the scheduler's clock is the decision time.
+    engine.housekeeping();
+    let mut view = if options.data_dir.is_some() {
+        engine.compute_view().map_err(|e| PlaceError::Store {
+            path: options
+                .data_dir
+                .as_deref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            message: e.to_string(),
+        })?
+    } else {
+        UsageView {
+            generated_ms: now_ms,
+            ..UsageView::default()
+        }
+    };
+    if let Some(f) = file {
+        view.nodes.extend(f.view.nodes);
+        view.builders.extend(f.view.builders);
+        view.placements.extend(f.view.placements);
+    }
+    engine.publish_view(Arc::new(view));
+    let feed = engine.cluster();
+    feed.replace_namespaces(cluster.namespaces.clone());
+    feed.replace_nodes(cluster.nodes.clone());
+    feed.replace_pods(cluster.pods.clone());
+    let mut scheduler = engine.scheduler().lock().unwrap_or_else(|e| e.into_inner());
     let mut results = Vec::new();
     for pod in &pods.pods {
         let info = PodInfo::new(Arc::new(pod.clone()));

@@ -26,6 +26,10 @@ pub enum Error {
     /// The number has more digits than we can represent exactly.
     #[error("quantity {0:?} has too many digits")]
     TooPrecise(String),
+    /// A negative amount where only non-negative ones mean something (requests, limits,
+    /// capacity); [`Quantity::parse`] itself accepts negative quantities.
+    #[error("quantity {0:?} is negative; requests, limits and capacities must not be")]
+    Negative(String),
 }
 
 /// A parsed quantity: `mantissa × 10^exp10 × 2^exp2`, with a sign.
@@ -221,7 +225,8 @@ pub fn format_bytes(v: i64) -> String {
         ("Ki", 1 << 10),
     ];
     for (unit, size) in UNITS {
-        if v.abs() >= size {
+        // `unsigned_abs`: `i64::MIN.abs()` overflows (a saturated negative quantity).
+        if v.unsigned_abs() >= size as u64 {
             let x = v as f64 / size as f64;
             return if v % size == 0 {
                 format!("{}{unit}", v / size)
@@ -309,5 +314,12 @@ mod tests {
         assert_eq!(format_bytes(512), "512");
         assert_eq!(format_milli(1500), "1500m");
         assert_eq!(format_milli(2000), "2");
+        // Regression: a saturated negative quantity (`-8200E20`) overflowed `abs()`.
+        assert_eq!(format_bytes(i64::MIN), "-8192Pi");
+        assert_eq!(
+            format_bytes(Quantity::parse("-8200E20").unwrap().value()),
+            "-8192Pi"
+        );
+        assert_eq!(format_milli(i64::MIN), "-9223372036854775808m");
     }
 }

@@ -132,6 +132,16 @@ impl Resources {
 /// An exact (nano-scaled) resource list, used while summing containers.
 type ExactList = BTreeMap<String, i128>;
 
+/// Parses a request, limit or capacity: a negative one is an error (the API server rejects
+/// them; the scheduler's arithmetic and scores assume they cannot occur).
+fn non_negative(s: &str) -> Result<Quantity, crate::quantity::Error> {
+    let q = Quantity::parse(s)?;
+    if q.is_negative() {
+        return Err(crate::quantity::Error::Negative(s.to_string()));
+    }
+    Ok(q)
+}
+
 fn parse_list(
     list: Option<&BTreeMap<String, K8sQuantity>>,
     field: &dyn Fn(&str) -> String,
@@ -139,7 +149,7 @@ fn parse_list(
     let mut out = ExactList::new();
     if let Some(list) = list {
         for (name, q) in list {
-            let parsed = Quantity::parse(&q.0).map_err(|source| QuantityError {
+            let parsed = non_negative(&q.0).map_err(|source| QuantityError {
                 field: field(name),
                 source,
             })?;
@@ -284,7 +294,7 @@ pub fn node_capacity(node: &Node) -> Result<Resources, QuantityError> {
     let cap = node.status.as_ref().and_then(|s| s.capacity.as_ref());
     for (name, q) in cap.into_iter().flatten() {
         let parse = || {
-            Quantity::parse(&q.0).map_err(|source| QuantityError {
+            non_negative(&q.0).map_err(|source| QuantityError {
                 field: format!("status.capacity[{name}]"),
                 source,
             })
@@ -311,7 +321,7 @@ pub fn node_allocatable(node: &Node) -> Result<Resources, QuantityError> {
     }
     let mut r = Resources::default();
     for (name, q) in &merged {
-        let parsed = Quantity::parse(&q.0).map_err(|source| QuantityError {
+        let parsed = non_negative(&q.0).map_err(|source| QuantityError {
             field: format!("status.allocatable[{name}]"),
             source,
         })?;
@@ -441,5 +451,40 @@ mod tests {
         let err = pod_requests(&bad).unwrap_err();
         assert_eq!(err.field, "spec.containers[0].resources.requests[cpu]");
         assert!(err.to_string().contains("lots"));
+    }
+
+    #[test]
+    fn negative_requests_and_capacities_are_errors() {
+        // Regression (issue #15, 7): `cpu: "-1"` made NodeResourcesFit score 102, and
+        // `memory: "-1"` was placed. A negative request, overhead or capacity is an error,
+        // so the pod (or node) is unschedulable with the reason.
+        for (spec, field) in [
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "-1"}}}]}),
+                "spec.containers[0].resources.requests[cpu]",
+            ),
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"memory": "-1"}}}]}),
+                "spec.containers[0].resources.requests[memory]",
+            ),
+            (
+                json!({"containers": [], "overhead": {"cpu": "-10m"}}),
+                "spec.overhead[cpu]",
+            ),
+            (
+                json!({"containers": [], "initContainers": [{"name": "i", "resources": {"requests": {"memory": "-1Gi"}}}]}),
+                "spec.initContainers[0].resources.requests[memory]",
+            ),
+        ] {
+            let err = pod_requests(&pod(spec)).unwrap_err();
+            assert_eq!(err.field, field);
+            assert!(err.to_string().contains("is negative"), "{err}");
+        }
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": "n"}, "status": {"allocatable": {"memory": "-1"}}}),
+        )
+        .unwrap();
+        let err = node_allocatable(&node).unwrap_err();
+        assert_eq!(err.field, "status.allocatable[memory]");
     }
 }

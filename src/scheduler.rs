@@ -39,7 +39,7 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecentPlacementOf {
     /// Builder identity (the collectors' rule).
-    pub builder: String,
+    pub builder: headroom_collectors::BuilderId,
     /// Node.
     pub node: String,
     /// What was recorded.
@@ -59,7 +59,8 @@ pub const RECENT_MAX_AGE_MS: i64 = 10 * 60 * 1000;
 
 /// Profiles, snapshot and assumed pods.
 pub struct Scheduler {
-    frameworks: Vec<Framework>,
+    /// Shared with the queue's PreEnqueue check (frameworks are immutable once built).
+    frameworks: Arc<[Framework]>,
     snapshot: Arc<Snapshot>,
     rng: SmallRng,
     assumed: HashMap<String, Assumed>,
@@ -84,7 +85,7 @@ impl Scheduler {
             .profiles
             .iter()
             .map(|p| build_framework_with(p, deps))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Arc<[_]>, _>>()?;
         let rng = match config.scheduler.seed {
             Some(s) => SmallRng::seed_from_u64(s),
             None => SmallRng::from_os_rng(),
@@ -140,6 +141,25 @@ impl Scheduler {
     /// The profile names.
     pub fn profiles(&self) -> Vec<&str> {
         self.frameworks.iter().map(|f| f.profile()).collect()
+    }
+
+    /// The queue's PreEnqueue check: the PreEnqueue plugins (SchedulingGates) of the profile
+    /// the pod asks for by `spec.schedulerName` (the first profile when it names none), so
+    /// a profile without the plugin does not gate, exactly as its cycle would not.
+    pub fn pre_enqueue_fn(&self) -> crate::queue::PreEnqueueFn {
+        let frameworks = self.frameworks.clone();
+        Arc::new(move |pod: &PodInfo| {
+            let name = pod
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.as_deref());
+            let fw = match name {
+                None => frameworks.first(),
+                Some(n) => frameworks.iter().find(|f| f.profile() == n),
+            }?;
+            fw.pre_enqueue(pod)
+        })
     }
 
     /// The framework of a profile (`None` picks the first).
@@ -262,7 +282,7 @@ impl Scheduler {
         };
         // A bare pod's identity is its own name: remembering a history for it would only
         // grow the map.
-        let builder = (!usage.builder.contains("/Pod/")).then_some(usage.builder.as_str());
+        let builder = (!usage.builder.is_pod()).then_some(usage.builder.as_str());
         let snapshot = Arc::make_mut(&mut self.snapshot);
         snapshot.add_pod(info.clone(), node);
         snapshot

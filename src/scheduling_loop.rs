@@ -35,6 +35,20 @@ pub struct LoopStats {
     pub bind_errors: u64,
     /// Decisions dropped because the observer's channel was full.
     pub decisions_dropped: u64,
+    /// Wall time spent in scheduling cycles (not binds).
+    pub cycle_time: std::time::Duration,
+}
+
+impl LoopStats {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &LoopStats) {
+        self.attempts += other.attempts;
+        self.bound += other.bound;
+        self.unschedulable += other.unschedulable;
+        self.bind_errors += other.bind_errors;
+        self.decisions_dropped += other.decisions_dropped;
+        self.cycle_time += other.cycle_time;
+    }
 }
 
 /// How the loop runs.
@@ -65,20 +79,19 @@ pub struct SchedulingLoop {
     /// The binder.
     pub binder: Arc<dyn BindPlugin>,
     /// Where decision records go (bounded: a slow reader loses records, not scheduling time).
-    pub decisions: Option<mpsc::Sender<Decision>>,
+    pub decisions: Option<mpsc::Sender<Arc<Decision>>>,
     /// Options.
     pub options: LoopOptions,
 }
 
-fn profile_of(scheduler: &Scheduler, pod: &PodInfo) -> Option<String> {
-    let name = pod
-        .pod
+/// The profile a pod asks for: its `spec.schedulerName`, or the first profile when it
+/// names none. A pod naming a profile the scheduler does not have gets an error decision
+/// from [`Scheduler::schedule_one`], never another profile's verdict.
+fn profile_of(pod: &PodInfo) -> Option<&str> {
+    pod.pod
         .spec
         .as_ref()
-        .and_then(|s| s.scheduler_name.as_deref())?;
-    scheduler
-        .framework(Some(name))
-        .map(|f| f.profile().to_string())
+        .and_then(|s| s.scheduler_name.as_deref())
 }
 
 impl SchedulingLoop {
@@ -96,67 +109,94 @@ impl SchedulingLoop {
                 p = self.queue.pop() => p,
             };
             let Some(queued) = popped else { break };
-            let pod = queued.pod_info.clone();
-            let attempt = {
-                let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-                let profile = profile_of(&s, &pod);
-                // Wall time, not tokio's (possibly paused or simulated) clock: the latency
-                // metric is what the cycle cost.
-                let started = std::time::Instant::now();
-                let mut attempt = s.schedule_one(&pod, profile.as_deref(), self.options.explain);
-                attempt.decision.cycle_duration = started.elapsed();
-                attempt.decision.decided_at_ms = s.snapshot().usage().now_ms;
-                attempt
-            };
-            stats.lock().unwrap_or_else(|e| e.into_inner()).attempts += 1;
-            let node = attempt.decision.node().map(str::to_string);
-            let failure = Failure::from(&attempt.decision);
-            self.publish(attempt.decision, &stats);
-            let (Some(node), Some(assumed)) = (node, attempt.assumed) else {
-                stats
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .unschedulable += 1;
-                self.queue.add_unschedulable(pod, failure);
-                continue;
-            };
-            let scheduler = self.scheduler.clone();
-            let queue = self.queue.clone();
-            let binder = self.binder.clone();
-            let stats = stats.clone();
-            let confirm = self.options.confirm_on_bind;
-            binds.spawn(async move {
-                let status = binder.bind(&assumed, &node).await;
-                let mut s = scheduler.lock().unwrap_or_else(|e| e.into_inner());
-                if status.is_success() {
-                    s.finish_binding(
-                        &pod.namespace,
-                        &pod.name,
-                        tokio::time::Instant::now().into_std(),
-                    );
-                    if confirm {
-                        s.confirm(&pod.namespace, &pod.name);
-                    }
-                    drop(s);
-                    queue.done(&PodKey::of(&pod));
-                    stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
-                } else {
-                    s.forget(&pod);
-                    drop(s);
-                    stats.lock().unwrap_or_else(|e| e.into_inner()).bind_errors += 1;
-                    let message = format!("binding to {node}: {}", status.message());
-                    queue.add_unschedulable(pod, Failure::error(message));
-                }
-            });
+            self.schedule(queued.pod_info, &mut binds, &stats);
         }
         // Finish the binds in flight: every assumed pod ends bound or forgotten.
         while binds.join_next().await.is_some() {}
         *stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Schedules every pod that is ready now, waits for their binds, and repeats until the
+    /// queue is settled (nothing ready, nothing in flight); returns what it did. The
+    /// simulator drives the loop this way between two steps of simulated time, so a step's
+    /// pods are all decided, in the same order, before time moves on.
+    pub async fn run_until_settled(&self) -> LoopStats {
+        let stats = Arc::new(Mutex::new(LoopStats::default()));
+        let mut binds: JoinSet<()> = JoinSet::new();
+        loop {
+            while let Some(queued) = self.queue.try_pop() {
+                self.schedule(queued.pod_info, &mut binds, &stats);
+            }
+            if binds.is_empty() {
+                break;
+            }
+            while binds.join_next().await.is_some() {}
+        }
+        *stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One pod: the cycle, the decision published, then either back to the queue or
+    /// assumed on its node with the bind spawned (the next cycle does not wait for it).
+    fn schedule(&self, pod: Arc<PodInfo>, binds: &mut JoinSet<()>, stats: &Arc<Mutex<LoopStats>>) {
+        let attempt = {
+            let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
+            // Wall time, not tokio's (possibly paused or simulated) clock: the latency
+            // metric is what the cycle cost.
+            let started = std::time::Instant::now();
+            let mut attempt = s.schedule_one(&pod, profile_of(&pod), self.options.explain);
+            attempt.decision.cycle_duration = started.elapsed();
+            attempt.decision.decided_at_ms = s.snapshot().usage().now_ms;
+            attempt
+        };
+        {
+            let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+            st.attempts += 1;
+            st.cycle_time += attempt.decision.cycle_duration;
+        }
+        let node = attempt.decision.node().map(str::to_string);
+        let failure = Failure::from(&attempt.decision);
+        self.publish(attempt.decision, stats);
+        let (Some(node), Some(assumed)) = (node, attempt.assumed) else {
+            stats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unschedulable += 1;
+            self.queue.add_unschedulable(pod, failure);
+            return;
+        };
+        let scheduler = self.scheduler.clone();
+        let queue = self.queue.clone();
+        let binder = self.binder.clone();
+        let stats = stats.clone();
+        let confirm = self.options.confirm_on_bind;
+        binds.spawn(async move {
+            let status = binder.bind(&assumed, &node).await;
+            let mut s = scheduler.lock().unwrap_or_else(|e| e.into_inner());
+            if status.is_success() {
+                s.finish_binding(
+                    &pod.namespace,
+                    &pod.name,
+                    tokio::time::Instant::now().into_std(),
+                );
+                if confirm {
+                    s.confirm(&pod.namespace, &pod.name);
+                }
+                drop(s);
+                queue.done(&PodKey::of(&pod));
+                stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
+            } else {
+                s.forget(&pod);
+                drop(s);
+                stats.lock().unwrap_or_else(|e| e.into_inner()).bind_errors += 1;
+                let message = format!("binding to {node}: {}", status.message());
+                queue.add_unschedulable(pod, Failure::error(message));
+            }
+        });
+    }
+
     fn publish(&self, decision: Decision, stats: &Mutex<LoopStats>) {
         if let Some(tx) = &self.decisions
-            && tx.try_send(decision).is_err()
+            && tx.try_send(Arc::new(decision)).is_err()
         {
             stats
                 .lock()

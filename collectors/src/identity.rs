@@ -21,8 +21,9 @@ use crate::config::IdentityConfig;
 /// Sync on purpose: reflector stores are read synchronously, and the collectors call this
 /// once per cycle.
 pub trait PodLister: Send + Sync {
-    /// The pods currently known.
-    fn pods(&self) -> Vec<Pod>;
+    /// The pods currently known (shared: a lister backed by a cache hands out its `Arc`s
+    /// instead of copying every pod each cycle).
+    fn pods(&self) -> Vec<std::sync::Arc<Pod>>;
 }
 
 /// A fixed list of pods (tests, or a one-off listing).
@@ -30,13 +31,130 @@ pub trait PodLister: Send + Sync {
 pub struct StaticPods(pub Vec<Pod>);
 
 impl PodLister for StaticPods {
-    fn pods(&self) -> Vec<Pod> {
-        self.0.clone()
+    fn pods(&self) -> Vec<std::sync::Arc<Pod>> {
+        self.0.iter().cloned().map(std::sync::Arc::new).collect()
+    }
+}
+
+/// Which rule produced a [`BuilderId`] (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IdentitySource {
+    /// The configured label.
+    Label,
+    /// The configured annotation.
+    Annotation,
+    /// The owning workload (`<namespace>/<Kind>/<name>`).
+    Workload,
+    /// No builder: the pod itself (`<namespace>/Pod/<name>`). Such a pod has no history to
+    /// learn from, so nothing is remembered under it.
+    Pod,
+    /// Read back from the store or a file, where the rule is not recorded.
+    Stored,
+}
+
+/// A builder's identity: the key profiles, runs and placement history are stored under.
+///
+/// It renders and serialises as its string (`build-env-42`, `ci/Deployment/web`,
+/// `ci/Pod/lonely`); the rule that produced it is kept beside it so callers ask
+/// [`BuilderId::is_pod`] instead of parsing the string.
+#[derive(Debug, Clone, Eq, PartialOrd, Ord)]
+pub struct BuilderId {
+    id: String,
+    source: IdentitySource,
+}
+
+impl BuilderId {
+    /// An identity read back from the store or a file.
+    pub fn stored(id: impl Into<String>) -> BuilderId {
+        BuilderId {
+            id: id.into(),
+            source: IdentitySource::Stored,
+        }
+    }
+
+    /// The fallback identity of a pod without a builder: `<namespace>/Pod/<name>`.
+    pub fn pod(namespace: &str, name: &str) -> BuilderId {
+        BuilderId {
+            id: format!("{namespace}/Pod/{name}"),
+            source: IdentitySource::Pod,
+        }
+    }
+
+    /// The identity as text (the store's key).
+    pub fn as_str(&self) -> &str {
+        &self.id
+    }
+
+    /// Which rule produced it.
+    pub fn source(&self) -> IdentitySource {
+        self.source
+    }
+
+    /// Whether this is a bare pod's own identity (no label, annotation or owner).
+    pub fn is_pod(&self) -> bool {
+        self.source == IdentitySource::Pod
+    }
+}
+
+// Equality and hashing are by the text: the same key is the same builder, whichever rule
+// found it (a stored id equals the live one it was written from).
+impl PartialEq for BuilderId {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl std::hash::Hash for BuilderId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+impl PartialEq<str> for BuilderId {
+    fn eq(&self, other: &str) -> bool {
+        self.id == other
+    }
+}
+
+impl PartialEq<&str> for BuilderId {
+    fn eq(&self, other: &&str) -> bool {
+        self.id == *other
+    }
+}
+
+impl std::fmt::Display for BuilderId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.id)
+    }
+}
+
+impl AsRef<str> for BuilderId {
+    fn as_ref(&self) -> &str {
+        &self.id
+    }
+}
+
+impl std::ops::Deref for BuilderId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.id
+    }
+}
+
+impl serde::Serialize for BuilderId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.id)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for BuilderId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(BuilderId::stored)
     }
 }
 
 /// The builder identity of a pod with metadata `meta` (see the module docs).
-pub fn builder_identity(meta: &ObjectMeta, config: &IdentityConfig) -> String {
+pub fn builder_identity(meta: &ObjectMeta, config: &IdentityConfig) -> BuilderId {
     let non_empty = |m: &Option<std::collections::BTreeMap<String, String>>,
                      key: &Option<String>| {
         let key = key.as_ref()?;
@@ -46,22 +164,26 @@ pub fn builder_identity(meta: &ObjectMeta, config: &IdentityConfig) -> String {
             .cloned()
     };
     if let Some(v) = non_empty(&meta.labels, &config.label_key) {
-        return v;
+        return BuilderId {
+            id: v,
+            source: IdentitySource::Label,
+        };
     }
     if let Some(v) = non_empty(&meta.annotations, &config.annotation_key) {
-        return v;
+        return BuilderId {
+            id: v,
+            source: IdentitySource::Annotation,
+        };
     }
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     if let Some(owner) = controller_of(meta) {
         let (kind, name) = workload_of(owner, meta);
-        return format!("{namespace}/{kind}/{name}");
+        return BuilderId {
+            id: format!("{namespace}/{kind}/{name}"),
+            source: IdentitySource::Workload,
+        };
     }
-    format!("{namespace}/Pod/{}", meta.name.as_deref().unwrap_or(""))
-}
-
-/// Fallback identity when no metadata is known for a pod.
-pub fn pod_identity(namespace: &str, name: &str) -> String {
-    format!("{namespace}/Pod/{name}")
+    BuilderId::pod(namespace, meta.name.as_deref().unwrap_or(""))
 }
 
 fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
@@ -113,7 +235,7 @@ fn cronjob_of_job(job: &str) -> Option<&str> {
 /// What is known of a pod from the lister.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PodInfo {
-    pub builder: String,
+    pub builder: BuilderId,
     /// Phase `Succeeded` or `Failed`: the run is over even if stats still list it.
     pub ended: bool,
 }
@@ -126,7 +248,7 @@ pub(crate) struct PodIndex {
 }
 
 impl PodIndex {
-    pub fn build(pods: &[Pod], config: &IdentityConfig) -> Self {
+    pub fn build<'a>(pods: impl IntoIterator<Item = &'a Pod>, config: &IdentityConfig) -> Self {
         let mut index = PodIndex::default();
         for pod in pods {
             let meta = &pod.metadata;

@@ -95,6 +95,17 @@ pub fn parse_summary(body: &[u8]) -> Result<Summary, String> {
     serde_json::from_slice(body).map_err(|e| e.to_string())
 }
 
+/// Parses a `/stats/summary` body and maps it into samples, as one poll of a node does
+/// after the fetch; returns how many samples and pods it yields. The network-free half of
+/// a poll, for checking captured bodies (and fuzzing).
+pub fn decode_summary(body: &[u8], node: &str, fetched_ms: i64) -> Result<(usize, usize), String> {
+    let summary = parse_summary(body)?;
+    let mut samples = Vec::new();
+    let mut pods = Vec::new();
+    map_summary(&summary, node, fetched_ms, &mut samples, &mut pods);
+    Ok((samples.len(), pods.len()))
+}
+
 /// Bytes and counters are exact in `u64`; converting to the store's `f64` loses precision
 /// only past 2^53 (8 PiB), far beyond any value stored here.
 fn f(v: u64) -> f64 {

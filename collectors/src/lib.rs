@@ -33,7 +33,7 @@ use tokio::sync::{Mutex, watch};
 
 pub use config::{CollectorsConfig, IdentityConfig, SourceKind};
 pub use error::CollectError;
-pub use identity::{PodLister, StaticPods, builder_identity};
+pub use identity::{BuilderId, IdentitySource, PodLister, StaticPods, builder_identity};
 pub use metrics::Metrics;
 pub use sink::{MemorySink, RunRecord, Sink, SinkError, UsageSummary};
 
@@ -251,7 +251,7 @@ impl SourceRunner {
         if let (Some(tracker), Some(view)) = (&mut self.runs, &batch.pods) {
             let index = shared
                 .pods
-                .map(|l| PodIndex::build(&l.pods(), shared.identity))
+                .map(|l| PodIndex::build(l.pods().iter().map(|p| &**p), shared.identity))
                 .unwrap_or_default();
             for (builder, run) in tracker.observe(view, &index) {
                 let result = shared

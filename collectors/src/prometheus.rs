@@ -143,66 +143,80 @@ impl PrometheusClient {
     ) -> Result<QueryResult, CollectError> {
         let url = format!("{}{path}", self.base);
         let (status, body) = self.http.get(&url, params).await?;
-        // Prometheus answers 400/422 with a JSON error naming the problem: prefer it.
-        let response: ApiResponse = match serde_json::from_slice(&body) {
-            Ok(r) => r,
-            Err(e) if (200..300).contains(&status) => {
-                return Err(CollectError::Decode {
-                    url,
-                    message: format!("{e}; body starts: {}", snippet(&body)),
-                });
-            }
-            Err(_) => {
-                return Err(CollectError::Status {
-                    url,
-                    status,
-                    body: snippet(&body),
-                });
-            }
-        };
-        if response.status != "success" {
-            return Err(CollectError::Query {
-                signal: signal.to_owned(),
-                query: query.to_owned(),
-                error_type: response
-                    .error_type
-                    .unwrap_or_else(|| format!("HTTP {status}")),
-                message: response.error.unwrap_or_default(),
+        decode_response(&url, status, signal, query, &body)
+    }
+}
+
+/// Decodes a Prometheus HTTP API answer (`/api/v1/query`, `/api/v1/query_range`) with its
+/// HTTP status: the series, or the error Prometheus (or the body) gives, naming `url`,
+/// `signal` and `query`.
+pub fn decode_response(
+    url: &str,
+    status: u16,
+    signal: &str,
+    query: &str,
+    body: &[u8],
+) -> Result<QueryResult, CollectError> {
+    let url = url.to_owned();
+    // Prometheus answers 400/422 with a JSON error naming the problem: prefer it.
+    let response: ApiResponse = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) if (200..300).contains(&status) => {
+            return Err(CollectError::Decode {
+                url,
+                message: format!("{e}; body starts: {}", snippet(body)),
             });
         }
-        let series = match response.data {
-            Some(ApiData::Vector(v)) => v
-                .into_iter()
-                .filter_map(|s| {
-                    s.value.map(|p| PromSeries {
-                        labels: s.metric,
-                        points: vec![p.to_point()],
-                    })
-                })
-                .collect(),
-            Some(ApiData::Matrix(m)) => m
-                .into_iter()
-                .map(|s| PromSeries {
-                    labels: s.metric,
-                    points: s.values.iter().map(ApiPoint::to_point).collect(),
-                })
-                .collect(),
-            Some(ApiData::Scalar(p)) | Some(ApiData::String(p)) => vec![PromSeries {
-                labels: BTreeMap::new(),
-                points: vec![p.to_point()],
-            }],
-            None => {
-                return Err(CollectError::Decode {
-                    url,
-                    message: "success without data".into(),
-                });
-            }
-        };
-        Ok(QueryResult {
-            series,
-            warnings: response.warnings.unwrap_or_default(),
-        })
+        Err(_) => {
+            return Err(CollectError::Status {
+                url,
+                status,
+                body: snippet(body),
+            });
+        }
+    };
+    if response.status != "success" {
+        return Err(CollectError::Query {
+            signal: signal.to_owned(),
+            query: query.to_owned(),
+            error_type: response
+                .error_type
+                .unwrap_or_else(|| format!("HTTP {status}")),
+            message: response.error.unwrap_or_default(),
+        });
     }
+    let series = match response.data {
+        Some(ApiData::Vector(v)) => v
+            .into_iter()
+            .filter_map(|s| {
+                s.value.map(|p| PromSeries {
+                    labels: s.metric,
+                    points: vec![p.to_point()],
+                })
+            })
+            .collect(),
+        Some(ApiData::Matrix(m)) => m
+            .into_iter()
+            .map(|s| PromSeries {
+                labels: s.metric,
+                points: s.values.iter().map(ApiPoint::to_point).collect(),
+            })
+            .collect(),
+        Some(ApiData::Scalar(p)) | Some(ApiData::String(p)) => vec![PromSeries {
+            labels: BTreeMap::new(),
+            points: vec![p.to_point()],
+        }],
+        None => {
+            return Err(CollectError::Decode {
+                url,
+                message: "success without data".into(),
+            });
+        }
+    };
+    Ok(QueryResult {
+        series,
+        warnings: response.warnings.unwrap_or_default(),
+    })
 }
 
 fn format_secs(ms: i64) -> String {

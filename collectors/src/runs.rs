@@ -4,13 +4,13 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::config::RunsConfig;
-use crate::identity::{PodIndex, pod_identity};
+use crate::identity::{BuilderId, PodIndex};
 use crate::samples::PodView;
 use crate::sink::{RunRecord, UsageSummary};
 
 #[derive(Debug)]
 struct OpenRun {
-    builder: String,
+    builder: BuilderId,
     node: String,
     start_ms: i64,
     last_ms: i64,
@@ -70,13 +70,13 @@ impl RunTracker {
     }
 
     /// Feeds one cycle's pods; returns the runs that ended, with their builder.
-    pub fn observe(&mut self, view: &PodView, index: &PodIndex) -> Vec<(String, RunRecord)> {
+    pub fn observe(&mut self, view: &PodView, index: &PodIndex) -> Vec<(BuilderId, RunRecord)> {
         let mut ended = Vec::new();
         let mut seen = HashSet::new();
         for pod in &view.pods {
             let info = index.get(&pod.uid, &pod.namespace, &pod.name);
             let builder = info.map_or_else(
-                || pod_identity(&pod.namespace, &pod.name),
+                || BuilderId::pod(&pod.namespace, &pod.name),
                 |i| i.builder.clone(),
             );
             seen.insert(pod.uid.clone());
@@ -89,8 +89,12 @@ impl RunTracker {
                 cpu: Vec::new(),
                 memory: Vec::new(),
             });
-            // Metadata may arrive after the first stats: the latest identity wins.
-            run.builder = builder;
+            // Metadata may arrive after the first stats, and the pod may leave the lister
+            // (deleted once it ended) before its stats do: the latest *known* identity
+            // wins, never the bare-pod fallback over a real one.
+            if info.is_some() || run.builder.is_pod() {
+                run.builder = builder;
+            }
             run.missed = 0;
             // The kubelet refreshes stats more slowly than it may be polled; a repeated
             // observation time is the same sample and must not weigh twice.
@@ -252,6 +256,35 @@ mod tests {
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].0, "android");
         assert_eq!(done[0].1.end_ms, 2000);
+    }
+
+    #[test]
+    fn identity_survives_the_pod_leaving_the_lister_before_its_stats() {
+        let mut t = RunTracker::new(&RunsConfig {
+            missing_cycles: 1,
+            ..RunsConfig::default()
+        });
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("pod-a".into()),
+                namespace: Some("ci".into()),
+                uid: Some("a".into()),
+                annotations: Some(
+                    [("headroom.io/builder".to_string(), "android".to_string())].into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let idx = PodIndex::build(&[pod], &IdentityConfig::default());
+        t.observe(&view(vec![seen("a", "n1", 1000, 1.0, 1.0)], &["n1"]), &idx);
+        // The pod was deleted (the scheduler forgot it) while the kubelet still reports it.
+        let gone = PodIndex::default();
+        t.observe(&view(vec![seen("a", "n1", 2000, 1.0, 1.0)], &["n1"]), &gone);
+        let done = t.observe(&view(vec![], &["n1"]), &gone);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].0, "android");
+        assert!(!done[0].0.is_pod());
     }
 
     #[test]

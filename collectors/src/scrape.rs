@@ -25,6 +25,23 @@ pub fn parse_exposition(text: &str, default_ms: i64) -> Result<Scrape, String> {
     Scrape::parse_at(text.lines().map(|l| Ok(l.to_owned())), at).map_err(|e| e.to_string())
 }
 
+/// Parses an exposition body (lossy UTF-8, as a scrape reads it) and maps it into samples
+/// for a target of `kind` on `node`, as one scrape does after the fetch; returns how many
+/// gauge samples and counter points it yields and how many values were not finite. The
+/// network-free half of a scrape, for checking captured bodies (and fuzzing).
+pub fn decode_exposition(
+    body: &[u8],
+    kind: ScrapeKind,
+    node: &str,
+    mountpoint: &str,
+    fetched_ms: i64,
+) -> Result<(usize, usize), String> {
+    let text = String::from_utf8_lossy(body);
+    let scrape = parse_exposition(&text, fetched_ms)?;
+    let data = map_scrape(&scrape, kind, node, mountpoint);
+    Ok((data.gauges.len() + data.counters.len(), data.non_finite))
+}
+
 /// Value of a counter, gauge or untyped sample.
 pub fn scalar(value: &Value) -> Option<f64> {
     match value {

@@ -2,7 +2,8 @@
 //! places pods by.
 //!
 //! - [`profiles`]: per builder, percentiles of per-run CPU and memory over its recent runs;
-//! - [`nodes`]: per node, current and windowed CPU, memory and disk usage, and headroom.
+//! - [`nodes`]: per node, current and windowed CPU, memory and disk usage (the headroom
+//!   the scheduler decides on adds its recent placements: [`crate::usage::Headroom`]).
 //!
 //! [`compute`] builds a [`UsageView`] with polars (lazy API); [`run_refresh`] recomputes it
 //! periodically and on demand off the async threads and publishes it as an
@@ -18,7 +19,7 @@ pub mod samples;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use headroom_storage::Store;
 use polars::prelude::{PolarsError, QuantileMethod};
@@ -26,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep_until};
 
-pub use nodes::{NodeHeadroom, NodeParams, NodeSamples, NodeUsage, Stat, node_usage};
+pub use nodes::{NodeParams, NodeSamples, NodeUsage, Stat, node_usage};
 pub use profiles::{
     BuilderProfile, PerRun, Percentiles, ProfileParams, RunColumns, builder_profiles,
 };
@@ -135,18 +136,6 @@ impl UsageView {
     pub fn node(&self, node: &str) -> Option<&NodeUsage> {
         self.nodes.get(node)
     }
-
-    /// Headroom of `node` given its allocatable CPU (cores) and memory (bytes); `None`
-    /// when the node has no recent usage (callers then fall back to requests).
-    pub fn headroom(
-        &self,
-        node: &str,
-        allocatable_cpu_cores: f64,
-        allocatable_memory_bytes: f64,
-    ) -> Option<NodeHeadroom> {
-        self.node(node)
-            .map(|n| n.headroom(allocatable_cpu_cores, allocatable_memory_bytes))
-    }
 }
 
 fn ms(d: Duration) -> i64 {
@@ -186,11 +175,7 @@ pub struct RefreshReport {
     pub triggered: u64,
 }
 
-fn system_now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, ms)
-}
-
-/// Publishes a fresh [`UsageView`] on `publish` at start, every `refresh_interval` and
+/// Publishes a fresh [`UsageView`] as of `clock` on `publish` at start, every `refresh_interval` and
 /// whenever `trigger` is notified, until `shutdown` completes or every receiver is gone.
 ///
 /// - the computation runs on tokio's blocking pool, so the async threads (and the
@@ -203,6 +188,7 @@ fn system_now_ms() -> i64 {
 pub async fn run_refresh(
     store: Store,
     config: AnalyticsConfig,
+    clock: crate::clock::Clock,
     publish: watch::Sender<Arc<UsageView>>,
     trigger: Arc<Notify>,
     shutdown: impl Future<Output = ()>,
@@ -228,7 +214,7 @@ pub async fn run_refresh(
             _ = async {} => {}
         }
         let (s, c) = (store.clone(), Arc::clone(&config));
-        let now_ms = system_now_ms();
+        let now_ms = clock.now_ms();
         let result = tokio::task::spawn_blocking(move || compute(&s, &c, now_ms))
             .await
             .map_err(|e| Error::Task(e.to_string()))
@@ -323,10 +309,7 @@ mod tests {
         assert_eq!(view.generated_ms, now);
         assert_eq!(view.builder("ns/Job/x").unwrap().cpu.p99, 2.0);
         assert!(view.node("n2").is_none());
-        let h = view.headroom("n1", 4.0, 8e9).unwrap();
-        assert_eq!(h.cpu_cores, 2.0);
-        assert_eq!(h.memory_bytes, 5e9);
-        assert_eq!(h.fs_available_bytes, None);
+        assert_eq!(view.node("n1").unwrap().fs_available_bytes, None);
         assert_eq!(view.node("n1").unwrap().newest_ms, now - 1000);
 
         // A profile window that excludes the run drops the builder.
@@ -350,7 +333,7 @@ mod tests {
     async fn refresh_publishes_on_start_trigger_and_interval() {
         let store = Store::open_temporary(StoreConfig::default()).unwrap();
         let n1 = Labels::new([("node", "n1")]).unwrap();
-        let now = system_now_ms();
+        let now = crate::clock::wall_ms();
         store.append("node_cpu_usage_cores", &n1, now, 1.0).unwrap();
         store
             .append("node_memory_working_set_bytes", &n1, now, 1.0)
@@ -365,6 +348,7 @@ mod tests {
         let task = tokio::spawn(run_refresh(
             store,
             config,
+            crate::clock::Clock::wall(),
             tx,
             Arc::clone(&trigger),
             async move {
@@ -410,6 +394,7 @@ mod tests {
         let task = tokio::spawn(run_refresh(
             store,
             bad,
+            crate::clock::Clock::wall(),
             tx,
             Arc::clone(&trigger),
             tokio::time::sleep(Duration::from_secs(40)),

@@ -51,35 +51,6 @@ pub struct NodeUsage {
     pub newest_ms: i64,
 }
 
-/// Room left on a node per resource: allocatable minus the windowed usage statistic.
-/// Negative when the node is already over-committed in reality.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NodeHeadroom {
-    /// CPU, in cores.
-    pub cpu_cores: f64,
-    /// Memory, in bytes.
-    pub memory_bytes: f64,
-    /// Free disk by the windowed (low) statistic, in bytes, if collected.
-    pub fs_available_bytes: Option<f64>,
-}
-
-impl NodeUsage {
-    /// Headroom against the node's allocatable CPU (cores) and memory (bytes). Uses the
-    /// windowed statistic rather than the current value, so one quiet scrape does not
-    /// make a busy node look empty.
-    pub fn headroom(
-        &self,
-        allocatable_cpu_cores: f64,
-        allocatable_memory_bytes: f64,
-    ) -> NodeHeadroom {
-        NodeHeadroom {
-            cpu_cores: allocatable_cpu_cores - self.cpu_cores.windowed,
-            memory_bytes: allocatable_memory_bytes - self.memory_working_set_bytes.windowed,
-            fs_available_bytes: self.fs_available_bytes.map(|s| s.windowed),
-        }
-    }
-}
-
 /// What to compute node usage over.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NodeParams {
@@ -355,10 +326,6 @@ mod tests {
         assert_close(n1.fs_available_bytes.unwrap(), 790.0, 800.0);
         assert_eq!(n1.fs_capacity_bytes, Some(5000.0));
         assert_eq!(n1.newest_ms, end);
-        let h = n1.headroom(32.0, 4096.0);
-        assert!((h.cpu_cores - 12.0).abs() < 1e-9);
-        assert!((h.memory_bytes - 2096.0).abs() < 1e-6);
-        assert!((h.fs_available_bytes.unwrap() - 800.0).abs() < 1e-6);
     }
 
     #[test]

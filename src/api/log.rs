@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analytics::{BuilderProfile, NodeHeadroom, NodeUsage};
+use crate::analytics::{BuilderProfile, NodeUsage};
 use crate::framework::Decision;
 use crate::framework::decision::Explanation;
+use crate::usage::Headroom;
 
 /// Bounds of the in-memory log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +64,9 @@ pub struct DecisionInputs {
 pub struct NodeInputs {
     /// Measured usage (current and windowed).
     pub usage: NodeUsage,
-    /// Allocatable minus windowed usage.
-    pub headroom: NodeHeadroom,
+    /// The node's headroom when the decision was logged, by the scheduler's own
+    /// definition ([`Headroom`]), with the pod already counted among its recent placements.
+    pub headroom: Headroom,
     /// Age of the node's newest sample, seconds.
     pub age_seconds: f64,
     /// Older than the stale threshold.
@@ -130,10 +132,10 @@ impl ExplainResponse {
                 "{node}: cpu {:.3} cores used (windowed {:.3}), headroom {:.3}; memory {:.0} bytes used (windowed {:.0}), headroom {:.0}; sample {:.0} s old{}",
                 n.usage.cpu_cores.current,
                 n.usage.cpu_cores.windowed,
-                n.headroom.cpu_cores,
+                n.headroom.cpu_free(),
                 n.usage.memory_working_set_bytes.current,
                 n.usage.memory_working_set_bytes.windowed,
-                n.headroom.memory_bytes,
+                n.headroom.memory_free(),
                 n.age_seconds,
                 if n.stale { " (stale)" } else { "" }
             );
@@ -147,7 +149,7 @@ impl ExplainResponse {
 #[derive(Debug, Clone)]
 pub struct LoggedDecision {
     /// The record.
-    pub decision: Decision,
+    pub decision: Arc<Decision>,
     /// When it was made, ms since the epoch.
     pub decided_at_ms: i64,
     /// Inputs captured when it was logged.
@@ -349,7 +351,7 @@ mod tests {
         d.feasible = vec![1];
         d.outcome = Outcome::Placed { node: "n2".into() };
         LoggedDecision {
-            decision: d,
+            decision: Arc::new(d),
             decided_at_ms: at,
             inputs: DecisionInputs::default(),
         }

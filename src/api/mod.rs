@@ -15,7 +15,7 @@
 //!
 //! [`ApiState`] holds handles only (cheap to clone); whoever runs the scheduler owns the
 //! data: the snapshot (via a [`SnapshotSource`], e.g. the scheduler itself), the usage
-//! view (a `watch` receiver, or the one in the snapshot), the queue, the store. Decisions
+//! view (the one in the snapshot: what the scheduler decides on), the queue, the store. Decisions
 //! reach the [`DecisionLog`] through [`run_decision_sink`], which reads the scheduling
 //! loop's decision channel.
 
@@ -56,6 +56,7 @@ use crate::metrics::Metrics;
 use crate::queue::{PendingPod, QueueLengths, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::Snapshot;
+use crate::usage::UsagePolicy;
 
 /// Errors the API answers with; each maps to a status code and a JSON body
 /// `{"error": "<message>"}`.
@@ -169,7 +170,7 @@ type RunsCache = (std::time::Instant, HashMap<String, u64>);
 pub struct ApiState {
     decisions: Arc<DecisionLog>,
     snapshot: Arc<dyn SnapshotSource>,
-    usage: Option<watch::Receiver<Arc<UsageView>>>,
+    policy: Arc<UsagePolicy>,
     queue: Option<Arc<dyn QueueView>>,
     store: Option<Store>,
     metrics: Arc<Metrics>,
@@ -192,13 +193,13 @@ impl std::fmt::Debug for ApiState {
 
 impl ApiState {
     /// State over a snapshot source and metrics, with an empty default [`DecisionLog`], no
-    /// queue, no store, the wall clock, the usage view taken from the snapshot's usage
-    /// context, and not ready.
+    /// queue, no store, the wall clock, the default usage policy, and not ready. The usage
+    /// view is the one in the snapshot's usage context: what the scheduler decides on.
     pub fn new(snapshot: Arc<dyn SnapshotSource>, metrics: Arc<Metrics>) -> ApiState {
         ApiState {
             decisions: Arc::new(DecisionLog::default()),
             snapshot,
-            usage: None,
+            policy: Arc::new(UsagePolicy::default()),
             queue: None,
             store: None,
             metrics,
@@ -209,11 +210,16 @@ impl ApiState {
         }
     }
 
-    /// Reads the usage view from this receiver (e.g. the analytics refresh's) instead of
-    /// the snapshot's usage context.
-    pub fn with_usage(mut self, usage: watch::Receiver<Arc<UsageView>>) -> ApiState {
-        self.usage = Some(usage);
+    /// Judges headroom and staleness by this usage policy (the configuration's `usage`
+    /// section), as the scheduler does.
+    pub fn with_policy(mut self, policy: Arc<UsagePolicy>) -> ApiState {
+        self.policy = policy;
         self
+    }
+
+    /// The usage policy.
+    pub fn policy(&self) -> &UsagePolicy {
+        &self.policy
     }
 
     /// Serves `/queue` and the queue gauges from this queue.
@@ -283,12 +289,9 @@ impl ApiState {
         self.snapshot.current()
     }
 
-    /// The current usage view: the receiver's if set, else the snapshot's.
+    /// The current usage view: the one in the scheduler's snapshot.
     pub fn usage_view(&self) -> Arc<UsageView> {
-        match &self.usage {
-            Some(rx) => rx.borrow().clone(),
-            None => self.snapshot().usage().view.clone(),
-        }
+        self.snapshot().usage().view.clone()
     }
 
     fn builder_of(&self, d: &Decision) -> Option<String> {
@@ -300,14 +303,14 @@ impl ApiState {
     pub async fn render_metrics(&self) -> Result<String, ApiError> {
         let runs = self.runs_per_node().await;
         let snapshot = self.snapshot();
-        let view = self.usage_view();
+        let view = snapshot.usage().view.clone();
         let now = self.now_ms();
         let store_stats = self.store.as_ref().map(|s| (s.stats(), s.decision_count()));
         let lengths = self.queue.as_ref().map(|q| q.lengths());
         let (entries, bytes) = self.decisions.size();
         self.metrics
             .refresh_and_encode(|m| {
-                m.set_node_usage(&snapshot, &view, now);
+                m.set_node_usage(&snapshot, &self.policy, now);
                 m.set_builder_profiles(&view);
                 if let Some(l) = &lengths {
                     m.set_queue_lengths(l);

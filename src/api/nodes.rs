@@ -7,9 +7,10 @@ use axum::extract::{Path, State};
 use serde::Serialize;
 
 use super::{ApiError, ApiState};
-use crate::analytics::{NodeHeadroom, NodeUsage, UsageView};
+use crate::analytics::NodeUsage;
 use crate::resources::Resources;
 use crate::snapshot::NodeInfo;
+use crate::usage::{Headroom, UsageContext, UsagePolicy};
 
 /// CPU, memory, ephemeral storage and pods of a node, in plain units.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -52,8 +53,10 @@ pub struct NodeView {
     pub requested: ResourceAmounts,
     /// Measured usage; absent when the node has no recent samples.
     pub usage: Option<NodeUsage>,
-    /// Allocatable minus windowed usage; absent without usage.
-    pub headroom: Option<NodeHeadroom>,
+    /// What the node really has free: the number the scheduler decides on
+    /// ([`Headroom`]: measured usage plus recent placements, or requests where usage is
+    /// stale or missing; `basis` says which).
+    pub headroom: Headroom,
     /// Newest sample, ms since the epoch.
     pub newest_sample_ms: Option<i64>,
     /// Age of the newest sample, seconds.
@@ -79,9 +82,10 @@ pub struct NodeList {
     pub nodes: Vec<NodeView>,
 }
 
-fn view(n: &NodeInfo, usage: &UsageView, now_ms: i64, stale_ms: i64) -> NodeView {
-    let u = usage.node(&n.name);
+fn view(n: &NodeInfo, ctx: &UsageContext, policy: &UsagePolicy, now_ms: i64) -> NodeView {
+    let u = ctx.view.node(&n.name);
     let age_ms = u.map(|u| now_ms.saturating_sub(u.newest_ms).max(0));
+    let stale_ms = i64::try_from(policy.stale_after.as_millis()).unwrap_or(i64::MAX);
     let mut requested = ResourceAmounts::from(&n.requested);
     requested.pods = i64::try_from(n.pods.len()).unwrap_or(i64::MAX);
     NodeView {
@@ -90,12 +94,7 @@ fn view(n: &NodeInfo, usage: &UsageView, now_ms: i64, stale_ms: i64) -> NodeView
         pods: n.pods.len(),
         allocatable: ResourceAmounts::from(&n.allocatable),
         requested,
-        headroom: u.map(|u| {
-            u.headroom(
-                n.allocatable.milli_cpu as f64 / 1000.0,
-                n.allocatable.memory as f64,
-            )
-        }),
+        headroom: Headroom::of(n, ctx, policy),
         newest_sample_ms: u.map(|u| u.newest_ms),
         age_seconds: age_ms.map(|a| a as f64 / 1000.0),
         stale: age_ms.is_none_or(|a| a > stale_ms),
@@ -104,24 +103,19 @@ fn view(n: &NodeInfo, usage: &UsageView, now_ms: i64, stale_ms: i64) -> NodeView
     }
 }
 
-fn stale_ms(state: &ApiState) -> i64 {
-    i64::try_from(state.metrics().options().stale_after.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// `GET /nodes`.
 pub(super) async fn list(State(state): State<ApiState>) -> Json<NodeList> {
     let snapshot = state.snapshot();
-    let usage = state.usage_view();
+    let ctx = snapshot.usage();
     let now = state.now_ms();
-    let stale = stale_ms(&state);
     let nodes: Vec<NodeView> = snapshot
         .nodes()
         .iter()
-        .map(|n| view(n, &usage, now, stale))
+        .map(|n| view(n, ctx, state.policy(), now))
         .collect();
     Json(NodeList {
         now_ms: now,
-        usage_generated_ms: usage.generated_ms,
+        usage_generated_ms: ctx.view.generated_ms,
         stale_nodes: nodes.iter().filter(|n| n.stale).count(),
         nodes,
     })
@@ -139,8 +133,8 @@ pub(super) async fn one(
         .ok_or_else(|| ApiError::NotFound(format!("no node named {name}")))?;
     Ok(Json(view(
         n,
-        &state.usage_view(),
+        snapshot.usage(),
+        state.policy(),
         state.now_ms(),
-        stale_ms(&state),
     )))
 }

@@ -19,6 +19,7 @@ use crate::analytics::UsageView;
 use crate::framework::Decision;
 use crate::metrics::PlacementCache;
 use crate::snapshot::Snapshot;
+use crate::usage::Headroom;
 
 /// Decisions taken from the channel per batch.
 const BATCH: usize = 64;
@@ -32,18 +33,44 @@ pub struct SinkReport {
     pub stored: u64,
     /// Store writes or reads that failed.
     pub store_errors: u64,
+    /// Decisions the `forward` channel had no room for.
+    pub forward_dropped: u64,
 }
 
-/// Consumes the scheduling loop's decisions until every sender is dropped: counts each in
-/// the state's metrics, keeps it in its decision log with the inputs known now (builder and
-/// profile, usage view age, chosen node's usage), and, when the state has a store, writes
-/// its rendered explanation there and counts warm-cache placements against the store's
-/// placement history.
-pub async fn run_decision_sink(mut rx: mpsc::Receiver<Decision>, state: ApiState) -> SinkReport {
+/// Consumes the scheduling loop's decisions until every sender is dropped, or until
+/// `shutdown` completes and what was already sent is drained: counts each in the state's
+/// metrics, keeps it in its decision log with the inputs known now (builder and profile,
+/// usage view age, chosen node's usage), and, when the state has a store, writes its
+/// rendered explanation there and counts warm-cache placements against the store's
+/// placement history. Each decision is then handed to `forward` (the cluster reporter
+/// under `serve`: events, conditions, annotations); a full `forward` loses it there,
+/// counted in [`SinkReport::forward_dropped`], never here.
+pub async fn run_decision_sink(
+    mut rx: mpsc::Receiver<Arc<Decision>>,
+    state: ApiState,
+    forward: Option<mpsc::Sender<Arc<Decision>>>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> SinkReport {
     let mut report = SinkReport::default();
-    let mut batch: Vec<Decision> = Vec::with_capacity(BATCH);
+    let mut batch: Vec<Arc<Decision>> = Vec::with_capacity(BATCH);
+    tokio::pin!(shutdown);
+    let mut closing = false;
     loop {
-        if rx.recv_many(&mut batch, BATCH).await == 0 {
+        let n = if closing {
+            rx.recv_many(&mut batch, BATCH).await
+        } else {
+            tokio::select! {
+                biased;
+                n = rx.recv_many(&mut batch, BATCH) => n,
+                _ = &mut shutdown => {
+                    // No new senders' messages; what is queued is still served.
+                    rx.close();
+                    closing = true;
+                    continue;
+                }
+            }
+        };
+        if n == 0 {
             break;
         }
         report.decisions += batch.len() as u64;
@@ -58,6 +85,11 @@ pub async fn run_decision_sink(mut rx: mpsc::Receiver<Decision>, state: ApiState
         let mut logged = Vec::with_capacity(batch.len());
         for d in batch.drain(..) {
             state.metrics().observe_decision(&d, d.cycle_duration);
+            if let Some(f) = &forward
+                && f.try_send(d.clone()).is_err()
+            {
+                report.forward_dropped += 1;
+            }
             let builder = d.node().and_then(|_| state.builder_of(&d));
             let inputs = inputs(&state, &d, builder, &view, snapshot.as_deref(), now);
             let decided_at_ms = if d.decided_at_ms > 0 {
@@ -71,6 +103,9 @@ pub async fn run_decision_sink(mut rx: mpsc::Receiver<Decision>, state: ApiState
                 inputs,
             }));
         }
+        // Not across the store write: while a reader holds the snapshot, the scheduler's
+        // next change (an assumed pod) has to copy it.
+        drop(snapshot);
         let caches = match state.store().cloned() {
             Some(store) => {
                 let records = logged.clone();
@@ -120,18 +155,16 @@ fn inputs(
     snapshot: Option<&Snapshot>,
     now: i64,
 ) -> DecisionInputs {
-    let stale_ms =
-        i64::try_from(state.metrics().options().stale_after.as_millis()).unwrap_or(i64::MAX);
+    let policy = state.policy();
+    let stale_ms = i64::try_from(policy.stale_after.as_millis()).unwrap_or(i64::MAX);
     let chosen_node = d.node().and_then(|node| {
         let u = view.node(node)?;
-        let n = snapshot?.get(node)?;
+        let snapshot = snapshot?;
+        let n = snapshot.get(node)?;
         let age_ms = now.saturating_sub(u.newest_ms).max(0);
         Some(NodeInputs {
             usage: u.clone(),
-            headroom: u.headroom(
-                n.allocatable.milli_cpu as f64 / 1000.0,
-                n.allocatable.memory as f64,
-            ),
+            headroom: Headroom::of(n, snapshot.usage(), policy),
             age_seconds: age_ms as f64 / 1000.0,
             stale: age_ms > stale_ms,
         })

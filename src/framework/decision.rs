@@ -327,6 +327,16 @@ impl NodeVerdict {
     }
 }
 
+/// `name` followed by spaces up to `width` characters (no padding past it).
+fn padded(name: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    let n = name.chars().count();
+    if n >= width {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        std::borrow::Cow::Owned(format!("{name}{}", " ".repeat(width - n)))
+    }
+}
+
 /// A decision rendered for output: what `place --output json` prints and `/explain` serves.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -408,18 +418,26 @@ impl Explanation {
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");
         }
+        // Names are padded to align the columns, up to MAX_NAME_COLUMN characters: a longer
+        // name overflows its column rather than padding every line (and `{:width$}` takes
+        // at most u16::MAX, so a 65,536-character name would panic the formatter).
+        const MAX_NAME_COLUMN: usize = 64;
         let width = self
             .nodes
             .iter()
-            .map(|n| n.name.len())
+            .map(|n| n.name.chars().count())
             .max()
             .unwrap_or(4)
-            .max(4);
+            .clamp(4, MAX_NAME_COLUMN);
         for n in &self.nodes {
             let mark = if n.chosen { "*" } else { " " };
             if n.feasible {
                 let total = n.total.map_or("-".to_string(), |t| t.to_string());
-                let _ = write!(out, "  {mark} {:width$}  feasible  total {total}", n.name);
+                let _ = write!(
+                    out,
+                    "  {mark} {}  feasible  total {total}",
+                    padded(&n.name, width)
+                );
                 for s in &n.scores {
                     let _ = write!(out, "  {}={}", s.plugin, s.weighted);
                 }
@@ -438,8 +456,8 @@ impl Explanation {
             } else {
                 let _ = write!(
                     out,
-                    "  {mark} {:width$}  rejected  {}: {}",
-                    n.name,
+                    "  {mark} {}  rejected  {}: {}",
+                    padded(&n.name, width),
                     n.plugin.as_deref().unwrap_or("-"),
                     n.reasons.join(", ")
                 );
@@ -450,5 +468,49 @@ impl Explanation {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_renders_any_node_name_length() {
+        // Regression (issue #15, 5): `{:width$}` with a 65,536-character node name panicked
+        // `place`'s text output.
+        let long = "n".repeat(70_000);
+        let e: Explanation = serde_json::from_value(serde_json::json!({
+            "pod": "default/p", "uid": "u", "profile": "headroom", "snapshotGeneration": 1,
+            "placed": true, "node": long, "feasibleNodes": 1,
+            "nodes": [
+                {"name": long, "feasible": true, "chosen": true, "total": 100,
+                 "scores": [{"plugin": "X", "raw": 1, "normalized": 100, "weight": 1, "weighted": 100}]},
+                {"name": "short", "feasible": false, "plugin": "NodeName", "reasons": ["no"]},
+                {"name": "ünïcödé", "feasible": false, "plugin": "NodeName", "reasons": ["no"]}
+            ]
+        }))
+        .unwrap();
+        let text = e.to_text();
+        let lines: Vec<&str> = text.lines().collect();
+        let row = |name: &str| {
+            *lines
+                .iter()
+                .find(|l| {
+                    l.contains(name) && (l.contains("  feasible  ") || l.contains("  rejected  "))
+                })
+                .unwrap()
+        };
+        assert!(
+            row(&long).ends_with("  feasible  total 100  X=100"),
+            "{}",
+            row(&long).replace(&long, "<long>")
+        );
+        // The column is capped at 64 characters: short names are not padded to 70,000.
+        assert_eq!(
+            row("short"),
+            format!("    {}  rejected  NodeName: no", padded("short", 64))
+        );
+        assert_eq!(row("ünïcödé").chars().count(), row("short").chars().count());
     }
 }

@@ -7,8 +7,15 @@
 //! - `409 Conflict` (the pod is already bound, or the uid precondition failed) and `404`:
 //!   the pod is looked up once; if it is bound, gone or replaced it leaves the queue (no
 //!   blind retry), the watch brings whatever replaced it;
-//! - anything else (timeouts, 5xx): the assumed pod is forgotten and the pod requeued with
+//! - a timeout: the bind may have gone through, so the pod is looked up first: bound to
+//!   our node counts as bound; bound elsewhere, gone or replaced leaves the queue; still
+//!   pending is retried;
+//! - anything else (429, 5xx): the assumed pod is forgotten and the pod requeued with
 //!   backoff by the scheduling loop.
+//!
+//! Every bind goes through the flow controller ([`super::flow`]): a congestion window on
+//! binds in flight that shrinks on 429s, 5xx, timeouts and slow answers and grows on fast
+//! ones, a `Retry-After` pause, and an optional client-side rate limit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +26,10 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
 
+use prometheus_client::metrics::counter::Counter;
+
 use super::extender::{ExtenderBinder, ExtenderBindingArgs};
+use super::flow::{BindFlow, Signal};
 use crate::framework::{BindPlugin, BoxFuture, Plugin, Status};
 use crate::queue::{PodKey, SchedulingQueue};
 use crate::snapshot::PodInfo;
@@ -33,6 +43,22 @@ pub enum BindError {
     /// 404: the pod is gone.
     #[error("binding rejected: {0}")]
     NotFound(String),
+    /// 429: the API server asks clients to slow down (for `retry_after`, when it says).
+    #[error("binding throttled by the API server: {message}")]
+    Throttled {
+        /// The server's message.
+        message: String,
+        /// Its `retryAfterSeconds`, when given.
+        retry_after: Option<Duration>,
+    },
+    /// 5xx: the API server failed or is overloaded.
+    #[error("binding failed: the API server answered {code}: {message}")]
+    Unavailable {
+        /// The status code.
+        code: u16,
+        /// The server's message.
+        message: String,
+    },
     /// Any other API error.
     #[error("binding failed: {0}")]
     Api(String),
@@ -82,9 +108,70 @@ pub async fn bind_pod(
     match tokio::time::timeout(timeout, call).await {
         Err(_) => Err(BindError::Timeout(timeout)),
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(kube::Error::Api(s))) if s.code == 409 => Err(BindError::Conflict(s.message)),
-        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Err(BindError::NotFound(s.message)),
+        Ok(Err(kube::Error::Api(s))) => Err(match s.code {
+            409 => BindError::Conflict(s.message),
+            404 => BindError::NotFound(s.message),
+            429 => BindError::Throttled {
+                retry_after: s
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|r| *r > 0)
+                    .map(|r| Duration::from_secs(u64::from(r))),
+                message: s.message,
+            },
+            code @ 500..=599 => BindError::Unavailable {
+                code,
+                message: s.message,
+            },
+            _ => BindError::Api(s.message),
+        }),
         Ok(Err(e)) => Err(BindError::Api(e.to_string())),
+    }
+}
+
+impl BindError {
+    /// What this outcome tells the flow controller.
+    fn signal(&self, latency: Duration) -> Signal {
+        match self {
+            BindError::Throttled { retry_after, .. } => Signal::Throttled(*retry_after),
+            BindError::Unavailable { .. } | BindError::Timeout(_) => Signal::Overloaded,
+            BindError::Conflict(_) | BindError::NotFound(_) | BindError::Api(_) => {
+                Signal::Answered(latency)
+            }
+        }
+    }
+}
+
+/// Counters of the binder (`headroom_bind_*_total` once registered).
+#[derive(Debug, Clone, Default)]
+pub struct BindStats {
+    /// Binds that timed out.
+    pub timeouts: Counter,
+    /// After a timeout, the pod was found bound to our node: the bind had succeeded.
+    pub timeouts_bound: Counter,
+    /// `429` answers.
+    pub throttled: Counter,
+}
+
+impl BindStats {
+    /// Registers the counters on `metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        metrics.register(
+            "headroom_bind_timeouts",
+            "Binds with no answer within serve.requestTimeout (each then looked up)",
+            self.timeouts.clone(),
+        );
+        metrics.register(
+            "headroom_bind_timeouts_bound",
+            "Timed-out binds that the lookup found done (not retried)",
+            self.timeouts_bound.clone(),
+        );
+        metrics.register(
+            "headroom_bind_throttled",
+            "Binds the API server answered with 429 Too Many Requests",
+            self.throttled.clone(),
+        );
     }
 }
 
@@ -105,6 +192,18 @@ pub struct ApiBinder {
     queue: Option<Arc<SchedulingQueue>>,
     outcomes: Option<mpsc::Sender<BindOutcome>>,
     timeout: Duration,
+    flow: Option<Arc<BindFlow>>,
+    stats: BindStats,
+}
+
+/// What a lookup after a timed-out bind found.
+enum Lookup {
+    /// Bound to the node we asked for: the bind went through.
+    BoundHere,
+    /// Bound elsewhere, gone, or replaced: never retry.
+    Settled,
+    /// Still pending (or the lookup failed): retry with backoff.
+    Pending,
 }
 
 impl ApiBinder {
@@ -121,6 +220,34 @@ impl ApiBinder {
             queue,
             outcomes,
             timeout,
+            flow: None,
+            stats: BindStats::default(),
+        }
+    }
+
+    /// Binds through `flow` (the congestion window and rate limit), counting into `stats`.
+    pub fn with_flow(mut self, flow: Arc<BindFlow>, stats: BindStats) -> ApiBinder {
+        self.flow = Some(flow);
+        self.stats = stats;
+        self
+    }
+
+    /// After a timeout: the bind may have gone through (the server timed out answering,
+    /// not binding). Look before retrying, so no pod is bound twice and none is lost.
+    async fn lookup(&self, pod: &PodInfo, node: &str) -> Lookup {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        match tokio::time::timeout(self.timeout, api.get_opt(&pod.name)).await {
+            Ok(Ok(None)) => Lookup::Settled,
+            Ok(Ok(Some(p))) => {
+                let replaced = p.metadata.uid.as_deref().unwrap_or("") != pod.uid;
+                match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                    _ if replaced => Lookup::Settled,
+                    Some(n) if n == node => Lookup::BoundHere,
+                    Some(_) => Lookup::Settled,
+                    None => Lookup::Pending,
+                }
+            }
+            _ => Lookup::Pending,
         }
     }
 
@@ -159,7 +286,12 @@ impl Plugin for ApiBinder {
 impl BindPlugin for ApiBinder {
     fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status> {
         Box::pin(async move {
-            let result = bind_pod(
+            let permit = match &self.flow {
+                Some(f) => Some(f.acquire().await),
+                None => None,
+            };
+            let started = tokio::time::Instant::now();
+            let mut result = bind_pod(
                 &self.client,
                 &pod.namespace,
                 &pod.name,
@@ -168,6 +300,33 @@ impl BindPlugin for ApiBinder {
                 self.timeout,
             )
             .await;
+            if let Some(p) = permit {
+                p.done(match &result {
+                    Ok(()) => Signal::Answered(started.elapsed()),
+                    Err(e) => e.signal(started.elapsed()),
+                });
+            }
+            match &result {
+                Err(BindError::Timeout(_)) => {
+                    self.stats.timeouts.inc();
+                    match self.lookup(pod, node).await {
+                        Lookup::BoundHere => {
+                            self.stats.timeouts_bound.inc();
+                            result = Ok(());
+                        }
+                        Lookup::Settled => {
+                            if let Some(queue) = &self.queue {
+                                queue.delete(&PodKey::of(pod));
+                            }
+                        }
+                        Lookup::Pending => {}
+                    }
+                }
+                Err(BindError::Throttled { .. }) => {
+                    self.stats.throttled.inc();
+                }
+                _ => {}
+            }
             if let Err(e) = &result {
                 tracing::info!(pod = %pod.key(), node, error = %e, "bind failed");
                 if e.is_final() {
@@ -194,6 +353,44 @@ impl BindPlugin for ApiBinder {
 impl ExtenderBinder for ApiBinder {
     fn bind<'a>(&'a self, args: &'a ExtenderBindingArgs) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
+            // Only a pending pod, the one the caller names by uid: an extender that binds
+            // whatever it is asked to is a way around the scheduler.
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &args.pod_namespace);
+            let pod = tokio::time::timeout(self.timeout, api.get_opt(&args.pod_name))
+                .await
+                .map_err(|_| {
+                    format!(
+                        "looking up pod {}/{} timed out",
+                        args.pod_namespace, args.pod_name
+                    )
+                })?
+                .map_err(|e| {
+                    format!(
+                        "looking up pod {}/{}: {e}",
+                        args.pod_namespace, args.pod_name
+                    )
+                })?
+                .ok_or_else(|| {
+                    format!(
+                        "pod {}/{} does not exist",
+                        args.pod_namespace, args.pod_name
+                    )
+                })?;
+            if pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
+                return Err(format!(
+                    "pod {}/{} has uid {:?}, not {:?}",
+                    args.pod_namespace,
+                    args.pod_name,
+                    pod.metadata.uid.as_deref().unwrap_or(""),
+                    args.pod_uid
+                ));
+            }
+            if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                return Err(format!(
+                    "pod {}/{} is already bound to {n}",
+                    args.pod_namespace, args.pod_name
+                ));
+            }
             bind_pod(
                 &self.client,
                 &args.pod_namespace,

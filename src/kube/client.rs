@@ -15,7 +15,7 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .map_err(|e| Error::ClientConfig(format!("{}: {e}", path.display())))?;
@@ -32,6 +32,10 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
             ))
         })?,
     };
+    // kube-rs retries 429/503/504 by itself with its own backoff; headroom's flow control
+    // (`serve.binding`) must see those answers to shrink its window and honour
+    // Retry-After, and a hidden retry loop only multiplies the load on a saturated server.
+    config.default_retry = false;
     Client::try_from(config).map_err(|e| Error::ClientConfig(e.to_string()))
 }
 
@@ -43,5 +47,6 @@ pub fn client_for_url(url: &str) -> Result<Client> {
         .map_err(|e| Error::ClientConfig(format!("{url:?}: {e}")))?;
     let mut config = kube::Config::new(uri);
     config.default_namespace = "default".into();
+    config.default_retry = false;
     Client::try_from(config).map_err(|e| Error::ClientConfig(e.to_string()))
 }

@@ -30,9 +30,16 @@ pub const EXTENDER_PROFILE: &str = "extender";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ServeConfig {
-    /// Address of the HTTP listener: the extender endpoints, `/healthz` and `/readyz`.
+    /// Address of the extender's listener: `/extender/*`, `/healthz` and `/readyz`.
     /// Default `0.0.0.0:10260`.
     pub listen: String,
+    /// Address of the inspection API's listener: `/explain`, `/nodes`, `/builders`,
+    /// `/queue`, `/metrics`, `/healthz`, `/readyz`. Default `0.0.0.0:10261`.
+    pub api_listen: String,
+    /// Who may call the listeners: TLS, client certificates or TokenReview,
+    /// SubjectAccessReview (default), or `mode: none` on loopback only; see
+    /// `src/kube/auth.rs`.
+    pub security: super::auth::SecurityConfig,
     /// Schedule and bind the unassigned pods whose `spec.schedulerName` names one of the
     /// profiles. Default true. Set false to run as an extender only (kube-scheduler then
     /// schedules; headroom filters, scores and optionally binds for it).
@@ -62,12 +69,25 @@ pub struct ServeConfig {
     /// Timeout of one API request (binding, patch, event). Default `10s`.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// After SIGTERM, how long binds in flight and pending writes (events, conditions,
+    /// annotations, reservation status, the Lease release) may take; whatever is left is
+    /// abandoned, and the store still gets its final flush. Default `20s`: inside
+    /// Kubernetes' default 30 s termination grace period, with room for the flush.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace_period: Duration,
+    /// Flow control of binds toward the API server: a congestion window on binds in
+    /// flight (`initialWindow` 16, `minWindow` 2, `maxWindow` 512, `latencyTarget` 1s) and
+    /// an optional client-side rate limit (`qps` 0 = none, `burst` 100), see
+    /// `src/kube/flow.rs`.
+    pub binding: super::flow::FlowConfig,
 }
 
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             listen: "0.0.0.0:10260".to_string(),
+            api_listen: "0.0.0.0:10261".to_string(),
+            security: super::auth::SecurityConfig::default(),
             schedule: true,
             leader_election: LeaderElectionConfig::default(),
             extender: ExtenderConfig::default(),
@@ -77,6 +97,8 @@ impl Default for ServeConfig {
             reservations: ReservationsConfig::default(),
             assume_ttl: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
+            shutdown_grace_period: Duration::from_secs(20),
+            binding: super::flow::FlowConfig::default(),
         }
     }
 }
@@ -261,11 +283,26 @@ impl ServeConfig {
             field: format!("serve.{field}"),
             message,
         };
-        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+        let Ok(listen) = self.listen.parse::<std::net::SocketAddr>() else {
             return Err(invalid(
                 "listen",
                 format!("{:?} is not an address like 0.0.0.0:10260", self.listen),
             ));
+        };
+        let Ok(api_listen) = self.api_listen.parse::<std::net::SocketAddr>() else {
+            return Err(invalid(
+                "apiListen",
+                format!("{:?} is not an address like 0.0.0.0:10261", self.api_listen),
+            ));
+        };
+        if let Err((field, message)) = self
+            .security
+            .validate(&[("listen", listen), ("apiListen", api_listen)])
+        {
+            return Err(crate::config::ConfigError::Invalid { field, message });
+        }
+        if let Err((field, message)) = self.binding.validate() {
+            return Err(crate::config::ConfigError::Invalid { field, message });
         }
         let le = &self.leader_election;
         if le.retry_period.is_zero() {

@@ -543,6 +543,17 @@ impl KubeReservations {
     }
 }
 
+/// Reservations whose node is missing show `Pending`: the cluster state tells the cache.
+impl crate::cluster::NodeObserver for KubeReservations {
+    fn node_changed(&self, name: &str, exists: bool) {
+        KubeReservations::node_changed(self, name, exists);
+    }
+
+    fn nodes_listed(&self, names: &std::collections::HashSet<String>) {
+        self.set_nodes(names.iter().cloned(), true);
+    }
+}
+
 impl ReservationSource for KubeReservations {
     fn current(&self) -> Arc<[Hold]> {
         self.inner

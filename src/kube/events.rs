@@ -1,8 +1,9 @@
 //! What users see, as with kube-scheduler: `Scheduled` and `FailedScheduling` Events
 //! (`events.k8s.io/v1`, the fields kube-scheduler fills), the pod's `PodScheduled=False`
 //! condition with the same message, and after a bind the `headroom.io/decision` annotation
-//! (plus, optionally, bk-ci's `builder-history-nodes`), the decision log and the placement
-//! history in the store.
+//! (plus, optionally, bk-ci's `builder-history-nodes`) and the placement history in the
+//! store. (The decision log is the engine's decision sink, which forwards each decision
+//! here.)
 //!
 //! All of it runs in background tasks fed by channels, so the scheduling loop never waits
 //! on these writes, and a slow API server loses events (counted), never scheduling time.
@@ -15,7 +16,6 @@
 //! patched only when its message changes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -105,31 +106,61 @@ pub fn unschedulable_condition(reason: &str, message: &str, now_ms: i64) -> serd
     }]}})
 }
 
-/// Counters of the event writer.
+/// Counters of the event writer (`headroom_events_*_total` once
+/// [`registered`](EventStats::register)).
 #[derive(Debug, Default)]
 pub struct EventStats {
     /// Events created.
-    pub created: AtomicU64,
+    pub created: Counter,
     /// Series updates written.
-    pub series_updates: AtomicU64,
+    pub series_updates: Counter,
     /// Occurrences folded into a series without a write of their own.
-    pub aggregated: AtomicU64,
+    pub aggregated: Counter,
     /// Dropped: no token, or the writer's channel was full.
-    pub dropped: AtomicU64,
+    pub dropped: Counter,
     /// API errors.
-    pub failed: AtomicU64,
+    pub failed: Counter,
 }
 
 impl EventStats {
     /// (created, series updates, aggregated, dropped, failed).
     pub fn get(&self) -> (u64, u64, u64, u64, u64) {
         (
-            self.created.load(Ordering::Relaxed),
-            self.series_updates.load(Ordering::Relaxed),
-            self.aggregated.load(Ordering::Relaxed),
-            self.dropped.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
+            self.created.get(),
+            self.series_updates.get(),
+            self.aggregated.get(),
+            self.dropped.get(),
+            self.failed.get(),
         )
+    }
+
+    /// Registers the counters on `metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        for (name, help, c) in [
+            ("headroom_events_created", "Events created", &self.created),
+            (
+                "headroom_events_series_updates",
+                "Event series updates written",
+                &self.series_updates,
+            ),
+            (
+                "headroom_events_aggregated",
+                "Repeated events folded into a series without a write of their own",
+                &self.aggregated,
+            ),
+            (
+                "headroom_events_dropped",
+                "Events dropped: no rate-limit token, or the writer's queue was full",
+                &self.dropped,
+            ),
+            (
+                "headroom_events_failed",
+                "Event writes the API server refused or that timed out",
+                &self.failed,
+            ),
+        ] {
+            metrics.register(name, help, c.clone());
+        }
     }
 }
 
@@ -144,7 +175,7 @@ impl Recorder {
     /// Queues an event; a full queue drops it (counted).
     pub fn record(&self, ev: EventSpec) {
         if self.tx.try_send(ev).is_err() {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.stats.dropped.inc();
         }
     }
 
@@ -281,12 +312,12 @@ pub async fn run_event_writer(
             if now.saturating_duration_since(s.last_write) >= config.series_update_interval {
                 write_series(&client, s, &mut bucket, &stats, now).await;
             } else {
-                stats.aggregated.fetch_add(1, Ordering::Relaxed);
+                stats.aggregated.inc();
             }
             continue;
         }
         if !bucket.take(now) {
-            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            stats.dropped.inc();
             continue;
         }
         let namespace = ev
@@ -319,7 +350,7 @@ pub async fn run_event_writer(
         let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
         match api.create(&PostParams::default(), &event).await {
             Ok(_) => {
-                stats.created.fetch_add(1, Ordering::Relaxed);
+                stats.created.inc();
                 series.insert(
                     key,
                     Series {
@@ -333,7 +364,7 @@ pub async fn run_event_writer(
                 );
             }
             Err(e) => {
-                stats.failed.fetch_add(1, Ordering::Relaxed);
+                stats.failed.inc();
                 tracing::warn!(error = %e, reason = ev.reason, "writing an event failed");
             }
         }
@@ -348,7 +379,7 @@ async fn write_series(
     now: Instant,
 ) {
     if !bucket.take(now) {
-        stats.dropped.fetch_add(1, Ordering::Relaxed);
+        stats.dropped.inc();
         return;
     }
     let api: Api<Event> = Api::namespaced(client.clone(), &s.namespace);
@@ -360,10 +391,10 @@ async fn write_series(
         .await
     {
         Ok(_) => {
-            stats.series_updates.fetch_add(1, Ordering::Relaxed);
+            stats.series_updates.inc();
         }
         Err(e) => {
-            stats.failed.fetch_add(1, Ordering::Relaxed);
+            stats.failed.inc();
             tracing::warn!(error = %e, event = %s.name, "updating an event series failed");
         }
     }
@@ -414,29 +445,65 @@ pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serd
     })
 }
 
-/// Counters of the reporter.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Counters of the reporter (`headroom_reporter_*_total` once
+/// [`registered`](ReporterStats::register)). Cheap to clone: the fields are handles.
+#[derive(Debug, Default, Clone)]
 pub struct ReporterStats {
-    /// Decisions logged to the store.
-    pub decisions_logged: u64,
     /// `PodScheduled` condition patches written.
-    pub conditions: u64,
+    pub conditions: Counter,
     /// Annotation patches written.
-    pub annotations: u64,
+    pub annotations: Counter,
     /// Placements recorded in the store's history.
-    pub placements: u64,
-    /// Failed writes (API or store).
-    pub failed: u64,
+    pub placements: Counter,
+    /// Failed writes (API or store), each also logged.
+    pub failed: Counter,
+    /// Condition and annotation patches skipped because binds were waiting (binds first).
+    pub dropped: Counter,
 }
 
-/// Turns decisions and bind outcomes into events, conditions, annotations and store
-/// records.
+impl ReporterStats {
+    /// Registers the counters on `metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        for (name, help, c) in [
+            (
+                "headroom_reporter_conditions",
+                "PodScheduled=False condition patches written",
+                &self.conditions,
+            ),
+            (
+                "headroom_reporter_annotations",
+                "Decision annotation patches written",
+                &self.annotations,
+            ),
+            (
+                "headroom_reporter_placements",
+                "Placements recorded in the store's placement history",
+                &self.placements,
+            ),
+            (
+                "headroom_reporter_failed",
+                "Reporter writes (API or store) that failed",
+                &self.failed,
+            ),
+            (
+                "headroom_reporter_dropped",
+                "Condition and annotation patches skipped because binds were waiting for the API server",
+                &self.dropped,
+            ),
+        ] {
+            metrics.register(name, help, c.clone());
+        }
+    }
+}
+
+/// Turns decisions and bind outcomes into events, conditions, annotations and placement
+/// history.
 pub struct Reporter {
     /// The API client.
     pub client: Client,
     /// Where events go.
     pub recorder: Recorder,
-    /// The store (decision log, placement history); `None` without one.
+    /// The store (placement history); `None` without one.
     pub store: Option<headroom_storage::Store>,
     /// The scheduler, for the usage context the summary reports.
     pub scheduler: Arc<Mutex<Scheduler>>,
@@ -444,24 +511,57 @@ pub struct Reporter {
     pub config: ServeConfig,
     /// How pods map to builders (for the placement history).
     pub identity: headroom_collectors::IdentityConfig,
+    /// Counters (registered on the engine's metrics by the caller).
+    pub stats: ReporterStats,
+    /// Binds come first: while binds wait for the API server (this flow controller's
+    /// window is full), the reporter's own patches (conditions, annotations) are dropped
+    /// and counted rather than sent.
+    pub yield_to: Option<Arc<super::flow::BindFlow>>,
 }
 
 impl Reporter {
-    /// Runs until both channels close or `shutdown`; then drains what is queued.
+    /// Whether to skip a low-priority write now (binds are waiting); counts the skip.
+    fn yield_to_binds(&self) -> bool {
+        let busy = self.yield_to.as_ref().is_some_and(|f| f.binds_waiting());
+        if busy {
+            self.stats.dropped.inc();
+        }
+        busy
+    }
+}
+
+/// Bind outcomes waiting for their decision, at most: past this, an outcome is reported
+/// without its decision summary rather than held.
+const MAX_PARKED: usize = 10_000;
+
+/// What the reporter keeps between messages.
+#[derive(Default)]
+struct ReporterState {
+    /// Decision summaries of placed pods whose bind outcome has not arrived, by uid.
+    summaries: HashMap<String, serde_json::Value>,
+    /// The last `PodScheduled=False` message written per uid (patched only on change).
+    conditions: HashMap<String, String>,
+    /// Successful bind outcomes that arrived before their decision, by uid. Decisions
+    /// reach the reporter through the engine's decision sink, so a fast bind can overtake
+    /// its decision; the outcome waits here so the annotation still carries the summary.
+    parked: HashMap<String, BindOutcome>,
+}
+
+impl Reporter {
+    /// Runs until both channels close or `shutdown`; then drains what is queued (parked
+    /// outcomes are then reported without a summary).
     pub async fn run(
         self,
-        mut decisions: mpsc::Receiver<Decision>,
+        mut decisions: mpsc::Receiver<Arc<Decision>>,
         mut outcomes: mpsc::Receiver<BindOutcome>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> ReporterStats {
-        let mut stats = ReporterStats::default();
-        let mut summaries: HashMap<String, serde_json::Value> = HashMap::new();
-        let mut conditions: HashMap<String, String> = HashMap::new();
+        let mut st = ReporterState::default();
         tokio::pin!(shutdown);
         let mut stopping = false;
         loop {
-            // Decisions first: a pod's decision is always sent before its bind starts, so
-            // preferring them guarantees the summary is there when the outcome comes.
+            // Decisions first, so a summary is there when its outcome comes whenever both
+            // are queued.
             let msg = if stopping {
                 match decisions.try_recv() {
                     Ok(d) => Some(Ok(d)),
@@ -478,68 +578,50 @@ impl Reporter {
             };
             let Some(msg) = msg else { break };
             match msg {
-                Ok(d) => {
-                    self.on_decision(d, &mut summaries, &mut conditions, &mut stats)
-                        .await
-                }
+                Ok(d) => self.on_decision(&d, &mut st).await,
                 Err(o) => {
-                    self.on_outcome(o, &mut summaries, &mut conditions, &mut stats)
-                        .await
+                    let waiting = o.result.is_ok()
+                        && !st.summaries.contains_key(&o.pod.uid)
+                        && st.parked.len() < MAX_PARKED;
+                    if waiting {
+                        st.parked.insert(o.pod.uid.clone(), o);
+                    } else {
+                        self.on_outcome(o, &mut st).await;
+                    }
                 }
             }
             // Bound the dedupe maps: losing them costs one redundant write per pod.
-            if summaries.len() > 100_000 {
-                summaries.clear();
+            if st.summaries.len() > 100_000 {
+                st.summaries.clear();
             }
-            if conditions.len() > 100_000 {
-                conditions.clear();
+            if st.conditions.len() > 100_000 {
+                st.conditions.clear();
             }
         }
-        stats
+        for (_, o) in std::mem::take(&mut st.parked) {
+            self.on_outcome(o, &mut st).await;
+        }
+        self.stats
     }
 
-    async fn on_decision(
-        &self,
-        d: Decision,
-        summaries: &mut HashMap<String, serde_json::Value>,
-        conditions: &mut HashMap<String, String>,
-        stats: &mut ReporterStats,
-    ) {
+    async fn on_decision(&self, d: &Decision, st: &mut ReporterState) {
         let now = super::now_ms();
-        if let Some(store) = &self.store {
-            let key = headroom_storage::DecisionKey {
-                namespace: d.namespace.clone(),
-                name: d.name.clone(),
-                uid: d.uid.clone(),
-                ts_ms: now,
-            };
-            // The inspection API's record format, so `/explain` serves it from the store.
-            let response = crate::api::ExplainResponse {
-                decided_at_ms: if d.decided_at_ms > 0 {
-                    d.decided_at_ms
-                } else {
-                    now
-                },
-                cycle_seconds: d.cycle_duration.as_secs_f64(),
-                inputs: crate::api::DecisionInputs::default(),
-                explanation: d.explain(),
-            };
-            let record = serde_json::to_vec(&response).unwrap_or_default();
-            match store.put_decision(&key, &record) {
-                Ok(()) => stats.decisions_logged += 1,
-                Err(e) => {
-                    stats.failed += 1;
-                    tracing::warn!(error = %e, "logging a decision failed");
-                }
-            }
-        }
         let (reason, message) = match &d.outcome {
             Outcome::Placed { .. } => {
-                let usage = {
-                    let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-                    s.snapshot().usage().clone()
-                };
-                summaries.insert(d.uid.clone(), decision_summary(&d, &usage, now));
+                // The snapshot briefly (an Arc), not a copy of its usage context: the
+                // summary reads a few entries of it. Dropped at once, so the scheduler's
+                // next change need not copy the snapshot.
+                let snapshot = self
+                    .scheduler
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .snapshot();
+                let summary = decision_summary(d, snapshot.usage(), now);
+                drop(snapshot);
+                st.summaries.insert(d.uid.clone(), summary);
+                if let Some(o) = st.parked.remove(&d.uid) {
+                    self.on_outcome(o, st).await;
+                }
                 return;
             }
             Outcome::Unschedulable { message } => ("Unschedulable", message.clone()),
@@ -554,7 +636,7 @@ impl Reporter {
             ..Default::default()
         };
         self.recorder.record(failed_scheduling(regarding, &message));
-        if conditions.get(&d.uid) == Some(&message) {
+        if st.conditions.get(&d.uid) == Some(&message) || self.yield_to_binds() {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &d.namespace);
@@ -566,29 +648,23 @@ impl Reporter {
         .await;
         match res {
             Ok(Ok(_)) => {
-                stats.conditions += 1;
-                conditions.insert(d.uid.clone(), message);
+                self.stats.conditions.inc();
+                st.conditions.insert(d.uid.clone(), message);
             }
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
             Ok(Err(e)) => {
-                stats.failed += 1;
+                self.stats.failed.inc();
                 tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), error = %e, "patching the PodScheduled condition failed");
             }
             Err(_) => {
-                stats.failed += 1;
+                self.stats.failed.inc();
                 tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), "patching the PodScheduled condition timed out");
             }
         }
     }
 
-    async fn on_outcome(
-        &self,
-        o: BindOutcome,
-        summaries: &mut HashMap<String, serde_json::Value>,
-        conditions: &mut HashMap<String, String>,
-        stats: &mut ReporterStats,
-    ) {
-        let summary = summaries.remove(&o.pod.uid);
+    async fn on_outcome(&self, o: BindOutcome, st: &mut ReporterState) {
+        let summary = st.summaries.remove(&o.pod.uid);
         if let Err(e) = &o.result {
             let mut text = e.to_string();
             if let Some(first) = text.get_mut(0..1) {
@@ -598,21 +674,32 @@ impl Reporter {
                 .record(failed_scheduling(pod_ref(&o.pod), &text));
             return;
         }
-        conditions.remove(&o.pod.uid);
+        st.conditions.remove(&o.pod.uid);
         self.recorder.record(scheduled(&o.pod, &o.node));
         let builder = headroom_collectors::builder_identity(&o.pod.pod.metadata, &self.identity);
         let mut history = vec![o.node.clone()];
-        if let Some(store) = &self.store {
-            match store.record_placement(&builder, &o.node) {
-                Ok(()) => {
-                    stats.placements += 1;
-                    if let Ok(h) = store.placement_history(&builder) {
-                        history = h;
-                    }
+        if let Some(store) = &self.store
+            && !builder.is_pod()
+        {
+            // sled off the async threads.
+            let (store, b, node) = (store.clone(), builder.clone(), o.node.clone());
+            let written = tokio::task::spawn_blocking(move || {
+                store.record_placement(&b, &node)?;
+                store.placement_history(&b)
+            })
+            .await;
+            match written {
+                Ok(Ok(h)) => {
+                    self.stats.placements.inc();
+                    history = h;
+                }
+                Ok(Err(e)) => {
+                    self.stats.failed.inc();
+                    tracing::warn!(%builder, error = %e, "recording the placement failed");
                 }
                 Err(e) => {
-                    stats.failed += 1;
-                    tracing::warn!(builder, error = %e, "recording the placement failed");
+                    self.stats.failed.inc();
+                    tracing::warn!(%builder, error = %e, "recording the placement: task failed");
                 }
             }
         }
@@ -626,7 +713,7 @@ impl Reporter {
             let v = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
             annotations.insert(BKCI_HISTORY_ANNOTATION.into(), json!(v));
         }
-        if annotations.is_empty() {
+        if annotations.is_empty() || self.yield_to_binds() {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &o.pod.namespace);
@@ -637,13 +724,15 @@ impl Reporter {
         )
         .await;
         match res {
-            Ok(Ok(_)) => stats.annotations += 1,
+            Ok(Ok(_)) => {
+                self.stats.annotations.inc();
+            }
             Ok(Err(e)) => {
-                stats.failed += 1;
+                self.stats.failed.inc();
                 tracing::warn!(pod = %o.pod.key(), error = %e, "annotating the pod failed");
             }
             Err(_) => {
-                stats.failed += 1;
+                self.stats.failed.inc();
                 tracing::warn!(pod = %o.pod.key(), "annotating the pod timed out");
             }
         }

@@ -18,9 +18,12 @@
 //!
 //! Only the extender profile runs ([`ExtenderConfig::profile`]): kube-scheduler has
 //! already applied its in-tree plugins, so those are off unless enabled explicitly.
-//! Pods come from headroom's own cache in both modes. A node named in a request that
-//! headroom does not know yet passes the filter (headroom cannot judge it; vetoing it
-//! would block new nodes until the watch catches up) and scores 0.
+//! Pods come from headroom's own cache in both modes. A node named in a request (the
+//! cache-capable form) that headroom does not know goes to `FailedAndUnresolvableNodes`
+//! (`node "x" is not known to headroom`): headroom cannot judge it, and passing it would
+//! let a name that exists nowhere through; a new node is judged once the watch has seen
+//! it. In `prioritize` it scores 0. The full-node form carries the objects, so every
+//! readable node there is judged.
 //!
 //! Bad input never panics: malformed JSON is a 400 naming the field.
 //!
@@ -179,7 +182,9 @@ pub struct ExtenderState {
     pub binder: Option<Arc<dyn ExtenderBinder>>,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
+/// Reads a request body of the Go type `kind` (`ExtenderArgs`, `ExtenderBindingArgs`), or
+/// says where it is wrong (`invalid ExtenderArgs at Pod.spec.containers: ...`).
+pub fn parse<T: serde::de::DeserializeOwned>(
     kind: &'static str,
     body: &[u8],
 ) -> Result<T, ExtenderError> {
@@ -326,10 +331,15 @@ impl ExtenderState {
                 result.failed_and_unresolvable_nodes.insert(name, e.clone());
                 continue;
             }
-            let rejected = ev
-                .snapshot
-                .index_of(&name)
-                .and_then(|idx| verdicts.get(idx as usize).copied().flatten());
+            let Some(idx) = ev.snapshot.index_of(&name) else {
+                let reason = format!(
+                    "node {:?} is not known to headroom",
+                    crate::field::shown(&name)
+                );
+                result.failed_and_unresolvable_nodes.insert(name, reason);
+                continue;
+            };
+            let rejected = verdicts.get(idx as usize).copied().flatten();
             match rejected {
                 Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
                     result
@@ -440,9 +450,12 @@ async fn bind_handler(State(state): State<ExtenderState>, body: Bytes) -> Respon
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
+    // The uid is the bind's precondition (a pod deleted and recreated under the same
+    // name is not bound by mistake): a bind without one is refused, not sent unguarded.
     let missing = [
         ("PodName", args.pod_name.is_empty()),
         ("PodNamespace", args.pod_namespace.is_empty()),
+        ("PodUID", args.pod_uid.is_empty()),
         ("Node", args.node.is_empty()),
     ];
     if let Some((field, _)) = missing.iter().find(|(_, m)| *m) {
@@ -451,6 +464,14 @@ async fn bind_handler(State(state): State<ExtenderState>, body: Bytes) -> Respon
             path: (*field).to_string(),
             message: "missing".into(),
         }
+        .into_response();
+    }
+    // Only to a node this scheduler knows (kube-scheduler's own node list and ours come
+    // from the same API server).
+    if (state.snapshot)().get(&args.node).is_none() {
+        return axum::Json(ExtenderBindingResult {
+            error: format!("node {:?} is not known to headroom", args.node),
+        })
         .into_response();
     }
     let error = match &state.binder {
@@ -483,6 +504,54 @@ mod tests {
         assert_eq!(scale(15, 1), 2);
         assert_eq!(scale(999, 1), 10);
         assert_eq!(scale(50, 0), 0);
+    }
+
+    #[test]
+    fn unknown_node_names_fail_unresolvable() {
+        // Regression (issue #15, 11): names headroom does not know were passed in NodeNames.
+        let (nodes, pods) = crate::synthetic::cluster(3, 0, 1);
+        let known: Vec<String> = nodes
+            .iter()
+            .map(|n| n.metadata.name.clone().unwrap_or_default())
+            .collect();
+        let snap = Arc::new(Snapshot::build(nodes, pods));
+        let cfg = super::super::config::ExtenderConfig::default();
+        let fw = crate::plugins::build_framework_with(
+            &cfg.profile(),
+            &crate::plugins::PluginDeps::default(),
+        )
+        .unwrap();
+        let state = ExtenderState {
+            framework: Arc::new(fw),
+            snapshot: Arc::new(move || snap.clone()),
+            binder: None,
+        };
+        let mut names = known.clone();
+        names.insert(1, "x".to_string());
+        names.push("n".repeat(10_000));
+        let args = ExtenderArgs {
+            pod: Some(crate::synthetic::plain_pod("p")),
+            nodes: None,
+            node_names: Some(names),
+        };
+        let r = state.filter(args.clone()).unwrap();
+        assert_eq!(r.node_names.as_ref(), Some(&known));
+        assert_eq!(
+            r.failed_and_unresolvable_nodes["x"],
+            "node \"x\" is not known to headroom"
+        );
+        assert_eq!(r.failed_and_unresolvable_nodes.len(), 2);
+        assert!(r.failed_nodes.is_empty() && r.error.is_empty());
+        // Prioritize still answers every name, unknown ones with 0.
+        let p = state.prioritize(args).unwrap();
+        assert_eq!(p.len(), 5);
+        assert_eq!(
+            p[1],
+            HostPriority {
+                host: "x".into(),
+                score: 0
+            }
+        );
     }
 
     #[test]

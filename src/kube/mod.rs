@@ -23,15 +23,18 @@
 //! Nothing here runs inside a scheduling cycle: every API call happens in a task of its own,
 //! and what the cycle reads (snapshot, reservations) is published before it starts.
 
+pub mod auth;
 pub mod bind;
 pub mod client;
 pub mod config;
 pub mod crd;
 pub mod events;
 pub mod extender;
+pub mod flow;
 pub mod leader;
 pub mod reflect;
 pub mod serve;
+pub mod tls;
 
 pub use config::ServeConfig;
 
@@ -60,6 +63,8 @@ pub const API_CALLS: &[(&str, &str, &str)] = &[
     ("headroom.io", "reservations", "watch"),
     ("headroom.io", "reservations", "delete"),
     ("headroom.io", "reservations/status", "patch"),
+    ("authentication.k8s.io", "tokenreviews", "create"),
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),
 ];
 
 /// Why `serve` (or one of its parts) failed.

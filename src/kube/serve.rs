@@ -1,27 +1,26 @@
-//! `headroom serve`: everything wired together.
+//! `headroom serve`: the [`Engine`] against a real cluster.
 //!
-//! Tasks, all stopped by one shutdown signal:
-//! - the watches ([`reflect`](super::reflect)) feed the snapshot, the queue and the
-//!   reservation cache, on every replica;
-//! - the Lease elector ([`leader`](super::leader)) publishes leadership;
-//! - the scheduling supervisor runs a [`SchedulingLoop`] while this replica leads and the
-//!   initial lists are in, and stops it the moment the lease is lost;
-//! - the reporter and event writer ([`events`](super::events)), the reservation status
-//!   writer and GC ([`crd`](super::crd)), the queue's flush loop, a housekeeping tick
-//!   (clock, assumed-pod expiry), and, when collectors are configured, the collectors and
-//!   the analytics refresh that feeds the scheduler's usage view;
-//! - the HTTP listener: the extender routes, `/healthz`, `/readyz`, and whatever router
-//!   the caller adds ([`compose_router`]).
+//! The engine (built from the configuration, with the wall clock, the store and the
+//! `Reservation` cache) owns the scheduler, the queue, the usage pipeline (collectors,
+//! analytics refresh, store maintenance), the decision log and the metrics. This adapter
+//! adds what only a cluster has:
+//! - the watches ([`reflect`](super::reflect)), the cluster feed into the engine's
+//!   cluster state, on every replica;
+//! - the `pods/binding` binder ([`bind`](super::bind)) for the engine's scheduling loop,
+//!   which runs while this replica leads ([`leader`](super::leader)) and the initial lists
+//!   are in, and stops the moment the lease is lost;
+//! - the reporter and event writer ([`events`](super::events)), fed by the engine's
+//!   decision sink and the binder; the reservation status writer and GC ([`crd`](super::crd));
+//! - the HTTP listener: the extender routes, `/healthz`, `/readyz`, the inspection API over
+//!   the engine, and whatever router the caller adds ([`compose_router`]).
 //!
-//! Graceful shutdown (SIGTERM): stop taking pods and let the binds in flight finish; then
-//! drain the reporter, the events and the status writes; then release the lease; then
-//! flush the store.
+//! Graceful shutdown (SIGTERM) follows the engine's phases: stop taking pods and let the
+//! binds in flight finish; then drain the decision sink, the reporter, the events and the
+//! status writes; then release the lease; then flush the store.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -30,20 +29,26 @@ use axum::routing::get;
 use kube::Client;
 use kube::api::Api;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 
-use super::bind::ApiBinder;
+use super::auth::{self, Auth, KubeReviewer, Reviewer, SecurityMode};
+use super::bind::{ApiBinder, BindStats};
+use super::config::ServeConfig;
 use super::crd::{self, KubeReservations, ReservationResource};
 use super::events::{self, Reporter, ReporterStats};
 use super::extender::{self, ExtenderState};
+use super::flow::BindFlow;
 use super::leader::{ElectionStats, KubeLeaseStore, LeaderElector, LeaseStore};
-use super::reflect::{self, ClusterState, Synced};
+use super::reflect;
+use super::tls;
 use super::{Error, Result};
+use crate::api::SinkReport;
+use crate::clock::Clock;
+use crate::cluster::{NodeObserver, Synced};
 use crate::config::Config;
-use crate::plugins::{PluginDeps, build_framework_with};
-use crate::queue::{QueueConfig, SchedulingQueue};
-use crate::scheduler::Scheduler;
-use crate::scheduling_loop::{LoopOptions, LoopStats, SchedulingLoop};
+use crate::engine::{Drive, Engine, EngineError, Parts, Phase, Running};
+use crate::plugins::build_framework_with;
+use crate::reservation::ReservationSource;
+use crate::scheduling_loop::LoopStats;
 
 /// What `run` needs.
 pub struct ServeOptions {
@@ -55,10 +60,14 @@ pub struct ServeOptions {
     pub store: Option<headroom_storage::Store>,
     /// Store directory override (`--data-dir`).
     pub data_dir: Option<PathBuf>,
-    /// Listener override (`--listen`).
+    /// Extender listener override (`--listen`).
     pub listen: Option<SocketAddr>,
-    /// Told the listener's actual address once it is bound (tests listen on port 0).
-    pub bound: Option<oneshot::Sender<SocketAddr>>,
+    /// Inspection API listener override (`--api-listen`).
+    pub api_listen: Option<SocketAddr>,
+    /// Told the listeners' actual addresses once they are bound (tests listen on port 0).
+    pub bound: Option<oneshot::Sender<Bound>>,
+    /// Who answers TokenReviews and SubjectAccessReviews; `None`: the API server.
+    pub reviewer: Option<Arc<dyn Reviewer>>,
     /// Where the Lease lives; `None`: the API server.
     pub lease_store: Option<Arc<dyn LeaseStore>>,
     /// More routes to serve on the same listener (the inspection API).
@@ -74,11 +83,22 @@ impl ServeOptions {
             store: None,
             data_dir: None,
             listen: None,
+            api_listen: None,
             bound: None,
+            reviewer: None,
             lease_store: None,
             extra_routes: None,
         }
     }
+}
+
+/// Where `serve` listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The extender's listener (and probes).
+    pub extender: SocketAddr,
+    /// The inspection API's listener (and probes).
+    pub api: SocketAddr,
 }
 
 /// What a `serve` run did.
@@ -88,6 +108,10 @@ pub struct ServeReport {
     pub scheduling: LoopStats,
     /// Leadership terms during which this replica scheduled.
     pub terms: u64,
+    /// The decision sink's counters (decisions logged in memory and in the store).
+    pub sink: SinkReport,
+    /// Store maintenance: flushes, retention passes, failures, the final flush.
+    pub maintenance: Option<headroom_storage::MaintenanceReport>,
     /// The leader elector's counters (default when election is off).
     pub election: ElectionStats,
     /// The reporter's counters.
@@ -145,9 +169,14 @@ pub fn compose_router(extender: Option<Router>, health: Health, extra: Option<Ro
     app
 }
 
-/// A future that completes once `rx` shows true.
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|v| *v).await;
+impl From<EngineError> for Error {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Config(c) => Error::Config(c),
+            EngineError::Store(s) => Error::Store(s),
+            other => Error::Task(other.to_string()),
+        }
+    }
 }
 
 /// Runs `headroom serve` until `shutdown` completes; returns what it did.
@@ -161,13 +190,31 @@ pub async fn run(
         store,
         data_dir,
         listen,
+        api_listen,
         bound,
+        reviewer,
         lease_store,
         extra_routes,
     } = opts;
+    let mut config = config;
+    // The flags win over the file; validation then sees the addresses used (mode `none`
+    // is refused on a non-loopback one).
+    if let Some(a) = listen {
+        config.serve.listen = a.to_string();
+    }
+    if let Some(a) = api_listen {
+        config.serve.api_listen = a.to_string();
+    }
     config.validate()?;
     let serve = config.serve.clone();
-    serve.validate()?;
+    let parse = |field: &str, v: &str| {
+        v.parse::<SocketAddr>()
+            .map_err(|_| Error::Task(format!("serve.{field}: bad address {v:?}")))
+    };
+    let addrs = (
+        parse("listen", &serve.listen)?,
+        parse("apiListen", &serve.api_listen)?,
+    );
     let store = match store {
         Some(s) => s,
         None => headroom_storage::Store::open(
@@ -175,408 +222,374 @@ pub async fn run(
             config.storage.clone(),
         )?,
     };
-
-    // Stop signals: phase 1 stops intake (loop, watches, HTTP); phase 2 drains writers;
-    // phase 3 releases the lease.
-    let (stop1_tx, stop1) = watch::channel(false);
-    let (stop2_tx, stop2) = watch::channel(false);
-    let (stop3_tx, stop3) = watch::channel(false);
-    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-
-    // Leadership.
-    let identity = serve.leader_election.identity();
-    let (leader_tx, leader_rx) = watch::channel(!serve.leader_election.enabled);
-    let election = if serve.leader_election.enabled {
-        let store: Arc<dyn LeaseStore> = lease_store.unwrap_or_else(|| {
-            Arc::new(KubeLeaseStore::new(
-                client.clone(),
-                &serve.leader_election.namespace(),
-                &serve.leader_election.lease_name,
-            ))
-        });
-        let elector = LeaderElector::new(store, &serve.leader_election, &identity);
-        Some(tokio::spawn(elector.run(leader_tx, stopped(stop3.clone()))))
-    } else {
-        None
-    };
-
-    // Reservations.
-    let clock: Arc<dyn Fn() -> i64 + Send + Sync> = Arc::new(super::now_ms);
+    let clock = Clock::wall();
     let (reservations, status_rx) = if serve.reservations.enabled {
-        let (r, rx) = KubeReservations::new(clock);
+        let (r, rx) = KubeReservations::new(clock.as_fn());
         (Some(r), Some(rx))
     } else {
         (None, None)
     };
-    let mut deps = PluginDeps {
-        identity: config.collectors.identity.clone(),
-        ..PluginDeps::default()
-    };
+    let mut parts = Parts::new(clock, store.clone());
+    parts.schedule = serve.schedule;
     if let Some(r) = &reservations {
-        deps.reservations = r.clone();
+        parts.reservations = Some(r.clone() as Arc<dyn ReservationSource>);
+        parts.nodes_observer = Some(r.clone() as Arc<dyn NodeObserver>);
     }
-
-    // Scheduler and queue.
-    let mut scheduler = Scheduler::with_deps(&config, &deps)?;
-    scheduler.set_assume_ttl(serve.assume_ttl);
-    scheduler.set_now_ms(super::now_ms());
-    let scheduler = Arc::new(Mutex::new(scheduler));
-    let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
-    let names: HashSet<String> = if serve.schedule {
-        config
-            .profiles
-            .iter()
-            .map(|p| p.scheduler_name.clone())
-            .collect()
-    } else {
-        HashSet::new()
-    };
-    let state = Arc::new(ClusterState::new(
-        scheduler.clone(),
-        queue.clone(),
-        reservations.clone(),
-        names,
-    ));
-    let synced = state.synced.clone();
-
-    // Watches.
-    {
-        let client = client.clone();
-        let state = state.clone();
-        let stop = stop1.clone();
-        tasks.push(tokio::spawn(async move {
-            reflect::run(client, state, stop).await;
-        }));
-    }
-
-    // Reporter and events.
-    let (recorder, events_rx) = events::recorder();
-    let event_stats = recorder.stats().clone();
-    let events_task = tokio::spawn(events::run_event_writer(
-        client.clone(),
-        serve.events.clone(),
-        identity.clone(),
-        event_stats.clone(),
-        events_rx,
-        stopped(stop2.clone()),
-    ));
+    let engine = Engine::new(config, parts)?;
+    // The reporter hears of every decision through the engine's sink.
     let (decisions_tx, decisions_rx) = mpsc::channel(4096);
-    let (outcomes_tx, outcomes_rx) = mpsc::channel(4096);
-    let reporter = Reporter {
-        client: client.clone(),
-        recorder: recorder.clone(),
-        store: Some(store.clone()),
-        scheduler: scheduler.clone(),
-        config: serve.clone(),
-        identity: config.collectors.identity.clone(),
+    let mut running = engine.start(Drive::Timers, Some(decisions_tx))?;
+    let cx = Cx {
+        engine: engine.clone(),
+        client,
+        identity: serve.leader_election.identity(),
+        serve,
     };
-    let reporter_task =
-        tokio::spawn(reporter.run(decisions_rx, outcomes_rx, stopped(stop2.clone())));
 
-    // Reservation status writer and GC.
-    let status_task = match status_rx {
-        Some(rx) => {
-            let client = client.clone();
-            Some(tokio::spawn(crd::run_status_writer(
-                move |ns: &str| Api::<ReservationResource>::namespaced(client.clone(), ns),
-                rx,
-                leader_rx.clone(),
-                stopped(stop2.clone()),
-            )))
-        }
-        None => None,
-    };
-    let gc_task = reservations.as_ref().map(|r| {
-        tokio::spawn(crd::run_gc(
-            r.clone(),
-            crd::api_deleter(client.clone()),
-            serve.reservations.gc_interval,
-            serve.reservations.keep_finished,
-            leader_rx.clone(),
-            stopped(stop1.clone()),
+    let (leader_rx, election_rx) = cx.start_leadership(&mut running, lease_store);
+    cx.start_feed(&mut running, reservations.clone());
+    // Binds toward the API server go through one flow controller; the reporter's own
+    // writes yield to it.
+    let flow = BindFlow::new(cx.serve.binding.clone());
+    flow.register(engine.metrics());
+    let (outcomes_tx, outcomes_rx) = mpsc::channel(4096);
+    let (reporter_stats, event_stats) =
+        cx.start_reporting(&mut running, &store, &flow, decisions_rx, outcomes_rx);
+    let (status_done, gc_done) =
+        cx.start_reservations(&mut running, reservations, status_rx, &leader_rx);
+    let bind_stats = BindStats::default();
+    bind_stats.register(engine.metrics());
+    let binder = Arc::new(
+        ApiBinder::new(
+            cx.client.clone(),
+            Some(engine.queue().clone()),
+            Some(outcomes_tx),
+            cx.serve.request_timeout,
+        )
+        .with_flow(flow, bind_stats),
+    );
+    let reviewer = reviewer.unwrap_or_else(|| {
+        Arc::new(KubeReviewer::new(
+            cx.client.clone(),
+            cx.serve.request_timeout,
         ))
     });
-
-    // Queue flush and housekeeping.
-    {
-        let queue = queue.clone();
-        let stop = stop1.clone();
-        tasks.push(tokio::spawn(async move {
-            queue.run_flush_loop(stopped(stop)).await;
-        }));
-    }
-    {
-        let scheduler = scheduler.clone();
-        let stop = stop1.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            let stop = stopped(stop);
-            tokio::pin!(stop);
-            loop {
-                tokio::select! {
-                    _ = &mut stop => break,
-                    _ = tick.tick() => {}
-                }
-                let mut s = scheduler.lock().unwrap_or_else(|e| e.into_inner());
-                s.set_now_ms(super::now_ms());
-                for k in s.expire_assumed(tokio::time::Instant::now().into_std()) {
-                    tracing::warn!(pod = %k, "assumed pod expired: the watch never showed it bound");
-                }
-            }
-        }));
-    }
-
-    // Usage: collectors into the store, analytics into the scheduler's usage view.
-    let c = &config.collectors;
-    if c.prometheus.is_some() || c.kubelet.is_some() || c.scrape.is_some() {
-        let collectors = config.collectors.clone();
-        let sink = store.clone();
-        let stop = stop1.clone();
-        // The collectors' future is not `Send` (it borrows the sink across awaits), so it
-        // gets a thread and a current-thread runtime of its own, as `collect --once` does.
-        let handle = std::thread::Builder::new()
-            .name("collectors".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        tracing::error!(error = %e, "collectors: no runtime");
-                        return;
-                    }
-                };
-                if let Err(e) =
-                    rt.block_on(headroom_collectors::run(&collectors, &sink, stopped(stop)))
-                {
-                    tracing::error!(error = %e, "collectors stopped");
-                }
-            })
-            .map_err(|e| Error::Task(format!("starting the collectors thread: {e}")))?;
-        tasks.push(tokio::task::spawn_blocking(move || {
-            let _ = handle.join();
-        }));
-        let (view_tx, mut view_rx) =
-            watch::channel(Arc::new(crate::analytics::UsageView::default()));
-        tasks.push(tokio::spawn(
-            crate::analytics::run_refresh(
-                store.clone(),
-                config.analytics.clone(),
-                view_tx,
-                Arc::new(tokio::sync::Notify::new()),
-                stopped(stop1.clone()),
-            )
-            .map_unit(),
-        ));
-        let scheduler = scheduler.clone();
-        tasks.push(tokio::spawn(async move {
-            while view_rx.changed().await.is_ok() {
-                let view = view_rx.borrow_and_update().clone();
-                scheduler
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .set_usage_view(view);
-            }
-        }));
-    }
-
-    // HTTP.
-    let binder = Arc::new(ApiBinder::new(
-        client.clone(),
-        Some(queue.clone()),
-        Some(outcomes_tx),
-        serve.request_timeout,
-    ));
-    let extender_router = if serve.extender.enabled {
-        let framework = Arc::new(build_framework_with(&serve.extender.profile(), &deps)?);
-        let sched = scheduler.clone();
-        let snapshot: extender::SnapshotSource =
-            Arc::new(move || sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot());
-        let ext_binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
-            client.clone(),
-            None,
-            None,
-            serve.request_timeout,
-        ));
-        Some(extender::router(ExtenderState {
-            framework,
-            snapshot,
-            binder: Some(ext_binder),
-        }))
-    } else {
-        None
-    };
-    // The inspection API (`/explain`, `/nodes`, `/builders`, `/queue`, `/metrics`) over the
-    // scheduler's snapshot and queue; decisions come from the store the reporter writes.
-    let api_state = crate::api::ApiState::new(
-        scheduler.clone(),
-        Arc::new(crate::metrics::Metrics::new(
-            crate::metrics::MetricsOptions {
-                stale_after: config.usage.stale_after,
-                ..Default::default()
-            },
-        )),
-    )
-    .with_queue(queue.clone())
-    .with_store(store.clone());
-    api_state.set_ready(true);
-    let api_routes = crate::api::routes(api_state);
-    let extra_routes = Some(match extra_routes {
-        Some(x) => x.merge(api_routes),
-        None => api_routes,
-    });
-    let app = compose_router(
-        extender_router,
-        Health {
-            synced: synced.clone(),
-            leader: leader_rx.clone(),
-        },
+    cx.start_http(
+        &mut running,
+        addrs,
+        bound,
         extra_routes,
-    );
-    let addr = match listen {
-        Some(a) => a,
-        None => serve
-            .listen
-            .parse()
-            .map_err(|_| Error::Task(format!("bad listen address {:?}", serve.listen)))?,
-    };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Listen {
-            addr: addr.to_string(),
-            source,
-        })?;
-    let local = listener.local_addr().map_err(|source| Error::Listen {
-        addr: addr.to_string(),
-        source,
-    })?;
-    tracing::info!(%local, identity = %identity, "serving");
-    if let Some(tx) = bound {
-        let _ = tx.send(local);
+        &leader_rx,
+        reviewer,
+    )
+    .await?;
+    if cx.serve.schedule {
+        cx.start_scheduling(&mut running, binder, leader_rx);
     }
-    let http = {
-        let stop = stop1.clone();
-        tokio::spawn(async move {
-            let r = axum::serve(listener, app)
-                .with_graceful_shutdown(stopped(stop))
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "http listener failed");
-            }
-        })
-    };
 
-    // Scheduling supervisor.
-    let supervisor = {
-        let scheduler = scheduler.clone();
-        let queue = queue.clone();
-        let binder: Arc<dyn crate::framework::BindPlugin> = binder.clone();
-        let mut leader_rx = leader_rx.clone();
-        let stop = stop1.clone();
-        let synced = synced.clone();
-        let schedule = serve.schedule;
-        tokio::spawn(async move {
-            let mut total = LoopStats::default();
-            let mut terms = 0u64;
-            if !schedule {
-                stopped(stop).await;
-                return (total, terms);
-            }
-            loop {
-                let ready = async {
-                    synced.wait().await;
-                    let _ = leader_rx.wait_for(|l| *l).await;
-                };
-                tokio::select! {
-                    biased;
-                    _ = stopped(stop.clone()) => break,
-                    _ = ready => {}
-                }
-                terms += 1;
-                tracing::info!("leading: scheduling starts");
-                let lp = SchedulingLoop {
-                    scheduler: scheduler.clone(),
-                    queue: queue.clone(),
-                    binder: binder.clone(),
-                    decisions: Some(decisions_tx.clone()),
-                    options: LoopOptions {
-                        explain: false,
-                        // The watch confirms binds; a lost confirmation expires the pod.
-                        confirm_on_bind: false,
-                    },
-                };
-                let mut lost = leader_rx.clone();
-                let end = {
-                    let stop = stop.clone();
-                    async move {
-                        tokio::select! {
-                            _ = stopped(stop) => {}
-                            _ = lost.wait_for(|l| !*l) => {}
-                        }
-                    }
-                };
-                let s = lp.run(end).await;
-                total.attempts += s.attempts;
-                total.bound += s.bound;
-                total.unschedulable += s.unschedulable;
-                total.bind_errors += s.bind_errors;
-                total.decisions_dropped += s.decisions_dropped;
-                if *stop.borrow() {
-                    break;
-                }
-                tracing::warn!("lease lost: scheduling stopped");
-            }
-            (total, terms)
-        })
-    };
-
-    // Wait for shutdown, then stop in order.
     shutdown.await;
     tracing::info!("shutting down: no new pods; finishing binds in flight");
-    let _ = stop1_tx.send(true);
-    let (scheduling, terms) = supervisor.await.map_err(|e| Error::Task(e.to_string()))?;
-    let _ = http.await;
-    for t in tasks {
-        let _ = t.await;
-    }
-    let reservation_gc = match gc_task {
-        Some(t) => t.await.unwrap_or_default(),
-        None => (0, 0),
-    };
-    // The loop is gone, so no more decisions or outcomes: drain the writers.
-    drop(binder);
-    let _ = stop2_tx.send(true);
-    let reporter = reporter_task.await.unwrap_or_default();
-    let _ = events_task.await;
-    let reservation_status = match status_task {
-        Some(t) => t.await.unwrap_or_default(),
-        None => (0, 0),
-    };
-    // Binds are finished: the lease can go.
-    let _ = stop3_tx.send(true);
-    let election = match election {
-        Some(t) => t.await.unwrap_or_default(),
-        None => ElectionStats::default(),
-    };
-    if let Err(e) = store.flush() {
-        tracing::error!(error = %e, "flushing the store failed");
-    }
+    let stop = running
+        .stop_within(Some(cx.serve.shutdown_grace_period))
+        .await;
+    let election = election_rx.await.unwrap_or_default();
     Ok(ServeReport {
-        scheduling,
-        terms,
+        scheduling: stop.scheduling,
+        terms: stop.terms,
+        sink: stop.sink,
+        maintenance: stop.maintenance,
         election,
-        reporter,
+        reporter: reporter_stats,
         events: event_stats.get(),
-        reservation_status,
-        reservation_gc,
+        reservation_status: status_done.await.unwrap_or_default(),
+        reservation_gc: gc_done.await.unwrap_or_default(),
     })
 }
 
-trait MapUnit: std::future::Future + Sized {
-    fn map_unit(self) -> futures::future::Map<Self, fn(Self::Output)> {
-        futures::FutureExt::map(self, drop as fn(Self::Output))
-    }
+/// Reservation status writes: (written, failed).
+type StatusCounts = (u64, u64);
+/// Reservations the GC (marked expired, deleted).
+type GcCounts = (usize, usize);
+
+/// What the parts of the adapter share.
+struct Cx {
+    engine: Arc<Engine>,
+    client: Client,
+    serve: ServeConfig,
+    identity: String,
 }
 
-impl<F: std::future::Future> MapUnit for F {}
+impl Cx {
+    /// Leadership: the Lease elector (released in the handover phase, after every write
+    /// of ours), or "always leader" without election.
+    fn start_leadership(
+        &self,
+        running: &mut Running,
+        lease_store: Option<Arc<dyn LeaseStore>>,
+    ) -> (watch::Receiver<bool>, oneshot::Receiver<ElectionStats>) {
+        let le = &self.serve.leader_election;
+        let (leader_tx, leader_rx) = watch::channel(!le.enabled);
+        let (election_tx, election_rx) = oneshot::channel();
+        if le.enabled {
+            let store: Arc<dyn LeaseStore> = lease_store.unwrap_or_else(|| {
+                Arc::new(KubeLeaseStore::new(
+                    self.client.clone(),
+                    &le.namespace(),
+                    &le.lease_name,
+                ))
+            });
+            let elector = LeaderElector::new(store, le, &self.identity);
+            let stop = running.phases.stopped(Phase::Handover);
+            running.phases.spawn(Phase::Handover, async move {
+                let _ = election_tx.send(elector.run(leader_tx, stop).await);
+            });
+        } else {
+            // Always the leader, until the handover phase (a dropped sender would read as
+            // leadership lost).
+            let stop = running.phases.stopped(Phase::Handover);
+            running.phases.spawn(Phase::Handover, async move {
+                stop.await;
+                drop(leader_tx);
+            });
+        }
+        (leader_rx, election_rx)
+    }
+
+    /// The cluster feed: the watches into the engine's cluster state.
+    fn start_feed(&self, running: &mut Running, reservations: Option<Arc<KubeReservations>>) {
+        let (client, cluster) = (self.client.clone(), self.engine.cluster().clone());
+        let stop = running.phases.signal(Phase::Intake);
+        running.phases.spawn(Phase::Intake, async move {
+            reflect::run(client, cluster, reservations, stop).await;
+        });
+    }
+
+    /// The event writer and the reporter; they drain after the decision sink.
+    fn start_reporting(
+        &self,
+        running: &mut Running,
+        store: &headroom_storage::Store,
+        flow: &Arc<BindFlow>,
+        decisions: mpsc::Receiver<Arc<crate::framework::Decision>>,
+        outcomes: mpsc::Receiver<super::bind::BindOutcome>,
+    ) -> (ReporterStats, Arc<events::EventStats>) {
+        let (recorder, events_rx) = events::recorder();
+        let event_stats = recorder.stats().clone();
+        event_stats.register(self.engine.metrics());
+        let writer = events::run_event_writer(
+            self.client.clone(),
+            self.serve.events.clone(),
+            self.identity.clone(),
+            event_stats.clone(),
+            events_rx,
+            running.phases.stopped(Phase::Writers),
+        );
+        running
+            .phases
+            .spawn(Phase::Writers, futures::FutureExt::map(writer, drop));
+        let stats = ReporterStats::default();
+        stats.register(self.engine.metrics());
+        let reporter = Reporter {
+            client: self.client.clone(),
+            recorder,
+            store: Some(store.clone()),
+            scheduler: self.engine.scheduler().clone(),
+            config: self.serve.clone(),
+            identity: self.engine.config().collectors.identity.clone(),
+            stats: stats.clone(),
+            yield_to: Some(flow.clone()),
+        };
+        let stop = running.phases.stopped(Phase::Writers);
+        running.phases.spawn(Phase::Writers, async move {
+            reporter.run(decisions, outcomes, stop).await;
+        });
+        (stats, event_stats)
+    }
+
+    /// The `Reservation` status writer (leader only, drains with the writers) and GC.
+    fn start_reservations(
+        &self,
+        running: &mut Running,
+        reservations: Option<Arc<KubeReservations>>,
+        status_rx: Option<mpsc::UnboundedReceiver<crd::StatusWrite>>,
+        leader: &watch::Receiver<bool>,
+    ) -> (oneshot::Receiver<StatusCounts>, oneshot::Receiver<GcCounts>) {
+        let (status_tx, status_done) = oneshot::channel();
+        if let Some(rx) = status_rx {
+            let client = self.client.clone();
+            let (leader, stop) = (leader.clone(), running.phases.stopped(Phase::Writers));
+            running.phases.spawn(Phase::Writers, async move {
+                let r = crd::run_status_writer(
+                    move |ns: &str| Api::<ReservationResource>::namespaced(client.clone(), ns),
+                    rx,
+                    leader,
+                    stop,
+                )
+                .await;
+                let _ = status_tx.send(r);
+            });
+        }
+        let (gc_tx, gc_done) = oneshot::channel();
+        if let Some(r) = reservations {
+            let gc = crd::run_gc(
+                r,
+                crd::api_deleter(self.client.clone()),
+                self.serve.reservations.gc_interval,
+                self.serve.reservations.keep_finished,
+                leader.clone(),
+                running.phases.stopped(Phase::Intake),
+            );
+            running.phases.spawn(Phase::Intake, async move {
+                let _ = gc_tx.send(gc.await);
+            });
+        }
+        (status_done, gc_done)
+    }
+
+    /// The two listeners, each with the probes: the extender's (`serve.listen`) and the
+    /// inspection API's (`serve.apiListen`, plus the caller's routes); both behind
+    /// `serve.security` (TLS, client certificates or TokenReview, SubjectAccessReview).
+    async fn start_http(
+        &self,
+        running: &mut Running,
+        (ext_addr, api_addr): (SocketAddr, SocketAddr),
+        bound: Option<oneshot::Sender<Bound>>,
+        extra_routes: Option<Router>,
+        leader: &watch::Receiver<bool>,
+        reviewer: Arc<dyn Reviewer>,
+    ) -> Result<()> {
+        let extender_router = if self.serve.extender.enabled {
+            let framework = Arc::new(build_framework_with(
+                &self.serve.extender.profile(),
+                self.engine.deps(),
+            )?);
+            let sched = self.engine.scheduler().clone();
+            let snapshot: extender::SnapshotSource =
+                Arc::new(move || sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot());
+            let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
+                self.client.clone(),
+                None,
+                None,
+                self.serve.request_timeout,
+            ));
+            Some(extender::router(ExtenderState {
+                framework,
+                snapshot,
+                binder: Some(binder),
+            }))
+        } else {
+            None
+        };
+        let health = Health {
+            synced: self.engine.cluster().synced.clone(),
+            leader: leader.clone(),
+        };
+        let api_state = self.engine.api_state();
+        api_state.set_ready(true);
+        let api_routes = crate::api::routes(api_state);
+        let api_app = compose_router(
+            None,
+            health.clone(),
+            Some(match extra_routes {
+                Some(x) => x.merge(api_routes),
+                None => api_routes,
+            }),
+        );
+        let ext_app = compose_router(extender_router, health, None);
+        let security = &self.serve.security;
+        let auth = Auth::new(security, reviewer);
+        auth.register(self.engine.metrics());
+        let layer = axum::middleware::from_fn_with_state(auth, auth::authorize);
+        let (ext_app, api_app) = (ext_app.layer(layer.clone()), api_app.layer(layer));
+        let tls = match security.mode {
+            SecurityMode::None => None,
+            SecurityMode::Delegated => {
+                let (chain, key) = tls::serving_identity(
+                    security.cert_file.as_deref(),
+                    security.key_file.as_deref(),
+                )
+                .map_err(|e| Error::Task(e.to_string()))?;
+                Some(
+                    tls::acceptor(chain, key, security.client_ca_file.as_deref())
+                        .map_err(|e| Error::Task(e.to_string()))?,
+                )
+            }
+        };
+        let mut bound_at = Vec::new();
+        for (addr, app, what) in [
+            (ext_addr, ext_app, "extender"),
+            (api_addr, api_app, "inspection API"),
+        ] {
+            let listen_error = |source| Error::Listen {
+                addr: addr.to_string(),
+                source,
+            };
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(listen_error)?;
+            let local = listener.local_addr().map_err(listen_error)?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            tracing::info!(%local, identity = %self.identity, "serving the {what} on {scheme}");
+            bound_at.push(local);
+            let stop = running.phases.stopped(Phase::Intake);
+            match &tls {
+                Some(acceptor) => {
+                    let acceptor = acceptor.clone();
+                    running.phases.spawn(Phase::Intake, async move {
+                        tls::serve(listener, acceptor, app, stop).await;
+                    });
+                }
+                None => running.phases.spawn(Phase::Intake, async move {
+                    let r = axum::serve(listener, app)
+                        .with_graceful_shutdown(stop)
+                        .await;
+                    if let Err(e) = r {
+                        tracing::error!(error = %e, "http listener failed");
+                    }
+                }),
+            }
+        }
+        if let Some(tx) = bound {
+            let _ = tx.send(Bound {
+                extender: bound_at[0],
+                api: bound_at[1],
+            });
+        }
+        Ok(())
+    }
+
+    /// The engine's scheduling loop, binding through `binder`, while the initial lists
+    /// are in and this replica leads.
+    fn start_scheduling(
+        &self,
+        running: &mut Running,
+        binder: Arc<ApiBinder>,
+        mut leader: watch::Receiver<bool>,
+    ) {
+        let (gate_tx, gate_rx) = watch::channel(false);
+        let synced = self.engine.cluster().synced.clone();
+        let stop = running.phases.stopped(Phase::Intake);
+        running.phases.spawn(Phase::Intake, async move {
+            tokio::pin!(stop);
+            tokio::select! {
+                biased;
+                _ = &mut stop => return,
+                _ = synced.wait() => {}
+            }
+            loop {
+                let _ = gate_tx.send(*leader.borrow_and_update());
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => return,
+                    changed = leader.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+        let engine = self.engine.clone();
+        // The watch confirms binds; a lost confirmation expires the pod.
+        running.spawn_scheduling(
+            move || engine.scheduling_loop(binder.clone(), false),
+            gate_rx,
+        );
+    }
+}

@@ -217,7 +217,7 @@ impl ScorePlugin for BalancedAllocation {
                     scores.push(self.score_of(pod, snapshot.node(idx)).0);
                     continue;
                 }
-                let (r0, r1) = (rq[c0] + p0, rq[c1] + p1);
+                let (r0, r1) = (rq[c0].saturating_add(p0), rq[c1].saturating_add(p1));
                 let (a0, a1) = (a0 as f64, a1 as f64);
                 // `balanced_score` of two fractions, written out.
                 let two =
@@ -242,7 +242,7 @@ impl ScorePlugin for BalancedAllocation {
                 if alloc == 0 {
                     continue;
                 }
-                let req = rq[cols[j]] + pod_req[j];
+                let req = rq[cols[j]].saturating_add(pod_req[j]);
                 after[n] = (req as f64 / alloc as f64).min(1.0);
                 before[n] = ((req - pod_req[j]) as f64 / alloc as f64).min(1.0);
                 n += 1;

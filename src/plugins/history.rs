@@ -250,10 +250,16 @@ impl PreScorePlugin for History {
             let usage = snapshot.usage();
             let mut nodes: Vec<String> = usage
                 .history
-                .get(&builder)
+                .get(builder.as_str())
                 .map(|h| h.iter().cloned().collect())
                 .unwrap_or_default();
-            for n in usage.view.placements.get(&builder).into_iter().flatten() {
+            for n in usage
+                .view
+                .placements
+                .get(builder.as_str())
+                .into_iter()
+                .flatten()
+            {
                 if !nodes.contains(n) {
                     nodes.push(n.clone());
                 }

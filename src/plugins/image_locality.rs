@@ -63,7 +63,8 @@ impl ImageLocality {
         let mut sum = 0i64;
         for (_, hash, spread) in &s.images {
             if let Some(size) = node.image_size(*hash) {
-                sum += (size as f64 * spread) as i64;
+                // Saturating: node objects may report sizes up to i64::MAX.
+                sum = sum.saturating_add((size as f64 * spread) as i64);
             }
         }
         sum
@@ -120,7 +121,9 @@ impl PreScorePlugin for ImageLocality {
                 // Same per-image truncation as upstream's per-node sum; integer addition makes
                 // the order (image-major here, node-major upstream) irrelevant.
                 for &(idx, size) in nodes {
-                    sums[idx as usize] += (size as f64 * spread) as i64;
+                    // Saturating: node objects may report sizes up to i64::MAX.
+                    sums[idx as usize] =
+                        sums[idx as usize].saturating_add((size as f64 * spread) as i64);
                 }
                 let hash = image_hash(&name);
                 images.push((name, hash, spread));
@@ -232,5 +235,30 @@ mod tests {
         );
         assert_eq!(calculate_priority(5000 * MB, 2), 100);
         assert_eq!(calculate_priority(0, 1), 0);
+    }
+
+    #[test]
+    fn huge_image_sizes_saturate() {
+        // Two images near i64::MAX on one node overflowed the per-node sum.
+        let img = |names: &[&str], size: i64| json!({"names": names, "sizeBytes": size});
+        let snap = Snapshot::build(
+            [
+                node(
+                    "a",
+                    json!({"status": {"images": [img(&["x:1"], i64::MAX), img(&["y:1"], i64::MAX - 1)]}}),
+                ),
+                node(
+                    "b",
+                    json!({"status": {"images": [img(&["x:1"], i64::MAX)]}}),
+                ),
+            ],
+            [],
+        );
+        let p = info(pod(
+            "p",
+            json!({"spec": {"containers": [{"name": "c", "image": "x:1"}, {"name": "d", "image": "y:1"}]}}),
+        ));
+        let got = score_all(ImageLocality::new().register(), &snap, &p).unwrap();
+        assert_eq!(got, vec![("a".into(), 100), ("b".into(), 100)]);
     }
 }

@@ -155,25 +155,42 @@ impl ResourceKind {
     }
 }
 
-/// `LeastAllocated`: the free share of `capacity` after `requested`, 0..=100.
+/// The largest capacity whose products with [`MAX_NODE_SCORE`] fit in `i64`.
+const EXACT_IN_I64: i64 = i64::MAX / MAX_NODE_SCORE;
+
+/// `n * 100 / capacity` for `0 ≤ n ≤ capacity`, `capacity > 0`: through the [`Divisor`]
+/// when the product fits in `i64`, in `i128` otherwise.
 #[inline(always)]
-fn least_allocated(requested: i64, capacity: Divisor) -> i64 {
+fn percent_of(n: i64, capacity: Divisor) -> i64 {
     let c = capacity.get();
-    if c == 0 || requested > c {
-        0
+    if c <= EXACT_IN_I64 {
+        capacity.divide(n * MAX_NODE_SCORE)
     } else {
-        capacity.divide((c - requested) * MAX_NODE_SCORE)
+        (i128::from(n) * i128::from(MAX_NODE_SCORE) / i128::from(c)) as i64
     }
 }
 
-/// `MostAllocated`: the used share of `capacity` with `requested`, 0..=100.
+/// `LeastAllocated`: the free share of `capacity` after `requested`, 0..=100 (0 for a
+/// capacity ≤ 0; a negative request counts as zero).
 #[inline(always)]
-fn most_allocated(requested: i64, capacity: Divisor) -> i64 {
-    let c = capacity.get();
-    if c == 0 {
+fn least_allocated(requested: i64, capacity: Divisor) -> i64 {
+    let (r, c) = (requested.max(0), capacity.get());
+    if c <= 0 || r > c {
         0
     } else {
-        capacity.divide(requested.min(c) * MAX_NODE_SCORE)
+        percent_of(c - r, capacity)
+    }
+}
+
+/// `MostAllocated`: the used share of `capacity` with `requested`, 0..=100 (0 for a
+/// capacity ≤ 0; a negative request counts as zero).
+#[inline(always)]
+fn most_allocated(requested: i64, capacity: Divisor) -> i64 {
+    let (r, c) = (requested.max(0), capacity.get());
+    if c <= 0 {
+        0
+    } else {
+        percent_of(r.min(c), capacity)
     }
 }
 
@@ -194,22 +211,22 @@ pub(crate) fn table_allocatable_requested(
         ResourceKind::Cpu => (
             t.allocatable[i][res::CPU],
             if use_requested {
-                t.requested[i][res::CPU] + r.requests.milli_cpu
+                t.requested[i][res::CPU].saturating_add(r.requests.milli_cpu)
             } else {
-                t.non_zero[i][0] + r.non_zero_milli_cpu
+                t.non_zero[i][0].saturating_add(r.non_zero_milli_cpu)
             },
         ),
         ResourceKind::Memory => (
             t.allocatable[i][res::MEMORY],
             if use_requested {
-                t.requested[i][res::MEMORY] + r.requests.memory
+                t.requested[i][res::MEMORY].saturating_add(r.requests.memory)
             } else {
-                t.non_zero[i][1] + r.non_zero_memory
+                t.non_zero[i][1].saturating_add(r.non_zero_memory)
             },
         ),
         ResourceKind::EphemeralStorage => (
             t.allocatable[i][res::EPHEMERAL_STORAGE],
-            t.requested[i][res::EPHEMERAL_STORAGE] + r.requests.ephemeral_storage,
+            t.requested[i][res::EPHEMERAL_STORAGE].saturating_add(r.requests.ephemeral_storage),
         ),
         ResourceKind::Scalar => {
             return allocatable_requested(snapshot.node(idx), pod, name, use_requested);
@@ -237,7 +254,7 @@ pub(crate) fn allocatable_requested(
             } else {
                 pod.requests.non_zero_milli_cpu
             };
-            (node.allocatable.milli_cpu, node_req + pod_req)
+            (node.allocatable.milli_cpu, node_req.saturating_add(pod_req))
         }
         MEMORY => {
             let node_req = if use_requested {
@@ -250,11 +267,13 @@ pub(crate) fn allocatable_requested(
             } else {
                 pod.requests.non_zero_memory
             };
-            (node.allocatable.memory, node_req + pod_req)
+            (node.allocatable.memory, node_req.saturating_add(pod_req))
         }
         EPHEMERAL_STORAGE => (
             node.allocatable.ephemeral_storage,
-            node.requested.ephemeral_storage + pod.requests.requests.ephemeral_storage,
+            node.requested
+                .ephemeral_storage
+                .saturating_add(pod.requests.requests.ephemeral_storage),
         ),
         other => {
             let pod_req = pod.requests.requests.scalar(other);
@@ -264,7 +283,7 @@ pub(crate) fn allocatable_requested(
             }
             (
                 node.allocatable.scalar(other),
-                node.requested.scalar(other) + pod_req,
+                node.requested.scalar(other).saturating_add(pod_req),
             )
         }
     };
@@ -396,8 +415,8 @@ impl NodeResourcesFit {
                 continue;
             }
             let nz = &t.non_zero[i];
-            let s = score(nz[0] + r.non_zero_milli_cpu, ac) * w0
-                + score(nz[1] + r.non_zero_memory, am) * w1;
+            let s = score(nz[0].saturating_add(r.non_zero_milli_cpu), ac) * w0
+                + score(nz[1].saturating_add(r.non_zero_memory), am) * w1;
             scores.push(all_weights.divide(s));
         }
     }
@@ -447,19 +466,23 @@ impl NodeResourcesFit {
         shape[shape.len() - 1].1
     }
 
-    /// One resource's score; `capacity` divides exactly as `/` ([`Divisor`]).
+    /// One resource's score, always in `0..=MAX_NODE_SCORE`; `capacity` divides exactly as
+    /// `/` ([`Divisor`]). A negative request or capacity (which the pod and node readers
+    /// reject) counts as zero, and a capacity near `i64::MAX` (where `capacity * 100` would
+    /// overflow `i64`) is scored in `i128`.
     #[inline(always)]
     fn resource_score(&self, requested: i64, capacity: Divisor) -> i64 {
-        let c = capacity.get();
         match self.args.scoring_strategy.kind {
             StrategyType::LeastAllocated => least_allocated(requested, capacity),
             StrategyType::MostAllocated => most_allocated(requested, capacity),
             StrategyType::RequestedToCapacityRatio => {
-                if c == 0 || requested > c {
-                    self.broken_linear(100)
+                let (r, c) = (requested.max(0), capacity.get());
+                let ratio = if c <= 0 || r > c {
+                    100
                 } else {
-                    self.broken_linear(capacity.divide(requested * 100))
-                }
+                    percent_of(r, capacity)
+                };
+                self.broken_linear(ratio).clamp(0, MAX_NODE_SCORE)
             }
         }
     }
@@ -667,11 +690,11 @@ impl ScorePlugin for NodeResourcesFit {
             let (a, nz, rq) = (&t.allocatable_div[i], &t.non_zero[i], &t.requested[i]);
             scores.push(self.score_with(all_weights, |_, kind| {
                 let (alloc, req) = match kind {
-                    ResourceKind::Cpu => (a[0], nz[0] + r.non_zero_milli_cpu),
-                    ResourceKind::Memory => (a[1], nz[1] + r.non_zero_memory),
+                    ResourceKind::Cpu => (a[0], nz[0].saturating_add(r.non_zero_milli_cpu)),
+                    ResourceKind::Memory => (a[1], nz[1].saturating_add(r.non_zero_memory)),
                     _ => (
                         a[2],
-                        rq[res::EPHEMERAL_STORAGE] + r.requests.ephemeral_storage,
+                        rq[res::EPHEMERAL_STORAGE].saturating_add(r.requests.ephemeral_storage),
                     ),
                 };
                 (alloc.get() != 0).then_some((alloc, req))
@@ -816,6 +839,47 @@ mod tests {
             &info(req_pod("p", None, json!({"example.com/gpu": "5"}))),
         );
         assert!(got[1].1.is_success());
+    }
+
+    #[test]
+    fn resource_scores_stay_in_range_on_any_input() {
+        // Regression (issue #15, 7): a negative request scored 102 ("returns an invalid
+        // score"), and a capacity near i64::MAX overflowed `capacity * 100`.
+        for kind in [
+            StrategyType::LeastAllocated,
+            StrategyType::MostAllocated,
+            StrategyType::RequestedToCapacityRatio,
+        ] {
+            let fit = NodeResourcesFit::new(NodeResourcesFitArgs {
+                scoring_strategy: ScoringStrategy {
+                    kind,
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .unwrap();
+            let values = [
+                i64::MIN,
+                -1000,
+                -1,
+                0,
+                1,
+                1000,
+                i64::MAX / 100 + 1,
+                i64::MAX,
+            ];
+            for r in values {
+                for c in values {
+                    let s = fit.resource_score(r, Divisor::new(c));
+                    assert!((0..=MAX_NODE_SCORE).contains(&s), "{kind:?} {r} {c}: {s}");
+                }
+            }
+            assert_eq!(
+                fit.resource_score(-1000, Divisor::new(4000)),
+                fit.resource_score(0, Divisor::new(4000)),
+                "{kind:?}"
+            );
+        }
     }
 
     #[test]

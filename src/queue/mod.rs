@@ -591,6 +591,31 @@ impl SchedulingQueue {
         self.len().total() == 0
     }
 
+    /// The pods the queue holds, in flight included (no order): for listers that need the
+    /// objects (builder identity), not the queue's bookkeeping.
+    pub fn pending_pods(&self) -> Vec<Arc<PodInfo>> {
+        let inner = self.lock();
+        inner
+            .pods
+            .values()
+            .map(|e| e.info.pod_info.clone())
+            .chain(
+                inner
+                    .in_flight
+                    .values()
+                    .filter(|f| !f.deleted)
+                    .map(|f| f.info.pod_info.clone()),
+            )
+            .collect()
+    }
+
+    /// Whether no pod is ready to pop and none is in flight: a scheduling loop fed by this
+    /// queue has nothing to do until time passes or the cluster changes.
+    pub fn is_settled(&self) -> bool {
+        let inner = self.lock();
+        inner.active.is_empty() && inner.in_flight.is_empty()
+    }
+
     /// Every pod the queue knows of: active in pop order, backoff by expiry, then
     /// unschedulable, gated and in-flight pods by key.
     pub fn pending(&self) -> Vec<PendingPod> {

@@ -18,19 +18,19 @@ pub mod scenario;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::analytics::{self, UsageView};
+use crate::analytics;
+use crate::clock::Clock;
 use crate::config::{Config, ConfigError, PluginSetting};
-use crate::plugins::{KNOWN_PLUGINS, PluginDeps};
-use crate::queue::{ClusterEvent, Failure, PodKey, QueueConfig, SchedulingQueue};
-use crate::reservation::{InMemoryReservations, ReservationSource};
-use crate::scheduler::Scheduler;
+use crate::engine::{Drive, Engine, EngineError, Parts};
+use crate::plugins::KNOWN_PLUGINS;
+use crate::reservation::InMemoryReservations;
 use crate::snapshot::PodInfo;
 use crate::usage::file::UsageFile;
 use headroom_storage::{Labels, RunRecord, Store, UsageSummary};
@@ -53,6 +53,9 @@ pub enum Error {
     /// The analytics failed.
     #[error("analytics: {0}")]
     Analytics(#[from] analytics::Error),
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 }
 
 /// Which scheduling policy a run uses.
@@ -122,6 +125,26 @@ pub struct ApiHook {
 /// Simulated time starts here (2026-01-01T00:00:00Z), so samples have real-looking times.
 pub const EPOCH_MS: i64 = 1_767_225_600_000;
 
+/// When a run on `store` starts: [`EPOCH_MS`], or, on a store an earlier run (or anything
+/// else) wrote to, the first whole day after its newest sample — a second simulation on
+/// the same `--data-dir` appends a later run instead of failing on out-of-order samples,
+/// and keeps the same time of day (arrivals and a daily cycle line up). The run is the
+/// same run: every time is relative to its start.
+fn start_after(store: &Store) -> Result<i64, Error> {
+    const DAY_MS: i64 = 24 * 3_600_000;
+    let mut newest = i64::MIN;
+    for info in store.select(&[])? {
+        if let Some(last) = info.last {
+            newest = newest.max(last.ts_ms);
+        }
+    }
+    if newest < EPOCH_MS {
+        return Ok(EPOCH_MS);
+    }
+    let days = (newest - EPOCH_MS) / DAY_MS + 1;
+    Ok(EPOCH_MS + days * DAY_MS)
+}
+
 /// How long a pod's memory takes to reach its working set.
 const RAMP_MS: f64 = 120_000.0;
 /// How long a database takes to fill its disk need.
@@ -163,6 +186,8 @@ struct Running {
     arrival: Arrival,
     name: String,
     node: String,
+    /// The pod as bound (what the cluster state holds).
+    pod: Arc<Pod>,
     start_ms: i64,
     end_ms: Option<i64>,
     warm: bool,
@@ -351,7 +376,13 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
 /// The builder identity label (bk-ci's), which the scheduler's identity rule reads.
 const BUILDER_LABEL: &str = "bkci.dispatch.kubenetes/core";
 
-fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
+fn pod_of(
+    s: &Scenario,
+    p: &Plan,
+    a: &Arrival,
+    name: &str,
+    scheduler_name: &str,
+) -> Result<Pod, Error> {
     let w = &s.workloads[a.workload];
     let n = &p.workloads[a.workload];
     let mut labels = w.labels.clone();
@@ -369,7 +400,7 @@ fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
     let obj = json!({
         "metadata": {"name": name, "namespace": w.namespace, "uid": format!("sim-{name}"), "labels": labels, "annotations": annotations},
         "spec": {
-            "schedulerName": crate::config::DEFAULT_SCHEDULER_NAME,
+            "schedulerName": scheduler_name,
             "nodeSelector": w.node_selector,
             "tolerations": w.tolerations,
             "containers": [{"name": "main", "image": format!("sim/{}", w.name), "resources": {"requests": {
@@ -378,7 +409,14 @@ fn pod_of(s: &Scenario, p: &Plan, a: &Arrival, name: &str) -> Pod {
             }}}]
         }
     });
-    serde_json::from_value(obj).expect("simulated pods are well-formed")
+    // `Scenario::parse` checked labels, selectors and tolerations, so this holds.
+    serde_json::from_value(obj).map_err(|e| {
+        Error::Scenario(scenario::Error::Invalid {
+            path: "scenario".into(),
+            field: format!("workloads[{}]", a.workload),
+            message: e.to_string(),
+        })
+    })
 }
 
 fn summary(v: &[f64]) -> UsageSummary {
@@ -427,59 +465,22 @@ pub async fn run_with_api(
     Ok(report)
 }
 
-/// What the simulator feeds the API while it runs.
+/// What the simulator feeds the API while it runs: the engine's own API state, on the
+/// API's wall-clock runtime.
 struct Attached {
-    decisions: tokio::sync::mpsc::Sender<crate::framework::Decision>,
-    clock: Arc<std::sync::atomic::AtomicI64>,
     state: crate::api::ApiState,
 }
 
-fn attach(
-    hook: ApiHook,
-    scheduler: Arc<std::sync::Mutex<Scheduler>>,
-    queue: Arc<SchedulingQueue>,
-    store: &Store,
-    config: &Config,
-) -> Result<Attached, Error> {
-    use crate::api::{ApiState, run_decision_sink, serve};
-    use crate::metrics::{Metrics, MetricsOptions};
-    use std::sync::atomic::{AtomicI64, Ordering};
-    let clock = Arc::new(AtomicI64::new(EPOCH_MS));
-    let c = clock.clone();
-    let metrics = Arc::new(Metrics::new(MetricsOptions {
-        stale_after: config.usage.stale_after,
-        ..MetricsOptions::default()
-    }));
-    let identity = config.collectors.identity.clone();
-    let sched = scheduler.clone();
-    let state = ApiState::new(scheduler, metrics)
-        .with_queue(queue)
-        .with_store(store.clone())
-        .with_clock(Arc::new(move || c.load(Ordering::Relaxed)))
-        .with_builder_of(Arc::new(move |d: &crate::framework::Decision| {
-            let snap = sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot();
-            let idx = snap.node_of_pod(&d.namespace, &d.name, &d.uid)?;
-            let pod = snap
-                .node(idx)
-                .pods
-                .iter()
-                .find(|p| p.name == d.name && p.namespace == d.namespace)?
-                .clone();
-            Some(headroom_collectors::builder_identity(
-                &pod.pod.metadata,
-                &identity,
-            ))
-        }));
-    let (tx, rx) = tokio::sync::mpsc::channel(4096);
+fn attach(hook: ApiHook, engine: &Engine) -> Result<Attached, Error> {
+    let state = engine.api_state();
     let _guard = hook.handle.enter();
     hook.listener
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(hook.listener))
         .map(|listener| {
             let stop = hook.stop.clone();
-            hook.handle.spawn(run_decision_sink(rx, state.clone()));
             hook.handle
-                .spawn(serve(listener, state.clone(), async move {
+                .spawn(crate::api::serve(listener, state.clone(), async move {
                     stop.notified().await
                 }));
         })
@@ -490,19 +491,55 @@ fn attach(
             })
         })?;
     state.set_ready(true);
-    Ok(Attached {
-        decisions: tx,
-        clock,
-        state,
-    })
+    Ok(Attached { state })
 }
 
-/// Runs one policy. Runs on a paused tokio clock if the caller's runtime is paused
-/// (the CLI builds one); otherwise the queue's backoffs see real time, which only makes
-/// retries happen at the next steps.
-// The scheduler lock is taken twice per step and dropped explicitly (`drop(guard)`)
-// before each await; the lint does not follow explicit drops.
-#[allow(clippy::await_holding_lock)]
+/// The simulator's binder: binding is instant, and the bound pod is applied to the
+/// engine's cluster state at once, as the API server's watch would show it under `serve`
+/// (which confirms the assumed pod). Remembers every binding for the step's bookkeeping.
+struct SimBinder {
+    cluster: Arc<crate::cluster::ClusterState>,
+    bound: std::sync::Mutex<Vec<(String, String, Arc<Pod>)>>,
+}
+
+impl SimBinder {
+    /// `(namespace/name, node, the bound pod)` of every binding since the last call.
+    fn take(&self) -> Vec<(String, String, Arc<Pod>)> {
+        std::mem::take(&mut *self.bound.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl crate::framework::Plugin for SimBinder {
+    fn name(&self) -> &'static str {
+        "SimulatedBinder"
+    }
+}
+
+impl crate::framework::BindPlugin for SimBinder {
+    fn bind<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> crate::framework::BoxFuture<'a, crate::framework::Status> {
+        Box::pin(async move {
+            self.cluster.apply_pod((*pod.pod).clone());
+            self.bound.lock().unwrap_or_else(|e| e.into_inner()).push((
+                pod.key(),
+                node.to_string(),
+                pod.pod.clone(),
+            ));
+            crate::framework::Status::success()
+        })
+    }
+}
+
+/// Runs one policy on the [`Engine`], driven by hand on simulated time: per step, the
+/// cluster changes go through the engine's cluster state (as watch events would), node
+/// samples go into its store, and the engine's refresh, maintenance, queue flushes and
+/// housekeeping run at the simulated instants their timers would fire under `serve`;
+/// then the real scheduling loop runs until the queue settles. Runs on a paused tokio
+/// clock if the caller's runtime is paused (the CLI builds one), so the queue's backoffs
+/// follow simulated time.
 async fn run_policy(
     s: &Scenario,
     base: &Config,
@@ -516,44 +553,82 @@ async fn run_policy(
     // Ties between equally scored nodes are broken by the simulation's seed too, or two
     // runs of one seed would differ.
     config.scheduler.seed = config.scheduler.seed.or(Some(seed));
+    let first_profile = config
+        .profiles
+        .first()
+        .map(|p| p.scheduler_name.clone())
+        .unwrap_or_default();
+    // Each workload's pods name their profile; a name no profile has would leave them
+    // pending forever, as `serve` would (they are not ours).
+    let mut scheduler_names = Vec::with_capacity(s.workloads.len());
+    for (i, w) in s.workloads.iter().enumerate() {
+        let name = w
+            .scheduler_name
+            .clone()
+            .unwrap_or_else(|| first_profile.clone());
+        if !config.profiles.iter().any(|p| p.scheduler_name == name) {
+            let known: Vec<&str> = config
+                .profiles
+                .iter()
+                .map(|p| p.scheduler_name.as_str())
+                .collect();
+            return Err(Error::Scenario(scenario::Error::Invalid {
+                path: "scenario".into(),
+                field: format!("workloads[{i}].schedulerName"),
+                message: format!(
+                    "no profile named {name:?} in the configuration (profiles: {})",
+                    known.join(", ")
+                ),
+            }));
+        }
+        scheduler_names.push(name);
+    }
     let plan = plan(s, seed)?;
     let store = match &data_dir {
         Some(d) => Store::open(d, config.storage.clone())?,
         None => Store::open_temporary(config.storage.clone())?,
     };
+    let epoch = start_after(&store)?;
     let reservations = UsageFile {
         reservations: s.reservations.clone(),
         ..UsageFile::default()
     }
-    .resolve(EPOCH_MS)
+    .resolve(epoch)
     .map_err(|(field, message)| scenario::Error::Invalid {
         path: "scenario".into(),
         field,
         message,
     })?
     .reservations;
-    let source = Arc::new(InMemoryReservations::new(reservations));
-    let deps = PluginDeps::from_config(&config).with_reservations(source.clone());
-    let mut scheduler = Scheduler::with_deps(&config, &deps)?;
-    scheduler.set_now_ms(EPOCH_MS);
-    let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
+    let (clock, time) = Clock::manual(epoch);
+    let mut parts = Parts::new(clock, store.clone());
+    parts.reservations = Some(Arc::new(InMemoryReservations::new(reservations)));
+    parts.explain = hook.is_some();
+    let refresh_ms = config.analytics.refresh_interval.as_millis().max(1) as i64;
+    let maintenance_ms = config.storage.maintenance_interval.as_millis().max(1) as i64;
+    let engine = Engine::new(config, parts)?;
+    let running = engine.start(Drive::Manual, None)?;
+    let cluster = engine.cluster().clone();
+    let binder = Arc::new(SimBinder {
+        cluster: cluster.clone(),
+        bound: std::sync::Mutex::new(Vec::new()),
+    });
+    let lp = engine.scheduling_loop(binder.clone(), false);
 
     let mut nodes: Vec<NodeState> = plan.nodes.clone();
     for n in &nodes {
-        scheduler
-            .snapshot_mut()
-            .upsert_node(Arc::new(n.object.clone()));
+        cluster.apply_node(n.object.clone());
     }
     let mut node_series: HashMap<String, [headroom_storage::SeriesId; 4]> = HashMap::new();
 
     let step_ms = s.step.as_millis() as i64;
     let ticks = (s.duration.as_millis() as i64 / step_ms) as usize;
-    let refresh_ms = config.analytics.refresh_interval.as_millis().max(1) as i64;
     let mut next_refresh = 0i64;
+    let mut next_maintenance = maintenance_ms;
     let mut r = PolicyReport::new(policy);
     let mut next_arrival = 0usize;
     // Ordered, so float sums (and so the report) are identical run to run.
-    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut running_pods: BTreeMap<String, Running> = BTreeMap::new();
     let mut arrived_at: HashMap<String, (i64, Arrival)> = HashMap::new();
     let mut history: HashMap<(usize, usize), HashSet<String>> = HashMap::new();
     let mut events: Vec<&scenario::Event> = s.events.iter().filter(|e| e.burst.is_none()).collect();
@@ -561,26 +636,22 @@ async fn run_policy(
     let mut next_event = 0usize;
     let mut resubmits = 0usize;
     let mut sched_wall = Duration::ZERO;
-    // The API reads the scheduler between steps; the simulator takes the lock per step.
-    let shared = Arc::new(std::sync::Mutex::new(scheduler));
-    let attached = hook
-        .map(|h| attach(h, shared.clone(), queue.clone(), &store, &config))
-        .transpose()?;
+    let attached = hook.map(|h| attach(h, &engine)).transpose()?;
     let bar = progress.then(|| {
         let b = indicatif::ProgressBar::new(ticks as u64);
         b.set_message(policy.as_str());
         b
     });
+    let submit = |a: &Arrival, name: &str| -> Result<(), Error> {
+        cluster.apply_pod(pod_of(s, &plan, a, name, &scheduler_names[a.workload])?);
+        Ok(())
+    };
 
     for tick in 0..=ticks {
         let rel = tick as i64 * step_ms;
-        let now = EPOCH_MS + rel;
-        if let Some(a) = &attached {
-            a.clock.store(now, std::sync::atomic::Ordering::Relaxed);
-        }
-        let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
-        let scheduler = &mut *guard;
-        // Events, arrivals and completions change the cluster: under the lock.
+        let now = epoch + rel;
+        time.set(now);
+        engine.housekeeping();
         // Events.
         while next_event < events.len() && events[next_event].at.as_millis() as i64 <= rel {
             let e = events[next_event];
@@ -591,10 +662,7 @@ async fn run_policy(
                         .spec
                         .get_or_insert_with(Default::default)
                         .unschedulable = Some(e.cordon.is_some());
-                    scheduler
-                        .snapshot_mut()
-                        .upsert_node(Arc::new(n.object.clone()));
-                    queue.move_all_to_active_or_backoff(ClusterEvent::NodeUpdated);
+                    cluster.apply_node(n.object.clone());
                 }
             } else if let Some(spec) = &e.add_nodes {
                 let added = make_nodes(spec, "events.addNodes", 0)?;
@@ -602,33 +670,30 @@ async fn run_policy(
                     if nodes.iter().any(|x| x.name == n.name) {
                         continue;
                     }
-                    scheduler
-                        .snapshot_mut()
-                        .upsert_node(Arc::new(n.object.clone()));
+                    cluster.apply_node(n.object.clone());
                     nodes.push(n);
                 }
-                queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
             } else if let Some(name) = &e.remove_node {
                 nodes.retain(|n| &n.name != name);
-                scheduler.snapshot_mut().remove_node(name);
                 // Its pods are lost; their controllers make new ones.
-                let lost: Vec<String> = running
+                let lost: Vec<String> = running_pods
                     .iter()
                     .filter(|(_, p)| &p.node == name)
                     .map(|(k, _)| k.clone())
                     .collect();
                 for k in lost {
-                    if let Some(p) = running.remove(&k) {
+                    if let Some(p) = running_pods.remove(&k) {
+                        cluster.delete_pod(&p.pod);
                         resubmits += 1;
                         let pname = format!("{}-r{resubmits}", p.name);
-                        let pod = pod_of(s, &plan, &p.arrival, &pname);
                         let key = format!("{}/{pname}", s.workloads[p.arrival.workload].namespace);
                         arrived_at.insert(key, (now, p.arrival.clone()));
                         r.arrived += 1;
                         r.lost_and_resubmitted += 1;
-                        queue.add(Arc::new(PodInfo::new(Arc::new(pod))));
+                        submit(&p.arrival, &pname)?;
                     }
                 }
+                cluster.delete_node(name);
             }
         }
         // Arrivals up to now.
@@ -637,23 +702,26 @@ async fn run_policy(
             next_arrival += 1;
             let w = &s.workloads[a.workload];
             let name = format!("{}-{}", w.name, a.seq);
-            let pod = pod_of(s, &plan, &a, &name);
-            arrived_at.insert(format!("{}/{name}", w.namespace), (EPOCH_MS + a.at_ms, a));
+            arrived_at.insert(
+                format!("{}/{name}", w.namespace),
+                (epoch + a.at_ms, a.clone()),
+            );
             r.arrived += 1;
-            queue.add(Arc::new(PodInfo::new(Arc::new(pod))));
+            submit(&a, &name)?;
         }
-        // Completions.
-        let done: Vec<String> = running
+        // Completions: the pod leaves the cluster; its run is recorded as the collectors'
+        // run detection would record it.
+        let done: Vec<String> = running_pods
             .iter()
             .filter(|(_, p)| p.end_ms.is_some_and(|e| e <= now))
             .map(|(k, _)| k.clone())
             .collect();
         for k in &done {
-            let Some(p) = running.remove(k) else { continue };
+            let Some(p) = running_pods.remove(k) else {
+                continue;
+            };
             let w = &s.workloads[p.arrival.workload];
-            scheduler
-                .snapshot_mut()
-                .remove_pod(&w.namespace, &p.name, &format!("sim-{}", p.name));
+            cluster.delete_pod(&p.pod);
             r.completed += 1;
             if let Some(b) = p.arrival.builder {
                 let builder = format!("{}-b{b}", w.name);
@@ -669,16 +737,12 @@ async fn run_policy(
                 store.record_placement(&builder, &p.node)?;
             }
         }
-        if !done.is_empty() {
-            queue.move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
-        }
-        drop(guard);
         // Usage samples: what each node really uses this step.
         let mut node_use: HashMap<&str, (f64, f64, f64)> = nodes
             .iter()
             .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0)))
             .collect();
-        for p in running.values_mut() {
+        for p in running_pods.values_mut() {
             let w = &s.workloads[p.arrival.workload];
             let n = &plan.workloads[p.arrival.workload];
             let age = (now - p.start_ms) as f64;
@@ -698,7 +762,7 @@ async fn run_policy(
             }
         }
         let mut busy_nodes: HashSet<&str> = HashSet::new();
-        for p in running.values() {
+        for p in running_pods.values() {
             busy_nodes.insert(p.node.as_str());
         }
         let mut mem_utils = Vec::with_capacity(nodes.len());
@@ -730,56 +794,23 @@ async fn run_policy(
             mem_utils.push(mu);
         }
         r.observe_spread(&mut mem_utils);
-        // The usage view, on simulated time, off the async threads.
+        // The engine's timed work, at the simulated instants its timers would fire.
+        if rel >= next_maintenance {
+            engine.maintain_store().await?;
+            next_maintenance = rel + maintenance_ms;
+        }
         if rel >= next_refresh {
-            store.flush()?;
-            let (st, ac) = (store.clone(), config.analytics.clone());
-            let view: UsageView =
-                tokio::task::spawn_blocking(move || analytics::compute(&st, &ac, now))
-                    .await
-                    .map_err(|e| analytics::Error::Task(e.to_string()))??;
-            shared
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .set_usage_view(Arc::new(view));
+            engine.refresh_usage().await?;
             next_refresh = rel + refresh_ms;
         }
-        let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
-        let scheduler = &mut *guard;
-        scheduler.set_now_ms(now);
-        source.purge_expired(now);
+        engine.flush_queue();
         // Schedule everything that is due.
-        queue.flush_backoff_completed();
-        queue.flush_unschedulable_leftover();
-        while let Some(q) = queue.try_pop() {
-            let pod = q.pod_info.clone();
-            let t0 = Instant::now();
-            let mut attempt = scheduler.schedule_one(&pod, None, attached.is_some());
-            let took = t0.elapsed();
-            sched_wall += took;
-            if let Some(a) = &attached {
-                attempt.decision.cycle_duration = took;
-                attempt.decision.decided_at_ms = now;
-                // A full channel loses a record, never a step: the API is best effort.
-                let _ = a.decisions.try_send(attempt.decision.clone());
-            }
-            r.attempts += 1;
-            let key = PodKey::of(&pod);
-            let Some(node) = attempt.decision.node().map(str::to_string) else {
-                r.unschedulable_attempts += 1;
-                queue.add_unschedulable(pod, Failure::from(&attempt.decision));
-                continue;
-            };
-            // Binding is instant here (counted as a bind for the API's metrics and the
-            // dashboards, with its wall time).
-            let bind_started = Instant::now();
-            scheduler.confirm(&pod.namespace, &pod.name);
-            if let Some(a) = &attached {
-                a.state.metrics().observe_bind(true, bind_started.elapsed());
-            }
-            queue.done(&key);
-            let full = format!("{}/{}", pod.namespace, pod.name);
-            let Some((at, a)) = arrived_at.remove(&full) else {
+        let stats = lp.run_until_settled().await;
+        r.attempts += stats.attempts as usize;
+        r.unschedulable_attempts += stats.unschedulable as usize;
+        sched_wall += stats.cycle_time;
+        for (key, node, pod) in binder.take() {
+            let Some((at, a)) = arrived_at.remove(&key) else {
                 continue;
             };
             r.placed += 1;
@@ -807,9 +838,9 @@ async fn run_policy(
                 }
                 now + (base as f64 * speed) as i64
             });
-            let name = pod.name.clone();
-            running.insert(
-                full,
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            running_pods.insert(
+                key,
                 Running {
                     rng: SmallRng::seed_from_u64(
                         seed ^ (a.seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
@@ -817,6 +848,7 @@ async fn run_policy(
                     arrival: a,
                     name,
                     node,
+                    pod,
                     start_ms: now,
                     end_ms,
                     warm,
@@ -825,8 +857,7 @@ async fn run_policy(
                 },
             );
         }
-        drop(guard);
-        let pending = queue.len().total();
+        let pending = engine.queue().len().total();
         let mem = r.tick_mean_mem();
         r.series.push((rel as f64 / 3_600_000.0, mem, pending));
         if let Some(b) = &bar {
@@ -837,14 +868,16 @@ async fn run_policy(
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    store.flush()?;
-    r.running_end = running.len();
-    r.pending_end = queue.len().total();
-    r.warm_running = running.values().filter(|p| p.warm).count();
+    engine.flush_store().await?;
+    r.running_end = running_pods.len();
+    r.pending_end = engine.queue().len().total();
+    r.warm_running = running_pods.values().filter(|p| p.warm).count();
     r.decision_wall_s = sched_wall.as_secs_f64();
     if let Some(a) = attached {
-        a.state.metrics().set_queue_lengths(&queue.len());
+        a.state.metrics().set_queue_lengths(&engine.queue().len());
     }
+    // The decision sink drains; the store's last flush.
+    running.stop().await;
     r.finish();
     Ok(r)
 }

@@ -45,12 +45,12 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::usage::file::{Amount, ReservationEntry};
+use crate::field::{self, Error as FieldError, ErrorList, Path};
+use crate::usage::file::{Amount, MAX_BYTES, MAX_CORES, ReservationEntry, UsageFile};
 
 /// Why a scenario could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +63,12 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The YAML does not fit the schema, or a value is invalid.
-    #[error("{path}: at {field}: {message}")]
+    /// The YAML does not fit the schema, or values are invalid: every error, each line
+    /// naming the file and the field.
+    #[error("{0}")]
+    Fields(ErrorList),
+    /// One invalid value found while running (a scenario built in code rather than read).
+    #[error("{path}: {field}: {message}")]
     Invalid {
         /// The file.
         path: String,
@@ -208,6 +212,11 @@ pub struct Workload {
     /// Pod tolerations (Kubernetes Toleration objects).
     #[serde(default)]
     pub tolerations: Vec<serde_json::Value>,
+    /// The pods' `spec.schedulerName`: which profile of the configuration decides them.
+    /// Default: the first profile's. A name no profile has is an error when the
+    /// simulation starts (the pods would never be scheduled).
+    #[serde(default)]
+    pub scheduler_name: Option<String>,
 }
 
 fn default_ns() -> String {
@@ -305,9 +314,266 @@ fn seed() -> u64 {
     1
 }
 
+/// The shortest step: one simulated second.
+pub const MIN_STEP: Duration = Duration::from_secs(1);
+/// The most steps (`duration / step`) a scenario may take.
+pub const MAX_TICKS: u128 = 10_000_000;
+/// The longest simulated time (and the longest mean run time of a builder): 10 years.
+pub const MAX_DURATION: Duration = Duration::from_secs(3660 * 24 * 3600);
+/// The most nodes, over every generator and `addNodes` event.
+pub const MAX_NODES: u128 = 100_000;
+/// The most pods, over every workload: service and database counts, the expected builder
+/// arrivals (`arrivalsPerHour` × hours) and every burst.
+pub const MAX_PODS: u128 = 1_000_000;
+/// The most distinct builders of one workload.
+pub const MAX_BUILDERS: usize = 100_000;
+/// The highest arrival rate of one workload.
+pub const MAX_ARRIVALS_PER_HOUR: f64 = 1_000_000.0;
+/// The highest real-usage factor (real / requested).
+pub const MAX_USAGE_FACTOR: f64 = 100.0;
+/// The longest workload name: its pods' builder label `<name>-b<k>` must stay a valid
+/// label value (63 characters).
+pub const MAX_WORKLOAD_NAME: usize = 50;
+
+/// Checks a node generator (also `addNodes`): count, names, amounts, labels, taints, or
+/// an explicit Node object. Returns the node names it makes (from `start + 1` for
+/// generators), for the duplicate check.
+fn check_nodes(spec: &NodeSpec, at: &Path, start: usize, errors: &mut ErrorList) -> Vec<String> {
+    for (k, a, max) in [
+        ("systemCpu", &spec.system_cpu, MAX_CORES),
+        ("systemMemory", &spec.system_memory, MAX_BYTES),
+    ] {
+        if let Err(e) = a.value_at(&at.child(k), max) {
+            errors.push(e);
+        }
+    }
+    if let Some(obj) = &spec.node {
+        let node: k8s_openapi::api::core::v1::Node = match serde_path_to_error::deserialize(obj) {
+            Ok(n) => n,
+            Err(e) => {
+                let fe = FieldError::from_serde(e.path(), &e.inner().to_string());
+                errors.push(fe.under(&at.child("node")));
+                return Vec::new();
+            }
+        };
+        let before = errors.len();
+        errors.extend(
+            crate::objects::check_node(&node)
+                .into_iter()
+                .map(|e| e.under(&at.child("node"))),
+        );
+        if errors.len() > before {
+            return Vec::new();
+        }
+        let info = crate::snapshot::NodeInfo::new(std::sync::Arc::new(node));
+        if let Some(e) = &info.error {
+            errors.push(FieldError::invalid(at.child("node"), "", e.clone()));
+        }
+        return vec![info.name.to_string()];
+    }
+    if spec.count as u128 > MAX_NODES {
+        errors.push(FieldError::out_of_range(
+            at.child("count"),
+            spec.count,
+            format!("at most {MAX_NODES}"),
+        ));
+        return Vec::new();
+    }
+    for (k, a, max) in [
+        ("cpu", &spec.cpu, MAX_CORES),
+        ("memory", &spec.memory, MAX_BYTES),
+        ("disk", &spec.disk, MAX_BYTES),
+    ] {
+        if let Err(e) = a.value_at(&at.child(k), max) {
+            errors.push(e);
+        }
+    }
+    check_labels(&spec.labels, &at.child("labels"), errors);
+    for (j, t) in spec.taints.iter().enumerate() {
+        let tp = at.child("taints").index(j);
+        match serde_path_to_error::deserialize::<_, k8s_openapi::api::core::v1::Taint>(t) {
+            Ok(t) => {
+                errors.extend(field::label_key(&tp.child("key"), &t.key));
+                errors.extend(field::label_value(
+                    &tp.child("value"),
+                    t.value.as_deref().unwrap_or(""),
+                ));
+                if !TAINT_EFFECTS.contains(&t.effect.as_str()) {
+                    errors.push(FieldError::not_supported(
+                        tp.child("effect"),
+                        &t.effect,
+                        &TAINT_EFFECTS,
+                    ));
+                }
+            }
+            Err(e) => {
+                let fe = FieldError::from_serde(e.path(), &e.inner().to_string());
+                errors.push(fe.under(&tp));
+            }
+        }
+    }
+    if spec.count == 0 {
+        return Vec::new();
+    }
+    // Generated names are also the `kubernetes.io/hostname` label: a DNS-1123 subdomain
+    // of at most 63 characters. The longest is the last.
+    let last = format!("{}{}", spec.name_prefix, start + spec.count);
+    let name_path = at.child("namePrefix");
+    if field::dns1123_subdomain(&name_path, &last).is_some() || last.len() > 63 {
+        errors.push(FieldError::invalid(
+            name_path,
+            field::quoted(&spec.name_prefix),
+            format!(
+                "must make node names (\"{}\" is the last) that are DNS-1123 subdomains of at most 63 characters, as they are also the kubernetes.io/hostname label",
+                field::shown(&last)
+            ),
+        ));
+        return Vec::new();
+    }
+    (0..spec.count)
+        .map(|i| format!("{}{}", spec.name_prefix, start + i + 1))
+        .collect()
+}
+
+/// The taint effects Kubernetes knows.
+const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+fn check_labels(labels: &BTreeMap<String, String>, at: &Path, errors: &mut ErrorList) {
+    for (k, v) in labels {
+        let p = at.key(k.clone());
+        errors.extend(field::label_key(&p, k));
+        errors.extend(field::label_value(&p, v));
+    }
+}
+
+fn check_range(
+    v: f64,
+    path: Path,
+    min: f64,
+    max: f64,
+    max_open: bool,
+    errors: &mut ErrorList,
+) -> bool {
+    let ok = v.is_finite() && v >= min && if max_open { v < max } else { v <= max };
+    if !ok {
+        let range = if max_open {
+            format!("in [{min}, {max})")
+        } else {
+            format!("in [{min}, {max}]")
+        };
+        errors.push(FieldError::out_of_range(path, format!("{v:?}"), range));
+    }
+    ok
+}
+
+fn check_workload(w: &Workload, at: &Path, errors: &mut ErrorList) {
+    let name = at.child("name");
+    match field::dns1123_label(&name, &w.name) {
+        Some(e) => errors.push(e),
+        None if w.name.len() > MAX_WORKLOAD_NAME => {
+            errors.push(FieldError::too_long(name, MAX_WORKLOAD_NAME, w.name.len()));
+        }
+        None => {}
+    }
+    errors.extend(field::dns1123_label(&at.child("namespace"), &w.namespace));
+    if w.kind == Kind::Builder {
+        if w.builders == 0 || w.builders > MAX_BUILDERS {
+            errors.push(FieldError::out_of_range(
+                at.child("builders"),
+                w.builders,
+                format!("between 1 and {MAX_BUILDERS}"),
+            ));
+        }
+        if w.duration.is_zero() || w.duration > MAX_DURATION {
+            errors.push(FieldError::out_of_range(
+                at.child("duration"),
+                humantime_serde::re::humantime::format_duration(w.duration),
+                "positive and at most 3660 days",
+            ));
+        }
+    }
+    let rate = w.arrivals_per_hour;
+    if !(rate.is_finite() && (0.0..=MAX_ARRIVALS_PER_HOUR).contains(&rate)) {
+        errors.push(FieldError::out_of_range(
+            at.child("arrivalsPerHour"),
+            format!("{rate:?}"),
+            format!("finite and at most {MAX_ARRIVALS_PER_HOUR}"),
+        ));
+    }
+    check_range(
+        w.warm_speedup,
+        at.child("warmSpeedup"),
+        0.0,
+        1.0,
+        true,
+        errors,
+    );
+    check_range(w.noise, at.child("noise"), 0.0, 1.0, false, errors);
+    for (k, a, max) in [
+        ("cpu", &w.requests.cpu, MAX_CORES),
+        ("memory", &w.requests.memory, MAX_BYTES),
+    ] {
+        if let Err(e) = a.value_at(&at.child("requests").child(k), max) {
+            errors.push(e);
+        }
+    }
+    if let Some(d) = &w.disk
+        && let Err(e) = d.value_at(&at.child("disk"), MAX_BYTES)
+    {
+        errors.push(e);
+    }
+    for (k, r) in [("cpu", w.usage.cpu), ("memory", w.usage.memory)] {
+        let p = at.child("usage").child(k);
+        let ok = check_range(r[0], p.index(0), 0.0, MAX_USAGE_FACTOR, false, errors)
+            & check_range(r[1], p.index(1), 0.0, MAX_USAGE_FACTOR, false, errors);
+        if ok && r[0] > r[1] {
+            errors.push(FieldError::invalid(
+                p,
+                format!("{r:?}"),
+                "must be a range [min, max] with min ≤ max",
+            ));
+        }
+    }
+    check_labels(&w.labels, &at.child("labels"), errors);
+    check_labels(&w.node_selector, &at.child("nodeSelector"), errors);
+    const OPERATORS: [&str; 2] = ["Exists", "Equal"];
+    for (j, t) in w.tolerations.iter().enumerate() {
+        let tp = at.child("tolerations").index(j);
+        match serde_path_to_error::deserialize::<_, k8s_openapi::api::core::v1::Toleration>(t) {
+            Ok(t) => {
+                if let Some(op) = t.operator.as_deref().filter(|o| !o.is_empty())
+                    && !OPERATORS.contains(&op)
+                {
+                    errors.push(FieldError::not_supported(
+                        tp.child("operator"),
+                        op,
+                        &OPERATORS,
+                    ));
+                }
+                if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty())
+                    && !TAINT_EFFECTS.contains(&e)
+                {
+                    errors.push(FieldError::not_supported(
+                        tp.child("effect"),
+                        e,
+                        &TAINT_EFFECTS,
+                    ));
+                }
+                if let Some(k) = t.key.as_deref().filter(|k| !k.is_empty()) {
+                    errors.extend(field::label_key(&tp.child("key"), k));
+                }
+            }
+            Err(e) => {
+                let fe = FieldError::from_serde(e.path(), &e.inner().to_string());
+                errors.push(fe.under(&tp));
+            }
+        }
+    }
+}
+
 impl Scenario {
     /// Reads a scenario file.
-    pub fn load(path: &Path) -> Result<Scenario, Error> {
+    pub fn load(path: &std::path::Path) -> Result<Scenario, Error> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: origin.clone(),
@@ -316,55 +582,132 @@ impl Scenario {
         Scenario::parse(&text, &origin)
     }
 
-    /// Parses scenario YAML; `origin` names it in errors.
+    /// Parses scenario YAML and checks every value (see [`Scenario::validate`]); `origin`
+    /// names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Scenario, Error> {
-        let invalid = |field: String, message: String| Error::Invalid {
-            path: origin.to_string(),
-            field,
-            message,
-        };
         let de = serde_norway::Deserializer::from_str(text);
-        let s: Scenario = serde_path_to_error::deserialize(de)
-            .map_err(|e| invalid(e.path().to_string(), e.into_inner().to_string()))?;
-        if s.step.is_zero() || s.step > s.duration {
-            return Err(invalid(
-                "step".into(),
-                "must be positive and at most the duration".into(),
+        let s: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
+            let fe = FieldError::from_serde(e.path(), &e.inner().to_string());
+            Error::Fields(ErrorList::from(fe).with_origin(origin))
+        })?;
+        let errors = s.validate();
+        if !errors.is_empty() {
+            return Err(Error::Fields(errors.with_origin(origin)));
+        }
+        Ok(s)
+    }
+
+    /// Every problem of the scenario, so that a simulation of it cannot fail on its values:
+    /// step at least [`MIN_STEP`] in whole milliseconds and at most the duration, at most
+    /// [`MAX_TICKS`] steps, [`MAX_NODES`] nodes and [`MAX_PODS`] pods, rates, factors and
+    /// amounts finite and within their limits, node names, labels, taints and tolerations
+    /// as Kubernetes accepts them, events within the duration, reservations as in the
+    /// usage file.
+    pub fn validate(&self) -> ErrorList {
+        let mut errors = ErrorList::new();
+        let s = self;
+        if s.duration > MAX_DURATION {
+            errors.push(FieldError::out_of_range(
+                Path::new("duration"),
+                humantime_serde::re::humantime::format_duration(s.duration),
+                "at most 3660 days",
+            ));
+        }
+        let step = Path::new("step");
+        let shown = |d: Duration| humantime_serde::re::humantime::format_duration(d).to_string();
+        if s.step < MIN_STEP || !s.step.subsec_nanos().is_multiple_of(1_000_000) {
+            errors.push(FieldError::out_of_range(
+                step,
+                shown(s.step),
+                "at least 1s, in whole milliseconds",
+            ));
+        } else if s.step > s.duration {
+            errors.push(FieldError::out_of_range(
+                step,
+                shown(s.step),
+                format!("at most the duration ({})", shown(s.duration)),
+            ));
+        } else if s.duration.as_millis() / s.step.as_millis() > MAX_TICKS {
+            errors.push(FieldError::out_of_range(
+                step,
+                shown(s.step),
+                format!(
+                    "at least duration / {MAX_TICKS} ({} steps of {} in {})",
+                    s.duration.as_millis() / s.step.as_millis(),
+                    shown(s.step),
+                    shown(s.duration)
+                ),
             ));
         }
         if s.nodes.is_empty() {
-            return Err(invalid(
-                "nodes".into(),
-                "at least one node is required".into(),
+            errors.push(FieldError::required(
+                Path::new("nodes"),
+                "at least one node is required",
             ));
         }
-        for (i, w) in s.workloads.iter().enumerate() {
-            let f = |k: &str| format!("workloads[{i}].{k}");
-            if w.name.is_empty() {
-                return Err(invalid(f("name"), "must not be empty".into()));
-            }
-            for (k, r) in [("usage.cpu", w.usage.cpu), ("usage.memory", w.usage.memory)] {
-                if !(r[0] >= 0.0 && r[0] <= r[1] && r[1].is_finite()) {
-                    return Err(invalid(
-                        f(k),
-                        format!("{r:?} is not a range [min, max] with 0 ≤ min ≤ max"),
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        let mut total_nodes: u128 = 0;
+        for (i, spec) in s.nodes.iter().enumerate() {
+            let at = Path::new("nodes").index(i);
+            let made = check_nodes(
+                spec,
+                &at,
+                total_nodes.min(usize::MAX as u128) as usize,
+                &mut errors,
+            );
+            total_nodes = total_nodes.saturating_add(if spec.node.is_some() {
+                1
+            } else {
+                spec.count as u128
+            });
+            for n in made {
+                if let Some(first) = names.insert(n.clone(), i) {
+                    errors.push(FieldError::duplicate(
+                        at.clone(),
+                        format!("nodes[{first}] (node {n:?})"),
                     ));
+                    break;
                 }
             }
-            if !(0.0..1.0).contains(&w.warm_speedup) {
-                return Err(invalid(f("warmSpeedup"), "must be in [0, 1)".into()));
-            }
-            if !(0.0..1.0).contains(&w.noise) {
-                return Err(invalid(f("noise"), "must be in [0, 1)".into()));
-            }
-            if w.kind == Kind::Builder && (w.builders == 0 || w.duration.is_zero()) {
-                return Err(invalid(
-                    f("builders"),
-                    "builders and duration must be positive".into(),
+        }
+        let mut workloads: BTreeMap<&str, usize> = BTreeMap::new();
+        let hours = s.duration.as_secs_f64() / 3600.0;
+        let mut pods: f64 = 0.0;
+        // The total is reported only when no single count is already out of range.
+        let mut counts_ok = true;
+        for (i, w) in s.workloads.iter().enumerate() {
+            let at = Path::new("workloads").index(i);
+            check_workload(w, &at, &mut errors);
+            if let Some(first) = workloads.insert(&w.name, i) {
+                errors.push(FieldError::duplicate(
+                    at.child("name"),
+                    format!("workloads[{first}]"),
                 ));
             }
+            pods += match w.kind {
+                Kind::Builder => (w.arrivals_per_hour * hours).ceil().max(0.0),
+                Kind::Database | Kind::Service => {
+                    if w.count as u128 > MAX_PODS {
+                        errors.push(FieldError::out_of_range(
+                            at.child("count"),
+                            w.count,
+                            format!("at most {MAX_PODS}"),
+                        ));
+                        counts_ok = false;
+                    }
+                    w.count as f64
+                }
+            };
         }
         for (i, e) in s.events.iter().enumerate() {
+            let at = Path::new("events").index(i);
+            if e.at > s.duration {
+                errors.push(FieldError::out_of_range(
+                    at.child("at"),
+                    shown(e.at),
+                    format!("at most the duration ({})", shown(s.duration)),
+                ));
+            }
             let n = [
                 e.cordon.is_some(),
                 e.uncordon.is_some(),
@@ -376,23 +719,249 @@ impl Scenario {
             .filter(|x| **x)
             .count();
             if n != 1 {
-                return Err(invalid(
-                    format!("events[{i}]"),
-                    "give exactly one of cordon, uncordon, removeNode, addNodes, burst".into(),
+                errors.push(FieldError::required(
+                    at,
+                    "give exactly one of cordon, uncordon, removeNode, addNodes, burst",
                 ));
+                continue;
             }
-            if let Some(b) = &e.burst
-                && !s
+            for (k, v) in [
+                ("cordon", &e.cordon),
+                ("uncordon", &e.uncordon),
+                ("removeNode", &e.remove_node),
+            ] {
+                if let Some(v) = v {
+                    errors.extend(field::dns1123_subdomain(&at.child(k), v));
+                }
+            }
+            if let Some(spec) = &e.add_nodes {
+                check_nodes(spec, &at.child("addNodes"), 0, &mut errors);
+                total_nodes = total_nodes.saturating_add(spec.count as u128);
+            }
+            if let Some(b) = &e.burst {
+                if !s
                     .workloads
                     .iter()
                     .any(|w| w.name == b.workload && w.kind == Kind::Builder)
-            {
-                return Err(invalid(
-                    format!("events[{i}].burst.workload"),
-                    format!("no builder workload named {:?}", b.workload),
-                ));
+                {
+                    errors.push(FieldError::invalid(
+                        at.child("burst").child("workload"),
+                        field::quoted(&b.workload),
+                        "no builder workload has this name",
+                    ));
+                }
+                if b.count as u128 > MAX_PODS {
+                    errors.push(FieldError::out_of_range(
+                        at.child("burst").child("count"),
+                        b.count,
+                        format!("at most {MAX_PODS}"),
+                    ));
+                    counts_ok = false;
+                }
+                pods += b.count as f64;
             }
         }
-        Ok(s)
+        if total_nodes > MAX_NODES {
+            errors.push(FieldError::out_of_range(
+                Path::new("nodes"),
+                format!("{total_nodes} nodes"),
+                format!("at most {MAX_NODES} nodes in total, with the addNodes events"),
+            ));
+        }
+        let rates_ok = s.workloads.iter().all(|w| {
+            w.arrivals_per_hour.is_finite() && w.arrivals_per_hour <= MAX_ARRIVALS_PER_HOUR
+        });
+        if counts_ok && rates_ok && pods > MAX_PODS as f64 {
+            errors.push(FieldError::out_of_range(
+                Path::new("workloads"),
+                format!("about {pods} pods"),
+                format!(
+                    "at most {MAX_PODS} pods in total (service and database counts, expected builder arrivals, bursts)"
+                ),
+            ));
+        }
+        let reservations = UsageFile {
+            reservations: s.reservations.clone(),
+            ..UsageFile::default()
+        };
+        if let Err(list) = reservations.resolve_all(super::EPOCH_MS) {
+            errors.extend(list.errors().iter().cloned());
+        }
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "duration: 10m\nnodes: [{count: 2}]\n";
+
+    fn errors(text: &str) -> String {
+        match Scenario::parse(text, "x.yaml") {
+            Err(Error::Fields(list)) => list.to_string(),
+            Err(e) => panic!("{text}: not a field error: {e}"),
+            Ok(_) => panic!("{text}: accepted"),
+        }
+    }
+
+    fn workload(extra: &str) -> String {
+        format!("{BASE}workloads: [{{name: b, requests: {{cpu: '1', memory: 1Gi}}{extra}}}]\n")
+    }
+
+    #[test]
+    fn examples_are_valid() {
+        for f in [
+            "ci-farm.yaml",
+            "ci-farm-small.yaml",
+            "databases.yaml",
+            "reservations.yaml",
+        ] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples")
+                .join(f);
+            Scenario::load(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
+    }
+
+    #[test]
+    fn unchecked_values_are_rejected_at_load() {
+        // Regression (issue #15, 2): each of these panicked, aborted or ran out of memory
+        // in `headroom simulate`, or surfaced as a store error.
+        let cases: Vec<(String, &str)> = vec![
+            (
+                format!("{BASE}step: 500us\n"),
+                "x.yaml: step: must be at least 1s, in whole milliseconds, got 500us",
+            ),
+            (
+                format!("{BASE}step: 1s 500us\n"),
+                "x.yaml: step: must be at least 1s, in whole milliseconds",
+            ),
+            (
+                "duration: 1000d\nstep: 1s\nnodes: [{count: 1}]\n".to_string(),
+                "x.yaml: step: must be at least duration / 10000000",
+            ),
+            (
+                workload(", tolerations: [{operator: 7}]"),
+                "x.yaml: workloads[0].tolerations[0].operator: ",
+            ),
+            (
+                workload(", tolerations: [{operator: Sometimes}]"),
+                "x.yaml: workloads[0].tolerations[0].operator: unsupported value \"Sometimes\"; expected one of Exists, Equal",
+            ),
+            (
+                format!(
+                    "{}events: [{{at: 1m, burst: {{workload: b, count: 18446744073709551615}}}}]\n",
+                    workload("")
+                ),
+                "x.yaml: events[0].burst.count: must be at most 1000000, got 18446744073709551615",
+            ),
+            (
+                workload(", arrivalsPerHour: .inf"),
+                "x.yaml: workloads[0].arrivalsPerHour: must be finite and at most 1000000, got inf",
+            ),
+            (
+                workload(", arrivalsPerHour: 1e300"),
+                "x.yaml: workloads[0].arrivalsPerHour: must be finite and at most 1000000, got 1e300",
+            ),
+            (
+                "nodes: [{count: 18446744073709551615}]\n".to_string(),
+                "x.yaml: nodes[0].count: must be at most 100000, got 18446744073709551615",
+            ),
+            (
+                format!("{BASE}workloads: [{{name: web, kind: service, count: 10000000000, requests: {{cpu: '1', memory: 1Gi}}}}]\n"),
+                "x.yaml: workloads[0].count: must be at most 1000000, got 10000000000",
+            ),
+            (
+                "duration: 10h\nnodes: [{count: 1}]\nworkloads: [{name: b, requests: {cpu: '1', memory: 1Gi}, arrivalsPerHour: 200000}]\n".to_string(),
+                "x.yaml: workloads: must be at most 1000000 pods in total (service and database counts, expected builder arrivals, bursts), got about 2000000 pods",
+            ),
+            (
+                format!("nodes: [{{count: 1, namePrefix: {}}}]\n", "a".repeat(70_000)),
+                "x.yaml: nodes[0].namePrefix: must make node names (\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa… (70001 bytes)\" is the last) that are DNS-1123 subdomains of at most 63 characters",
+            ),
+            (
+                "nodes: [{count: 1, labels: {zone: 'a b'}}]\n".to_string(),
+                "x.yaml: nodes[0].labels.zone: must be a valid label value",
+            ),
+            (
+                "nodes: [{count: 1, taints: [{key: k, effect: Sometimes}]}]\n".to_string(),
+                "x.yaml: nodes[0].taints[0].effect: unsupported value \"Sometimes\"",
+            ),
+            (
+                "nodes: [{count: 1, taints: [{effect: NoSchedule}]}]\n".to_string(),
+                "x.yaml: nodes[0].taints[0].key: must not be empty",
+            ),
+            (
+                workload(", usage: {memory: [0.5, 1e300]}"),
+                "x.yaml: workloads[0].usage.memory[1]: must be in [0, 100], got 1e300",
+            ),
+            (
+                workload(", usage: {cpu: [.nan, 1]}"),
+                "x.yaml: workloads[0].usage.cpu[0]: must be in [0, 100], got NaN",
+            ),
+            (
+                workload(", noise: 1.5"),
+                "x.yaml: workloads[0].noise: must be in [0, 1], got 1.5",
+            ),
+            (
+                workload(", warmSpeedup: 1"),
+                "x.yaml: workloads[0].warmSpeedup: must be in [0, 1), got 1",
+            ),
+            (
+                format!("{BASE}workloads: [{{name: b, requests: {{cpu: 1e300, memory: 1Gi}}}}]\n"),
+                "x.yaml: workloads[0].requests.cpu: must be a non-negative amount of at most 1000000",
+            ),
+            (
+                workload(", nodeSelector: {'a b': x}"),
+                "x.yaml: workloads[0].nodeSelector[a b]: must be a qualified name",
+            ),
+            (
+                format!("{BASE}events: [{{at: 1000000000d, cordon: node-1}}]\n"),
+                "x.yaml: events[0].at: must be at most the duration (10m)",
+            ),
+            (
+                "nodes: [{count: 2}, {node: {metadata: {name: node-2}}}]\n".to_string(),
+                "x.yaml: nodes[1]: duplicate of nodes[0] (node \"node-2\")",
+            ),
+            (
+                "nodes: [{node: {metadata: {name: ''}}}]\n".to_string(),
+                "x.yaml: nodes[0].node.metadata.name: must not be empty",
+            ),
+            (
+                "nodes: [{count: 1}]\nreservations: [{name: r, pod: p, node: n, ttl: 100000000h}]\n".to_string(),
+                "x.yaml: reservations[0].ttl: must be at most 3660 days",
+            ),
+            (
+                "nodes: [{count: 1, cpu: [1]}]\n".to_string(),
+                "x.yaml: nodes[0].cpu: invalid type: sequence, expected a quantity",
+            ),
+        ];
+        for (text, want) in &cases {
+            let e = errors(text);
+            assert!(
+                e.starts_with(want),
+                "{}\n  got: {e}\n want: {want}",
+                field::shown(text)
+            );
+            assert!(e.len() < 600, "{e}");
+        }
+    }
+
+    #[test]
+    fn every_error_is_listed() {
+        let text = format!(
+            "{BASE}step: 0s\nworkloads: [{{name: b, requests: {{cpu: '1', memory: 1Gi}}, noise: 2, arrivalsPerHour: -1}}]\n"
+        );
+        let e = errors(&text);
+        let fields: Vec<&str> = e
+            .lines()
+            .map(|l| l.split(": ").nth(1).unwrap_or(""))
+            .collect();
+        assert_eq!(
+            fields,
+            ["step", "workloads[0].arrivalsPerHour", "workloads[0].noise"],
+            "{e}"
+        );
     }
 }

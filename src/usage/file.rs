@@ -29,12 +29,12 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::analytics::{BuilderProfile, NodeUsage, Percentiles, Stat, UsageView};
+use crate::field::{self, Error as FieldError, ErrorList, Path};
 use crate::quantity::Quantity;
 use crate::reservation::{Phase, Reservation, ReservedFor};
 use crate::selector::{Labels, Selector};
@@ -50,20 +50,21 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The YAML does not fit the schema or a value is invalid.
-    #[error("{path}: at {field}: {message}")]
-    Invalid {
-        /// The file.
-        path: String,
-        /// The field path.
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
+    /// The YAML does not fit the schema, or values are invalid: every error, each naming
+    /// the file and the field (`u.yaml: nodes[0].cpu: ...`).
+    #[error("{0}")]
+    Fields(ErrorList),
 }
 
+/// The largest CPU amount accepted anywhere in the file (cores).
+pub const MAX_CORES: f64 = 1_000_000.0;
+/// The largest byte amount accepted (1 EiB), so sums of a few stay far from `i64::MAX`.
+pub const MAX_BYTES: f64 = (1u64 << 60) as f64;
+/// The longest duration accepted (`age`, `ttl`): 10 years.
+pub const MAX_DURATION: Duration = Duration::from_secs(3660 * 24 * 3600);
+
 /// A quantity written as a string (`"2500m"`, `6Gi`) or a plain number.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Amount {
     /// A number.
@@ -72,22 +73,63 @@ pub enum Amount {
     Text(String),
 }
 
+/// Says what an amount may be written as, instead of serde's "did not match any variant".
+struct AmountVisitor;
+
+impl<'de> serde::de::Visitor<'de> for AmountVisitor {
+    type Value = Amount;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a quantity (\"2500m\", 6Gi) or a number")
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Amount, E> {
+        Ok(Amount::Number(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Amount, E> {
+        Ok(Amount::Number(v as f64))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Amount, E> {
+        Ok(Amount::Number(v as f64))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Amount, E> {
+        Ok(Amount::Text(v.to_string()))
+    }
+}
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Amount, D::Error> {
+        d.deserialize_any(AmountVisitor)
+    }
+}
+
 impl Amount {
     /// The amount as a number, or `(field, why)` when it is not a non-negative quantity.
     pub(crate) fn value(&self, field: &str) -> Result<f64, (String, String)> {
+        self.value_at(&Path::new(field), f64::INFINITY)
+            .map_err(|e| (field.to_string(), e.kind.to_string()))
+    }
+
+    /// The amount as a number: a quantity or a finite number, at least 0 and at most `max`.
+    pub(crate) fn value_at(&self, path: &Path, max: f64) -> Result<f64, FieldError> {
         let v = match self {
             Amount::Number(n) => *n,
             Amount::Text(t) => {
-                let q =
-                    Quantity::parse(t).map_err(|e| (field.to_string(), format!("{t:?}: {e}")))?;
+                let q = Quantity::parse(t)
+                    .map_err(|e| FieldError::invalid(path.clone(), "", e.to_string()))?;
                 q.nano_value() as f64 / 1e9
             }
         };
-        if !v.is_finite() || v < 0.0 {
-            return Err((
-                field.to_string(),
-                format!("{v} is not a non-negative amount"),
-            ));
+        let shown = match self {
+            Amount::Number(n) => format!("{n:?}"),
+            Amount::Text(t) => field::quoted(t),
+        };
+        if !v.is_finite() || v < 0.0 || v > max {
+            let range = if max.is_finite() {
+                format!("a non-negative amount of at most {max}")
+            } else {
+                "a finite, non-negative amount".to_string()
+            };
+            return Err(FieldError::out_of_range(path.clone(), shown, range));
         }
         Ok(v)
     }
@@ -116,7 +158,7 @@ pub struct NodeEntry {
 
 /// A profile value: one amount for every percentile, or some percentiles (the missing
 /// ones take the next higher given one, so the profile stays monotone and conservative).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ProfileValue {
     /// Every percentile the same.
@@ -125,11 +167,43 @@ pub enum ProfileValue {
     Each(BTreeMap<String, Amount>),
 }
 
+struct ProfileVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ProfileVisitor {
+    type Value = ProfileValue;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a quantity, a number, or a map of percentiles (p50, p90, p95, p99, max)")
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ProfileValue, E> {
+        AmountVisitor.visit_f64(v).map(ProfileValue::All)
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ProfileValue, E> {
+        AmountVisitor.visit_i64(v).map(ProfileValue::All)
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ProfileValue, E> {
+        AmountVisitor.visit_u64(v).map(ProfileValue::All)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ProfileValue, E> {
+        AmountVisitor.visit_str(v).map(ProfileValue::All)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ProfileValue, A::Error> {
+        BTreeMap::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            .map(ProfileValue::Each)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProfileValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ProfileValue, D::Error> {
+        d.deserialize_any(ProfileVisitor)
+    }
+}
+
 impl ProfileValue {
-    fn percentiles(&self, field: &str) -> Result<Percentiles, (String, String)> {
+    fn percentiles(&self, path: &Path, max: f64) -> Result<Percentiles, FieldError> {
         match self {
             ProfileValue::All(a) => {
-                let v = a.value(field)?;
+                let v = a.value_at(path, max)?;
                 Ok(Percentiles {
                     p50: v,
                     p90: v,
@@ -141,15 +215,12 @@ impl ProfileValue {
             ProfileValue::Each(map) => {
                 const KEYS: [&str; 5] = ["p50", "p90", "p95", "p99", "max"];
                 if let Some(k) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
-                    return Err((
-                        format!("{field}.{k}"),
-                        "unknown percentile (p50, p90, p95, p99, max)".into(),
-                    ));
+                    return Err(FieldError::unknown_field(path.key(k.clone()), &KEYS));
                 }
                 let mut vals = [None; 5];
                 for (i, k) in KEYS.iter().enumerate() {
                     if let Some(a) = map.get(*k) {
-                        vals[i] = Some(a.value(&format!("{field}.{k}"))?);
+                        vals[i] = Some(a.value_at(&path.key(*k), max)?);
                     }
                 }
                 let mut next = None;
@@ -160,13 +231,17 @@ impl ProfileValue {
                     }
                 }
                 if next.is_none() {
-                    return Err((field.to_string(), "no percentile given".into()));
+                    return Err(FieldError::required(
+                        path.clone(),
+                        "give at least one percentile (p50, p90, p95, p99, max)",
+                    ));
                 }
                 let [p50, p90, p95, p99, max] = vals.map(|v| v.unwrap_or(0.0));
                 if !(p50 <= p90 && p90 <= p95 && p95 <= p99 && p99 <= max) {
-                    return Err((
-                        field.to_string(),
-                        "percentiles must not decrease (p50 ≤ p90 ≤ p95 ≤ p99 ≤ max)".into(),
+                    return Err(FieldError::invalid(
+                        path.clone(),
+                        "",
+                        "percentiles must not decrease (p50 ≤ p90 ≤ p95 ≤ p99 ≤ max)",
                     ));
                 }
                 Ok(Percentiles {
@@ -265,20 +340,40 @@ pub struct UsageInputs {
     pub reservations: Vec<Reservation>,
 }
 
-fn parse_time(t: &str, field: &str) -> Result<i64, (String, String)> {
+fn parse_time(t: &str, path: Path) -> Result<i64, FieldError> {
     chrono::DateTime::parse_from_rfc3339(t)
         .map(|d| d.timestamp_millis())
         .map_err(|e| {
-            (
-                field.to_string(),
-                format!("{t:?} is not an RFC 3339 time: {e}"),
-            )
+            FieldError::invalid(path, field::quoted(t), format!("not an RFC 3339 time: {e}"))
         })
+}
+
+/// A duration in ms, at most [`MAX_DURATION`].
+fn bounded_ms(d: Duration, path: Path) -> Result<i64, FieldError> {
+    if d > MAX_DURATION {
+        return Err(FieldError::out_of_range(
+            path,
+            humantime_serde::re::humantime::format_duration(d),
+            "at most 3660 days",
+        ));
+    }
+    Ok(d.as_millis() as i64)
+}
+
+/// Collects `Err`s into `errors`, passing values through.
+fn keep<T>(errors: &mut ErrorList, r: Result<T, FieldError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
 }
 
 impl UsageFile {
     /// Reads and resolves a usage file; `wall_ms` is used when it sets no `now`.
-    pub fn load(path: &Path, wall_ms: i64) -> Result<UsageInputs, Error> {
+    pub fn load(path: &std::path::Path, wall_ms: i64) -> Result<UsageInputs, Error> {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: origin.clone(),
@@ -287,116 +382,217 @@ impl UsageFile {
         UsageFile::parse(&text, &origin, wall_ms)
     }
 
-    /// Parses and resolves YAML text; `origin` names it in errors.
+    /// Parses and resolves YAML text; `origin` names it in errors. Every invalid value is
+    /// reported, not only the first.
     pub fn parse(text: &str, origin: &str, wall_ms: i64) -> Result<UsageInputs, Error> {
-        let invalid = |(field, message): (String, String)| Error::Invalid {
-            path: origin.to_string(),
-            field,
-            message,
-        };
         let de = serde_norway::Deserializer::from_str(text);
-        let file: UsageFile = serde_path_to_error::deserialize(de)
-            .map_err(|e| invalid((e.path().to_string(), e.into_inner().to_string())))?;
-        file.resolve(wall_ms).map_err(invalid)
+        let file: UsageFile = serde_path_to_error::deserialize(de).map_err(|e| {
+            let fe = FieldError::from_serde(e.path(), &e.inner().to_string());
+            Error::Fields(ErrorList::from(fe).with_origin(origin))
+        })?;
+        file.resolve_all(wall_ms)
+            .map_err(|e| Error::Fields(e.with_origin(origin)))
     }
 
+    /// [`UsageFile::resolve_all`], reporting the first error as `(field, message)`.
     pub(crate) fn resolve(&self, wall_ms: i64) -> Result<UsageInputs, (String, String)> {
+        self.resolve_all(wall_ms).map_err(|list| {
+            let first = &list.errors()[0];
+            (first.path.to_string(), first.kind.to_string())
+        })
+    }
+
+    /// Checks every entry and resolves the file into a usage view and reservations, or
+    /// lists every invalid field.
+    pub fn resolve_all(&self, wall_ms: i64) -> Result<UsageInputs, ErrorList> {
+        let mut errors = ErrorList::new();
         let now_ms = match &self.now {
-            Some(t) => parse_time(t, "now")?,
+            Some(t) => keep(&mut errors, parse_time(t, Path::new("now"))).unwrap_or(wall_ms),
             None => wall_ms,
         };
         let mut view = UsageView {
             generated_ms: now_ms,
             ..UsageView::default()
         };
+        let mut node_index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            let f = |k: &str| format!("nodes[{i}].{k}");
-            if n.name.is_empty() {
-                return Err((f("name"), "must not be empty".into()));
+            let at = Path::new("nodes").index(i);
+            let mut ok = true;
+            if let Some(e) = field::dns1123_subdomain(&at.child("name"), &n.name) {
+                errors.push(e);
+                ok = false;
+            } else if let Some(first) = node_index.insert(&n.name, i) {
+                errors.push(FieldError::duplicate(
+                    at.child("name"),
+                    format!("nodes[{first}] ({:?})", n.name),
+                ));
+                ok = false;
             }
             let stat = |v: f64| Stat {
                 current: v,
                 windowed: v,
             };
-            let disk_free = n
-                .disk_free
-                .as_ref()
-                .map(|a| a.value(&f("diskFree")))
-                .transpose()?;
-            let disk_total = n
-                .disk_total
-                .as_ref()
-                .map(|a| a.value(&f("diskTotal")))
-                .transpose()?;
-            if disk_free.is_some() != disk_total.is_some() {
-                return Err((f("diskTotal"), "diskTotal and diskFree go together".into()));
+            let mut amount = |a: &Option<Amount>, k: &str| {
+                a.as_ref()
+                    .and_then(|a| keep(&mut errors, a.value_at(&at.child(k), MAX_BYTES)))
+            };
+            let disk_free = amount(&n.disk_free, "diskFree");
+            let disk_total = amount(&n.disk_total, "diskTotal");
+            if n.disk_free.is_some() != n.disk_total.is_some() {
+                errors.push(FieldError::required(
+                    at.child("diskTotal"),
+                    "diskTotal and diskFree go together",
+                ));
+                ok = false;
             }
-            let age = n.age.unwrap_or_default().as_millis() as i64;
+            let cpu = keep(&mut errors, n.cpu.value_at(&at.child("cpu"), MAX_CORES));
+            let memory = keep(
+                &mut errors,
+                n.memory.value_at(&at.child("memory"), MAX_BYTES),
+            );
+            let age = keep(
+                &mut errors,
+                bounded_ms(n.age.unwrap_or_default(), at.child("age")),
+            );
+            let (Some(cpu), Some(memory), Some(age), true) = (cpu, memory, age, ok) else {
+                continue;
+            };
             let usage = NodeUsage {
                 node: n.name.clone(),
-                cpu_cores: stat(n.cpu.value(&f("cpu"))?),
-                memory_working_set_bytes: stat(n.memory.value(&f("memory"))?),
+                cpu_cores: stat(cpu),
+                memory_working_set_bytes: stat(memory),
                 fs_available_bytes: disk_free.map(stat),
                 fs_capacity_bytes: disk_total,
-                newest_ms: now_ms - age,
+                newest_ms: now_ms.saturating_sub(age),
             };
-            if view.nodes.insert(n.name.clone(), usage).is_some() {
-                return Err((f("name"), format!("node {:?} listed twice", n.name)));
-            }
+            view.nodes.insert(n.name.clone(), usage);
         }
+        let mut builder_index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, b) in self.builders.iter().enumerate() {
-            let f = |k: &str| format!("builders[{i}].{k}");
+            let at = Path::new("builders").index(i);
             if b.name.is_empty() {
-                return Err((f("name"), "must not be empty".into()));
+                errors.push(FieldError::required(at.child("name"), "must not be empty"));
+            } else if b.name.len() > 1024 {
+                errors.push(FieldError::too_long(at.child("name"), 1024, b.name.len()));
+            } else if let Some(first) = builder_index.insert(&b.name, i) {
+                errors.push(FieldError::duplicate(
+                    at.child("name"),
+                    format!("builders[{first}]"),
+                ));
             }
             if b.runs == 0 {
-                return Err((f("runs"), "must be at least 1".into()));
+                errors.push(FieldError::out_of_range(at.child("runs"), 0, "at least 1"));
             }
-            let profile = BuilderProfile {
-                builder: b.name.clone(),
-                runs: b.runs,
-                cpu: b.cpu.percentiles(&f("cpu"))?,
-                memory: b.memory.percentiles(&f("memory"))?,
-                newest_ms: now_ms,
-            };
-            view.builders.insert(b.name.clone(), profile);
+            let cpu = keep(&mut errors, b.cpu.percentiles(&at.child("cpu"), MAX_CORES));
+            let memory = keep(
+                &mut errors,
+                b.memory.percentiles(&at.child("memory"), MAX_BYTES),
+            );
+            if let (Some(cpu), Some(memory)) = (cpu, memory) {
+                let profile = BuilderProfile {
+                    builder: b.name.clone(),
+                    runs: b.runs,
+                    cpu,
+                    memory,
+                    newest_ms: now_ms,
+                };
+                view.builders.insert(b.name.clone(), profile);
+            }
         }
         for (builder, nodes) in &self.history {
+            let at = Path::new("history").key(builder.clone());
+            if builder.is_empty() {
+                errors.push(FieldError::required(
+                    at.clone(),
+                    "builder must not be empty",
+                ));
+            }
+            for (j, n) in nodes.iter().enumerate() {
+                errors.extend(field::dns1123_subdomain(&at.index(j), n));
+            }
             view.placements.insert(builder.clone(), nodes.clone());
         }
         let mut reservations = Vec::new();
+        let mut reservation_index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, r) in self.reservations.iter().enumerate() {
-            let f = |k: &str| format!("reservations[{i}].{k}");
+            let at = Path::new("reservations").index(i);
+            let before = errors.len();
+            if r.name.is_empty() {
+                errors.push(FieldError::required(at.child("name"), "must not be empty"));
+            } else if r.name.len() > 253 {
+                errors.push(FieldError::too_long(at.child("name"), 253, r.name.len()));
+            } else if let Some(first) = reservation_index.insert(&r.name, i) {
+                errors.push(FieldError::duplicate(
+                    at.child("name"),
+                    format!("reservations[{first}]"),
+                ));
+            }
+            errors.extend(field::dns1123_label(&at.child("namespace"), &r.namespace));
+            errors.extend(field::dns1123_subdomain(&at.child("node"), &r.node));
             let pod = match (&r.pod, &r.pod_selector) {
-                (Some(p), None) if !p.is_empty() => ReservedFor::Name(p.clone()),
-                (None, Some(sel)) if !sel.is_empty() => {
-                    ReservedFor::Selector(Selector::from_map(sel))
+                (Some(p), None) if !p.is_empty() => {
+                    errors.extend(field::dns1123_subdomain(&at.child("pod"), p));
+                    Some(ReservedFor::Name(p.clone()))
                 }
-                _ => return Err((f("pod"), "give exactly one of pod or podSelector".into())),
+                (None, Some(sel)) if !sel.is_empty() => {
+                    for (k, v) in sel {
+                        let kp = at.child("podSelector").key(k.clone());
+                        errors.extend(field::label_key(&kp, k));
+                        errors.extend(field::label_value(&kp, v));
+                    }
+                    Some(ReservedFor::Selector(Selector::from_map(sel)))
+                }
+                _ => {
+                    errors.push(FieldError::required(
+                        at.child("pod"),
+                        "give exactly one of pod or podSelector",
+                    ));
+                    None
+                }
             };
             let expire_at_ms = match (&r.ttl, &r.expire_at) {
-                (Some(ttl), None) => now_ms.saturating_add(ttl.as_millis() as i64),
-                (None, Some(t)) => parse_time(t, &f("expireAt"))?,
-                (None, None) => i64::MAX,
+                (Some(ttl), None) => keep(&mut errors, bounded_ms(*ttl, at.child("ttl")))
+                    .map(|ms| now_ms.saturating_add(ms)),
+                (None, Some(t)) => keep(&mut errors, parse_time(t, at.child("expireAt"))),
+                (None, None) => Some(i64::MAX),
                 (Some(_), Some(_)) => {
-                    return Err((f("ttl"), "give ttl or expireAt, not both".into()));
+                    errors.push(FieldError::invalid(
+                        at.child("ttl"),
+                        "",
+                        "give ttl or expireAt, not both",
+                    ));
+                    None
                 }
             };
-            let amount =
-                |a: &Option<Amount>, k: &str| a.as_ref().map(|a| a.value(&f(k))).transpose();
+            let mut amount = |a: &Option<Amount>, k: &str, max: f64| {
+                a.as_ref()
+                    .map(|a| keep(&mut errors, a.value_at(&at.child(k), max)))
+                    .unwrap_or(Some(0.0))
+            };
+            let cpu = amount(&r.cpu, "cpu", MAX_CORES);
+            let memory = amount(&r.memory, "memory", MAX_BYTES);
+            let disk = amount(&r.disk, "disk", MAX_BYTES);
+            if errors.len() > before {
+                continue;
+            }
+            let (Some(pod), Some(expire_at_ms), Some(cpu), Some(memory), Some(disk)) =
+                (pod, expire_at_ms, cpu, memory, disk)
+            else {
+                continue;
+            };
             reservations.push(Reservation {
                 id: r.name.clone(),
                 namespace: r.namespace.clone(),
                 pod,
                 node: r.node.clone(),
-                cpu_milli: (amount(&r.cpu, "cpu")?.unwrap_or(0.0) * 1000.0).round() as i64,
-                memory_bytes: amount(&r.memory, "memory")?.unwrap_or(0.0).round() as i64,
-                disk_bytes: amount(&r.disk, "disk")?.unwrap_or(0.0).round() as i64,
+                cpu_milli: (cpu * 1000.0).round() as i64,
+                memory_bytes: memory.round() as i64,
+                disk_bytes: disk.round() as i64,
                 expire_at_ms,
                 phase: Phase::Active,
             });
         }
-        Ok(UsageInputs {
+        errors.into_result(UsageInputs {
             now_ms,
             view,
             reservations,
@@ -470,12 +666,68 @@ history:
                 "reservations[0].expireAt",
             ),
             ("now: yesterday", "now"),
+            // Regression: serde's "did not match any variant of untagged enum Amount".
+            ("nodes: [{name: a, cpu: [1], memory: 1}]", "nodes[0].cpu"),
+            (
+                "builders: [{name: b, cpu: [1], memory: 1}]",
+                "builders[0].cpu",
+            ),
+            ("nodes: [{name: a, cpu: .inf, memory: 1}]", "nodes[0].cpu"),
+            (
+                "nodes: [{name: a, cpu: 1, memory: 1e300}]",
+                "nodes[0].memory",
+            ),
+            (
+                "nodes: [{name: a, cpu: 1, memory: 1, age: 100000000h}]",
+                "nodes[0].age",
+            ),
+            (
+                "reservations: [{name: r, pod: p, node: n, ttl: 100000000h}]",
+                "reservations[0].ttl",
+            ),
+            (
+                "nodes: [{name: 'No Such', cpu: 1, memory: 1}]",
+                "nodes[0].name",
+            ),
         ];
         for (text, field) in cases {
             match UsageFile::parse(text, "u.yaml", 0) {
-                Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                Err(Error::Fields(list)) => {
+                    assert_eq!(list.errors()[0].path.to_string(), field, "{text}");
+                    let shown = list.to_string();
+                    assert!(shown.starts_with(&format!("u.yaml: {field}: ")), "{shown}");
+                    assert!(!shown.contains("untagged"), "{shown}");
+                }
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn every_error_is_listed() {
+        let text = "nodes: [{name: a, cpu: lots, memory: -1}, {name: a, cpu: 1, memory: 1}]\n\
+                    reservations: [{name: r, node: n}]\n";
+        let Err(Error::Fields(list)) = UsageFile::parse(text, "u.yaml", 0) else {
+            panic!("accepted")
+        };
+        let fields: Vec<String> = list.iter().map(|e| e.path.to_string()).collect();
+        assert_eq!(
+            fields,
+            [
+                "nodes[0].cpu",
+                "nodes[0].memory",
+                "nodes[1].name",
+                "reservations[0].pod"
+            ],
+            "{list}"
+        );
+        assert!(list.to_string().contains("duplicate of nodes[0]"), "{list}");
+        let e = UsageFile::parse("nodes: [{name: a, cpu: [1], memory: 1}]", "u.yaml", 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("expected a quantity (\"2500m\", 6Gi) or a number"),
+            "{e}"
+        );
     }
 }

@@ -18,7 +18,10 @@ use std::sync::Arc;
 
 use crate::analytics::UsageView;
 
-pub use node::{Disk, DiskSource, FreeAfter, Freshness, NodeReal, RecentSums, UsageRow, UsageRows};
+pub use node::{
+    Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal, RecentSums, UsageRow,
+    UsageRows,
+};
 pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, Percentile, StalePolicy, UsagePolicy,
 };

@@ -294,13 +294,99 @@ impl NodeReal {
     }
 }
 
-/// What would really be free on a node after placing the pod: the numbers RealHeadroom
-/// scores and History's headroom band compares.
+/// What a node's free resources are judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Basis {
+    /// Fresh measured usage plus the pods placed since the newest sample.
+    Measured,
+    /// Stale usage: the pods' requests, with the last measurement as a floor (a node whose
+    /// metrics stopped must not look empty and attract every pod).
+    StaleFloor,
+    /// No usage at all: the pods' requests, as kube-scheduler judges.
+    Requests,
+}
+
+/// What a node really has free now, before any new pod: **the** headroom. RealMemoryFit,
+/// RealHeadroom and History decide on it (through [`FreeAfter`], which adds the pod), and
+/// `/nodes`, `/explain`, the `headroom_node_*{kind="headroom"}` metrics and the dashboards
+/// show it, so users see the number the scheduler decides on.
 ///
-/// Where the node's usage is fresh: its real usage (with recent placements) plus the pod's
-/// prediction. Where it is stale or missing, requests stand in — the node's requested
-/// resources (a stale node's last measurement as a floor, so a node whose metrics stopped
-/// does not look empty and attract every pod) and the pod's requests.
+/// Where the node's usage is fresh: capacity minus its real usage (the larger of the
+/// current and windowed measurement) and the pods placed since its newest sample. Where it
+/// is stale or missing, requests stand in (see [`Basis`]).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Headroom {
+    /// What the numbers are judged by.
+    pub basis: Basis,
+    /// CPU capacity, cores.
+    pub cpu_total: f64,
+    /// CPU counted as used, cores.
+    pub cpu_used: f64,
+    /// Memory capacity, bytes.
+    pub memory_total: f64,
+    /// Memory counted as used, bytes.
+    pub memory_used: f64,
+    /// Pods counted by compensation (placed after the newest sample, or still warming up).
+    pub recent_pods: usize,
+    /// Free disk, bytes, when known (metrics or node annotations, after recent placements).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub disk_free_bytes: Option<f64>,
+}
+
+impl Headroom {
+    /// The headroom of `node` in the usage context `ctx`.
+    pub fn of(node: &NodeInfo, ctx: &UsageContext, policy: &UsagePolicy) -> Headroom {
+        Headroom::from_real(&NodeReal::of(node, ctx, policy), node)
+    }
+
+    /// The headroom given the node's already computed real state.
+    pub fn from_real(real: &NodeReal, node: &NodeInfo) -> Headroom {
+        Headroom::from_requested(real, (node.requested.milli_cpu, node.requested.memory))
+    }
+
+    /// The headroom given the node's real state and its requested CPU (millicores) and
+    /// memory (bytes), as the node table holds them.
+    #[inline]
+    pub fn from_requested(real: &NodeReal, requested: (i64, i64)) -> Headroom {
+        let requested_cpu = requested.0 as f64 / 1000.0;
+        let requested_memory = requested.1 as f64;
+        let (basis, cpu_used, memory_used) = match real.freshness {
+            Freshness::Fresh { .. } => (Basis::Measured, real.cpu_used, real.memory_used),
+            Freshness::Stale { .. } => (
+                Basis::StaleFloor,
+                requested_cpu.max(real.cpu_used),
+                requested_memory.max(real.memory_used),
+            ),
+            Freshness::Missing => (Basis::Requests, requested_cpu, requested_memory),
+        };
+        Headroom {
+            basis,
+            cpu_total: real.cpu_total,
+            cpu_used,
+            memory_total: real.memory_total,
+            memory_used,
+            recent_pods: real.recent,
+            disk_free_bytes: real.disk.map(|d| d.free),
+        }
+    }
+
+    /// Free CPU, cores (negative when the node is over-committed in reality).
+    pub fn cpu_free(&self) -> f64 {
+        self.cpu_total - self.cpu_used
+    }
+
+    /// Free memory, bytes (negative when over-committed).
+    pub fn memory_free(&self) -> f64 {
+        self.memory_total - self.memory_used
+    }
+}
+
+/// What would really be free on a node after placing the pod: the numbers RealHeadroom
+/// scores and History's headroom band compares — the node's [`Headroom`] minus the pod's
+/// predicted usage where the node's usage is fresh, minus its requests where requests
+/// stand in.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FreeAfter {
     /// Whether the node's usage is fresh (else requests stood in).
@@ -342,7 +428,7 @@ impl FreeAfter {
     }
 
     /// The numbers from the node's real state and its requested CPU (millicores) and
-    /// memory (bytes).
+    /// memory (bytes): its [`Headroom`] plus the pod.
     #[inline]
     fn from_real(
         u: &CycleUsage,
@@ -350,36 +436,23 @@ impl FreeAfter {
         real: &NodeReal,
         requested: (i64, i64),
     ) -> FreeAfter {
-        let fresh = real.freshness.is_fresh();
-        let (cpu_used, memory_used, cpu_pod, memory_pod) = if fresh {
-            (
-                real.cpu_used,
-                real.memory_used,
-                u.pod.prediction.cpu_cores,
-                u.pod.prediction.memory_bytes,
-            )
+        let h = Headroom::from_requested(real, requested);
+        let fresh = h.basis == Basis::Measured;
+        let (cpu_pod, memory_pod) = if fresh {
+            (u.pod.prediction.cpu_cores, u.pod.prediction.memory_bytes)
         } else {
-            let floor = |v: f64| {
-                if matches!(real.freshness, Freshness::Stale { .. }) {
-                    v
-                } else {
-                    0.0
-                }
-            };
             (
-                (requested.0 as f64 / 1000.0).max(floor(real.cpu_used)),
-                (requested.1 as f64).max(floor(real.memory_used)),
                 pod.requests.non_zero_milli_cpu as f64 / 1000.0,
                 pod.requests.non_zero_memory as f64,
             )
         };
         FreeAfter {
             fresh,
-            cpu_total: real.cpu_total,
-            cpu_used,
+            cpu_total: h.cpu_total,
+            cpu_used: h.cpu_used,
             cpu_pod,
-            memory_total: real.memory_total,
-            memory_used,
+            memory_total: h.memory_total,
+            memory_used: h.memory_used,
             memory_pod,
         }
     }

@@ -76,7 +76,7 @@ impl Prediction {
 #[derive(Debug, Clone)]
 pub struct PodUsage {
     /// The builder identity (the collectors' rule).
-    pub builder: String,
+    pub builder: headroom_collectors::BuilderId,
     /// The pod's class and its settings.
     pub class: Class,
     /// Predicted usage.

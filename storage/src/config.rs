@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+
 /// Configuration of a [`Store`](crate::Store). Every field has a default; in YAML,
 /// durations are humantime strings such as `"10s"`, `"48h"` or `"30d"`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,6 +68,97 @@ impl Default for StoreConfig {
             max_series: 5_000_000,
             cache_capacity_bytes: 64 << 20,
         }
+    }
+}
+
+/// Longest accepted duration (100 years): longer ones overflow deadline arithmetic.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Smallest accepted `cacheCapacityBytes` (sled refuses smaller caches).
+pub const MIN_CACHE_CAPACITY_BYTES: u64 = 256;
+
+impl StoreConfig {
+    /// Checks every field with a bound; the error names the field (camelCase, as in
+    /// YAML) and the bound:
+    ///
+    /// | field | bound |
+    /// | --- | --- |
+    /// | `flushInterval`, `maintenanceInterval`, `maintenanceBackoffMin`, `maintenanceBackoffMax`, `rawRetention`, `decisionLogMaxAge` | > 0 |
+    /// | every duration | ≤ 100 years |
+    /// | `rollupRetention` | ≥ `rawRetention` (rollups are made of samples older than it) |
+    /// | `maintenanceBackoffMin` | ≤ `maintenanceBackoffMax` |
+    /// | `maxRunsPerBuilder`, `maxHistoryNodes`, `decisionLogMaxRecords`, `walCheckpointFlushes` | ≥ 1 |
+    /// | `maxSeries` | 1 ..= 2^32 − 1 (series ids are 32-bit) |
+    /// | `cacheCapacityBytes` | ≥ 256 |
+    ///
+    /// [`Store::open`](crate::Store::open) and friends call it, so no bad value reaches
+    /// sled. Errors: [`Error::InvalidConfig`].
+    pub fn validate(&self) -> Result<()> {
+        let bad =
+            |field: &'static str, message: String| Err(Error::InvalidConfig { field, message });
+        let durations = [
+            ("flushInterval", self.flush_interval, true),
+            ("rawRetention", self.raw_retention, true),
+            ("rollupRetention", self.rollup_retention, false),
+            ("maintenanceInterval", self.maintenance_interval, true),
+            ("maintenanceBackoffMin", self.maintenance_backoff_min, true),
+            ("maintenanceBackoffMax", self.maintenance_backoff_max, true),
+            ("decisionLogMaxAge", self.decision_log_max_age, true),
+        ];
+        for (field, d, positive) in durations {
+            if positive && d.is_zero() {
+                return bad(field, "must be greater than 0".into());
+            }
+            if d > MAX_DURATION {
+                return bad(field, "must be at most 100 years".into());
+            }
+        }
+        if self.rollup_retention < self.raw_retention {
+            return bad(
+                "rollupRetention",
+                format!(
+                    "must be at least rawRetention ({}): rollups are made of samples older than rawRetention",
+                    humantime_serde::re::humantime::format_duration(self.raw_retention)
+                ),
+            );
+        }
+        if self.maintenance_backoff_min > self.maintenance_backoff_max {
+            return bad(
+                "maintenanceBackoffMin",
+                format!(
+                    "must not exceed maintenanceBackoffMax ({})",
+                    humantime_serde::re::humantime::format_duration(self.maintenance_backoff_max)
+                ),
+            );
+        }
+        let counts = [
+            ("maxRunsPerBuilder", self.max_runs_per_builder as u64),
+            ("maxHistoryNodes", self.max_history_nodes as u64),
+            (
+                "decisionLogMaxRecords",
+                self.decision_log_max_records as u64,
+            ),
+            ("walCheckpointFlushes", self.wal_checkpoint_flushes),
+            ("maxSeries", self.max_series as u64),
+        ];
+        for (field, n) in counts {
+            if n == 0 {
+                return bad(field, "must be at least 1".into());
+            }
+        }
+        if self.max_series as u64 > u64::from(u32::MAX) {
+            return bad(
+                "maxSeries",
+                format!("must be at most {} (series ids are 32-bit)", u32::MAX),
+            );
+        }
+        if self.cache_capacity_bytes < MIN_CACHE_CAPACITY_BYTES {
+            return bad(
+                "cacheCapacityBytes",
+                format!("must be at least {MIN_CACHE_CAPACITY_BYTES} (bytes)"),
+            );
+        }
+        Ok(())
     }
 }
 

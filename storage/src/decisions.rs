@@ -11,6 +11,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::Store;
+use crate::checksum::{DECISIONS, seal, unseal};
 use crate::chunk::{get_uvarint, put_uvarint};
 use crate::error::{Error, Result};
 use crate::store::lock;
@@ -73,7 +74,17 @@ struct Entry {
     record: Vec<u8>,
 }
 
-fn decode_entry(v: &[u8]) -> Result<Entry> {
+/// Decodes the sealed log entry `v` stored under `key`.
+fn decode_entry(key: &[u8], v: &[u8]) -> Result<Entry> {
+    let v = unseal(DECISIONS, key, v)?;
+    let what = || crate::checksum::describe(DECISIONS, key);
+    decode_payload(v).map_err(|e| match e {
+        Error::CorruptValue { detail, .. } => Error::corrupt(what(), detail),
+        other => other,
+    })
+}
+
+fn decode_payload(v: &[u8]) -> Result<Entry> {
     const W: &str = "decision entry";
     if v.first() != Some(&1) {
         return Err(Error::corrupt(W, "unknown encoding"));
@@ -125,13 +136,18 @@ impl Store {
         log_key.extend_from_slice(&(key.ts_ms as u64).to_be_bytes());
         log_key.extend_from_slice(&seq.to_be_bytes());
         let mut batch = sled::Batch::default();
-        batch.insert(log_key.as_slice(), encode_entry(key, record));
+        batch.insert(
+            log_key.as_slice(),
+            seal(DECISIONS, &log_key, &encode_entry(key, record)),
+        );
         for ik in [pod_key(&key.namespace, &key.name), uid_key(&key.uid)] {
-            let newer_exists = tree
-                .get(&ik)?
-                .is_some_and(|cur| cur.as_ref() > log_key.as_slice());
+            let newer_exists = match tree.get(&ik)? {
+                Some(cur) => unseal(DECISIONS, &ik, &cur)? > log_key.as_slice(),
+                None => false,
+            };
             if !newer_exists {
-                batch.insert(ik, log_key.as_slice());
+                let sealed = seal(DECISIONS, &ik, &log_key);
+                batch.insert(ik, sealed);
             }
         }
         tree.apply_batch(batch)?;
@@ -159,9 +175,13 @@ impl Store {
             if ts.is_none_or(|t| t >= before_ms) {
                 break;
             }
-            if let Ok(e) = decode_entry(&v) {
+            if let Ok(e) = decode_entry(&k, &v) {
                 for ik in [pod_key(&e.namespace, &e.name), uid_key(&e.uid)] {
-                    if tree.get(&ik)?.is_some_and(|cur| cur == k) {
+                    // A damaged index entry is left alone: reading it reports the damage.
+                    let points_here = tree.get(&ik)?.is_some_and(|cur| {
+                        unseal(DECISIONS, &ik, &cur).is_ok_and(|c| c == k.as_ref())
+                    });
+                    if points_here {
                         batch.remove(ik);
                     }
                 }
@@ -184,11 +204,12 @@ impl Store {
 
     fn decision_via(&self, index_key: &[u8]) -> Result<Option<Vec<u8>>> {
         let tree = &self.inner.decisions;
-        let Some(log_key) = tree.get(index_key)? else {
+        let Some(sealed) = tree.get(index_key)? else {
             return Ok(None);
         };
+        let log_key = unseal(DECISIONS, index_key, &sealed)?;
         match tree.get(log_key)? {
-            Some(v) => Ok(Some(decode_entry(&v)?.record)),
+            Some(v) => Ok(Some(decode_entry(log_key, &v)?.record)),
             None => Ok(None),
         }
     }

@@ -8,26 +8,87 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong in the store.
 ///
 /// Input errors (bad labels, bad values, out-of-order samples) are reported per call and
-/// leave the store unchanged; I/O and corruption errors come from sled or from a damaged
-/// value and are reported with the key that failed where that helps.
+/// leave the store unchanged. Opening reports a directory that is not a store
+/// ([`Error::NotAStore`], [`Error::NoStore`]), another format ([`Error::IncompatibleVersion`]),
+/// damage ([`Error::Corrupt`]) and a held lock ([`Error::Locked`]) separately; a damaged
+/// value found later is [`Error::CorruptValue`], naming its key or series.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The directory holds a store written in another on-disk format version.
+    /// A [`StoreConfig`](crate::StoreConfig) field is out of range. `field` is the
+    /// camelCase name used in YAML (the root configuration nests it under `storage.`).
+    #[error("invalid storage configuration: {field}: {message}")]
+    InvalidConfig {
+        /// The field, camelCase (e.g. `cacheCapacityBytes`).
+        field: &'static str,
+        /// What is wrong with it (e.g. `must be at least 256 (bytes)`).
+        message: String,
+    },
+    /// The directory exists and holds something, but not a headroom store: it has no
+    /// `HEADROOM` marker. The store never initialises such a directory.
+    #[error("{path} is not a headroom store ({reason}); refusing to use it")]
+    NotAStore {
+        /// The directory.
+        path: PathBuf,
+        /// Why it is not recognised (e.g. `no HEADROOM marker`).
+        reason: String,
+    },
+    /// [`OpenMode::MustExist`](crate::OpenMode::MustExist) and there is no store there.
+    #[error("no headroom store at {path}: {reason}")]
+    NoStore {
+        /// The directory.
+        path: PathBuf,
+        /// Why (`the directory does not exist`, `the directory is empty`, ...).
+        reason: String,
+    },
+    /// The store was written in another on-disk format version (its `HEADROOM` marker
+    /// or its `meta` tree says so).
     #[error(
-        "storage format version mismatch: the store on disk is version {found}, this build reads version {expected}; \
+        "{path} holds a headroom store of format version {found}; this build reads format version {expected} only: \
          move the directory away or run a matching headroom version"
     )]
-    FormatVersion {
+    IncompatibleVersion {
+        /// The store directory.
+        path: PathBuf,
         /// Version found on disk.
         found: u32,
         /// Version this build reads and writes.
         expected: u32,
     },
+    /// The store's files are damaged (truncated, bytes changed, a file missing) or the
+    /// database lost data it had acknowledged; detected when opening. The store is not
+    /// used (nothing is written to it by headroom).
+    #[error(
+        "store at {path} is damaged: {detail}; refusing to use it \
+         (move the directory away and restore it from a backup, or start a new store)"
+    )]
+    Corrupt {
+        /// The store directory (or the damaged file in it).
+        path: PathBuf,
+        /// What is damaged.
+        detail: String,
+    },
+    /// A stored value failed its checksum or could not be decoded (found while reading
+    /// an open store, e.g. by a query).
+    #[error("corrupt {what}: {detail}")]
+    CorruptValue {
+        /// What was being read, naming its key or series (e.g. `chunk of series 3
+        /// mem{pod="a"} starting at 1700000000000 ms`).
+        what: String,
+        /// What is wrong (e.g. a checksum mismatch).
+        detail: String,
+    },
+    /// Another process (or another open [`Store`](crate::Store) in this one) holds the
+    /// store's lock.
+    #[error("store at {path} is locked: is another headroom process using it?")]
+    Locked {
+        /// The store directory.
+        path: PathBuf,
+    },
     /// An error from sled (I/O, or sled's own corruption detection).
     #[error("sled: {0}")]
-    Sled(#[from] sled::Error),
-    /// Opening the store directory failed.
+    Sled(sled::Error),
+    /// Opening the store directory failed (an I/O error from sled).
     #[error("opening store at {path}: {source}")]
     Open {
         /// Directory that was opened.
@@ -35,13 +96,13 @@ pub enum Error {
         /// Underlying error.
         source: sled::Error,
     },
-    /// A stored value could not be decoded.
-    #[error("corrupt {what}: {detail}")]
-    Corrupt {
-        /// What was being decoded (e.g. "chunk", "series definition").
-        what: &'static str,
-        /// Details.
-        detail: String,
+    /// Reading or writing one of the store's own files (`HEADROOM`) or its directory failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
     },
     /// A record could not be (de)serialised.
     #[error("serialising {what}: {source}")]
@@ -109,10 +170,55 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn corrupt(what: &'static str, detail: impl Into<String>) -> Self {
-        Error::Corrupt {
-            what,
+    pub(crate) fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        Error::CorruptValue {
+            what: what.into(),
             detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True for the kinds that mean "the data on disk is damaged" ([`Error::Corrupt`],
+    /// [`Error::CorruptValue`], sled's own corruption error).
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            Error::Corrupt { .. }
+                | Error::CorruptValue { .. }
+                | Error::Sled(sled::Error::Corruption { .. } | sled::Error::ReportableBug(_))
+        )
+    }
+}
+
+impl From<sled::Error> for Error {
+    fn from(e: sled::Error) -> Self {
+        match e {
+            // sled's own message ("Read corrupted data at file offset Some(Inline(840))
+            // backtrace ()") says little; name it as damage.
+            sled::Error::Corruption { at, .. } => Error::CorruptValue {
+                what: "database page".into(),
+                detail: match at {
+                    Some(at) => format!("sled found damaged data at {at:?} (checksum mismatch)"),
+                    None => "sled found damaged data (checksum mismatch)".into(),
+                },
+            },
+            // sled reads a page or blob at a length its structures promise; a file that
+            // ends early was truncated.
+            sled::Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Error::CorruptValue {
+                    what: "database page".into(),
+                    detail: format!(
+                        "a sled file ends before data sled expects there (truncated?): {e}"
+                    ),
+                }
+            }
+            other => Error::Sled(other),
         }
     }
 }

@@ -18,6 +18,8 @@ pub(crate) const ROLLUP: u8 = b'R';
 pub(crate) const WAL: u8 = b'W';
 /// Raw-retention watermark: `M` + "raw_cutoff" → i64 BE.
 pub(crate) const RAW_CUTOFF_KEY: &[u8] = b"Mraw_cutoff";
+/// Sequence number of the last completed flush: `M` + "last_flush" → u64 BE.
+pub(crate) const LAST_FLUSH_KEY: &[u8] = b"Mlast_flush";
 
 pub(crate) fn series_key(id: u64) -> [u8; 9] {
     let mut k = [0u8; 9];

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::Store;
+use crate::checksum::{seal, unseal};
 use crate::error::{Error, Result};
 
 /// A sled tree of JSON values of type `T` under string keys. Cheap to clone.
@@ -14,6 +15,8 @@ use crate::error::{Error, Result};
 /// durable with the next [`Store::flush`] (or sled's own periodic flush within 0.5 s).
 pub struct TypedTree<T> {
     tree: sled::Tree,
+    /// The sled tree's name, `kv/<name>` (part of each value's checksum).
+    name: std::sync::Arc<str>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -21,6 +24,7 @@ impl<T> Clone for TypedTree<T> {
     fn clone(&self) -> Self {
         TypedTree {
             tree: self.tree.clone(),
+            name: self.name.clone(),
             _t: PhantomData,
         }
     }
@@ -34,17 +38,23 @@ impl<T> std::fmt::Debug for TypedTree<T> {
     }
 }
 
-fn de<T: DeserializeOwned>(v: &[u8]) -> Result<T> {
-    serde_json::from_slice(v).map_err(|source| Error::Serde {
-        what: "typed tree value",
-        source,
-    })
-}
-
 impl<T: Serialize + DeserializeOwned> TypedTree<T> {
+    /// Checks the checksum of the value stored under `key` and decodes it. A checksum
+    /// failure is [`Error::CorruptValue`]; valid bytes that do not decode as `T` (a type
+    /// that changed incompatibly) are [`Error::Serde`].
+    fn de(&self, key: &[u8], v: &[u8]) -> Result<T> {
+        serde_json::from_slice(unseal(&self.name, key, v)?).map_err(|source| Error::Serde {
+            what: "typed tree value",
+            source,
+        })
+    }
+
     /// Value under `key`.
     pub fn get(&self, key: &str) -> Result<Option<T>> {
-        self.tree.get(key)?.map(|v| de(&v)).transpose()
+        self.tree
+            .get(key)?
+            .map(|v| self.de(key.as_bytes(), &v))
+            .transpose()
     }
 
     /// Stores `value` under `key`, returning the previous value.
@@ -53,12 +63,18 @@ impl<T: Serialize + DeserializeOwned> TypedTree<T> {
             what: "typed tree value",
             source,
         })?;
-        self.tree.insert(key, bytes)?.map(|v| de(&v)).transpose()
+        self.tree
+            .insert(key, seal(&self.name, key.as_bytes(), &bytes))?
+            .map(|v| self.de(key.as_bytes(), &v))
+            .transpose()
     }
 
     /// Removes `key`, returning its value.
     pub fn remove(&self, key: &str) -> Result<Option<T>> {
-        self.tree.remove(key)?.map(|v| de(&v)).transpose()
+        self.tree
+            .remove(key)?
+            .map(|v| self.de(key.as_bytes(), &v))
+            .transpose()
     }
 
     /// True if `key` is present.
@@ -70,9 +86,10 @@ impl<T: Serialize + DeserializeOwned> TypedTree<T> {
     pub fn iter(&self) -> impl Iterator<Item = Result<(String, T)>> + '_ {
         self.tree.iter().map(|kv| {
             let (k, v) = kv?;
+            let value = self.de(&k, &v)?;
             let k = String::from_utf8(k.to_vec())
                 .map_err(|_| Error::corrupt("typed tree key", "not UTF-8"))?;
-            Ok((k, de(&v)?))
+            Ok((k, value))
         })
     }
 
@@ -104,8 +121,10 @@ impl Store {
         if !ok {
             return Err(Error::InvalidArgument(format!("bad tree name {name:?}")));
         }
+        let name = format!("kv/{name}");
         Ok(TypedTree {
-            tree: self.inner.db.open_tree(format!("kv/{name}"))?,
+            tree: self.inner.db.open_tree(&name)?,
+            name: name.into(),
             _t: PhantomData,
         })
     }

@@ -11,20 +11,31 @@
 //! contiguous on disk. See `FORMAT.md` for the on-disk layout and `README.md` for the
 //! durability contract.
 //!
+//! A store directory carries a `HEADROOM` marker; [`Store::open`] creates a store only in
+//! a missing or empty directory and [`Store::open_existing`] never creates one. Opening
+//! checks the marker and sled's files, catches a panic inside sled's recovery and checks
+//! that sled kept every completed flush; every stored value carries a checksum. Damage is
+//! [`Error::Corrupt`] or [`Error::CorruptValue`], never a panic ([`damage`] has the test
+//! harness and a fuzz entry point).
+//!
 //! All [`Store`] methods are synchronous; the heavy ones (open, flush, maintain, big
 //! queries) do disk I/O, so async callers wrap them in `tokio::task::spawn_blocking`.
 //! [`run_maintenance`] does that for the periodic flush and retention work.
 
+mod checksum;
 mod chunk;
 mod config;
+pub mod damage;
 mod decisions;
 mod error;
+mod guard;
 mod head;
 mod index;
 mod keys;
 mod kv;
 mod labels;
 mod maintenance;
+mod manifest;
 mod rollup;
 mod runs;
 mod store;
@@ -32,7 +43,7 @@ mod store;
 pub use chunk::{
     ChunkEncoder, ChunkHeader, MAX_CHUNK_SAMPLES, MAX_CHUNK_SPAN_MS, chunk_header, decode_chunk,
 };
-pub use config::StoreConfig;
+pub use config::{MAX_DURATION, MIN_CACHE_CAPACITY_BYTES, StoreConfig};
 pub use decisions::DecisionKey;
 pub use error::{Error, Result};
 pub use kv::TypedTree;
@@ -41,9 +52,10 @@ pub use labels::{
     parse_selector, validate_metric_name,
 };
 pub use maintenance::{MaintenanceConfig, MaintenanceReport, MaintenanceTarget, run_maintenance};
+pub use manifest::MARKER_FILE;
 pub use rollup::{ROLLUP_STEP_MS, Rollup, bucket_start, rollup_samples};
 pub use runs::{RunRecord, UsageSummary};
-pub use store::{FORMAT_VERSION, FlushStats, MaintenanceStats, Store, StoreStats};
+pub use store::{FORMAT_VERSION, FlushStats, MaintenanceStats, OpenMode, Store, StoreStats};
 
 use serde::{Deserialize, Serialize};
 

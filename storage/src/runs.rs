@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Store;
+use crate::checksum::{self, PLACEMENTS, RUNS, seal, unseal};
 use crate::error::{Error, Result};
 use crate::store::lock;
 
@@ -50,20 +51,29 @@ fn check_builder(builder: &str) -> Result<()> {
     Ok(())
 }
 
-fn load<T: for<'de> Deserialize<'de>>(
-    tree: &sled::Tree,
-    key: &str,
-    what: &'static str,
-) -> Result<Vec<T>> {
+/// Decodes a sealed JSON value of `tree` (`name` is its checksum name).
+fn decode<T: for<'de> Deserialize<'de>>(name: &str, key: &[u8], v: &[u8]) -> Result<Vec<T>> {
+    let payload = unseal(name, key, v)?;
+    serde_json::from_slice(payload)
+        .map_err(|e| Error::corrupt(checksum::describe(name, key), e.to_string()))
+}
+
+fn load<T: for<'de> Deserialize<'de>>(tree: &sled::Tree, name: &str, key: &str) -> Result<Vec<T>> {
     match tree.get(key)? {
-        Some(v) => serde_json::from_slice(&v).map_err(|source| Error::Serde { what, source }),
+        Some(v) => decode(name, key.as_bytes(), &v),
         None => Ok(Vec::new()),
     }
 }
 
-fn save<T: Serialize>(tree: &sled::Tree, key: &str, v: &[T], what: &'static str) -> Result<()> {
+fn save<T: Serialize>(
+    tree: &sled::Tree,
+    name: &str,
+    key: &str,
+    v: &[T],
+    what: &'static str,
+) -> Result<()> {
     let bytes = serde_json::to_vec(v).map_err(|source| Error::Serde { what, source })?;
-    tree.insert(key, bytes)?;
+    tree.insert(key, seal(name, key.as_bytes(), &bytes))?;
     Ok(())
 }
 
@@ -75,7 +85,7 @@ impl Store {
         check_builder(builder)?;
         let _g = lock(&self.inner.record_lock);
         let tree = &self.inner.runs;
-        let mut runs: Vec<RunRecord> = load(tree, builder, "run records")?;
+        let mut runs: Vec<RunRecord> = load(tree, RUNS, builder)?;
         match runs.iter_mut().find(|r| r.pod_uid == run.pod_uid) {
             Some(r) => *r = run.clone(),
             None => runs.push(run.clone()),
@@ -85,22 +95,23 @@ impl Store {
         if runs.len() > max {
             runs.drain(..runs.len() - max);
         }
-        save(tree, builder, &runs, "run records")
+        save(tree, RUNS, builder, &runs, "run records")
     }
 
     /// Runs of `builder`, oldest first (empty if unknown).
     pub fn runs(&self, builder: &str) -> Result<Vec<RunRecord>> {
-        load(&self.inner.runs, builder, "run records")
+        load(&self.inner.runs, RUNS, builder)
     }
 
-    /// Builders that have run records, sorted.
+    /// Builders that have run records, sorted. Each value's checksum (which covers the
+    /// key) is verified, so a damaged key is an error rather than a wrong builder name.
     pub fn builders(&self) -> Result<Vec<String>> {
         self.inner
             .runs
             .iter()
-            .keys()
-            .map(|k| {
-                let k = k?;
+            .map(|kv| {
+                let (k, v) = kv?;
+                unseal(RUNS, &k, &v)?;
                 String::from_utf8(k.to_vec())
                     .map_err(|_| Error::corrupt("builder key", "not UTF-8"))
             })
@@ -118,11 +129,11 @@ impl Store {
         }
         let _g = lock(&self.inner.record_lock);
         let tree = &self.inner.placements;
-        let mut nodes: Vec<String> = load(tree, builder, "placement history")?;
+        let mut nodes: Vec<String> = load(tree, PLACEMENTS, builder)?;
         nodes.retain(|n| n != node);
         nodes.insert(0, node.to_string());
         nodes.truncate(self.inner.config.max_history_nodes.max(1));
-        save(tree, builder, &nodes, "placement history")
+        save(tree, PLACEMENTS, builder, &nodes, "placement history")
     }
 
     /// Every builder's placement history (nodes most recent first), sorted by builder: the
@@ -135,11 +146,7 @@ impl Store {
                 let (k, v) = kv?;
                 let builder = String::from_utf8(k.to_vec())
                     .map_err(|_| Error::corrupt("builder key", "not UTF-8"))?;
-                let nodes: Vec<String> =
-                    serde_json::from_slice(&v).map_err(|source| Error::Serde {
-                        what: "placement history",
-                        source,
-                    })?;
+                let nodes: Vec<String> = decode(PLACEMENTS, &k, &v)?;
                 Ok((builder, nodes))
             })
             .collect()
@@ -147,6 +154,6 @@ impl Store {
 
     /// Nodes `builder` ran on, most recent first (empty if unknown).
     pub fn placement_history(&self, builder: &str) -> Result<Vec<String>> {
-        load(&self.inner.placements, builder, "placement history")
+        load(&self.inner.placements, PLACEMENTS, builder)
     }
 }

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::checksum::{self, META, TSDB, seal, unseal};
 use crate::chunk::{ChunkEncoder, MAX_CHUNK_SPAN_MS, chunk_header, decode_chunk};
 use crate::config::{StoreConfig, ms};
 use crate::error::{Error, Result};
@@ -35,9 +36,23 @@ use crate::rollup::{
 };
 use crate::{MAX_TIMESTAMP_MS, Sample, SeriesId, SeriesInfo};
 
-/// On-disk format version, stored in the `meta` tree and checked at open.
-pub const FORMAT_VERSION: u32 = 1;
+/// On-disk format version, stored in the `HEADROOM` marker and the `meta` tree and
+/// checked at open. Version 2 added the marker and value checksums; version 1 stores are
+/// refused (see `FORMAT.md`).
+pub const FORMAT_VERSION: u32 = 2;
 const FORMAT_KEY: &[u8] = b"format_version";
+
+/// Whether [`Store::open_with`] may create a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// A directory that does not exist, or is empty, becomes a new store (its `HEADROOM`
+    /// marker is written first). A non-empty directory without the marker is refused.
+    CreateIfMissing,
+    /// Only an existing store is opened: a missing or empty directory is
+    /// [`Error::NoStore`], and nothing is created (for commands that only read, such as
+    /// `headroom series` and `headroom place --data-dir`).
+    MustExist,
+}
 
 /// What one [`Store::flush`] wrote.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -159,83 +174,174 @@ fn check_sample(ts_ms: i64, value: f64) -> Result<()> {
     Ok(())
 }
 
-impl Store {
-    /// Opens (or creates) a store in `dir`.
-    ///
-    /// Fails with [`Error::FormatVersion`] if the directory holds another format version.
-    /// Recovery replays the log segments of the last completed flushes; it takes time
-    /// proportional to the number of series plus the log length.
-    pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
-        let path = dir.as_ref().to_path_buf();
-        // sled releases its directory lock only when the last handle of a previous `Store`
-        // (possibly still being dropped on another thread) goes away, so a reopen in the same
-        // process can race it: retry briefly before reporting the lock as held.
-        let mut attempt = 0u32;
-        let db = loop {
-            match sled::Config::new()
-                .path(&path)
-                .cache_capacity(config.cache_capacity_bytes)
-                // Durability is our explicit `flush` (one fsync'd batch); sled's own periodic
-                // flusher thread would only keep the lock alive after drop.
-                .flush_every_ms(None)
-                .open()
-            {
-                Ok(db) => break db,
-                Err(source) => {
-                    let locked = source.to_string().contains("could not acquire lock");
-                    if locked && attempt < 50 {
-                        attempt += 1;
-                        std::thread::sleep(std::time::Duration::from_millis(100));
-                        continue;
-                    }
-                    return Err(Error::Open {
-                        path: path.clone(),
-                        source,
+/// Opens sled on a store directory. sled releases its directory lock only when the last
+/// handle of a previous `Store` (possibly still being dropped on another thread) goes away,
+/// so a reopen in the same process can race it: retry briefly before reporting the lock
+/// as held.
+fn open_sled(path: &Path, config: &StoreConfig) -> Result<sled::Db> {
+    let mut attempt = 0u32;
+    loop {
+        match sled::Config::new()
+            .path(path)
+            .cache_capacity(config.cache_capacity_bytes)
+            // Durability is our explicit `flush` (one fsync'd batch); sled's own periodic
+            // flusher thread would only keep the lock alive after drop.
+            .flush_every_ms(None)
+            .open()
+        {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if attempt >= 50 {
+                    return Err(Error::Locked {
+                        path: path.to_path_buf(),
                     });
                 }
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(100));
             }
-        };
-        Self::from_db(db, config, Some(path))
+            Err(sled::Error::Io(source)) => {
+                return Err(Error::Open {
+                    path: path.to_path_buf(),
+                    source: sled::Error::Io(source),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Names damage found while opening as damage of the store at `path`.
+fn open_error(path: &Path, e: Error) -> Error {
+    let detail = match e {
+        Error::CorruptValue { what, detail } => format!("{what}: {detail}"),
+        Error::Sled(e @ (sled::Error::Unsupported(_) | sled::Error::ReportableBug(_))) => {
+            format!("sled could not recover its database: {e}")
+        }
+        other => return other,
+    };
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it if `dir` does not exist or is empty
+    /// ([`OpenMode::CreateIfMissing`]); see [`Store::open_with`].
+    pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
+        Self::open_with(dir, config, OpenMode::CreateIfMissing)
+    }
+
+    /// Opens the existing store in `dir`, never creating one ([`OpenMode::MustExist`]).
+    pub fn open_existing(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Store> {
+        Self::open_with(dir, config, OpenMode::MustExist)
+    }
+
+    /// Opens a store in `dir`.
+    ///
+    /// In order: the configuration is validated ([`Error::InvalidConfig`]); the directory
+    /// must be a store (its `HEADROOM` marker; [`Error::NotAStore`] otherwise, and such a
+    /// directory is never written to), of this format ([`Error::IncompatibleVersion`]), or
+    /// absent/empty when `mode` allows creating one ([`Error::NoStore`] otherwise); sled's
+    /// files are checked where sled itself does not check them (its `conf` checksum, a
+    /// missing or empty `db`); then sled opens and recovers the database — a panic inside
+    /// sled is caught and reported — and the store checks that sled recovered every flush
+    /// the marker records as completed. All damage is [`Error::Corrupt`]; a lock held by
+    /// another process is [`Error::Locked`].
+    ///
+    /// Recovery replays the log segments of the last completed flushes; it takes time
+    /// proportional to the number of series plus the log length.
+    pub fn open_with(dir: impl AsRef<Path>, config: StoreConfig, mode: OpenMode) -> Result<Store> {
+        config.validate()?;
+        let path = dir.as_ref().to_path_buf();
+        let flushes = crate::manifest::prepare(&path, mode)?;
+        let opened = crate::guard::catch_panic(|| {
+            let db = open_sled(&path, &config)?;
+            Self::from_db(db, config, Some(path.clone()), Some(flushes))
+        });
+        match opened {
+            Ok(Ok(store)) => Ok(store),
+            Ok(Err(e)) => Err(open_error(&path, e)),
+            Err(panic) => Err(Error::Corrupt {
+                path,
+                detail: format!("sled could not recover its database (it panicked: {panic})"),
+            }),
+        }
     }
 
     /// Opens a store in a fresh temporary directory that is removed when the last clone
-    /// is dropped (for the simulator and tests).
+    /// is dropped (for the simulator and tests). No marker, no flush counter.
     pub fn open_temporary(config: StoreConfig) -> Result<Store> {
+        config.validate()?;
         let db = sled::Config::new()
             .temporary(true)
             .cache_capacity(config.cache_capacity_bytes)
             .flush_every_ms(None)
             .open()?;
-        Self::from_db(db, config, None)
+        Self::from_db(db, config, None, None)
     }
 
-    fn from_db(db: sled::Db, config: StoreConfig, path: Option<PathBuf>) -> Result<Store> {
-        let meta = db.open_tree("meta")?;
-        match meta.get(FORMAT_KEY)? {
+    /// `flushes`: the flushes the marker records (`None` for a temporary store); 0 means
+    /// the store is being created.
+    fn from_db(
+        db: sled::Db,
+        config: StoreConfig,
+        path: Option<PathBuf>,
+        flushes: Option<u64>,
+    ) -> Result<Store> {
+        let meta = db.open_tree(META)?;
+        let recorded = flushes.unwrap_or(0);
+        let created = match meta.get(FORMAT_KEY)? {
             Some(v) => {
-                let found = <[u8; 4]>::try_from(v.as_ref())
+                let v = unseal(META, FORMAT_KEY, &v)?;
+                let found = <[u8; 4]>::try_from(v)
                     .map(u32::from_be_bytes)
                     .map_err(|_| Error::corrupt("format version", "not 4 bytes"))?;
                 if found != FORMAT_VERSION {
-                    return Err(Error::FormatVersion {
+                    return Err(Error::IncompatibleVersion {
+                        path: path.clone().unwrap_or_default(),
                         found,
                         expected: FORMAT_VERSION,
                     });
                 }
+                false
+            }
+            None if recorded > 0 => {
+                return Err(Error::corrupt(
+                    "database",
+                    format!(
+                        "it holds no store (no format version), but {recorded} flushes completed: \
+                         the db file was truncated, replaced or damaged"
+                    ),
+                ));
             }
             None => {
-                meta.insert(FORMAT_KEY, &FORMAT_VERSION.to_be_bytes())?;
-                db.flush()?;
+                meta.insert(
+                    FORMAT_KEY,
+                    seal(META, FORMAT_KEY, &FORMAT_VERSION.to_be_bytes()),
+                )?;
+                true
             }
-        }
-        let tsdb = db.open_tree("tsdb")?;
-        let decisions = db.open_tree("decisions")?;
+        };
+        let tsdb = db.open_tree(TSDB)?;
+        let decisions = db.open_tree(checksum::DECISIONS)?;
         let decision_count = crate::decisions::count(&decisions)?;
-        let state = recover(&tsdb)?;
-        Ok(Store {
+        let (state, last_flush) = recover(&tsdb)?;
+        if last_flush < recorded {
+            return Err(Error::corrupt(
+                "database",
+                format!(
+                    "sled recovered it only up to flush {last_flush}, but flush {recorded} completed \
+                     ({} says so): the db file was truncated or damaged, and sled dropped the log \
+                     after the damaged part",
+                    crate::manifest::MARKER_FILE
+                ),
+            ));
+        }
+        let store = Store {
             inner: Arc::new(Inner {
-                runs: db.open_tree("runs")?,
-                placements: db.open_tree("placements")?,
+                runs: db.open_tree(checksum::RUNS)?,
+                placements: db.open_tree(checksum::PLACEMENTS)?,
                 decisions,
                 decision_count: AtomicUsize::new(decision_count),
                 tsdb,
@@ -247,7 +353,31 @@ impl Store {
                 flushes: AtomicU64::new(0),
                 path,
             }),
-        })
+        };
+        let _ = created;
+        if flushes == Some(0) {
+            // Creation completes with the first flush: from then on the marker says 1+.
+            store.flush()?;
+        }
+        Ok(store)
+    }
+
+    /// Adds the series' name to a [`Error::CorruptValue`] about one of its values.
+    fn name_series(&self, id: u64, e: Error) -> Error {
+        match e {
+            Error::CorruptValue { what, detail } => {
+                let name = u32::try_from(id)
+                    .ok()
+                    .and_then(|i| lock(&self.inner.state).index.resolve(i))
+                    .map(|(m, l)| format!(" ({m}{l})"))
+                    .unwrap_or_default();
+                Error::CorruptValue {
+                    what: format!("{what}{name}"),
+                    detail,
+                }
+            }
+            other => other,
+        }
     }
 
     /// The configuration the store was opened with.
@@ -356,12 +486,14 @@ impl Store {
             n_new = st.new_series.len();
             for &id in &st.new_series {
                 if let Some((m, l)) = st.index.resolve(id as u32) {
-                    batch.insert(&series_key(id), encode_series_def(&m, &l));
+                    let key = series_key(id);
+                    batch.insert(&key, seal(TSDB, &key, &encode_series_def(&m, &l)));
                 }
             }
             sealed_keys = st.sealed.keys().copied().collect::<Vec<_>>();
             for ((id, t0), bytes) in &st.sealed {
-                batch.insert(&chunk_key(*id, *t0), bytes.as_ref());
+                let key = chunk_key(*id, *t0);
+                batch.insert(&key, seal(TSDB, &key, bytes));
             }
             let mut snaps = Vec::new();
             let mut live = u64::MAX;
@@ -375,7 +507,8 @@ impl Store {
                     Checkpoint::Before(cutoff) => enc.first_ts() < cutoff,
                 };
                 if due || head.wal_seq.saturating_add(k) <= seq {
-                    batch.insert(&chunk_key(id as u64, enc.first_ts()), enc.encode());
+                    let key = chunk_key(id as u64, enc.first_ts());
+                    batch.insert(&key, seal(TSDB, &key, &enc.encode()));
                     snaps.push((id, enc.first_ts(), enc.count()));
                 } else {
                     live = live.min(head.wal_seq);
@@ -389,8 +522,15 @@ impl Store {
         stats.chunks_checkpointed = snapshots.len() as u64;
         if wal.len() > 1 && min_live <= seq {
             stats.wal_bytes = wal.len() as u64;
-            batch.insert(&wal_key(seq), wal.as_slice());
+            let key = wal_key(seq);
+            batch.insert(&key, seal(TSDB, &key, &wal));
         }
+        // The flush counter: the marker records it once the batch is durable, and an open
+        // that finds sled behind the marker knows sled lost acknowledged data.
+        batch.insert(
+            LAST_FLUSH_KEY,
+            seal(TSDB, LAST_FLUSH_KEY, &seq.to_be_bytes()),
+        );
         let result = (|| -> Result<()> {
             for kv in self
                 .inner
@@ -439,6 +579,11 @@ impl Store {
         drop(st);
         self.inner.flushes.fetch_add(1, Ordering::Relaxed);
         stats.seq = seq;
+        if let Some(dir) = &self.inner.path {
+            // The data is durable whether or not this succeeds; a marker left behind only
+            // weakens the check at the next open, and the next flush rewrites it.
+            crate::manifest::write(dir, seq)?;
+        }
         stats.duration = started.elapsed();
         Ok(stats)
     }
@@ -447,19 +592,37 @@ impl Store {
     /// (so the log is empty), then copies every tree in key order into a fresh sled
     /// database. sled reclaims space of overwritten and deleted values only gradually,
     /// so a long-running store's directory can be several times its live data; the copy
-    /// has none of that garbage. Swap directories while headroom is stopped. Blocking I/O.
+    /// has none of that garbage. `dst` must not exist or be empty
+    /// ([`Error::InvalidArgument`] otherwise); it gets its own `HEADROOM` marker, so it
+    /// is a complete store. Swap directories while headroom is stopped. Blocking I/O.
     pub fn compact_to(&self, dst: impl AsRef<Path>) -> Result<()> {
-        self.checkpoint()?;
         let dst = dst.as_ref();
+        let occupied = match std::fs::read_dir(dst) {
+            Ok(mut entries) => entries.next().is_some(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io(dst, e)),
+        };
+        if occupied {
+            return Err(Error::InvalidArgument(format!(
+                "compaction target {} exists and is not empty",
+                dst.display()
+            )));
+        }
+        let stats = self.checkpoint()?;
+        std::fs::create_dir_all(dst).map_err(|e| Error::io(dst, e))?;
+        crate::manifest::write(dst, 0)?;
         let new = sled::Config::new()
             .path(dst)
             .create_new(true)
+            .cache_capacity(self.inner.config.cache_capacity_bytes)
             .flush_every_ms(None)
             .open()
             .map_err(|source| Error::Open {
                 path: dst.to_path_buf(),
                 source,
             })?;
+        // Values are copied as they are: their checksums cover tree, key and payload,
+        // which stay the same.
         for name in self.inner.db.tree_names() {
             let src = self.inner.db.open_tree(&name)?;
             let out = new.open_tree(&name)?;
@@ -476,6 +639,8 @@ impl Store {
             out.apply_batch(batch)?;
         }
         new.flush()?;
+        // The copy holds the source's flush counter as of the checkpoint (or later).
+        crate::manifest::write(dst, stats.seq)?;
         Ok(())
     }
 
@@ -549,7 +714,7 @@ impl Store {
             }
         }
         for bytes in self.raw_chunks(id, start, end)? {
-            decode_chunk(&bytes, start, end, out)?;
+            decode_chunk(&bytes, start, end, out).map_err(|e| self.name_series(id.0, e))?;
         }
         Ok(())
     }
@@ -597,7 +762,10 @@ impl Store {
         {
             let (k, v) = kv?;
             let (_, t0) = parse_id_ts_key(&k)?;
-            chunks.insert(t0, ChunkBytes::Disk(v));
+            let len = unseal(TSDB, &k, &v)
+                .map_err(|e| self.name_series(id.0, e))?
+                .len();
+            chunks.insert(t0, ChunkBytes::Disk(v, len));
         }
         for (t0, b) in mem {
             chunks.insert(t0, ChunkBytes::Mem(b));
@@ -659,8 +827,9 @@ impl Store {
         {
             let (k, v) = kv?;
             let (_, day) = parse_id_ts_key(&k)?;
+            let v = unseal(TSDB, &k, &v).map_err(|e| self.name_series(id.0, e))?;
             out.extend(
-                decode_block(day, &v)?
+                decode_block(day, v)?
                     .into_iter()
                     .filter(|r| r.start_ms >= bucket_start(start) && r.start_ms <= end),
             );
@@ -714,9 +883,10 @@ impl Store {
             }
         };
         if cutoff_changed {
-            self.inner
-                .tsdb
-                .insert(RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes())?;
+            self.inner.tsdb.insert(
+                RAW_CUTOFF_KEY,
+                seal(TSDB, RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes()),
+            )?;
         }
         let raw_cutoff = lock(&self.inner.state).raw_cutoff;
         // Make every sample older than the cutoff durable in a chunk (not only in the
@@ -728,7 +898,8 @@ impl Store {
             self.maintain_series(id, raw_cutoff, rollup_cutoff, &mut stats)?;
         }
         stats.decisions_expired = self.expire_decisions(now_ms)?;
-        self.inner.db.flush()?;
+        // A last flush makes the pass durable and counts it in the marker.
+        self.flush_locked(Checkpoint::Due)?;
         Ok(stats)
     }
 
@@ -759,12 +930,13 @@ impl Store {
             for kv in tsdb.range(chunk_key(id, 0)..chunk_key(id, raw_cutoff)) {
                 let (k, v) = kv?;
                 let (_, t0) = parse_id_ts_key(&k)?;
-                let (h, _) = chunk_header(&v)?;
+                let v = unseal(TSDB, &k, &v).map_err(|e| self.name_series(id, e))?;
+                let (h, _) = chunk_header(v)?;
                 let pending = lock(&self.inner.state).sealed.contains_key(&(id, t0));
                 if h.last_ts >= raw_cutoff || pending || (Some(t0) == open_t0 && !stale_open) {
                     break;
                 }
-                decode_chunk(&v, 0, MAX_TIMESTAMP_MS, &mut samples)?;
+                decode_chunk(v, 0, MAX_TIMESTAMP_MS, &mut samples)?;
                 expired_keys.push(k);
             }
         }
@@ -784,10 +956,14 @@ impl Store {
                 }
                 let key = rollup_key(id, day);
                 let old = match tsdb.get(key)? {
-                    Some(v) => decode_block(day, &v)?,
+                    Some(v) => decode_block(
+                        day,
+                        unseal(TSDB, &key, &v).map_err(|e| self.name_series(id, e))?,
+                    )?,
                     None => Vec::new(),
                 };
-                batch.insert(&key, encode_block(day, &merge_rollups(old, rs)));
+                let block = encode_block(day, &merge_rollups(old, rs));
+                batch.insert(&key, seal(TSDB, &key, &block));
                 stats.rollup_blocks_written += 1;
             }
             for k in &expired_keys {
@@ -808,7 +984,10 @@ impl Store {
         if dirty {
             // The watermark travels with the deletions so recovery never replays log
             // records of chunks that were rolled up (see `recover`).
-            batch.insert(RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes());
+            batch.insert(
+                RAW_CUTOFF_KEY,
+                seal(TSDB, RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes()),
+            );
             let drops_open = stale_open
                 && expired_keys
                     .iter()
@@ -864,7 +1043,8 @@ enum Checkpoint {
 }
 
 enum ChunkBytes {
-    Disk(sled::IVec),
+    /// A value read from sled whose checksum was verified, and its payload length.
+    Disk(sled::IVec, usize),
     Mem(Vec<u8>),
 }
 
@@ -872,7 +1052,7 @@ impl std::ops::Deref for ChunkBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            ChunkBytes::Disk(v) => v,
+            ChunkBytes::Disk(v, len) => &v[..*len],
             ChunkBytes::Mem(v) => v,
         }
     }
@@ -917,8 +1097,9 @@ fn append_locked(st: &mut State, id: u64, ts_ms: i64, value: f64, log: bool) -> 
 }
 
 /// Rebuilds the in-memory state from the tsdb tree: series definitions, the newest chunk
-/// of each series as its open chunk, then the log segments replayed on top.
-fn recover(tsdb: &sled::Tree) -> Result<State> {
+/// of each series as its open chunk, then the log segments replayed on top. Also returns
+/// the sequence number of the last completed flush (0 if none).
+fn recover(tsdb: &sled::Tree) -> Result<(State, u64)> {
     let mut st = State {
         index: Index::new(),
         heads: Vec::new(),
@@ -929,16 +1110,32 @@ fn recover(tsdb: &sled::Tree) -> Result<State> {
         next_seq: 1,
         raw_cutoff: 0,
     };
-    if let Some(v) = tsdb.get(RAW_CUTOFF_KEY)? {
-        let a = <[u8; 8]>::try_from(v.as_ref())
-            .map_err(|_| Error::corrupt("raw cutoff", "not 8 bytes"))?;
-        st.raw_cutoff = i64::from_be_bytes(a);
+    let get_u64 = |key: &[u8]| -> Result<Option<u64>> {
+        let Some(v) = tsdb.get(key)? else {
+            return Ok(None);
+        };
+        let a = <[u8; 8]>::try_from(unseal(TSDB, key, &v)?)
+            .map_err(|_| Error::corrupt(checksum::describe(TSDB, key), "not 8 bytes"))?;
+        Ok(Some(u64::from_be_bytes(a)))
+    };
+    if let Some(v) = get_u64(RAW_CUTOFF_KEY)? {
+        st.raw_cutoff = i64::try_from(v)
+            .ok()
+            .filter(|c| *c <= MAX_TIMESTAMP_MS)
+            .ok_or_else(|| Error::corrupt("raw cutoff", format!("{v} is out of range")))?;
     }
+    let last_flush = get_u64(LAST_FLUSH_KEY)?.unwrap_or(0);
+    st.next_seq = last_flush.saturating_add(1);
     for kv in tsdb.scan_prefix([SERIES]) {
         let (k, v) = kv?;
         let id = parse_u64_suffix(&k)?;
         let id32 = u32::try_from(id).map_err(|_| Error::corrupt("series key", "id too large"))?;
-        let (metric, labels) = decode_series_def(&v)?;
+        let (metric, labels) = decode_series_def(unseal(TSDB, &k, &v)?).map_err(|e| match e {
+            Error::CorruptValue { detail, .. } => {
+                Error::corrupt(checksum::describe(TSDB, &k), detail)
+            }
+            other => other,
+        })?;
         st.index.insert(id32, &metric, &labels);
     }
     st.heads
@@ -951,9 +1148,16 @@ fn recover(tsdb: &sled::Tree) -> Result<State> {
         else {
             continue;
         };
-        let (_, v) = kv?;
+        let (k, v) = kv?;
         buf.clear();
-        decode_chunk(&v, 0, MAX_TIMESTAMP_MS, &mut buf)?;
+        decode_chunk(unseal(TSDB, &k, &v)?, 0, MAX_TIMESTAMP_MS, &mut buf).map_err(
+            |e| match e {
+                Error::CorruptValue { detail, .. } => {
+                    Error::corrupt(checksum::describe(TSDB, &k), detail)
+                }
+                other => other,
+            },
+        )?;
         // Re-encoding is deterministic, so the reloaded chunk will overwrite the same key
         // with a superset of the same bytes.
         if let Some((first, rest)) = buf.split_first() {
@@ -967,12 +1171,14 @@ fn recover(tsdb: &sled::Tree) -> Result<State> {
     let mut segments = Vec::new();
     for kv in tsdb.scan_prefix([WAL]) {
         let (k, v) = kv?;
-        segments.push((parse_u64_suffix(&k)?, v));
+        let len = unseal(TSDB, &k, &v)?.len();
+        segments.push((parse_u64_suffix(&k)?, v, len));
     }
-    for (seq, data) in segments {
-        st.next_seq = st.next_seq.max(seq + 1);
+    for (seq, data, len) in segments {
+        let data = &data[..len];
+        st.next_seq = st.next_seq.max(seq.saturating_add(1));
         let mut err = None;
-        decode_wal(&data, |id, ts, v| {
+        decode_wal(data, |id, ts, v| {
             // Skip what is already in chunks (ts ≤ newest) and what was rolled up.
             let known = (id as usize) < st.heads.len();
             let newer = known && st.heads[id as usize].latest().is_none_or(|l| ts > l.ts_ms);
@@ -994,5 +1200,38 @@ fn recover(tsdb: &sled::Tree) -> Result<State> {
             ));
         }
     }
-    Ok(st)
+    Ok((st, last_flush))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `meta` tree's version is checked too (a marker copied onto another store, or
+    /// a store rewritten by a later build in place).
+    #[test]
+    fn meta_format_version_mismatch_is_incompatible() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path(), StoreConfig::default()).unwrap());
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let meta = db.open_tree(META).unwrap();
+            meta.insert(FORMAT_KEY, seal(META, FORMAT_KEY, &7u32.to_be_bytes()))
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let e = Store::open_existing(dir.path(), StoreConfig::default()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::IncompatibleVersion {
+                    found: 7,
+                    expected: FORMAT_VERSION,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("format version 7"), "{e}");
+    }
 }

@@ -1,21 +1,21 @@
-//! The inspection API over real HTTP on loopback, served by [`spawn_demo_server`]: the real
-//! scheduling loop over a small synthetic cluster, a real store on disk, the analytics
-//! refresh, the decision sink and the router. Also `headroom explain` against it.
+//! The inspection API over real HTTP on loopback, served by [`spawn_demo_server`]: the
+//! engine (the one `serve` runs) over a small synthetic cluster fed through its cluster
+//! state, a real store on disk, the analytics refresh, the decision sink and the router.
+//! Also `headroom explain` against it.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use headroom::analytics::{AnalyticsConfig, run_refresh};
-use headroom::api::{ApiState, BuilderOf, DecisionLog, LogLimits, SnapshotSource};
+use headroom::api::{ApiState, DecisionLog, LogLimits};
+use headroom::clock::Clock;
 use headroom::config::Config;
-use headroom::framework::{BindPlugin, BoxFuture, Decision, Plugin, Status};
-use headroom::metrics::{MeteredBinder, Metrics, MetricsOptions};
-use headroom::queue::{ClusterEvent, QueueConfig, SchedulingQueue};
+use headroom::engine::{Drive, Engine, Parts, Phase, Running};
+use headroom::framework::{BindPlugin, BoxFuture, Plugin, Status};
+use headroom::metrics::Metrics;
 use headroom::scheduler::Scheduler;
-use headroom::scheduling_loop::{InstantBinder, LoopOptions, SchedulingLoop};
+use headroom::scheduling_loop::InstantBinder;
 use headroom::snapshot::{PodInfo, Snapshot};
 use headroom_storage::{Labels, RunRecord, Store, StoreConfig, UsageSummary};
 use k8s_openapi::api::core::v1::Pod;
@@ -37,7 +37,8 @@ pub struct DemoServer {
     /// The API state (to flip readiness in tests).
     pub state: ApiState,
     runtime: Option<tokio::runtime::Runtime>,
-    stop: Option<watch::Sender<bool>>,
+    running: Option<Running>,
+    _gate: watch::Sender<bool>,
     _dir: tempfile::TempDir,
 }
 
@@ -71,8 +72,8 @@ impl DemoServer {
 
 impl Drop for DemoServer {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(true);
+        if let (Some(rt), Some(running)) = (&self.runtime, self.running.take()) {
+            rt.block_on(running.stop());
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(5));
@@ -87,7 +88,7 @@ fn now_ms() -> i64 {
 /// A pod of `builder` (annotation `headroom.io/builder`) requesting `cpu`, or with a
 /// scheduling gate.
 fn demo_pod(name: &str, builder: &str, cpu: &str, gated: bool) -> Pod {
-    let mut spec = json!({"containers": [{"name": "main", "image": "registry.example/img-3:v1",
+    let mut spec = json!({"schedulerName": "headroom", "containers": [{"name": "main", "image": "registry.example/img-3:v1",
         "resources": {"requests": {"cpu": cpu, "memory": "256Mi", "ephemeral-storage": "1Gi"}}}]});
     if gated {
         spec["schedulingGates"] = json!([{"name": "example.com/wait"}]);
@@ -209,125 +210,47 @@ pub fn spawn_demo_server() -> DemoServer {
 
     let mut config = Config::default();
     config.scheduler.seed = Some(5);
-    let mut scheduler = Scheduler::new(&config).unwrap();
-    scheduler.set_snapshot(Snapshot::build(nodes, pods));
-    scheduler.set_now_ms(t0);
-    // The first view before the first cycle, as a scheduler would wait for it.
-    let first_view =
-        Arc::new(headroom::analytics::compute(&store, &AnalyticsConfig::default(), t0).unwrap());
-    scheduler.set_usage_view(first_view.clone());
-    let scheduler = Arc::new(Mutex::new(scheduler));
-    let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
-    let metrics = Arc::new(Metrics::new(MetricsOptions::default()));
-
-    // The decision sink learns builders from the pods the demo submitted.
-    let builders: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let builder_of: BuilderOf = {
-        let builders = builders.clone();
-        Arc::new(move |d: &Decision| {
-            builders
-                .lock()
-                .unwrap()
-                .get(&format!("{}/{}", d.namespace, d.name))
-                .cloned()
-        })
-    };
-    let (usage_tx, usage_rx) = watch::channel(first_view);
-    let state = ApiState::new(
-        scheduler.clone() as Arc<dyn SnapshotSource>,
-        metrics.clone(),
-    )
-    .with_usage(usage_rx.clone())
-    .with_queue(queue.clone())
-    .with_store(store.clone())
-    .with_decision_log(Arc::new(DecisionLog::new(LogLimits::default())))
-    .with_builder_of(builder_of);
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-
+    config.analytics.refresh_interval = Duration::from_secs(1);
     let _guard = runtime.enter();
-    // Analytics: a fresh usage view every second, handed to the scheduler too.
-    let trigger = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(run_refresh(
-        store.clone(),
-        AnalyticsConfig {
-            refresh_interval: Duration::from_secs(1),
-            ..AnalyticsConfig::default()
-        },
-        usage_tx,
-        trigger,
-        stopped(),
-    ));
-    {
-        let scheduler = scheduler.clone();
-        let mut rx = usage_rx;
-        tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
-                let view = rx.borrow_and_update().clone();
-                scheduler.lock().unwrap().set_usage_view(view);
-            }
-        });
-    }
-    let (decisions_tx, decisions_rx) = mpsc::channel(1024);
-    tokio::spawn(headroom::api::run_decision_sink(
-        decisions_rx,
-        state.clone(),
-    ));
+    let mut parts = Parts::new(Clock::wall(), store.clone());
+    parts.explain = true;
+    let engine = Engine::new(config, parts).unwrap();
+    engine.cluster().replace_nodes(nodes);
+    engine.cluster().replace_pods(pods);
+    engine.housekeeping();
+    // The first view before the first cycle, as a scheduler would wait for it.
+    engine.publish_view(Arc::new(engine.compute_view().unwrap()));
+    let mut running = engine.start(Drive::Timers, None).unwrap();
     let binder = Arc::new(FlakyBinder {
         every: 10,
         calls: AtomicU64::new(0),
         inner: InstantBinder::new(),
     });
-    let lp = SchedulingLoop {
-        scheduler: scheduler.clone(),
-        queue: queue.clone(),
-        binder: Arc::new(MeteredBinder::new(binder, metrics.clone())),
-        decisions: Some(decisions_tx),
-        options: LoopOptions {
-            explain: true,
-            confirm_on_bind: true,
-        },
-    };
-    tokio::spawn(lp.run(stopped()));
+    let (gate_tx, gate_rx) = watch::channel(true);
     {
-        let queue = queue.clone();
-        let stop = stopped();
-        tokio::spawn(async move { queue.run_flush_loop(stop).await });
+        let engine = engine.clone();
+        running.spawn_scheduling(
+            move || engine.scheduling_loop(binder.clone(), true),
+            gate_rx,
+        );
     }
+    let state = engine.api_state();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
     // Pods that stay pending: one gated, one too big for any node.
     for (name, cpu, gated) in [("gated-0", "100m", true), ("huge-0", "1000", false)] {
-        builders
-            .lock()
-            .unwrap()
-            .insert(format!("ci/{name}"), DEMO_BUILDERS[0].to_string());
-        queue.add(Arc::new(PodInfo::new(Arc::new(demo_pod(
-            name,
-            DEMO_BUILDERS[0],
-            cpu,
-            gated,
-        )))));
+        engine
+            .cluster()
+            .apply_pod(demo_pod(name, DEMO_BUILDERS[0], cpu, gated));
     }
     // The feeder: a builder pod every 200 ms; pods older than 40 ticks are deleted (the
     // cluster churns instead of filling up); fresh node samples every 5 ticks.
     {
-        let (scheduler, queue, store, names) = (
-            scheduler.clone(),
-            queue.clone(),
-            store.clone(),
-            names.clone(),
-        );
-        let stop = stopped();
-        tokio::spawn(async move {
+        let (engine, store, names) = (engine.clone(), store.clone(), names.clone());
+        let stop = running.phases.stopped(Phase::Intake);
+        running.phases.spawn(Phase::Intake, async move {
             tokio::pin!(stop);
             let mut tick = 0u64;
             let mut every = tokio::time::interval(Duration::from_millis(200));
@@ -337,7 +260,6 @@ pub fn spawn_demo_server() -> DemoServer {
                     _ = every.tick() => {}
                 }
                 let now = now_ms();
-                scheduler.lock().unwrap().set_now_ms(now);
                 if tick.is_multiple_of(5) {
                     let (store, names) = (store.clone(), names.clone());
                     let _ = tokio::task::spawn_blocking(move || {
@@ -347,30 +269,27 @@ pub fn spawn_demo_server() -> DemoServer {
                 }
                 let builder = DEMO_BUILDERS[(tick % 2) as usize];
                 let name = format!("{}-{tick}", &builder[7..]);
-                builders
-                    .lock()
-                    .unwrap()
-                    .insert(format!("ci/{name}"), builder.to_string());
-                queue.add(Arc::new(PodInfo::new(Arc::new(demo_pod(
-                    &name, builder, "200m", false,
-                )))));
+                engine
+                    .cluster()
+                    .apply_pod(demo_pod(&name, builder, "200m", false));
                 if tick >= 40 {
                     let old = tick - 40;
                     let old_name = format!("{}-{old}", &DEMO_BUILDERS[(old % 2) as usize][7..]);
-                    let removed = scheduler.lock().unwrap().snapshot_mut().remove_pod(
-                        "ci",
-                        &old_name,
-                        &format!("uid-{old_name}"),
-                    );
-                    if removed.is_some() {
-                        queue.move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
-                    }
+                    engine
+                        .cluster()
+                        .delete_pod(&demo_pod(&old_name, builder, "200m", false));
                 }
                 tick += 1;
             }
         });
     }
-    tokio::spawn(headroom::api::serve(listener, state.clone(), stopped()));
+    {
+        let stop = running.phases.stopped(Phase::Intake);
+        let state = state.clone();
+        running.phases.spawn(Phase::Intake, async move {
+            let _ = headroom::api::serve(listener, state, stop).await;
+        });
+    }
     drop(_guard);
     state.set_ready(true);
 
@@ -378,7 +297,8 @@ pub fn spawn_demo_server() -> DemoServer {
         addr,
         state,
         runtime: Some(runtime),
-        stop: Some(stop_tx),
+        running: Some(running),
+        _gate: gate_tx,
         _dir: dir,
     };
     // Ready: the first builder pod was decided and a usage view published.
@@ -535,15 +455,29 @@ fn api_routes_over_http() {
         first["usage"]["cpu_cores"]["current"].as_f64().unwrap() >= 1.0,
         "{first}"
     );
-    let headroom = first["headroom"]["cpu_cores"].as_f64().unwrap();
+    // The headroom is the scheduler's own: capacity minus the larger of current and
+    // windowed usage, plus what it placed there since the newest sample.
+    let h = &first["headroom"];
+    assert_eq!(h["basis"], "measured", "{first}");
+    assert_eq!(h["cpuTotal"], 4.0, "{first}");
+    let current = first["usage"]["cpu_cores"]["current"].as_f64().unwrap();
     let windowed = first["usage"]["cpu_cores"]["windowed"].as_f64().unwrap();
-    assert!((headroom - (4.0 - windowed)).abs() < 1e-9, "{first}");
+    assert!(
+        h["cpuUsed"].as_f64().unwrap() >= current.max(windowed) - 1e-9,
+        "{first}"
+    );
     assert_eq!(first["stale"], false);
     assert!(first["ageSeconds"].as_f64().unwrap() < 60.0);
     let last = &nodes[DEMO_NODES - 1];
     assert_eq!(
         (last["stale"].clone(), last["usage"].clone()),
         (json!(true), Value::Null)
+    );
+    // Without usage, requests stand in, as they do in the scheduler's decisions.
+    assert_eq!(last["headroom"]["basis"], "requests", "{last}");
+    assert_eq!(
+        last["headroom"]["cpuUsed"], last["requested"]["cpuCores"],
+        "{last}"
     );
 
     let (s, _, body) = demo.get("/nodes/node-00001");
@@ -697,12 +631,17 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
             max_bytes: usize::MAX,
         })));
     let (tx, rx) = mpsc::channel(8);
-    let sink = runtime.spawn(headroom::api::run_decision_sink(rx, state.clone()));
+    let sink = runtime.spawn(headroom::api::run_decision_sink(
+        rx,
+        state.clone(),
+        None,
+        std::future::pending(),
+    ));
     for (i, name) in ["first", "second"].iter().enumerate() {
         let p = PodInfo::new(Arc::new(headroom::synthetic::plain_pod(name)));
         let mut a = scheduler.lock().unwrap().schedule_one(&p, None, true);
         a.decision.decided_at_ms = 1_000 + i as i64;
-        runtime.block_on(tx.send(a.decision)).unwrap();
+        runtime.block_on(tx.send(Arc::new(a.decision))).unwrap();
     }
     drop(tx);
     let report = runtime.block_on(sink).unwrap();

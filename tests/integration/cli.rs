@@ -88,13 +88,22 @@ fn bad_input_exits_2_naming_object_and_field() {
     let cases = [
         (
             "kind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: [{name: c, resources: {requests: {cpu: [1]}}}]}\n",
-            "Pod ns/p: at spec.containers[0].resources.requests.cpu",
+            "Pod \"ns/p\": spec.containers[0].resources.requests.cpu: invalid type: sequence, expected Quantity",
         ),
         (
             "kind: Pod\nmetadata: {name: p}\nspec: {containers: 7}\n",
-            "at spec.containers",
+            "Pod \"default/p\": spec.containers: invalid type",
         ),
         ("{not yaml: [\n", "not valid YAML/JSON"),
+        // Regressions (issue #15, 7 and 8): a negative request, a pod without a name.
+        (
+            "kind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, resources: {requests: {cpu: '-1'}}}]}\n",
+            "Pod \"default/x\": spec.containers[0].resources.requests.cpu: must not be negative",
+        ),
+        (
+            "kind: Pod\nspec: {containers: []}\n",
+            "Pod: metadata.name: must not be empty",
+        ),
         ("kind: Node\nmetadata: {name: n}\n", "no Pod objects found"),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
@@ -109,6 +118,26 @@ fn bad_input_exits_2_naming_object_and_field() {
         assert_eq!(o.status.code(), Some(2), "{text}");
         assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
     }
+    // Regression (issue #15, 5): a 65,536-character node name panicked the text output;
+    // it is not a valid Node name.
+    let long = write(
+        &dir,
+        "long.yaml",
+        &format!("kind: Node\nmetadata: {{name: {}}}\n", "n".repeat(65_536)),
+    );
+    let pod = write(
+        &dir,
+        "ok.yaml",
+        "kind: Pod\nmetadata: {name: ok}\nspec: {containers: []}\n",
+    );
+    let o = run(&["place", "--cluster", &long, "--pod", &pod]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Node \"nnnn"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("metadata.name: must be at most 253 characters, got 65536"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&[
         "place",
         "--cluster",
@@ -216,6 +245,42 @@ fn check_config_prints_effective_config_or_names_the_field() {
     let out = stdout(&o);
     assert!(out.contains("headroomBand: 25"), "{out}");
     assert!(out.contains("warmup: 1m 30s"), "{out}");
+    assert!(
+        !out.contains("# note:"),
+        "every section applies everywhere: {out}"
+    );
+
+    // Sections a mode does not use are named, not accepted silently; the backoffs are
+    // upstream's fields, validated as upstream does.
+    let partial = write(
+        &dir,
+        "partial.yaml",
+        "serve: {decisionAnnotation: false}\ncollectors: {kubelet: {nodes: [n1]}}\nscheduler: {podInitialBackoffSeconds: 2, podMaxBackoffSeconds: 20}\n",
+    );
+    let o = run(&["check-config", &partial]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for note in [
+        "# note: serve is set but `headroom simulate` does not use it",
+        "# note: serve is set but `headroom place` does not use it",
+        "# note: collectors (prometheus, kubelet, scrape, runs) is set but `headroom simulate` does not use it",
+        "# note: scheduler.podInitialBackoffSeconds/podMaxBackoffSeconds is set but `headroom place` does not use it",
+    ] {
+        assert!(out.contains(note), "{note}\n{out}");
+    }
+    assert!(out.contains("podMaxBackoffSeconds: 20"), "{out}");
+    let bad = write(
+        &dir,
+        "bad3.yaml",
+        "scheduler: {podInitialBackoffSeconds: 5, podMaxBackoffSeconds: 2}\n",
+    );
+    let o = run(&["check-config", &bad]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("scheduler.podMaxBackoffSeconds"),
+        "{}",
+        stderr(&o)
+    );
 
     // A config given to `place` is used: disabling TaintToleration lets the pod onto db-1.
     let cfg = write(
@@ -294,4 +359,199 @@ fn readme_configuration_examples_are_valid() {
         usage_blocks += 1;
     }
     assert!(usage_blocks >= 1, "the README shows a usage file");
+}
+
+/// Every file under `dir` with its bytes.
+fn files_of(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p.clone());
+            }
+            let bytes = if p.is_file() {
+                std::fs::read(&p).unwrap()
+            } else {
+                Vec::new()
+            };
+            out.insert(p, bytes);
+        }
+    }
+    out
+}
+
+#[test]
+fn series_and_place_refuse_a_directory_that_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("random.bin"), [7u8, 0, 255, 42, 13]).unwrap();
+    let before = files_of(&home);
+    let want = format!(
+        "{} is not a headroom store (no HEADROOM marker); refusing to use it",
+        home.display()
+    );
+    let o = run(&["series", "--data-dir", home.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("another headroom process"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(files_of(&home), before, "series changed the directory");
+    let o = run(&[
+        "place",
+        "--cluster",
+        repo("examples/cluster.yaml").to_str().unwrap(),
+        "--pod",
+        repo("examples/pod.yaml").to_str().unwrap(),
+        "--data-dir",
+        home.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+    assert_eq!(files_of(&home), before, "place changed the directory");
+}
+
+/// Copies the files of a store directory (one level of subdirectories: sled's blobs).
+fn copy_store(src: &std::path::Path, dst: &std::path::Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_store(&e.path(), &dst.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn damaged_store_exits_2_without_a_panic() {
+    use headroom_storage::{Labels, Store, StoreConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("store");
+    {
+        // Written and trimmed for a while, so sled reuses segments and live pages are
+        // spread over the whole file (the state in which a truncated file made sled panic).
+        let config = StoreConfig {
+            raw_retention: std::time::Duration::from_secs(3600),
+            rollup_retention: std::time::Duration::from_secs(7200),
+            wal_checkpoint_flushes: 2,
+            ..StoreConfig::default()
+        };
+        let s = Store::open(&src, config).unwrap();
+        let t0 = 1_700_000_000_000;
+        for round in 0..20 {
+            for n in 0..200 {
+                let l = Labels::new([("node", format!("build-{n}"))]).unwrap();
+                for i in round * 60..round * 60 + 60 {
+                    let v = ((i * 7919 + n * 104_729) % 1_000_003) as f64;
+                    s.append("node_cpu_usage_cores", &l, t0 + i * 15_000, v)
+                        .unwrap();
+                }
+            }
+            s.flush().unwrap();
+            s.maintain(t0 + (round * 60 + 60) * 15_000).unwrap();
+        }
+    }
+    // Reopened once (sled writes its snapshot), as any store that has been restarted.
+    drop(Store::open_existing(&src, StoreConfig::default()).unwrap());
+    let len = std::fs::metadata(src.join("db")).unwrap().len();
+    let commands = |data: &str| {
+        let place = run(&[
+            "place",
+            "--cluster",
+            repo("examples/cluster.yaml").to_str().unwrap(),
+            "--pod",
+            repo("examples/pod.yaml").to_str().unwrap(),
+            "--output",
+            "json",
+            "--data-dir",
+            data,
+        ]);
+        let series = run(&["series", "--output", "json", "--data-dir", data]);
+        [("place", place), ("series", series)]
+    };
+    // What the intact store gives (ages depend on the clock, so they are left out).
+    let comparable = |o: &std::process::Output| {
+        stdout(o)
+            .lines()
+            .filter(|l| !l.contains("age_ms"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let intact = commands(src.to_str().unwrap()).map(|(what, o)| {
+        assert_eq!(o.status.code(), Some(0), "{what}: {}", stderr(&o));
+        comparable(&o)
+    });
+    let mut sled_panics = 0;
+    // Ninths of the file, and exactly half.
+    for (k, cut) in (0..9).map(|k| len * k / 9).chain([len / 2]).enumerate() {
+        let store = dir.path().join(format!("cut-{k}"));
+        copy_store(&src, &store);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(store.join("db"))
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        for (i, (what, o)) in commands(store.to_str().unwrap()).into_iter().enumerate() {
+            let err = stderr(&o);
+            // No Rust panic report (sled's panic is caught and named in the error).
+            for scary in ["panicked at", "stack backtrace", "RUST_BACKTRACE"] {
+                assert!(!err.contains(scary), "{what} cut {cut}: {err}");
+            }
+            assert!(
+                !err.contains("another headroom process"),
+                "{what} cut {cut}: {err}"
+            );
+            // Either a clean exit 2 naming the damage, or (when the cut spared everything
+            // the command reads) exactly the intact store's output.
+            match o.status.code() {
+                Some(2) => assert!(err.contains("damaged"), "{what} cut {cut}: {err}"),
+                Some(0) => assert_eq!(comparable(&o), intact[i], "{what} cut {cut}/{len}"),
+                other => panic!("{what} cut {cut}/{len}: exit {other:?}: {err}"),
+            }
+            if cut == 0 {
+                assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+                assert!(err.contains("db is empty (0 bytes)"), "{what}: {err}");
+            }
+            if err.contains("sled could not recover its database (it panicked") {
+                sled_panics += 1;
+            }
+        }
+    }
+    assert!(sled_panics > 0, "no cut reached sled's panic");
+}
+
+#[test]
+fn check_config_rejects_storage_values_sled_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, want) in [
+        (
+            "storage: {cacheCapacityBytes: 0}\n",
+            "storage.cacheCapacityBytes: must be at least 256 (bytes)",
+        ),
+        (
+            "storage: {maxSeries: 0}\n",
+            "storage.maxSeries: must be at least 1",
+        ),
+        (
+            "storage: {flushInterval: 0s}\n",
+            "storage.flushInterval: must be greater than 0",
+        ),
+        (
+            "storage: {maintenanceBackoffMin: 10m, maintenanceBackoffMax: 1m}\n",
+            "storage.maintenanceBackoffMin: must not exceed maintenanceBackoffMax",
+        ),
+    ] {
+        let path = write(&dir, "storage.yaml", text);
+        let o = run(&["check-config", &path]);
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
+    }
 }

@@ -41,9 +41,9 @@ impl Drop for Simulation {
     }
 }
 
-/// Starts the full CI-farm simulation with the API on a free loopback port and waits for
-/// the address it prints.
-fn spawn_simulation() -> Simulation {
+/// Starts the full CI-farm simulation with the API on `listen` and waits for the address it
+/// prints.
+fn spawn_simulation(listen: &str) -> Simulation {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("fast.yaml");
@@ -57,7 +57,7 @@ fn spawn_simulation() -> Simulation {
             "--config",
             config.to_str().unwrap(),
             "--serve",
-            "127.0.0.1:0",
+            listen,
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -271,25 +271,30 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         );
         return;
     };
-    let demo = spawn_simulation();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let port = free_port();
+    // Prometheus runs (and scrapes every second) before the simulation starts, so the
+    // counters behind the rate panels are seen moving: a simulation that ends before the
+    // first scrape would rightly leave every 10 s rate NaN.
+    let demo_addr = format!("127.0.0.1:{}", free_port());
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
             "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-             scrape_configs:\n  - job_name: headroom\n    static_configs: [{{targets: ['{}']}}]\n",
-            demo.addr
+             scrape_configs:\n  - job_name: headroom\n    static_configs: [{{targets: ['{demo_addr}']}}]\n"
         ),
     )
     .unwrap();
@@ -320,8 +325,36 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
     let log_of =
         |p: &Prometheus| std::fs::read_to_string(p._dir.path().join("log")).unwrap_or_default();
 
-    // Prometheus is up and has scraped headroom successfully.
     let start = Instant::now();
+    loop {
+        if let Ok(Some(status)) = prom.child.try_wait() {
+            panic!("prometheus exited with {status}: {}", log_of(&prom));
+        }
+        // Scraping has begun once `up` exists (0 while nothing listens yet): Prometheus
+        // throttles target discovery, so being ready is not enough.
+        let up = api(
+            "/api/v1/query",
+            vec![("query", "up{job=\"headroom\"}".into())],
+        );
+        let scraping = up.as_ref().is_some_and(|v| {
+            v["data"]["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+        });
+        if scraping {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "prometheus did not start scraping within 60 s: {up:?}\n{}",
+            log_of(&prom)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let demo = spawn_simulation(&demo_addr);
+    assert_eq!(demo.addr, demo_addr);
+
+    // Prometheus is up and has scraped headroom successfully.
     loop {
         if let Ok(Some(status)) = prom.child.try_wait() {
             panic!("prometheus exited with {status}: {}", log_of(&prom));
@@ -412,7 +445,16 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
     }
     assert!(queries.len() >= 20, "only {} panel queries", queries.len());
 
-    // Every query until it returns a finite value; rates need a few scrapes first.
+    // Every query until it returns a finite value; rates need a few scrapes first. Panels
+    // are time series, so each query is evaluated over the whole run (as Grafana draws it),
+    // not only at "now": on a loaded machine the simulation may have finished scheduling
+    // before a query is first asked, and a 10 s rate of a finished run is rightly NaN.
+    let run_start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - start.elapsed().as_secs_f64()
+        - 5.0;
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut pending: Vec<(String, String, String, Option<Value>)> = queries
         .into_iter()
@@ -420,7 +462,19 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         .collect();
     while !pending.is_empty() && Instant::now() < deadline {
         for q in pending.iter_mut() {
-            let r = api("/api/v1/query", vec![("query", q.2.clone())]);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64();
+            let r = api(
+                "/api/v1/query_range",
+                vec![
+                    ("query", q.2.clone()),
+                    ("start", format!("{run_start:.3}")),
+                    ("end", format!("{now:.3}")),
+                    ("step", "1".into()),
+                ],
+            );
             q.3 = r;
         }
         pending.retain(|(_, _, _, r)| {
@@ -428,10 +482,11 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
             assert_eq!(r["status"], "success", "{r}");
             let has_data = r["data"]["result"].as_array().is_some_and(|a| {
                 a.iter().any(|s| {
-                    s["value"][1]
-                        .as_str()
-                        .and_then(|v| v.parse::<f64>().ok())
-                        .is_some_and(f64::is_finite)
+                    s["values"].as_array().into_iter().flatten().any(|p| {
+                        p[1].as_str()
+                            .and_then(|v| v.parse::<f64>().ok())
+                            .is_some_and(f64::is_finite)
+                    })
                 })
             });
             !has_data

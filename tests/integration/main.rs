@@ -7,6 +7,7 @@ mod conformance;
 mod grafana;
 mod kube;
 mod prometheus;
+mod properties;
 mod simulate;
 mod usage;
 

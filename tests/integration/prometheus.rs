@@ -1,7 +1,9 @@
-//! `headroom collect --once` pointed at a real Prometheus (Debian's `prometheus`) that scrapes a
-//! real node-exporter (`prometheus-node-exporter`), both on 127.0.0.1 ephemeral ports. The test
-//! checks the stored node series against what node-exporter itself reports. If either program
-//! is missing it fails and says how to install it; it never skips.
+//! `headroom collect --once` pointed at a real Prometheus (Debian's `prometheus`), and at a
+//! real VictoriaMetrics (Debian's `victoria-metrics`, a Prometheus-compatible store of the kind
+//! big installations use instead: Thanos, Mimir, VictoriaMetrics), each scraping a real
+//! node-exporter (`prometheus-node-exporter`), all on 127.0.0.1 ephemeral ports. The tests
+//! check the stored node series against what node-exporter itself reports. If a program is
+//! missing they fail and say how to install it; they never skip.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -106,13 +108,12 @@ fn exporter_value(text: &str, name: &str, filter: &str) -> f64 {
         .unwrap_or_else(|| panic!("node-exporter has no {name} {filter}"))
 }
 
-#[test]
-fn collect_once_from_a_real_prometheus_stores_node_series() {
+/// A real node-exporter with the collectors headroom's node signals read.
+fn start_exporter() -> Proc {
     let exporter_bin = require("prometheus-node-exporter", "prometheus-node-exporter");
-    let prometheus_bin = require("prometheus", "prometheus");
 
     let exporter_port = free_port();
-    let exporter = spawn(
+    spawn(
         &exporter_bin,
         &[
             format!("--web.listen-address=127.0.0.1:{exporter_port}"),
@@ -125,8 +126,13 @@ fn collect_once_from_a_real_prometheus_stores_node_series() {
         tempfile::tempdir().unwrap(),
         exporter_port,
         "/metrics",
-    );
+    )
+}
 
+#[test]
+fn collect_once_from_a_real_prometheus_stores_node_series() {
+    let prometheus_bin = require("prometheus", "prometheus");
+    let exporter = start_exporter();
     let prom_dir = tempfile::tempdir().unwrap();
     let prom_port = free_port();
     let prom_config = prom_dir.path().join("prometheus.yml");
@@ -150,6 +156,43 @@ fn collect_once_from_a_real_prometheus_stores_node_series() {
     ];
     let _prometheus = spawn(&prometheus_bin, &prom_args, prom_dir, prom_port, "/-/ready");
 
+    check_collect_once(prom_port, &exporter);
+}
+
+/// VictoriaMetrics scraping node-exporter, queried through its Prometheus-compatible HTTP API
+/// by the very same collector configuration.
+#[test]
+fn collect_once_from_a_real_victoria_metrics_stores_node_series() {
+    let vm_bin = require("victoria-metrics", "victoria-metrics");
+    let exporter = start_exporter();
+    let vm_dir = tempfile::tempdir().unwrap();
+    let vm_port = free_port();
+    let scrape = vm_dir.path().join("scrape.yml");
+    std::fs::write(
+        &scrape,
+        format!(
+            "global: {{scrape_interval: 1s}}\n\
+             scrape_configs:\n  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
+            exporter.port
+        ),
+    )
+    .unwrap();
+    let args = vec![
+        format!("-promscrape.config={}", scrape.display()),
+        format!("-storageDataPath={}", vm_dir.path().join("data").display()),
+        format!("-httpListenAddr=127.0.0.1:{vm_port}"),
+        // Serve the newest samples at once (the default hides the last 30 s).
+        "-search.latencyOffset=0s".into(),
+        "-loggerLevel=ERROR".into(),
+    ];
+    let _vm = spawn(&vm_bin, &args, vm_dir, vm_port, "/health");
+    check_collect_once(vm_port, &exporter);
+}
+
+/// `collect --once` against the Prometheus HTTP API on `port` (Prometheus or a compatible
+/// store scraping `exporter`): node series stored under the machine's node name, with the
+/// values node-exporter reports.
+fn check_collect_once(prom_port: u16, exporter: &Proc) {
     // headroom's config: node signals only (no cAdvisor here), instances mapped to node names
     // through node_uname_info, as on a stock kube-prometheus stack without a node label.
     let work = tempfile::tempdir().unwrap();

@@ -227,7 +227,7 @@ fn reservations_scenario_through_serve() {
 fn bad_scenarios_exit_2_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("nodes: []\n", "at nodes"),
+        ("nodes: []\n", ": nodes: at least one node is required"),
         (
             "nodes: [{count: 1}]\nworkloads: [{name: w, requests: {cpu: 1, memory: 1Gi}, usage: {cpu: [2, 1]}}]\n",
             "workloads[0].usage.cpu",
@@ -247,4 +247,99 @@ fn bad_scenarios_exit_2_naming_the_field() {
         assert_eq!(o.status.code(), Some(2), "{text}: {err}");
         assert!(err.contains(field), "{text}: {err}");
     }
+}
+
+/// A workload's `schedulerName` picks the profile that decides its pods (as a pod's
+/// `spec.schedulerName` does under `serve`); a name no profile has is an error naming the
+/// field, not pods left pending.
+#[test]
+fn workloads_are_decided_by_the_profile_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        // `ci` places pods whatever they request: only its pods can run on these nodes.
+        "profiles: [{schedulerName: headroom}, {schedulerName: ci, plugins: {NodeResourcesFit: {enabled: false}, RealMemoryFit: {enabled: false}}}]\n",
+    )
+    .unwrap();
+    let scenario = |name: &str| {
+        let p = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &p,
+            format!(
+                "duration: 10m\nnodes: [{{count: 2}}]\nworkloads:\n  - {{name: w, kind: service, count: 3, schedulerName: {name}, requests: {{cpu: \"500\", memory: 1Gi}}}}\n"
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let ok = scenario("ci");
+    let v = simulate_json(&[ok.to_str().unwrap(), "--config", config.to_str().unwrap()]);
+    assert_eq!(v["policies"][0]["placed"], 3, "{v}");
+    // The same pods under the first profile: 500 CPUs fit nowhere.
+    let first = scenario("headroom");
+    let o = run(&[
+        "simulate",
+        first.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["policies"][0]["placed"], 0, "{v}");
+    let bad = scenario("nope");
+    let o = run(&[
+        "simulate",
+        bad.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("workloads[0].schedulerName") && err.contains("headroom, ci"),
+        "{err}"
+    );
+}
+
+/// A second simulation on the same `--data-dir` appends a later run (it used to fail with
+/// "out-of-order sample"); the store holds both.
+#[test]
+fn a_second_simulation_on_the_same_data_dir_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("store");
+    let scenario = repo("examples/reservations.yaml");
+    for _ in 0..2 {
+        let o = run(&[
+            "simulate",
+            scenario.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--output",
+            "json",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let o = run(&[
+        "series",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--match",
+        "node_memory_working_set_bytes",
+        "--output",
+        "json",
+    ]);
+    let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The second run started a day after the first one's newest sample.
+    let last = rows[0]["last_ts_ms"].as_i64().unwrap();
+    assert!(
+        last > headroom::simulate::EPOCH_MS + 24 * 3_600_000,
+        "{rows}"
+    );
 }

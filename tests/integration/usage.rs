@@ -366,5 +366,5 @@ fn data_dir_feeds_the_usage_view() {
         bad.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("at nodes[0].cpu"), "{err}");
+    assert!(err.contains("bad.yaml: nodes[0].cpu: "), "{err}");
 }

@@ -6,4 +6,5 @@ mod kubelet;
 mod loops;
 mod prometheus_faults;
 mod prometheus_real;
+mod properties;
 mod scrape;

@@ -1,6 +1,9 @@
 //! headroom-storage's integration tests, in one binary (one link step).
 
 mod crash;
+mod damage;
+mod failsafe;
 mod maintenance;
 mod model;
+
 mod store;

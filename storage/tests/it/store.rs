@@ -180,23 +180,25 @@ fn survives_reopen_and_chunks_cut() {
 fn format_version_mismatch_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     drop(Store::open(dir.path(), cfg()).unwrap());
-    {
-        let db = sled::open(dir.path()).unwrap();
-        db.open_tree("meta")
-            .unwrap()
-            .insert("format_version", &99u32.to_be_bytes())
-            .unwrap();
-        db.flush().unwrap();
+    // A marker a later build would write (valid checksum, format 3).
+    let body = "headroom store\nformat 3\nflushes 1\n";
+    let marker = format!("{body}crc32 {:08x}\n", crc32fast::hash(body.as_bytes()));
+    std::fs::write(dir.path().join(MARKER_FILE), marker).unwrap();
+    for open in [Store::open, Store::open_existing] {
+        let err = open(dir.path(), cfg()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::IncompatibleVersion {
+                    found: 3,
+                    expected: FORMAT_VERSION,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("format version 3"), "{err}");
     }
-    let err = Store::open(dir.path(), cfg()).unwrap_err();
-    assert!(matches!(
-        err,
-        Error::FormatVersion {
-            found: 99,
-            expected: FORMAT_VERSION
-        }
-    ));
-    assert!(err.to_string().contains("version 99"));
 }
 
 #[test]
@@ -386,7 +388,8 @@ fn compact_to_copies_everything() {
     let dir = tempfile::tempdir().unwrap();
     let dst = dir.path().join("copy");
     s.compact_to(&dst).unwrap();
-    let c = Store::open(&dst, cfg()).unwrap();
+    assert!(dst.join(MARKER_FILE).is_file());
+    let c = Store::open_existing(&dst, cfg()).unwrap();
     assert_eq!(
         c.query_range(id, 0, i64::MAX).unwrap(),
         s.query_range(id, 0, i64::MAX).unwrap()

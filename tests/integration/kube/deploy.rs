@@ -99,6 +99,13 @@ fn kube_deploy_manifests_parse_as_their_kinds() {
                     let c = headroom::config::Config::from_yaml(text, &name)
                         .unwrap_or_else(|e| panic!("{e}"));
                     assert!(c.serve.leader_election.enabled);
+                    // Nothing unauthenticated: TLS with delegated authn/z, the cluster CA
+                    // for kube-scheduler's client certificate.
+                    assert_eq!(
+                        c.serve.security.mode,
+                        headroom::kube::auth::SecurityMode::Delegated
+                    );
+                    assert!(c.serve.security.client_ca_file.is_some());
                 }
                 "Deployment" => {
                     let d: Deployment = typed(&doc, &name);
@@ -134,6 +141,19 @@ fn kube_deploy_manifests_parse_as_their_kinds() {
                     assert!(c.resources.as_ref().unwrap().requests.is_some());
                     assert_eq!(c.args.as_ref().unwrap()[0], "serve");
                 }
+                "NetworkPolicy" => {
+                    let np: k8s_openapi::api::networking::v1::NetworkPolicy = typed(&doc, &name);
+                    let ports: Vec<String> = np
+                        .spec
+                        .unwrap()
+                        .ingress
+                        .unwrap_or_default()
+                        .iter()
+                        .flat_map(|r| r.ports.clone().unwrap_or_default())
+                        .filter_map(|p| p.port.map(|p| format!("{p:?}")))
+                        .collect();
+                    assert_eq!(ports.len(), 2, "{name}: {ports:?}");
+                }
                 "Reservation" => {
                     let r: headroom::kube::crd::ReservationResource = typed(&doc, &name);
                     headroom::kube::crd::to_hold(&r, true).unwrap();
@@ -160,6 +180,10 @@ fn kube_deploy_manifests_parse_as_their_kinds() {
                     for k in ["weight", "nodeCacheCapable", "ignorable", "httpTimeout"] {
                         assert!(!e[k].is_null(), "{name}: extender stanza lacks {k}");
                     }
+                    // The extender listener is TLS with client certificates.
+                    assert!(e["urlPrefix"].as_str().unwrap().starts_with("https://"));
+                    assert_eq!(e["enableHTTPS"], true);
+                    assert!(e["tlsConfig"]["certFile"].is_string());
                 }
                 other => panic!("{name}: no check for kind {other}"),
             }
@@ -179,6 +203,7 @@ fn kube_deploy_manifests_parse_as_their_kinds() {
         "Pod",
         "KubeSchedulerConfiguration",
         "Kustomization",
+        "NetworkPolicy",
     ] {
         assert!(kinds.contains_key(k), "deploy/ has no {k}");
     }

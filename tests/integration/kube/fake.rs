@@ -7,7 +7,8 @@
 //!
 //! Error bodies are the ones recorded from a real kube-apiserver v1.36
 //! (`tests/fixtures/kube-captures/`). Faults are injected with [`Fake::fail_watches`],
-//! [`Fake::expire_watches`], [`Fake::fail_bindings`] and [`Fake::steal_next_binding`].
+//! [`Fake::expire_watches`], [`Fake::fail_bindings`], [`Fake::throttle_bindings`],
+//! [`Fake::binding_latency`], [`Fake::answer_late`] and [`Fake::steal_next_binding`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -58,6 +59,14 @@ struct Inner {
     compacted: u64,
     fail_watches: u32,
     fail_bindings: u32,
+    throttle_bindings: (u32, u32),
+    binding_latency: Duration,
+    answer_late: (u32, Duration),
+    bindings_in_flight: u32,
+    max_bindings_in_flight: u32,
+    black_hole: bool,
+    tokens: HashMap<String, (String, Vec<String>)>,
+    grants: Vec<(String, String, String)>,
     steal_next_binding: Option<String>,
     bindings: Vec<BindingSeen>,
     calls: Vec<Call>,
@@ -177,6 +186,8 @@ impl Fake {
     pub fn client(&self, replica: &str) -> kube::Client {
         let mut config = kube::Config::new(self.url().parse().unwrap());
         config.default_namespace = "default".into();
+        // As `headroom serve`'s own client: no hidden retries of 429/503/504.
+        config.default_retry = false;
         config
             .headers
             .push(("x-replica".parse().unwrap(), replica.parse().unwrap()));
@@ -313,6 +324,57 @@ impl Fake {
         self.lock().fail_bindings = n;
     }
 
+    /// The next `n` binding requests are answered `429 Too Many Requests` with
+    /// `retryAfterSeconds: retry_after_secs`, as a kube-apiserver under its
+    /// max-requests-inflight limit answers.
+    pub fn throttle_bindings(&self, n: u32, retry_after_secs: u32) {
+        self.lock().throttle_bindings = (n, retry_after_secs);
+    }
+
+    /// Every binding request waits this long before it is served (a loaded server).
+    pub fn binding_latency(&self, d: Duration) {
+        self.lock().binding_latency = d;
+    }
+
+    /// The next `n` bindings are applied at once but answered only after `d` (the server
+    /// bound the pod, the client timed out waiting for the answer).
+    pub fn answer_late(&self, n: u32, d: Duration) {
+        self.lock().answer_late = (n, d);
+    }
+
+    /// From now on the server accepts connections but never answers (a dead API server
+    /// behind a live load balancer, the slowest way to fail); open watches end.
+    pub fn black_hole(&self) {
+        self.lock().black_hole = true;
+        let _ = self.drop_watches.send(());
+    }
+
+    /// A bearer token `TokenReview` authenticates as `user` in `groups`.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        self.lock().tokens.insert(
+            token.to_string(),
+            (
+                user.to_string(),
+                groups.iter().map(|g| g.to_string()).collect(),
+            ),
+        );
+    }
+
+    /// `SubjectAccessReview` allows `subject` (a user, or `group:NAME`) to `verb` every
+    /// non-resource URL starting with `path_prefix` (RBAC's `nonResourceURLs` with `*`).
+    pub fn grant(&self, subject: &str, verb: &str, path_prefix: &str) {
+        self.lock().grants.push((
+            subject.to_string(),
+            verb.to_string(),
+            path_prefix.to_string(),
+        ));
+    }
+
+    /// The most binding requests the fake served at the same time.
+    pub fn max_bindings_in_flight(&self) -> u32 {
+        self.lock().max_bindings_in_flight
+    }
+
     /// The next binding request finds its pod already bound to `node` by someone else
     /// (409, as recorded).
     pub fn steal_next_binding(&self, node: &str) {
@@ -413,6 +475,9 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if fake.lock().black_hole {
+        return std::future::pending().await;
+    }
     let Some(t) = parse_path(uri.path()) else {
         return status(
             404,
@@ -480,7 +545,103 @@ async fn handle(
             Some(v) => axum::Json(v).into_response(),
             None => not_found(&t),
         },
-        ("create", Some("binding")) => bind(&fake, &t, &headers, &body),
+        ("create", Some("binding")) => {
+            let latency = {
+                let mut i = fake.lock();
+                i.bindings_in_flight += 1;
+                i.max_bindings_in_flight = i.max_bindings_in_flight.max(i.bindings_in_flight);
+                i.binding_latency
+            };
+            tokio::time::sleep(latency).await;
+            let throttled = {
+                let mut i = fake.lock();
+                if i.throttle_bindings.0 > 0 {
+                    i.throttle_bindings.0 -= 1;
+                    let seen = BindingSeen {
+                        pod: format!(
+                            "{}/{}",
+                            t.namespace.clone().unwrap_or_default(),
+                            t.name.clone().unwrap_or_default()
+                        ),
+                        node: body["target"]["name"].as_str().unwrap_or("").to_string(),
+                        replica: String::new(),
+                        holder: None,
+                        status: 429,
+                    };
+                    i.bindings.push(seen);
+                    Some(i.throttle_bindings.1)
+                } else {
+                    None
+                }
+            };
+            let response = match throttled {
+                Some(secs) => {
+                    let mut r = status(
+                        429,
+                        "TooManyRequests",
+                        "Too many requests, please try again later.",
+                        Some(json!({"retryAfterSeconds": secs})),
+                    );
+                    r.headers_mut()
+                        .insert("retry-after", secs.to_string().parse().unwrap());
+                    r
+                }
+                None => {
+                    let r = bind(&fake, &t, &headers, &body);
+                    let late = {
+                        let mut i = fake.lock();
+                        if i.answer_late.0 > 0 && r.status() == StatusCode::CREATED {
+                            i.answer_late.0 -= 1;
+                            Some(i.answer_late.1)
+                        } else {
+                            None
+                        }
+                    };
+                    if let Some(d) = late {
+                        tokio::time::sleep(d).await;
+                    }
+                    r
+                }
+            };
+            fake.lock().bindings_in_flight -= 1;
+            response
+        }
+        ("create", None) if t.resource == "tokenreviews" => {
+            let token = body["spec"]["token"].as_str().unwrap_or("");
+            let user = fake.lock().tokens.get(token).cloned();
+            let status = match user {
+                Some((name, groups)) => json!({"authenticated": true,
+                    "user": {"username": name, "groups": groups}}),
+                None => json!({"authenticated": false, "error": "invalid bearer token"}),
+            };
+            let mut review = body.clone();
+            review["status"] = status;
+            (StatusCode::CREATED, axum::Json(review)).into_response()
+        }
+        ("create", None) if t.resource == "subjectaccessreviews" => {
+            let spec = &body["spec"];
+            let user = spec["user"].as_str().unwrap_or("").to_string();
+            let groups: Vec<String> = spec["groups"]
+                .as_array()
+                .map(|g| {
+                    g.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let path = spec["nonResourceAttributes"]["path"].as_str().unwrap_or("");
+            let verb = spec["nonResourceAttributes"]["verb"].as_str().unwrap_or("");
+            let allowed = fake.lock().grants.iter().any(|(who, v, prefix)| {
+                let subject = match who.strip_prefix("group:") {
+                    Some(g) => groups.iter().any(|x| x == g),
+                    None => *who == user,
+                };
+                subject && v == verb && path.starts_with(prefix.as_str())
+            });
+            let mut review = body.clone();
+            review["status"] = json!({"allowed": allowed});
+            (StatusCode::CREATED, axum::Json(review)).into_response()
+        }
         ("create", None) => {
             let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
             if fake.get(&t.resource, &ns, &name).is_some() {

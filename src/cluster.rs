@@ -1,0 +1,594 @@
+//! The cluster as the engine knows it: the sink every cluster feed writes to.
+//!
+//! A feed — the API server's watches under `serve` ([`crate::kube::reflect`]), the
+//! scenario under `simulate` — reports what exists: nodes, pods, namespaces. This module
+//! applies it to the scheduler's snapshot and the scheduling queue, the same way for every
+//! feed, so `simulate` exercises exactly the path a watch event takes under `serve`:
+//!
+//! - Nodes: upserted into the snapshot; a new node, or a change scheduling can see (labels,
+//!   taints, allocatable, `unschedulable`, images), moves unschedulable pods back
+//!   (`NodeAdded`/`NodeUpdated`). Heartbeats and condition-only updates do not.
+//! - Pods, all of them: assigned pods feed the snapshot (an assumed pod is confirmed when
+//!   the feed shows it bound); unassigned pods whose `schedulerName` is one of ours feed
+//!   the queue; terminal or deleted pods leave both (`PodDeleted`). A pod on a node the
+//!   snapshot does not know yet waits until that node arrives.
+//! - Namespaces: their labels, for namespaceSelector.
+//!
+//! A complete list (a watch's initial list or a re-list after `410 Gone`) is applied as a
+//! diff: objects absent from it are removed, the rest upserted. The queue is never
+//! rebuilt, so the backoff and attempts of pending pods survive a re-list.
+//!
+//! The state also answers the collectors' [`PodLister`]: the pods it knows, so runs
+//! collected from kubelet stats or Prometheus get their pod's builder identity.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use headroom_collectors::PodLister;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::sync::Notify;
+
+use crate::queue::{ClusterEvent, PodKey, SchedulingQueue};
+use crate::scheduler::Scheduler;
+use crate::snapshot::PodInfo;
+
+/// Told when nodes come and go (the Reservation custom resources show `Pending` while
+/// their node is missing).
+pub trait NodeObserver: Send + Sync {
+    /// `name` was added or changed (`exists`), or deleted.
+    fn node_changed(&self, name: &str, exists: bool);
+    /// A complete node list arrived: these nodes exist, no others.
+    fn nodes_listed(&self, names: &HashSet<String>);
+}
+
+/// The object kinds a feed reports, as metric label values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Nodes.
+    Node,
+    /// Pods.
+    Pod,
+    /// Namespaces.
+    Namespace,
+    /// `Reservation` custom resources.
+    Reservation,
+}
+
+impl Kind {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Node => "Node",
+            Kind::Pod => "Pod",
+            Kind::Namespace => "Namespace",
+            Kind::Reservation => "Reservation",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+/// Counters of the cluster feed, registered on the engine's metrics
+/// (`headroom_cluster_*_total{kind}`). Cheap to clone: every field is a handle.
+#[derive(Debug, Clone, Default)]
+pub struct FeedStats {
+    watch_errors: Family<KindLabel, Counter>,
+    lists: Family<KindLabel, Counter>,
+    bad_objects: Family<KindLabel, Counter>,
+    queued: Counter,
+}
+
+impl FeedStats {
+    /// Registers the counters on `metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        for k in [Kind::Node, Kind::Pod, Kind::Namespace, Kind::Reservation] {
+            let l = KindLabel { kind: k.as_str() };
+            let _ = self.watch_errors.get_or_create(&l);
+            let _ = self.lists.get_or_create(&l);
+            let _ = self.bad_objects.get_or_create(&l);
+        }
+        metrics.register(
+            "headroom_cluster_watch_errors",
+            "Watch failures, each followed by a retry with backoff, by kind",
+            self.watch_errors.clone(),
+        );
+        metrics.register(
+            "headroom_cluster_lists",
+            "Complete lists applied (initial lists and re-lists after 410 Gone), by kind",
+            self.lists.clone(),
+        );
+        metrics.register(
+            "headroom_cluster_bad_objects",
+            "Objects that could not be read (no name), skipped, by kind",
+            self.bad_objects.clone(),
+        );
+        metrics.register(
+            "headroom_cluster_pods_queued",
+            "Pending pods handed to the scheduling queue",
+            self.queued.clone(),
+        );
+    }
+
+    /// Counts a watch failure.
+    pub fn watch_error(&self, kind: Kind) {
+        self.watch_errors
+            .get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            })
+            .inc();
+    }
+
+    fn list(&self, kind: Kind) {
+        self.lists
+            .get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            })
+            .inc();
+    }
+
+    fn bad_object(&self, kind: Kind) {
+        self.bad_objects
+            .get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            })
+            .inc();
+    }
+
+    /// Watch failures of `kind` so far.
+    pub fn watch_errors(&self, kind: Kind) -> u64 {
+        self.watch_errors
+            .get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            })
+            .get()
+    }
+
+    /// Complete lists of `kind` applied so far.
+    pub fn lists(&self, kind: Kind) -> u64 {
+        self.lists
+            .get_or_create(&KindLabel {
+                kind: kind.as_str(),
+            })
+            .get()
+    }
+
+    /// Pods handed to the queue so far.
+    pub fn queued(&self) -> u64 {
+        self.queued.get()
+    }
+}
+
+/// Which initial lists are complete.
+#[derive(Debug, Default)]
+pub struct Synced {
+    nodes: AtomicBool,
+    pods: AtomicBool,
+    namespaces: AtomicBool,
+    changed: Notify,
+}
+
+impl Synced {
+    /// All of nodes, pods and namespaces have been listed once.
+    pub fn all(&self) -> bool {
+        self.nodes.load(Ordering::SeqCst)
+            && self.pods.load(Ordering::SeqCst)
+            && self.namespaces.load(Ordering::SeqCst)
+    }
+
+    /// Waits until [`all`](Self::all).
+    pub async fn wait(&self) {
+        loop {
+            let n = self.changed.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.all() {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    fn set(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+}
+
+#[derive(Default)]
+struct Known {
+    /// Assigned pods in the snapshot (or waiting for their node): key → node.
+    assigned: HashMap<PodKey, String>,
+    /// Pods on nodes the snapshot does not have yet, by node.
+    orphans: HashMap<String, HashMap<PodKey, Arc<PodInfo>>>,
+    /// Pods handed to the queue.
+    queued: HashSet<PodKey>,
+}
+
+/// The shared state every cluster feed updates.
+pub struct ClusterState {
+    /// The scheduler (snapshot, assume cache).
+    pub scheduler: Arc<Mutex<Scheduler>>,
+    /// The scheduling queue.
+    pub queue: Arc<SchedulingQueue>,
+    /// Told about nodes (the reservation cache under `serve`).
+    pub nodes_observer: Option<Arc<dyn NodeObserver>>,
+    /// The scheduler names whose pods go to the queue (empty: none, extender-only).
+    pub scheduler_names: HashSet<String>,
+    /// Sync flags.
+    pub synced: Arc<Synced>,
+    /// Counters.
+    pub stats: FeedStats,
+    known: Mutex<Known>,
+}
+
+fn key_of(pod: &Pod) -> PodKey {
+    PodKey::new(
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        pod.metadata.name.clone().unwrap_or_default(),
+        pod.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+fn previous_is_none(event: &Option<ClusterEvent>) -> bool {
+    matches!(event, Some(ClusterEvent::AssignedPodAdded))
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether a node change can alter a scheduling decision (not heartbeats or conditions).
+fn node_changed(old: &Node, new: &Node) -> bool {
+    let spec = |n: &Node| {
+        n.spec
+            .as_ref()
+            .map(|s| (s.taints.clone(), s.unschedulable))
+            .unwrap_or_default()
+    };
+    let status = |n: &Node| {
+        n.status
+            .as_ref()
+            .map(|s| (s.allocatable.clone(), s.images.as_ref().map(Vec::len)))
+            .unwrap_or_default()
+    };
+    old.metadata.labels != new.metadata.labels
+        || spec(old) != spec(new)
+        || status(old) != status(new)
+}
+
+impl ClusterState {
+    /// State over the given parts.
+    pub fn new(
+        scheduler: Arc<Mutex<Scheduler>>,
+        queue: Arc<SchedulingQueue>,
+        nodes_observer: Option<Arc<dyn NodeObserver>>,
+        scheduler_names: HashSet<String>,
+        stats: FeedStats,
+    ) -> ClusterState {
+        ClusterState {
+            scheduler,
+            queue,
+            nodes_observer,
+            scheduler_names,
+            synced: Arc::new(Synced::default()),
+            stats,
+            known: Mutex::new(Known::default()),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sched(&self) -> std::sync::MutexGuard<'_, Scheduler> {
+        self.scheduler.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A node was added or changed.
+    pub fn apply_node(&self, node: Node) {
+        let Some(name) = node.metadata.name.clone().filter(|n| !n.is_empty()) else {
+            self.stats.bad_object(Kind::Node);
+            return;
+        };
+        let orphans = self.known().orphans.remove(&name);
+        let event = {
+            let mut s = self.sched();
+            let old = s.snapshot().get(&name).map(|i| i.node.clone());
+            let event = match &old {
+                None => Some(ClusterEvent::NodeAdded),
+                Some(o) if node_changed(o, &node) => Some(ClusterEvent::NodeUpdated),
+                Some(_) => None,
+            };
+            let snap = s.snapshot_mut();
+            snap.upsert_node(Arc::new(node));
+            for (_, p) in orphans.into_iter().flatten() {
+                snap.add_pod(p, &name);
+            }
+            event
+        };
+        if let Some(r) = &self.nodes_observer {
+            r.node_changed(&name, true);
+        }
+        if let Some(e) = event {
+            self.queue.move_all_to_active_or_backoff(e);
+        }
+    }
+
+    /// A node was deleted.
+    pub fn delete_node(&self, name: &str) {
+        let removed = {
+            let mut s = self.sched();
+            let pods: Vec<Arc<PodInfo>> = s
+                .snapshot()
+                .get(name)
+                .map(|n| n.pods.clone())
+                .unwrap_or_default();
+            let removed = s.snapshot_mut().remove_node(name);
+            // Its pods wait for the node to come back (or for their own deletion).
+            let mut known = self.known();
+            let slot = known.orphans.entry(name.to_string()).or_default();
+            for p in pods {
+                slot.insert(PodKey::of(&p), p);
+            }
+            removed
+        };
+        if removed && let Some(r) = &self.nodes_observer {
+            r.node_changed(name, false);
+        }
+    }
+
+    /// A complete node list (initial list or re-list).
+    pub fn replace_nodes(&self, nodes: Vec<Node>) {
+        let names: HashSet<String> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        for n in nodes {
+            self.apply_node(n);
+        }
+        self.nodes_listed(&names);
+    }
+
+    /// A complete node list ended, its nodes already applied one by one as they arrived:
+    /// nodes not in it are gone.
+    pub fn nodes_listed(&self, names: &HashSet<String>) {
+        self.stats.list(Kind::Node);
+        let stale: Vec<String> = self
+            .sched()
+            .snapshot()
+            .names()
+            .iter()
+            .filter(|n| !names.contains(n.as_ref()))
+            .map(|n| n.to_string())
+            .collect();
+        for n in stale {
+            self.delete_node(&n);
+        }
+        if let Some(r) = &self.nodes_observer {
+            r.nodes_listed(names);
+        }
+        self.synced.set(&self.synced.nodes);
+    }
+
+    /// A pod was added or changed.
+    pub fn apply_pod(&self, pod: Pod) {
+        let key = key_of(&pod);
+        if key.name.is_empty() {
+            self.stats.bad_object(Kind::Pod);
+            return;
+        }
+        if is_terminal(&pod) {
+            // A finished pod frees its node, as a deleted one does.
+            self.delete_pod_key(&key);
+            return;
+        }
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty());
+        let info = Arc::new(PodInfo::new(Arc::new(pod)));
+        match node {
+            Some(node) => self.apply_assigned(key, info, node),
+            None => self.apply_pending(key, info),
+        }
+    }
+
+    fn apply_assigned(&self, key: PodKey, info: Arc<PodInfo>, node: String) {
+        let mut known = self.known();
+        let previous = known.assigned.insert(key.clone(), node.clone());
+        let was_queued = known.queued.remove(&key);
+        let event = {
+            let mut s = self.sched();
+            s.confirm(&key.namespace, &key.name);
+            let event = match previous {
+                None => Some(ClusterEvent::AssignedPodAdded),
+                Some(_) => {
+                    let snap = s.snapshot();
+                    let old = snap
+                        .node_of_pod(&key.namespace, &key.name, &key.uid)
+                        .and_then(|i| {
+                            snap.node(i)
+                                .pods
+                                .iter()
+                                .find(|p| p.uid == key.uid && p.name == key.name)
+                                .cloned()
+                        });
+                    // Status-only updates (the common case: readiness, container states)
+                    // refresh the object without waking unschedulable pods.
+                    let same = old.is_some_and(|o| {
+                        o.pod.metadata.labels == info.pod.metadata.labels
+                            && o.pod.spec == info.pod.spec
+                    });
+                    (!same).then_some(ClusterEvent::AssignedPodUpdated)
+                }
+            };
+            if !s.snapshot_mut().add_pod(info.clone(), &node) {
+                known
+                    .orphans
+                    .entry(node)
+                    .or_default()
+                    .insert(key.clone(), info.clone());
+            }
+            event
+        };
+        drop(known);
+        // The queue drops a pod that gained spec.nodeName (bound by us or by another
+        // scheduler), including one in flight.
+        if was_queued || previous_is_none(&event) {
+            self.queue.update(info);
+        }
+        if let Some(e) = event {
+            self.queue.move_all_to_active_or_backoff(e);
+        }
+    }
+
+    fn apply_pending(&self, key: PodKey, info: Arc<PodInfo>) {
+        let ours = info
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .is_some_and(|n| self.scheduler_names.contains(n));
+        let deleting = info.pod.metadata.deletion_timestamp.is_some();
+        let mut known = self.known();
+        if !ours || deleting {
+            if known.queued.remove(&key) {
+                drop(known);
+                self.queue.delete(&key);
+            }
+            return;
+        }
+        let fresh = known.queued.insert(key);
+        drop(known);
+        if fresh {
+            self.stats.queued.inc();
+        }
+        self.queue.add(info);
+    }
+
+    /// A pod was deleted.
+    pub fn delete_pod(&self, pod: &Pod) {
+        self.delete_pod_key(&key_of(pod));
+    }
+
+    fn delete_pod_key(&self, key: &PodKey) {
+        let mut known = self.known();
+        let was_queued = known.queued.remove(key);
+        let node = known.assigned.remove(key);
+        if let Some(n) = &node
+            && let Some(o) = known.orphans.get_mut(n)
+        {
+            o.remove(key);
+        }
+        drop(known);
+        if was_queued {
+            self.queue.delete(key);
+        }
+        let removed = {
+            let mut s = self.sched();
+            s.snapshot_mut()
+                .remove_pod(&key.namespace, &key.name, &key.uid)
+                .is_some()
+        };
+        if removed || node.is_some() {
+            self.queue
+                .move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
+        }
+    }
+
+    /// A complete pod list (initial list or re-list): pods not in it are gone.
+    pub fn replace_pods(&self, pods: Vec<Pod>) {
+        let keys: HashSet<PodKey> = pods.iter().map(key_of).collect();
+        for p in pods {
+            self.apply_pod(p);
+        }
+        self.pods_listed(&keys);
+    }
+
+    /// A complete pod list ended, its pods already applied one by one as they arrived:
+    /// pods not in it are gone.
+    pub fn pods_listed(&self, keys: &HashSet<PodKey>) {
+        self.stats.list(Kind::Pod);
+        let stale: Vec<PodKey> = {
+            let known = self.known();
+            known
+                .assigned
+                .keys()
+                .chain(known.queued.iter())
+                .filter(|k| !keys.contains(*k))
+                .cloned()
+                .collect()
+        };
+        for k in stale {
+            self.delete_pod_key(&k);
+        }
+        self.synced.set(&self.synced.pods);
+    }
+
+    /// A namespace was added or changed.
+    pub fn apply_namespace(&self, ns: &Namespace) {
+        self.sched().snapshot_mut().upsert_namespace(ns);
+    }
+
+    /// A complete namespace list.
+    pub fn replace_namespaces(&self, list: Vec<Namespace>) {
+        for ns in &list {
+            self.apply_namespace(ns);
+        }
+        self.namespaces_listed();
+    }
+
+    /// A complete namespace list ended (its namespaces applied as they arrived).
+    pub fn namespaces_listed(&self) {
+        self.stats.list(Kind::Namespace);
+        self.synced.set(&self.synced.namespaces);
+    }
+
+    /// Number of pods this state queued and still tracks as pending.
+    pub fn queued_count(&self) -> usize {
+        self.known().queued.len()
+    }
+}
+
+/// The pods the cluster state knows: those on nodes (assumed ones included), those
+/// waiting for their node, and those in the queue — what the collectors need to name a
+/// pod's builder.
+impl PodLister for ClusterState {
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        let snapshot = self
+            .scheduler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .snapshot();
+        let mut pods: Vec<Arc<Pod>> = snapshot
+            .nodes()
+            .iter()
+            .flat_map(|n| n.pods.iter().map(|p| p.pod.clone()))
+            .collect();
+        {
+            let known = self.known();
+            pods.extend(
+                known
+                    .orphans
+                    .values()
+                    .flat_map(|m| m.values().map(|p| p.pod.clone())),
+            );
+        }
+        pods.extend(self.queue.pending_pods().into_iter().map(|p| p.pod.clone()));
+        pods
+    }
+}

@@ -1,0 +1,515 @@
+//! The engine under `serve`, as users run it: runs collected from kubelet stats under the
+//! pod's builder (owner chain), the store flushed and maintained (retention, rollups),
+//! the collectors', event writer's and watch counters on `/metrics`, `/explain` from the
+//! in-memory log, and the crash-loss window of the real binary under `kill -9`.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use headroom::config::Config;
+use headroom::kube::serve::{ServeOptions, run};
+use headroom_storage::{Labels, Matcher, Store, StoreConfig};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::fake::Fake;
+use super::kubelet::{FakeKubelet, PodStats, collectors_yaml};
+use super::{BASE, Running, namespace, node};
+
+/// A pod owned by Job `job` (as the Job controller makes them), on `node` when given.
+fn job_pod(name: &str, job: &str, node: Option<&str>, phase: &str) -> Value {
+    let mut spec = json!({"schedulerName": "headroom", "containers": [
+        {"name": "main", "image": "registry.invalid/build:1",
+         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]});
+    if let Some(n) = node {
+        spec["nodeName"] = json!(n);
+    }
+    json!({"metadata": {"name": name, "namespace": "default",
+              "labels": {"job-name": job},
+              "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                   "uid": format!("job-{job}"), "controller": true}]},
+           "spec": spec,
+           "status": {"phase": phase}})
+}
+
+async fn serve_with(fake: &Fake, yaml: &str, store: Store) -> Running {
+    let config = Config::from_yaml(yaml, "test").expect("test config");
+    let mut opts = ServeOptions::new(config, fake.client("a"));
+    opts.store = Some(store);
+    let (bound_tx, bound_rx) = oneshot::channel();
+    opts.bound = Some(bound_tx);
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(run(opts, async {
+        let _ = stop_rx.await;
+    }));
+    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
+        .await
+        .expect("listener within 10 s")
+        .expect("listener address");
+    Running {
+        bound,
+        stop,
+        handle,
+    }
+}
+
+async fn get_json(url: &str) -> (u16, Value) {
+    let r = reqwest::get(url).await.expect("GET");
+    let status = r.status().as_u16();
+    let body = r.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+async fn get_text(url: &str) -> String {
+    reqwest::get(url)
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("body")
+}
+
+/// Polls `f` every 200 ms until it returns `Some`, for at most `secs`.
+async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn uid_of(fake: &Fake, name: &str) -> String {
+    fake.get("pods", "default", name).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Issue "One engine": the pods of a Job, collected from a kubelet summary, form one
+/// builder profile under `serve` (the collectors name builders from the engine's cluster
+/// state), and History and RealHeadroom decide the Job's next pod on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_learns_a_jobs_profile_from_collected_runs_and_places_by_it() {
+    let fake = Fake::start().await;
+    let ka = FakeKubelet::start("node-a", 1.0, 4e9).await;
+    let kb = FakeKubelet::start("node-b", 1.0, 4e9).await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "8"));
+    fake.put("nodes", node("node-b", "8"));
+    for name in ["build-1", "build-2"] {
+        fake.put("pods", job_pod(name, "build", Some("node-a"), "Running"));
+    }
+    let stats: Vec<PodStats> = ["build-1", "build-2"]
+        .iter()
+        .map(|n| PodStats {
+            namespace: "default".into(),
+            name: n.to_string(),
+            uid: uid_of(&fake, n),
+            cpu: 0.75,
+            memory: 3e9,
+        })
+        .collect();
+    ka.set_pods(stats);
+    let yaml = format!(
+        "{BASE}analytics: {{refreshInterval: 1s}}\n{}",
+        collectors_yaml(&[("node-a", &ka), ("node-b", &kb)])
+    );
+    let store = Store::open_temporary(StoreConfig::default()).unwrap();
+    let s = serve_with(&fake, &yaml, store.clone()).await;
+    // A few samples of each run, then the Job's pods finish.
+    eventually(20, "three polls of node-a", || async {
+        (ka.polls() >= 3).then_some(())
+    })
+    .await;
+    ka.set_pods(Vec::new());
+    for name in ["build-1", "build-2"] {
+        fake.put("pods", job_pod(name, "build", Some("node-a"), "Succeeded"));
+    }
+    let builder = eventually(30, "the Job's profile from two runs", || async {
+        let (status, b) = get_json(&s.url("/builders/default/Job/build")).await;
+        (status == 200 && b["profile"]["runs"] == 2).then_some(b)
+    })
+    .await;
+    assert_eq!(builder["runCount"], 2, "{builder}");
+    assert_eq!(builder["placementHistory"], json!(["node-a"]), "{builder}");
+    // Nothing was stored under a bare pod's identity.
+    let (_, all) = get_json(&s.url("/builders")).await;
+    assert!(
+        !all["builders"].to_string().contains("/Pod/"),
+        "runs keyed by pod instead of builder: {all}"
+    );
+
+    // The Job's next pod: its profile predicts it, its history warms node-a.
+    fake.put("pods", job_pod("build-3", "build", None, "Pending"));
+    fake.wait_for(15, "build-3 bound", |f| {
+        f.node_of("default", "build-3").is_some()
+    })
+    .await;
+    let e = eventually(10, "build-3's decision", || async {
+        let (status, e) = get_json(&s.url("/explain/default/build-3")).await;
+        (status == 200).then_some(e)
+    })
+    .await;
+    assert_eq!(e["inputs"]["builder"], "default/Job/build", "{e}");
+    assert_eq!(e["inputs"]["profile"]["runs"], 2, "{e}");
+    let node_a = e["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "node-a")
+        .unwrap()
+        .clone();
+    let score = |plugin: &str| {
+        node_a["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["plugin"] == plugin)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {plugin} score on node-a: {node_a}"))
+    };
+    assert_eq!(score("History")["raw"], 30, "{node_a}");
+    assert!(
+        score("RealHeadroom")["raw"].as_i64().unwrap() > 0,
+        "{node_a}"
+    );
+    assert_eq!(
+        fake.node_of("default", "build-3").as_deref(),
+        Some("node-a")
+    );
+
+    // The collectors' counters reach /metrics, with the watch and event counters.
+    let metrics = get_text(&s.url("/metrics")).await;
+    for needle in [
+        "headroom_collector_",
+        "headroom_cluster_lists_total{kind=\"Pod\"}",
+        "headroom_cluster_watch_errors_total",
+        "headroom_events_created_total",
+        "headroom_reporter_annotations_total",
+        "headroom_scheduler_binds_total{result=\"success\"}",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "no {needle} in /metrics:\n{metrics}"
+        );
+    }
+    let report = s.stop().await;
+    assert!(report.sink.decisions >= 1, "{report:?}");
+    let m = report.maintenance.expect("maintenance ran");
+    assert!(m.final_flush_ok, "{m:?}");
+}
+
+/// The store under `serve` is flushed every `storage.flushInterval` and maintained every
+/// `storage.maintenanceInterval`: raw samples past `rawRetention` become rollups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_flushes_and_applies_retention_to_its_store() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    let store = Store::open_temporary(StoreConfig {
+        raw_retention: Duration::from_secs(3600),
+        maintenance_interval: Duration::from_secs(1),
+        flush_interval: Duration::from_millis(500),
+        ..StoreConfig::default()
+    })
+    .unwrap();
+    // Three hours ago: a node that has since left, sampled every 15 s for an hour.
+    let now = headroom::clock::wall_ms();
+    let labels = Labels::new([("node", "gone")]).unwrap();
+    let id = store.series_id("node_cpu_usage_cores", &labels).unwrap();
+    for i in 0..240i64 {
+        store
+            .append_id(id, now - 3 * 3_600_000 + i * 15_000, 1.0 + (i % 4) as f64)
+            .unwrap();
+    }
+    store.checkpoint().unwrap();
+    assert!(!store.raw_chunk_sizes(id).unwrap().is_empty());
+    let yaml = format!(
+        "{BASE}storage: {{rawRetention: 1h, maintenanceInterval: 1s, flushInterval: 500ms}}\n"
+    );
+    let s = serve_with(&fake, &yaml, store.clone()).await;
+    eventually(20, "raw chunks past retention rolled up", || async {
+        store.raw_chunk_sizes(id).unwrap().is_empty().then_some(())
+    })
+    .await;
+    let rollups = store.rollups(id, now - 4 * 3_600_000, now).unwrap();
+    assert!(!rollups.is_empty(), "the old samples live on as rollups");
+    let report = s.stop().await;
+    let m = report.maintenance.expect("maintenance ran");
+    assert!(m.passes >= 1 && m.final_flush_ok, "{m:?}");
+    assert!(
+        store
+            .select(&[Matcher::metric("node_cpu_usage_cores")])
+            .unwrap()
+            .len()
+            == 1
+    );
+}
+
+fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    let mut f = std::fs::File::create(&path).unwrap();
+    write!(
+        f,
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{server}\"}}}}]\n\
+         users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\n\
+         current-context: c\n"
+    )
+    .unwrap();
+    path
+}
+
+/// Crash safety (README: a crash loses at most `storage.flushInterval` of samples): the
+/// real `headroom serve` collects from a kubelet every second with a 2 s flush interval;
+/// `kill -9` mid-collection; the reopened store has the node's series with samples up to
+/// within the flush interval (plus one collection interval and scheduling slack) of the
+/// kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_kill_9_loses_at_most_the_flush_interval() {
+    let fake = Fake::start().await;
+    let ka = FakeKubelet::start("node-a", 1.5, 6e9).await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "storage: {{flushInterval: 2s}}\nserve: {{leaderElection: {{enabled: false}}, reservations: {{enabled: false}}}}\n{}",
+            collectors_yaml(&[("node-a", &ka)])
+        ),
+    )
+    .unwrap();
+    let kc = kubeconfig(dir.path(), &fake.url());
+    let mut child = crate::headroom()
+        .args([
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--api-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start headroom serve");
+    // Let it collect for a while: well past several flushes.
+    eventually(30, "eight kubelet polls", || async {
+        (ka.polls() >= 8).then_some(())
+    })
+    .await;
+    let killed_at = headroom::clock::wall_ms();
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let store = Store::open(&data, StoreConfig::default()).expect("the store reopens");
+    let series = store
+        .select(&[Matcher::metric("node_memory_working_set_bytes")])
+        .unwrap();
+    assert_eq!(series.len(), 1, "{series:?}");
+    let newest = store
+        .latest(series[0].id)
+        .unwrap()
+        .expect("samples survived")
+        .ts_ms;
+    // Samples are stamped with the kubelet's second-resolution time; a poll every second;
+    // at most one flush interval (2 s) unflushed; 2 s of slack for a loaded machine.
+    let lost_ms = killed_at - newest;
+    assert!(
+        lost_ms <= 2_000 + 1_000 + 1_000 + 2_000,
+        "newest surviving sample is {lost_ms} ms older than the kill"
+    );
+    let samples = store.query_range(series[0].id, 0, i64::MAX).unwrap();
+    assert!(samples.len() >= 4, "{} samples survived", samples.len());
+}
+
+/// Issue "Throughput": binds go through a congestion window. Against a slow server that
+/// also answers 429 with Retry-After and sometimes binds but answers too late, the window
+/// shrinks, at most the window's worth of binds are ever in flight, every pod is bound
+/// exactly once, and a timed-out bind that went through is not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_bind_flow_control_shrinks_under_429_and_latency_and_binds_each_pod_once() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "64"));
+    fake.put("nodes", node("node-b", "64"));
+    fake.binding_latency(Duration::from_millis(150));
+    fake.throttle_bindings(6, 1);
+    fake.answer_late(2, Duration::from_millis(1500));
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n  requestTimeout: 1s\n  binding: {initialWindow: 8, minWindow: 1, latencyTarget: 100ms}\n";
+    let s = serve_with(
+        &fake,
+        yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    let pods = 40;
+    for i in 0..pods {
+        fake.put("pods", super::pod(&format!("p{i}"), "headroom", "100m"));
+    }
+    // Watch the window while the pods bind.
+    let mut min_window = f64::MAX;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = get_text(&s.url("/metrics")).await;
+        if let Some(w) = metrics
+            .lines()
+            .find(|l| l.starts_with("headroom_bind_window "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            min_window = min_window.min(w);
+        }
+        let bound = (0..pods)
+            .filter(|i| fake.node_of("default", &format!("p{i}")).is_some())
+            .count();
+        if bound == pods {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {bound}/{pods} bound");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = get_text(&s.url("/metrics")).await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in /metrics:\n{metrics}"))
+    };
+    s.stop().await;
+    assert!(
+        min_window < 8.0,
+        "the window never shrank (min {min_window})"
+    );
+    assert!(
+        fake.max_bindings_in_flight() <= 8,
+        "{} binds in flight at once, window 8",
+        fake.max_bindings_in_flight()
+    );
+    assert_eq!(value("headroom_bind_throttled_total"), 6.0);
+    assert!(value("headroom_bind_timeouts_total") >= 2.0);
+    assert!(value("headroom_bind_timeouts_bound_total") >= 2.0);
+    // Exactly one successful binding per pod, and no request after it.
+    let seen = fake.bindings();
+    for i in 0..pods {
+        let pod = format!("default/p{i}");
+        let mine: Vec<u16> = seen
+            .iter()
+            .filter(|b| b.pod == pod)
+            .map(|b| b.status)
+            .collect();
+        assert_eq!(
+            mine.iter().filter(|s| **s == 201).count(),
+            1,
+            "{pod}: {mine:?}"
+        );
+        assert_eq!(
+            mine.last(),
+            Some(&201),
+            "{pod} was bound again after success: {mine:?}"
+        );
+    }
+}
+
+/// SIGTERM with the API server gone (issue "Hardening", defect 12): `serve` stops within
+/// `serve.shutdownGracePeriod` — a bind in flight and the writes queued behind it are
+/// abandoned — and still flushes its store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_stops_within_the_grace_period_when_the_api_server_is_gone() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  shutdownGracePeriod: 3s\n  requestTimeout: 30s\n";
+    let s = serve_with(
+        &fake,
+        yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    fake.wait_for(10, "synced", |f| {
+        f.calls().iter().any(|c| c.1 == "pods" && c.2 == "watch")
+    })
+    .await;
+    // The server dies with a bind in flight.
+    fake.binding_latency(Duration::from_secs(600));
+    fake.put("pods", super::pod("p", "headroom", "1"));
+    fake.wait_for(10, "a bind in flight", |f| f.max_bindings_in_flight() >= 1)
+        .await;
+    fake.black_hole();
+    let t0 = Instant::now();
+    let report = s.stop().await;
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "stopped after {took:?} with a 3 s grace period"
+    );
+    let m = report.maintenance.expect("maintenance ran");
+    assert!(m.final_flush_ok, "{m:?}");
+}
+
+/// Issue "Hardening": 1,000 pods created at once on 20 nodes that fit 800 of them. No node
+/// is overcommitted by requests, no pod is bound twice, and the 200 that fit nowhere stay
+/// pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_a_thousand_pods_at_once_overcommit_nothing_and_bind_once() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    for i in 0..20 {
+        fake.put("nodes", node(&format!("node-{i:02}"), "4"));
+    }
+    let s = serve_with(
+        &fake,
+        super::BASE,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    for i in 0..1000 {
+        fake.put("pods", super::pod(&format!("p{i:04}"), "headroom", "100m"));
+    }
+    fake.wait_for(120, "800 bound", |f| {
+        (0..1000)
+            .filter(|i| f.node_of("default", &format!("p{i:04}")).is_some())
+            .count()
+            == 800
+    })
+    .await;
+    // Give any late, wrong bind the chance to show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut per_node: std::collections::BTreeMap<String, usize> = Default::default();
+    for i in 0..1000 {
+        if let Some(n) = fake.node_of("default", &format!("p{i:04}")) {
+            *per_node.entry(n).or_default() += 1;
+        }
+    }
+    assert_eq!(per_node.len(), 20);
+    for (node, pods) in &per_node {
+        assert!(*pods <= 40, "{node} holds {pods} pods of 100m on 4 CPUs");
+    }
+    let seen = fake.bindings();
+    let mut ok: std::collections::BTreeMap<String, usize> = Default::default();
+    for b in seen.iter().filter(|b| b.status == 201) {
+        *ok.entry(b.pod.clone()).or_default() += 1;
+    }
+    assert_eq!(ok.len(), 800);
+    assert!(ok.values().all(|n| *n == 1), "a pod bound twice");
+    let report = s.stop().await;
+    assert_eq!(report.scheduling.bound, 800, "{report:?}");
+}
