@@ -24,7 +24,15 @@ fn summary(d: &Decision) -> String {
     let scores: Vec<String> = d
         .scores
         .iter()
-        .map(|c| format!("{}×{} {:?} → {:?}", c.plugin, c.weight, c.raw, c.normalized))
+        .map(|c| {
+            format!(
+                "{}×{} {:?} → {:?}",
+                c.plugin,
+                c.weight,
+                c.raw_scores(),
+                c.normalized
+            )
+        })
         .collect();
     let pre: Vec<String> = d
         .pre_filter

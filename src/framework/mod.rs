@@ -214,6 +214,14 @@ pub trait ScorePlugin: Plugin {
         let _ = (state, pod, scores);
         Status::success()
     }
+
+    /// Whether [`ScorePlugin::normalize`] may change the raw scores. Default `true`; a
+    /// plugin that keeps the default `normalize` may say `false`, and then the cycle does
+    /// not call `normalize` and keeps one column for raw and normalised scores (no copy of
+    /// it per cycle; [`ScoreColumn::raw`] is `None`).
+    fn normalizes(&self) -> bool {
+        true
+    }
 }
 
 /// Reserve and Unreserve: claim (or release) plugin-side state once a node is chosen.

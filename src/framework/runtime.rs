@@ -784,11 +784,16 @@ impl Framework {
         weight: i64,
         totals: &mut [i64],
     ) -> Result<ScoreColumn, Status> {
-        let mut normalized = raw.clone();
-        let s = sp.normalize(state, pod, &mut normalized);
-        if !s.is_success() {
-            return Err(s);
-        }
+        let (raw, normalized) = if sp.normalizes() {
+            let mut normalized = raw.clone();
+            let s = sp.normalize(state, pod, &mut normalized);
+            if !s.is_success() {
+                return Err(s);
+            }
+            (Some(raw), normalized)
+        } else {
+            (None, raw)
+        };
         // One pass: the range check, and the weighted score into the totals.
         let mut bad = None;
         for (t, v) in totals.iter_mut().zip(&normalized) {

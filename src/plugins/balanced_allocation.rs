@@ -164,6 +164,11 @@ impl PreScorePlugin for BalancedAllocation {
 }
 
 impl ScorePlugin for BalancedAllocation {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(self.score_of(pod, node).0)
     }

@@ -288,6 +288,11 @@ impl PreScorePlugin for History {
 }
 
 impl ScorePlugin for History {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(c) = state.read::<Cycle>() else {
             return Err(Status::error("History: PreScore did not run"));

@@ -139,6 +139,11 @@ impl PreScorePlugin for ImageLocality {
 }
 
 impl ScorePlugin for ImageLocality {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let s = state
             .read::<PreScoreState>()

@@ -194,6 +194,30 @@ fn most_allocated(requested: i64, capacity: Divisor) -> i64 {
     }
 }
 
+/// Whether a capacity is in `1..=EXACT_IN_I64`, where [`least_allocated`] and
+/// [`most_allocated`] are [`least_allocated_plain`] and [`most_allocated_plain`].
+#[inline(always)]
+fn plain_capacity(capacity: Divisor) -> bool {
+    (capacity.get() as u64).wrapping_sub(1) < EXACT_IN_I64 as u64
+}
+
+/// [`least_allocated`] for a [`plain_capacity`]: no range checks left but the request's.
+#[inline(always)]
+fn least_allocated_plain(requested: i64, capacity: Divisor) -> i64 {
+    let (r, c) = (requested.max(0), capacity.get());
+    if r > c {
+        0
+    } else {
+        capacity.divide_non_negative((c - r) * MAX_NODE_SCORE)
+    }
+}
+
+/// [`most_allocated`] for a [`plain_capacity`].
+#[inline(always)]
+fn most_allocated_plain(requested: i64, capacity: Divisor) -> i64 {
+    capacity.divide_non_negative(requested.max(0).min(capacity.get()) * MAX_NODE_SCORE)
+}
+
 /// [`allocatable_requested`] for node `idx`, from the node table.
 #[inline(always)]
 pub(crate) fn table_allocatable_requested(
@@ -388,7 +412,9 @@ impl NodeResourcesFit {
         }
     }
 
-    /// Scores over cpu and memory from the node table, each resource scored by `score`.
+    /// Scores over cpu and memory from the node table, each resource scored by `score` on
+    /// nodes whose cpu and memory capacities are both [`plain_capacity`], by the general
+    /// path on the others.
     #[inline(always)]
     fn cpu_memory(
         &self,
@@ -406,8 +432,9 @@ impl NodeResourcesFit {
         for &idx in nodes {
             let i = idx as usize;
             let [ac, am, _] = t.allocatable_div[i];
-            if ac.get() == 0 || am.get() == 0 {
-                // A resource the node lacks drops out: the general path.
+            if !(plain_capacity(ac) && plain_capacity(am)) {
+                // A resource the node lacks drops out, a huge one is scored in i128: the
+                // general path.
                 scores.push(self.score_with(all_weights, |name, kind| {
                     table_allocatable_requested(snapshot, idx, pod, kind, name, false)
                         .map(|(a, r)| (Divisor::new(a), r))
@@ -646,6 +673,11 @@ impl FilterPlugin for NodeResourcesFit {
 }
 
 impl ScorePlugin for NodeResourcesFit {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(self.score_with(self.all_weights(), |name, _| {
             allocatable_requested(node, pod, name, false).map(|(a, r)| (Divisor::new(a), r))
@@ -677,10 +709,22 @@ impl ScorePlugin for NodeResourcesFit {
         if !ratio && self.kinds == [ResourceKind::Cpu, ResourceKind::Memory] {
             // The default: cpu and memory, straight arithmetic, the strategy chosen once.
             match self.args.scoring_strategy.kind {
-                StrategyType::MostAllocated => {
-                    self.cpu_memory(snapshot, pod, nodes, scores, all_weights, most_allocated)
-                }
-                _ => self.cpu_memory(snapshot, pod, nodes, scores, all_weights, least_allocated),
+                StrategyType::MostAllocated => self.cpu_memory(
+                    snapshot,
+                    pod,
+                    nodes,
+                    scores,
+                    all_weights,
+                    most_allocated_plain,
+                ),
+                _ => self.cpu_memory(
+                    snapshot,
+                    pod,
+                    nodes,
+                    scores,
+                    all_weights,
+                    least_allocated_plain,
+                ),
             }
             return Ok(());
         }
@@ -879,6 +923,38 @@ mod tests {
                 fit.resource_score(0, Divisor::new(4000)),
                 "{kind:?}"
             );
+        }
+    }
+
+    #[test]
+    fn plain_capacity_paths_equal_the_general_ones() {
+        let values = [
+            i64::MIN,
+            -1,
+            0,
+            1,
+            2,
+            99,
+            4000,
+            EXACT_IN_I64 - 1,
+            EXACT_IN_I64,
+            EXACT_IN_I64 + 1,
+            i64::MAX,
+        ];
+        for c in values {
+            let d = Divisor::new(c);
+            assert_eq!(plain_capacity(d), (1..=EXACT_IN_I64).contains(&c), "{c}");
+            if !plain_capacity(d) {
+                continue;
+            }
+            for r in values.into_iter().chain([c - 1, c, c.saturating_add(1)]) {
+                assert_eq!(
+                    least_allocated_plain(r, d),
+                    least_allocated(r, d),
+                    "{r} {c}"
+                );
+                assert_eq!(most_allocated_plain(r, d), most_allocated(r, d), "{r} {c}");
+            }
         }
     }
 

@@ -165,6 +165,11 @@ impl PreScorePlugin for RealHeadroom {
 }
 
 impl ScorePlugin for RealHeadroom {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let reserve = cycle_usage_ref(state).map_or(0.1, |u| u.pod.class.memory_reserve);
         let i = self

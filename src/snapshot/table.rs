@@ -63,12 +63,15 @@ pub mod res {
 /// "round-up" method): `n / d == (n · m) >> s` for every `0 ≤ n < 2^63`, with
 /// `s = 63 + ⌈log2 d⌉` and `m = ⌈2^s / d⌉ < 2^64`. Scores divide by each node's
 /// allocatable on every node of every cycle; an integer division is the slowest
-/// instruction there and is not pipelined, a 64×64-bit multiplication is.
+/// instruction there and is not pipelined, a 64×64-bit multiplication is. The shift is
+/// done as `((n · m) >> 63) >> ⌈log2 d⌉`: a constant 128-bit shift, then a 64-bit one (a
+/// variable 128-bit shift costs a branch or a slow double shift).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Divisor {
     d: i64,
     /// 0: no magic number (`d ≤ 0`); `divide` divides.
     m: u64,
+    /// `⌈log2 d⌉`.
     shift: u32,
 }
 
@@ -79,12 +82,11 @@ impl Divisor {
             return Divisor { d, m: 0, shift: 0 };
         }
         let ceil_log2 = 64 - (d as u64 - 1).leading_zeros();
-        let shift = 63 + ceil_log2;
-        let m = (1u128 << shift).div_ceil(d as u128);
+        let m = (1u128 << (63 + ceil_log2)).div_ceil(d as u128);
         Divisor {
             d,
             m: m as u64,
-            shift,
+            shift: ceil_log2,
         }
     }
 
@@ -93,11 +95,26 @@ impl Divisor {
         self.d
     }
 
+    /// `(n · m) >> (63 + ⌈log2 d⌉)` for `n < 2^63` (the product is below `2^127`, so
+    /// its top 64 bits after the constant shift hold the whole quotient).
+    #[inline(always)]
+    fn multiply(self, n: u64) -> i64 {
+        (((u128::from(n) * u128::from(self.m)) >> 63) as u64 >> self.shift) as i64
+    }
+
+    /// `n / d` for `n ≥ 0` and `d > 0`, which the caller has checked: the multiplication
+    /// alone, with no branch (for `d ≤ 0` it gives 0, for a negative `n` a wrong quotient).
+    #[inline(always)]
+    pub fn divide_non_negative(self, n: i64) -> i64 {
+        debug_assert!(n >= 0 && self.d > 0);
+        self.multiply(n as u64)
+    }
+
     /// `n / d`, exactly as Rust's `/` (which it falls back to for negative `n` or `d ≤ 0`).
     #[inline(always)]
     pub fn divide(self, n: i64) -> i64 {
         if n >= 0 && self.m != 0 {
-            ((u128::from(n as u64) * u128::from(self.m)) >> self.shift) as i64
+            self.multiply(n as u64)
         } else {
             n / self.d
         }
@@ -550,6 +567,9 @@ mod tests {
         }
         for (n, d) in cases {
             assert_eq!(Divisor::new(d).divide(n), n / d, "{n} / {d}");
+            if n >= 0 && d > 0 {
+                assert_eq!(Divisor::new(d).divide_non_negative(n), n / d, "{n} / {d}");
+            }
         }
         assert_eq!(Divisor::new(-4).divide(9), 9 / -4);
     }
