@@ -1,51 +1,95 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 //! Scheduling throughput of the default profile, scoring every node (no sampling), on
-//! synthetic clusters of 1k, 5k and 10k nodes with 30 pods each; plus the cost of a snapshot
-//! update for one pod.
+//! synthetic clusters (`headroom::synthetic::Case`): a plain pod at 500, 5k and 15k nodes;
+//! inter-pod anti-affinity, topology spread and the full default profile with usage data
+//! (every real-usage plugin active) at 5k nodes; each on one thread and on two
+//! (`/1t`, `/2t`: `Framework::with_parallelism`). Besides criterion's estimates it prints
+//! p50/p99 over 2,000 timed decisions per case. Plus the cost of a snapshot update.
 //!
-//! Run: `cargo bench --bench scheduler` (numbers in benches/README.md).
+//! Run: `cargo bench --bench scheduler` (numbers in benches/README.md);
+//! `HEADROOM_BENCH_FILTER=plain cargo bench --bench scheduler` runs the cases whose id
+//! contains `plain` only.
 
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use headroom::config::Config;
+use headroom::framework::Framework;
 use headroom::plugins::build_framework;
 use headroom::snapshot::{PodInfo, Snapshot};
-use headroom::synthetic;
+use headroom::synthetic::{self, Case};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
+const CASES: [(Case, usize); 6] = [
+    (Case::Plain, 500),
+    (Case::Plain, 5_000),
+    (Case::Plain, 15_000),
+    (Case::AntiAffinity, 5_000),
+    (Case::Spread, 5_000),
+    (Case::Usage, 5_000),
+];
+
+fn framework(threads: usize) -> Framework {
+    build_framework(&Config::default().profiles[0])
+        .unwrap()
+        .with_parallelism(threads)
+}
+
+fn percentiles(name: &str, fw: &Framework, pod: &PodInfo, snap: &Snapshot) {
+    let mut rng = SmallRng::seed_from_u64(2);
+    for _ in 0..50 {
+        black_box(fw.schedule(pod, snap, &mut rng, false));
+    }
+    let n = 2_000;
+    let mut t: Vec<f64> = (0..n)
+        .map(|_| {
+            let s = Instant::now();
+            let (d, _) = fw.schedule(black_box(pod), snap, &mut rng, false);
+            let e = s.elapsed().as_secs_f64() * 1e6;
+            assert!(d.node().is_some());
+            e
+        })
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "decision {name}: {n} decisions: mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+        t.iter().sum::<f64>() / n as f64,
+        t[n / 2],
+        t[n * 99 / 100],
+        t[n - 1]
+    );
+}
+
 fn decisions(c: &mut Criterion) {
-    let config = Config::default();
-    let fw = build_framework(&config.profiles[0]).unwrap();
     let mut group = c.benchmark_group("decision");
     group.sample_size(20);
-    for &nodes in &[1_000usize, 5_000, 10_000] {
-        let (n, p) = synthetic::cluster(nodes, 30, 42);
-        let snap = Snapshot::build(n, p);
-        let plain = PodInfo::new(Arc::new(synthetic::plain_pod("bench")));
-        let anti = PodInfo::new(Arc::new(synthetic::anti_affinity_pod("bench-anti")));
-        let mut rng = SmallRng::seed_from_u64(1);
-        group.throughput(Throughput::Elements(1));
-        group.bench_with_input(BenchmarkId::new("plain", nodes), &snap, |b, snap| {
-            b.iter(|| {
-                let (d, _) = fw.schedule(black_box(&plain), snap, &mut rng, false);
-                assert!(d.node().is_some());
-                d
-            })
-        });
-        group.bench_with_input(
-            BenchmarkId::new("anti-affinity", nodes),
-            &snap,
-            |b, snap| {
-                b.iter(|| {
-                    let (d, _) = fw.schedule(black_box(&anti), snap, &mut rng, false);
-                    assert!(d.node().is_some());
-                    d
-                })
-            },
-        );
+    group.throughput(Throughput::Elements(1));
+    for (case, nodes) in CASES {
+        let snap = case.snapshot(nodes);
+        let pod = PodInfo::new(Arc::new(case.pod()));
+        for threads in [1usize, 2] {
+            let fw = framework(threads);
+            let id = format!("{}/{nodes}/{threads}t", case.name());
+            if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {
+                continue;
+            }
+            percentiles(&id, &fw, &pod, &snap);
+            let mut rng = SmallRng::seed_from_u64(1);
+            group.bench_with_input(
+                BenchmarkId::new(case.name(), format!("{nodes}/{threads}t")),
+                &snap,
+                |b, snap| {
+                    b.iter(|| {
+                        let (d, _) = fw.schedule(black_box(&pod), snap, &mut rng, false);
+                        assert!(d.node().is_some());
+                        d
+                    })
+                },
+            );
+        }
     }
     group.finish();
 }

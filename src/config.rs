@@ -10,8 +10,10 @@
 //!     pluginArgs:
 //!       nodeResourcesFit:
 //!         scoringStrategy: { type: MostAllocated }
+//!     percentageOfNodesToScore: 100    # default: every node (0: upstream's adaptive share)
 //! scheduler:
 //!   seed: 42                           # tie-breaking randomness (default: from entropy)
+//!   parallelism: 0                     # threads per cycle (default: the cores, at most 16)
 //! dataDir: /var/lib/headroom           # the store's directory (default: ./headroom-data)
 //! storage:                             # the store's settings (headroom-storage's StoreConfig)
 //!   rawRetention: 48h
@@ -144,6 +146,10 @@ pub struct SchedulerConfig {
     /// Cap on a pod's backoff, seconds. Default `10`, as kube-scheduler's
     /// `podMaxBackoffSeconds`.
     pub pod_max_backoff_seconds: u64,
+    /// Threads one scheduling cycle spreads Filter and Score over (upstream's
+    /// `parallelism`). Decisions do not depend on it. Default `0`: the machine's cores, at
+    /// most 16; `1` runs cycles serially.
+    pub parallelism: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -153,6 +159,7 @@ impl Default for SchedulerConfig {
             seed: None,
             pod_initial_backoff_seconds: q.initial_backoff.as_secs(),
             pod_max_backoff_seconds: q.max_backoff.as_secs(),
+            parallelism: 0,
         }
     }
 }
@@ -167,7 +174,8 @@ impl SchedulerConfig {
         }
     }
 
-    /// Upstream's validation: a positive initial backoff, a cap not below it.
+    /// Upstream's validation: a positive initial backoff, a cap not below it; and at most
+    /// [`MAX_PARALLELISM`] threads per cycle.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.pod_initial_backoff_seconds == 0 {
             return Err(ConfigError::Invalid {
@@ -192,9 +200,22 @@ impl SchedulerConfig {
                 message: format!("{} is above {MAX} (a day)", self.pod_max_backoff_seconds),
             });
         }
+        if self.parallelism > MAX_PARALLELISM {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.parallelism".into(),
+                message: format!(
+                    "{} is above {MAX_PARALLELISM} (0 means the machine's cores, at most 16)",
+                    self.parallelism
+                ),
+            });
+        }
         Ok(())
     }
 }
+
+/// The most threads `scheduler.parallelism` may ask for: one cycle's Filter and Score gain
+/// nothing from more, and each is a thread of its own.
+pub const MAX_PARALLELISM: usize = 256;
 
 /// One profile: a scheduler name and its plugin set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,6 +228,12 @@ pub struct ProfileConfig {
     pub plugins: BTreeMap<String, PluginSetting>,
     /// Plugin arguments.
     pub plugin_args: PluginArgs,
+    /// Upstream's `percentageOfNodesToScore`, 0..=100. Default `100`: every node is
+    /// filtered and scored, what headroom offers over kube-scheduler's sampling. Below 100,
+    /// a cycle stops filtering once it found this share of the nodes feasible (at least
+    /// 100 nodes), scanning round robin from where the previous cycle stopped; `0` is
+    /// upstream's default, the adaptive share `50 − nodes/125` % (at least 5 %).
+    pub percentage_of_nodes_to_score: u32,
 }
 
 impl Default for ProfileConfig {
@@ -215,6 +242,7 @@ impl Default for ProfileConfig {
             scheduler_name: DEFAULT_SCHEDULER_NAME.to_string(),
             plugins: BTreeMap::new(),
             plugin_args: PluginArgs::default(),
+            percentage_of_nodes_to_score: 100,
         }
     }
 }
@@ -536,7 +564,7 @@ mod tests {
             ),
             (
                 "profiles: [{schedulerName: a, bogus: 1}]",
-                "t: profiles[0].bogus: unknown field; expected one of schedulerName, plugins, pluginArgs (line 1, column 31)",
+                "t: profiles[0].bogus: unknown field; expected one of schedulerName, plugins, pluginArgs, percentageOfNodesToScore (line 1, column 31)",
             ),
             (
                 "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
@@ -557,6 +585,19 @@ mod tests {
             ("profiles: [{}, {}]", "profiles[1].schedulerName"),
             ("profiles: []", "profiles"),
             ("scheduler: {seed: -1}", "scheduler.seed"),
+            (
+                "profiles: [{percentageOfNodesToScore: 101}]",
+                "t: profiles[headroom].percentageOfNodesToScore: 101 is not in 0..=100",
+            ),
+            (
+                "profiles: [{percentageOfNodesToScore: -1}]",
+                "t: profiles[0].percentageOfNodesToScore: ",
+            ),
+            (
+                "scheduler: {parallelism: 257}",
+                "t: scheduler.parallelism: 257 is above 256",
+            ),
+            ("scheduler: {parallelism: -1}", "t: scheduler.parallelism: "),
             (
                 "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
                 "pluginArgs.nodeResourcesFit.scoringStrategy.type",

@@ -9,11 +9,20 @@
 //!   a missing selector matches nothing.
 //! - Node selector terms are ORed, the requirements inside a term ANDed; an empty term matches
 //!   nothing; a term that fails to parse matches nothing (upstream's lazy errors).
+//!
+//! For node labels, [`CompiledSelector`], [`CompiledTerm`] and [`CompiledNodeSelector`] are
+//! the same selectors compiled once per cycle against a snapshot's label columns
+//! ([`crate::snapshot::table::LabelTable`]): keys become columns, values become value ids,
+//! `metadata.name` becomes node indices, `Gt`/`Lt` a table over the key's distinct values.
+//! Matching a node is then a few integer comparisons.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use smallvec::SmallVec;
+
+use crate::snapshot::table::{LabelTable, NONE};
 
 /// Labels as Kubernetes stores them.
 pub type Labels = BTreeMap<String, String>;
@@ -352,6 +361,205 @@ impl NodeSelector {
     /// Whether any term matches the node.
     pub fn matches(&self, labels: &Labels, name: &str) -> bool {
         self.terms.iter().any(|t| t.matches(labels, name))
+    }
+}
+
+/// A requirement compiled against a snapshot's node label columns
+/// ([`crate::snapshot::table::LabelTable`]): the key is a column, the values are value
+/// ids, so matching a node is an array read and a comparison of integers.
+#[derive(Debug, Clone)]
+pub struct CompiledRequirement {
+    /// The key's column; `None` when no node has the key (the result is then fixed).
+    column: Option<u32>,
+    test: ValueTest,
+}
+
+#[derive(Debug, Clone)]
+enum ValueTest {
+    /// The value is one of these ids (an absent value fails).
+    In(SmallVec<[u32; 4]>),
+    /// The value is none of these ids (an absent value passes).
+    NotIn(SmallVec<[u32; 4]>),
+    Exists,
+    DoesNotExist,
+    /// Per value id, whether it passes (`Gt`, `Lt`: decided once per distinct value).
+    Table(Vec<bool>),
+    /// The same for every node.
+    Fixed(bool),
+}
+
+impl CompiledRequirement {
+    /// Compiles `r` against the node label columns.
+    pub fn new(r: &Requirement, labels: &LabelTable) -> CompiledRequirement {
+        let Some(column) = labels.key_id(&r.key) else {
+            return CompiledRequirement {
+                column: None,
+                test: ValueTest::Fixed(r.matches_value(None)),
+            };
+        };
+        let dict = &labels.by_id(column).dict;
+        let ids = |vs: &[String]| -> SmallVec<[u32; 4]> {
+            let mut ids: SmallVec<[u32; 4]> = vs.iter().filter_map(|v| dict.get(v)).collect();
+            ids.sort_unstable();
+            ids
+        };
+        let test = match &r.op {
+            Op::In(vs) => ValueTest::In(ids(vs)),
+            Op::NotIn(vs) => ValueTest::NotIn(ids(vs)),
+            Op::Exists => ValueTest::Exists,
+            Op::DoesNotExist => ValueTest::DoesNotExist,
+            Op::Gt(_) | Op::Lt(_) => {
+                let mut pass = vec![false; dict.capacity()];
+                for (id, v) in dict.iter() {
+                    pass[id as usize] = r.matches_value(Some(v));
+                }
+                ValueTest::Table(pass)
+            }
+        };
+        CompiledRequirement {
+            column: Some(column),
+            test,
+        }
+    }
+
+    /// Whether node `idx` satisfies the requirement.
+    #[inline]
+    pub fn matches(&self, labels: &LabelTable, idx: u32) -> bool {
+        let Some(column) = self.column else {
+            return matches!(self.test, ValueTest::Fixed(true));
+        };
+        let v = labels.by_id(column).at(idx);
+        match &self.test {
+            ValueTest::In(ids) => v != NONE && ids.contains(&v),
+            ValueTest::NotIn(ids) => v == NONE || !ids.contains(&v),
+            ValueTest::Exists => v != NONE,
+            ValueTest::DoesNotExist => v == NONE,
+            ValueTest::Table(pass) => v != NONE && pass.get(v as usize).copied().unwrap_or(false),
+            ValueTest::Fixed(b) => *b,
+        }
+    }
+}
+
+/// A label selector compiled against node label columns (all requirements must hold).
+#[derive(Debug, Clone)]
+pub struct CompiledSelector {
+    requirements: Vec<CompiledRequirement>,
+    nothing: bool,
+}
+
+impl CompiledSelector {
+    /// Compiles `s` against the node label columns.
+    pub fn new(s: &Selector, labels: &LabelTable) -> CompiledSelector {
+        CompiledSelector {
+            requirements: s
+                .requirements
+                .iter()
+                .map(|r| CompiledRequirement::new(r, labels))
+                .collect(),
+            nothing: s.nothing,
+        }
+    }
+
+    /// Whether node `idx`'s labels are selected.
+    #[inline]
+    pub fn matches(&self, labels: &LabelTable, idx: u32) -> bool {
+        !self.nothing && self.requirements.iter().all(|r| r.matches(labels, idx))
+    }
+}
+
+/// A `matchFields` requirement, compiled.
+#[derive(Debug, Clone)]
+enum FieldTest {
+    /// `metadata.name` is the name of one of these nodes.
+    NameIn(SmallVec<[u32; 2]>),
+    /// `metadata.name` is the name of none of these nodes.
+    NameNotIn(SmallVec<[u32; 2]>),
+    /// Unknown fields read as empty: the result is fixed.
+    Fixed(bool),
+}
+
+/// A node selector term compiled against node label columns and node names.
+#[derive(Debug, Clone)]
+pub struct CompiledTerm {
+    labels: Vec<CompiledRequirement>,
+    fields: Vec<FieldTest>,
+    /// Unparsable or empty: matches nothing.
+    never: bool,
+}
+
+impl CompiledTerm {
+    /// Compiles `t`; `index_of` finds a node's index by name.
+    pub fn new(
+        t: &Term,
+        labels: &LabelTable,
+        index_of: &dyn Fn(&str) -> Option<u32>,
+    ) -> CompiledTerm {
+        let fields = t
+            .fields
+            .iter()
+            .map(|r| {
+                if r.key != "metadata.name" {
+                    return FieldTest::Fixed(r.matches_value(Some("")));
+                }
+                let ids = |vs: &[String]| vs.iter().filter_map(|v| index_of(v)).collect();
+                match &r.op {
+                    Op::In(vs) => FieldTest::NameIn(ids(vs)),
+                    Op::NotIn(vs) => FieldTest::NameNotIn(ids(vs)),
+                    // Node field selectors only take In and NotIn (checked when compiled).
+                    _ => FieldTest::Fixed(false),
+                }
+            })
+            .collect();
+        CompiledTerm {
+            labels: t
+                .labels
+                .iter()
+                .map(|r| CompiledRequirement::new(r, labels))
+                .collect(),
+            fields,
+            never: t.error.is_some() || t.is_empty(),
+        }
+    }
+
+    /// Whether node `idx` satisfies the term.
+    #[inline]
+    pub fn matches(&self, labels: &LabelTable, idx: u32) -> bool {
+        !self.never
+            && self.labels.iter().all(|r| r.matches(labels, idx))
+            && self.fields.iter().all(|f| match f {
+                FieldTest::NameIn(ids) => ids.contains(&idx),
+                FieldTest::NameNotIn(ids) => !ids.contains(&idx),
+                FieldTest::Fixed(b) => *b,
+            })
+    }
+}
+
+/// Node selector terms (ORed), compiled.
+#[derive(Debug, Clone)]
+pub struct CompiledNodeSelector {
+    terms: Vec<CompiledTerm>,
+}
+
+impl CompiledNodeSelector {
+    /// Compiles `ns`; `index_of` finds a node's index by name.
+    pub fn new(
+        ns: &NodeSelector,
+        labels: &LabelTable,
+        index_of: &dyn Fn(&str) -> Option<u32>,
+    ) -> CompiledNodeSelector {
+        CompiledNodeSelector {
+            terms: ns
+                .terms
+                .iter()
+                .map(|t| CompiledTerm::new(t, labels, index_of))
+                .collect(),
+        }
+    }
+
+    /// Whether any term matches node `idx`.
+    #[inline]
+    pub fn matches(&self, labels: &LabelTable, idx: u32) -> bool {
+        self.terms.iter().any(|t| t.matches(labels, idx))
     }
 }
 

@@ -186,7 +186,7 @@ pub fn approx_bytes(d: &Decision) -> usize {
     n += d.absent.as_ref().map_or(0, status);
     n += d.feasible.len() * 4 + d.totals.len() * 8;
     for c in &d.scores {
-        n += 64 + (c.raw.len() + c.normalized.len()) * 8;
+        n += 64 + (c.raw.as_ref().map_or(0, Vec::len) + c.normalized.len()) * 8;
         if let Some(details) = &c.details {
             n += details
                 .iter()

@@ -71,12 +71,21 @@ pub struct ScoreColumn {
     pub plugin: &'static str,
     /// Weight from the profile.
     pub weight: i64,
-    /// Raw scores, in feasible-node order.
-    pub raw: Vec<i64>,
+    /// Raw scores, in feasible-node order; `None` when they are the normalised ones (the
+    /// plugin does not normalise, [`crate::framework::ScorePlugin::normalizes`]). Read
+    /// them with [`ScoreColumn::raw_scores`].
+    pub raw: Option<Vec<i64>>,
     /// Normalised scores (0..=100), in feasible-node order.
     pub normalized: Vec<i64>,
     /// The numbers behind each raw score, when the cycle explained itself.
     pub details: Option<Vec<Option<String>>>,
+}
+
+impl ScoreColumn {
+    /// The raw scores, in feasible-node order.
+    pub fn raw_scores(&self) -> &[i64] {
+        self.raw.as_deref().unwrap_or(&self.normalized)
+    }
 }
 
 /// The record of one scheduling cycle.
@@ -218,7 +227,7 @@ impl Decision {
                 .iter()
                 .map(|c| PluginScore {
                     plugin: c.plugin.to_string(),
-                    raw: c.raw[i],
+                    raw: c.raw_scores()[i],
                     normalized: c.normalized[i],
                     weight: c.weight,
                     weighted: c.normalized[i] * c.weight,

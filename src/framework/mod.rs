@@ -12,9 +12,19 @@
 //! A plugin struct implements the traits of the points it serves and is registered once as a
 //! [`Registered`] entry listing them. Scores are 0..=[`MAX_NODE_SCORE`] after normalisation,
 //! then multiplied by the plugin's weight from the profile.
+//!
+//! Filter and Score have a per-node call (`filter`, `score`: the reference semantics, and
+//! what explanations use) and a batch call over many nodes (`filter_batch`, `score_batch`)
+//! that the runtime uses. The batch calls default to looping over the per-node ones; the
+//! plugins on the hot path override them with loops over the snapshot's dense
+//! [`NodeTable`](crate::snapshot::NodeTable), with everything about the pod compiled once
+//! per cycle. Batches are chunks of the node list, possibly on several threads at once, so
+//! the batch calls must not depend on which nodes share a batch.
 
 mod cycle_state;
 pub mod decision;
+#[cfg(test)]
+mod equivalence;
 mod runtime;
 mod status;
 
@@ -22,7 +32,10 @@ use std::sync::Arc;
 
 pub use cycle_state::CycleState;
 pub use decision::{Decision, Fallback, Outcome};
-pub use runtime::{Framework, PluginWeight};
+pub use runtime::{
+    DEFAULT_MIN_CHUNK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
+    MIN_FEASIBLE_NODES_TO_FIND, PluginWeight, default_parallelism,
+};
 pub use status::{Code, Reasons, Status};
 
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
@@ -57,6 +70,93 @@ pub trait PreFilterPlugin: Plugin {
 pub trait FilterPlugin: Plugin {
     /// The Filter call.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+
+    /// Filter over a batch of nodes: removes the nodes it rejects from `batch`, each with
+    /// the status [`FilterPlugin::filter`] gives it (details may be left out: the runtime
+    /// asks `filter` for them when explaining). The default calls `filter` per node.
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        batch.retain(|idx| {
+            let s = self.filter(state, pod, snapshot.node(idx));
+            (!s.is_success()).then_some(s)
+        });
+    }
+}
+
+/// The nodes a filter batch works on: those still feasible, and those rejected so far.
+#[derive(Debug, Default)]
+pub struct NodeBatch {
+    pub(crate) nodes: Vec<NodeIdx>,
+    pub(crate) rejected: Vec<(NodeIdx, Status)>,
+}
+
+impl NodeBatch {
+    /// A batch of candidate nodes.
+    pub fn new(nodes: Vec<NodeIdx>) -> NodeBatch {
+        NodeBatch {
+            nodes,
+            rejected: Vec::new(),
+        }
+    }
+
+    /// The nodes still feasible, in order.
+    #[inline]
+    pub fn nodes(&self) -> &[NodeIdx] {
+        &self.nodes
+    }
+
+    /// Keeps the nodes for which `verdict` says `None`; the others are rejected with the
+    /// status it returns (which must not be a success).
+    #[inline]
+    pub fn retain(&mut self, mut verdict: impl FnMut(NodeIdx) -> Option<Status>) {
+        // In-place compaction (cheaper per node than `Vec::retain`'s general machinery).
+        let mut kept = 0;
+        for read in 0..self.nodes.len() {
+            let idx = self.nodes[read];
+            match verdict(idx) {
+                None => {
+                    self.nodes[kept] = idx;
+                    kept += 1;
+                }
+                Some(s) => self.rejected.push((idx, s)),
+            }
+        }
+        self.nodes.truncate(kept);
+    }
+
+    /// Rejects the nodes for which `reject` says true, all with the same `status` (the
+    /// cheapest form for filters with a single reason).
+    #[inline]
+    pub fn reject_if(&mut self, status: &Status, mut reject: impl FnMut(NodeIdx) -> bool) {
+        let mut kept = 0;
+        for read in 0..self.nodes.len() {
+            let idx = self.nodes[read];
+            if reject(idx) {
+                self.rejected.push((idx, status.clone()));
+            } else {
+                self.nodes[kept] = idx;
+                kept += 1;
+            }
+        }
+        self.nodes.truncate(kept);
+    }
+
+    /// Rejects every node still in the batch with `status`.
+    pub fn reject_all(&mut self, status: &Status) {
+        for idx in self.nodes.drain(..) {
+            self.rejected.push((idx, status.clone()));
+        }
+    }
+
+    /// Splits the batch into the feasible nodes and the rejected ones.
+    pub fn into_parts(self) -> (Vec<NodeIdx>, Vec<(NodeIdx, Status)>) {
+        (self.nodes, self.rejected)
+    }
 }
 
 /// Runs when no node fits (upstream's preemption point). A hook: headroom does not preempt.
@@ -82,6 +182,27 @@ pub trait ScorePlugin: Plugin {
     /// The raw score of a node.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
 
+    /// Appends the raw scores of a batch of nodes to `scores` (one per node, in order), as
+    /// [`ScorePlugin::score`] gives them; on failure, the position of the node and the
+    /// status. The default calls `score` per node.
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        for (i, &idx) in nodes.iter().enumerate() {
+            scores.push(
+                self.score(state, pod, snapshot.node(idx))
+                    .map_err(|s| (i, s))?,
+            );
+        }
+        Ok(())
+    }
+
     /// The numbers behind a node's raw score, for explanations only (never on the hot path).
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let _ = (state, pod, node);
@@ -92,6 +213,14 @@ pub trait ScorePlugin: Plugin {
     fn normalize(&self, state: &CycleState, pod: &PodInfo, scores: &mut [i64]) -> Status {
         let _ = (state, pod, scores);
         Status::success()
+    }
+
+    /// Whether [`ScorePlugin::normalize`] may change the raw scores. Default `true`; a
+    /// plugin that keeps the default `normalize` may say `false`, and then the cycle does
+    /// not call `normalize` and keeps one column for raw and normalised scores (no copy of
+    /// it per cycle; [`ScoreColumn::raw`] is `None`).
+    fn normalizes(&self) -> bool {
+        true
     }
 }
 
@@ -192,8 +321,11 @@ pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [i64]) {
         }
         return;
     }
+    // The divisor is the same for the whole column: a multiplication instead of a division
+    // per node (exactly `/`).
+    let by = crate::snapshot::table::Divisor::new(max_count);
     for s in scores.iter_mut() {
-        let mut v = max * *s / max_count;
+        let mut v = by.divide(max * *s);
         if reverse {
             v = max - v;
         }

@@ -1,13 +1,29 @@
 //! The framework runtime: one profile's plugins in order, run over a snapshot for one pod.
+//!
+//! A cycle runs PreFilter once, then Filter and Score over chunks of the node list. With
+//! parallelism above one, the chunks run on a small persistent thread pool (rayon), the
+//! calling thread taking the first; the results are merged in chunk order, so the feasible
+//! set, every status, every score and the chosen node are those of a serial run (a cycle
+//! whose plugins report an error is re-run serially so that the same error is reported).
+//! Normalisation, weights and host selection run once over the merged columns.
+//!
+//! Every node is evaluated and scored by default. `percentageOfNodesToScore` below 100
+//! turns on upstream's sampling: nodes are scanned from where the previous cycle stopped
+//! (round robin) until `numFeasibleNodesToFind` feasible ones are found; the rest are not
+//! evaluated in that cycle.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rand::Rng;
 use smallvec::SmallVec;
 
 use super::decision::{Decision, Outcome, ScoreColumn};
 use super::{
-    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeNames, Registered,
-    ScorePlugin, Status,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBatch, NodeNames,
+    Registered, ScorePlugin, Status,
 };
+use crate::snapshot::table::flag;
 use crate::snapshot::{NodeIdx, PodInfo, Snapshot};
 
 /// A score plugin's weight in a profile.
@@ -19,20 +35,97 @@ pub struct PluginWeight {
     pub weight: i64,
 }
 
+/// Upstream's `minFeasibleNodesToFind`: below this many nodes, all are evaluated.
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// Upstream's `minFeasibleNodesPercentageToFind`: the adaptive percentage's floor.
+pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+/// Chunks are at least this many nodes: below, a thread hand-off costs more than it saves.
+pub const DEFAULT_MIN_CHUNK: usize = 768;
+/// Filters run plugin by plugin over blocks of this many nodes. The decision lists rejected
+/// nodes block by block, and within a block filter by filter; chunks handed to threads are
+/// whole blocks, so that order does not depend on the number of threads.
+pub const FILTER_BLOCK: usize = 512;
+/// With sampling, nodes are filtered in rounds of at least this many blocks.
+const SAMPLING_ROUND_BLOCKS: usize = 4;
+
+/// The round-robin start of the next sampled scan (upstream's `nextStartNodeIndex`).
+#[derive(Debug, Default)]
+struct NextStart(AtomicUsize);
+
+impl Clone for NextStart {
+    fn clone(&self) -> Self {
+        NextStart(AtomicUsize::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
 /// The plugins of one profile, ready to run.
 #[derive(Debug, Clone)]
 pub struct Framework {
     profile: String,
     plugins: Vec<Registered>,
     weights: Vec<i64>,
+    /// Threads a cycle may use (1: serial).
+    parallelism: usize,
+    /// The pool of `parallelism - 1` workers (the calling thread is the last one).
+    pool: Option<Arc<rayon::ThreadPool>>,
+    /// Smallest chunk handed to a thread.
+    min_chunk: usize,
+    /// Nodes per filter block ([`FILTER_BLOCK`]).
+    block: usize,
+    /// `percentageOfNodesToScore` (0: adaptive, 100: every node).
+    percentage: u32,
+    next_start: NextStart,
 }
 
 /// Reason for a node whose own status could not be read.
 const NODE_UNREADABLE: &str = "node(s) had an unreadable status";
 
+/// The process-wide pools, one per size, shared by every framework (profiles, extender).
+static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+
+/// A pool of `workers` threads, built on first use. `None` when it cannot be built (the
+/// cycle then runs serially).
+fn pool(workers: usize) -> Option<Arc<rayon::ThreadPool>> {
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = pools.iter().find(|(w, _)| *w == workers) {
+        return Some(p.clone());
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("headroom-cycle-{i}"))
+        .build()
+        .map_err(|e| tracing::warn!(error = %e, "cannot start the scheduling thread pool"))
+        .ok()?;
+    let p = Arc::new(p);
+    pools.push((workers, p.clone()));
+    Some(p)
+}
+
+/// The threads a cycle uses by default: the machine's cores, at most 16 (upstream's
+/// `parallelism`).
+pub fn default_parallelism() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(16)
+}
+
+/// What filtering one chunk of nodes found.
+struct FilterChunk {
+    feasible: Vec<NodeIdx>,
+    /// Block by block, within a block filter by filter.
+    rejected: Vec<(NodeIdx, Status)>,
+    /// The first error: node, plugin, message.
+    error: Option<(NodeIdx, &'static str, String)>,
+}
+
+/// A chunk's failure while scoring: node, plugin position, status.
+type ScoreError = (NodeIdx, usize, Status);
+
 impl Framework {
     /// Builds a framework from registered plugins (in extension-point order) and the weights
-    /// of the score plugins (a score plugin without a weight gets 1).
+    /// of the score plugins (a score plugin without a weight gets 1). It runs serially and
+    /// scores every node until [`Framework::with_parallelism`] and
+    /// [`Framework::with_percentage_of_nodes_to_score`] say otherwise.
     pub fn new(profile: &str, plugins: Vec<Registered>, weights: &[PluginWeight]) -> Framework {
         let weights = plugins
             .iter()
@@ -47,7 +140,53 @@ impl Framework {
             profile: profile.to_string(),
             plugins,
             weights,
+            parallelism: 1,
+            pool: None,
+            min_chunk: DEFAULT_MIN_CHUNK,
+            block: FILTER_BLOCK,
+            percentage: 100,
+            next_start: NextStart::default(),
         }
+    }
+
+    /// Lets a cycle spread Filter and Score over `threads` threads (0: the machine's cores,
+    /// at most 16; 1: serial). Results do not depend on it.
+    pub fn with_parallelism(mut self, threads: usize) -> Framework {
+        let threads = if threads == 0 {
+            default_parallelism()
+        } else {
+            threads
+        };
+        self.pool = (threads > 1).then(|| pool(threads - 1)).flatten();
+        self.parallelism = if self.pool.is_some() { threads } else { 1 };
+        self
+    }
+
+    /// The smallest chunk of nodes handed to one thread (default [`DEFAULT_MIN_CHUNK`]);
+    /// tests lower it to exercise the parallel path on small clusters.
+    pub fn with_min_chunk(mut self, nodes: usize) -> Framework {
+        self.min_chunk = nodes.max(1);
+        self
+    }
+
+    /// Nodes per filter block (default [`FILTER_BLOCK`]); the order of rejected nodes in
+    /// a decision depends on it. Tests lower it to split small clusters.
+    pub fn with_filter_block(mut self, nodes: usize) -> Framework {
+        self.block = nodes.max(1);
+        self
+    }
+
+    /// Upstream's `percentageOfNodesToScore`: 100 evaluates every node (headroom's
+    /// default), 1..=99 that share of the nodes (at least 100 nodes), 0 upstream's adaptive
+    /// share (`50 − nodes/125` %, at least 5 %). Values above 100 count as 100.
+    pub fn with_percentage_of_nodes_to_score(mut self, percentage: u32) -> Framework {
+        self.percentage = percentage.min(100);
+        self
+    }
+
+    /// The threads a cycle may use.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
     }
 
     /// The profile (scheduler) name.
@@ -73,6 +212,20 @@ impl Framework {
         None
     }
 
+    /// Upstream's `numFeasibleNodesToFind` for `nodes` candidate nodes.
+    pub fn num_feasible_nodes_to_find(&self, nodes: usize) -> usize {
+        if nodes < MIN_FEASIBLE_NODES_TO_FIND || self.percentage >= 100 {
+            return nodes;
+        }
+        let mut percentage = self.percentage as usize;
+        if percentage == 0 {
+            percentage = 50usize
+                .saturating_sub(nodes / 125)
+                .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+        }
+        (nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+    }
+
     /// Runs one scheduling cycle (PreFilter through host selection) and returns the record
     /// together with the cycle state (for Reserve/Permit).
     pub fn schedule<R: Rng + ?Sized>(
@@ -95,7 +248,24 @@ impl Framework {
         rng: &mut R,
         state: CycleState,
     ) -> (Decision, CycleState) {
-        let (mut d, mut state) = self.run_cycle(pod, snapshot, rng, state);
+        self.finish(self.run_cycle(pod, snapshot, None, rng, state))
+    }
+
+    /// [`Framework::schedule`] over only the nodes `nodes` (snapshot indices, any order):
+    /// the others are neither filtered nor scored and have no verdict in the record. The
+    /// extender evaluates just the nodes kube-scheduler asks about this way.
+    pub fn schedule_nodes<R: Rng + ?Sized>(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        rng: &mut R,
+        explain: bool,
+    ) -> (Decision, CycleState) {
+        self.finish(self.run_cycle(pod, snapshot, Some(nodes), rng, CycleState::new(explain)))
+    }
+
+    fn finish(&self, (mut d, mut state): (Decision, CycleState)) -> (Decision, CycleState) {
         // Plugins' notes (ignored annotations, stale data) belong to the record whatever
         // the outcome; moved, not copied: the state is done with them.
         let mut notes = std::mem::take(&mut state.notes);
@@ -104,14 +274,13 @@ impl Framework {
         (d, state)
     }
 
-    fn run_cycle<R: Rng + ?Sized>(
+    /// Decision record, cycle state, and the early outcomes (unreadable pod, no nodes).
+    fn start(
         &self,
         pod: &PodInfo,
         snapshot: &Snapshot,
-        rng: &mut R,
-        mut state: CycleState,
+        state: CycleState,
     ) -> (Decision, CycleState) {
-        let explain = state.explain;
         let mut d = Decision::new(
             &pod.namespace,
             &pod.name,
@@ -129,22 +298,30 @@ impl Framework {
             };
             d.absent =
                 Some(Status::unresolvable("pod has an unreadable spec").with_detail(err.clone()));
-            return (d, state);
-        }
-        if snapshot.is_empty() {
+        } else if snapshot.is_empty() {
             d.outcome = Outcome::Unschedulable {
                 message: "no nodes available to schedule pods".to_string(),
             };
-            return (d, state);
         }
+        (d, state)
+    }
 
-        // PreFilter.
+    /// Runs PreFilter; `Err(())` when the cycle ended there (the outcome is set). On
+    /// success, which plugins' Filter to skip and the node restriction, if any.
+    #[allow(clippy::type_complexity)]
+    fn pre_filter(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        state: &mut CycleState,
+        d: &mut Decision,
+    ) -> Result<(SmallVec<[bool; 16]>, Option<(NodeNames, Vec<&'static str>)>), ()> {
         let mut skip_filter: SmallVec<[bool; 16]> = SmallVec::from_elem(false, self.plugins.len());
         let mut restrict: Option<NodeNames> = None;
         let mut restricting: Vec<&'static str> = Vec::new();
         for (i, p) in self.plugins.iter().enumerate() {
             let Some(pf) = &p.pre_filter else { continue };
-            let (s, names) = pf.pre_filter(&mut state, pod, snapshot);
+            let (s, names) = pf.pre_filter(state, pod, snapshot);
             match s.code {
                 Code::Success => {}
                 Code::Skip => {
@@ -159,7 +336,7 @@ impl Framework {
                     d.outcome = Outcome::Unschedulable {
                         message: d.fit_error_message(),
                     };
-                    return (d, state);
+                    return Err(());
                 }
                 Code::Error => {
                     let s = s.with_plugin(p.name);
@@ -167,7 +344,7 @@ impl Framework {
                         message: format!("running PreFilter plugin {:?}: {}", p.name, s.message()),
                     };
                     d.pre_filter.push(s);
-                    return (d, state);
+                    return Err(());
                 }
             }
             if let Some(names) = names {
@@ -178,24 +355,53 @@ impl Framework {
                 });
             }
         }
+        Ok((skip_filter, restrict.map(|r| (r, restricting))))
+    }
 
-        // Which nodes to evaluate.
-        let candidates: Vec<NodeIdx> = match &restrict {
-            None => (0..snapshot.len() as NodeIdx).collect(),
-            Some(names) => {
-                restricting.sort();
-                d.absent = Some(Status::unresolvable(format!(
-                    "node(s) didn't satisfy plugin(s) [{}]",
-                    restricting.join(" ")
-                )));
-                let mut v: Vec<NodeIdx> =
-                    names.iter().filter_map(|n| snapshot.index_of(n)).collect();
-                v.sort_unstable();
-                v
-            }
+    fn run_cycle<R: Rng + ?Sized>(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        only: Option<&[NodeIdx]>,
+        rng: &mut R,
+        state: CycleState,
+    ) -> (Decision, CycleState) {
+        let explain = state.explain;
+        let (mut d, mut state) = self.start(pod, snapshot, state);
+        if pod.error.is_some() || snapshot.is_empty() {
+            return (d, state);
+        }
+        let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            return (d, state);
         };
 
-        // Filter: each node stops at its first failing plugin.
+        // Which nodes to evaluate: sorted snapshot indices.
+        let mut candidates: Vec<NodeIdx> = match only {
+            Some(nodes) => {
+                let mut v: Vec<NodeIdx> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|&i| (i as usize) < snapshot.len())
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            }
+            None => (0..snapshot.len() as NodeIdx).collect(),
+        };
+        if let Some((names, mut restricting)) = restrict {
+            restricting.sort();
+            d.absent = Some(Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                restricting.join(" ")
+            )));
+            let mut allowed: Vec<NodeIdx> =
+                names.iter().filter_map(|n| snapshot.index_of(n)).collect();
+            allowed.sort_unstable();
+            candidates.retain(|i| allowed.binary_search(i).is_ok());
+        }
+
+        // Filter.
         let filters: SmallVec<[(&'static str, &dyn FilterPlugin); 16]> = self
             .plugins
             .iter()
@@ -203,36 +409,14 @@ impl Framework {
             .filter(|(i, _)| !skip_filter[*i])
             .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
             .collect();
-        d.feasible.reserve(candidates.len());
-        'nodes: for idx in candidates {
-            let node = snapshot.node(idx);
-            if let Some(err) = &node.error {
-                d.rejected.push((
-                    idx,
-                    Status::unresolvable(NODE_UNREADABLE)
-                        .with_plugin("NodeInfo")
-                        .with_detail(err.clone()),
-                ));
-                continue;
-            }
-            for (name, f) in &filters {
-                let s = f.filter(&state, pod, node);
-                if !s.is_success() {
-                    if s.code == Code::Error {
-                        d.outcome = Outcome::Error {
-                            message: format!(
-                                "running Filter plugin {name:?} on node {:?}: {}",
-                                node.name,
-                                s.message()
-                            ),
-                        };
-                        return (d, state);
-                    }
-                    d.rejected.push((idx, s.with_plugin(name)));
-                    continue 'nodes;
-                }
-            }
-            d.feasible.push(idx);
+        if let Err(message) =
+            self.find_feasible(&filters, &state, pod, snapshot, &candidates, &mut d, true)
+        {
+            d.outcome = Outcome::Error { message };
+            return (d, state);
+        }
+        if explain {
+            self.explain_rejections(&filters, &state, pod, snapshot, &mut d);
         }
 
         if d.feasible.is_empty() {
@@ -275,9 +459,7 @@ impl Framework {
             }
         }
 
-        // Score node-major: every active plugin scores a node while its data is in cache, then
-        // the next node. Each plugin then normalises its own column.
-        let n = d.feasible.len();
+        // Score, each active plugin over each chunk of the feasible nodes.
         let active: SmallVec<[(usize, &dyn ScorePlugin); 16]> = self
             .plugins
             .iter()
@@ -292,35 +474,42 @@ impl Framework {
                 }
             })
             .collect();
-        let mut raw: Vec<Vec<i64>> = active.iter().map(|_| Vec::with_capacity(n)).collect();
-        for idx in &d.feasible {
-            let node = snapshot.node(*idx);
-            for (col, (i, sp)) in active.iter().enumerate() {
-                match sp.score(&state, pod, node) {
-                    Ok(v) => raw[col].push(v),
-                    Err(s) => {
-                        d.outcome = Outcome::Error {
-                            message: format!(
-                                "running Score plugin {:?} on node {:?}: {}",
-                                self.plugins[*i].name,
-                                node.name,
-                                s.message()
-                            ),
-                        };
-                        return (d, state);
-                    }
-                }
+        let raw = match self.score_all(&active, &state, pod, snapshot, &d.feasible, true) {
+            Ok(raw) => raw,
+            Err((idx, i, s)) => {
+                d.outcome = Outcome::Error {
+                    message: format!(
+                        "running Score plugin {:?} on node {:?}: {}",
+                        self.plugins[i].name,
+                        snapshot.node(idx).name,
+                        s.message()
+                    ),
+                };
+                return (d, state);
             }
+        };
+        #[cfg(debug_assertions)]
+        if explain {
+            self.check_scores_per_node(&active, &state, pod, snapshot, &d.feasible, &raw);
         }
+
+        let n = d.feasible.len();
         let mut totals = vec![0i64; n];
         for ((i, sp), raw) in active.iter().zip(raw) {
             let name = self.plugins[*i].name;
-            match self.normalize(*sp, &state, pod, snapshot, &d.feasible, raw, explain) {
+            let weight = self.weights[*i];
+            match self.normalize(
+                *sp,
+                &state,
+                pod,
+                snapshot,
+                &d.feasible,
+                raw,
+                explain,
+                weight,
+                &mut totals,
+            ) {
                 Ok(column) => {
-                    let weight = self.weights[*i];
-                    for (t, s) in totals.iter_mut().zip(&column.normalized) {
-                        *t += s * weight;
-                    }
                     d.scores.push(ScoreColumn {
                         plugin: name,
                         weight,
@@ -356,7 +545,250 @@ impl Framework {
         (d, state)
     }
 
-    /// Normalises one plugin's raw column, checks the range, and collects explanations.
+    /// How many chunks `len` items split into (one per thread, each ≥ `min_chunk`).
+    fn chunks_for(&self, len: usize, parallel: bool) -> usize {
+        if !parallel || self.pool.is_none() {
+            return 1;
+        }
+        (len / self.min_chunk).clamp(1, self.parallelism)
+    }
+
+    /// Runs `f` over every part, the first on the calling thread and the others on the
+    /// pool; results in part order.
+    fn run_parts<P: Send, T: Send>(&self, mut parts: Vec<P>, f: impl Fn(P) -> T + Sync) -> Vec<T> {
+        match &self.pool {
+            Some(pool) if parts.len() > 1 => {
+                let rest = parts.split_off(1);
+                let first = parts.pop();
+                let mut out: Vec<Option<T>> = (0..rest.len() + 1).map(|_| None).collect();
+                let (head, tail) = out.split_at_mut(1);
+                let f = &f;
+                pool.in_place_scope(|s| {
+                    for (slot, part) in tail.iter_mut().zip(rest) {
+                        s.spawn(move |_| *slot = Some(f(part)));
+                    }
+                    head[0] = first.map(f);
+                });
+                out.into_iter().flatten().collect()
+            }
+            _ => parts.into_iter().map(f).collect(),
+        }
+    }
+
+    /// Filters `candidates` (sorted snapshot indices) into `d.feasible` and `d.rejected`:
+    /// every node, or with sampling until enough feasible nodes are found, scanning from
+    /// where the previous cycle stopped. `Err` carries a plugin's error.
+    #[allow(clippy::too_many_arguments)]
+    fn find_feasible(
+        &self,
+        filters: &[(&'static str, &dyn FilterPlugin)],
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        candidates: &[NodeIdx],
+        d: &mut Decision,
+        parallel: bool,
+    ) -> Result<(), String> {
+        let n = candidates.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let target = self.num_feasible_nodes_to_find(n);
+        let start = self.next_start.0.load(Ordering::Relaxed) % n;
+        // The scan: candidates[start..], then candidates[..start]; chunks never straddle
+        // the wrap, so within a chunk scan order is index order.
+        let segments = [&candidates[start..], &candidates[..start]];
+        let mut feasible: Vec<NodeIdx> = Vec::with_capacity(target.min(n));
+        let mut rejected: Vec<(NodeIdx, Status)> = Vec::new();
+        let mut processed = 0usize;
+        'scan: for seg in segments {
+            let mut pos = 0;
+            while pos < seg.len() {
+                let round = if target >= n {
+                    seg.len() - pos
+                } else {
+                    (2 * (target - feasible.len()))
+                        .next_multiple_of(self.block)
+                        .max(SAMPLING_ROUND_BLOCKS * self.block)
+                        .min(seg.len() - pos)
+                };
+                let nodes = &seg[pos..pos + round];
+                pos += round;
+                let k = self.chunks_for(nodes.len(), parallel);
+                let size = nodes.len().div_ceil(self.block).div_ceil(k).max(1) * self.block;
+                let parts: Vec<&[NodeIdx]> = nodes.chunks(size).collect();
+                let chunks = self.run_parts(parts, |part| {
+                    filter_chunk(filters, state, pod, snapshot, part, self.block)
+                });
+                if let Some(c) = chunks.iter().find(|c| c.error.is_some()) {
+                    if k > 1 {
+                        // Report the error a serial run reports.
+                        return self
+                            .find_feasible(filters, state, pod, snapshot, candidates, d, false);
+                    }
+                    let (idx, name, message) = c.error.clone().unwrap_or_default();
+                    return Err(format!(
+                        "running Filter plugin {name:?} on node {:?}: {message}",
+                        snapshot.node(idx).name
+                    ));
+                }
+                for mut c in chunks {
+                    let need = target - feasible.len();
+                    if c.feasible.len() < need {
+                        processed += c.feasible.len() + c.rejected.len();
+                        if feasible.is_empty() {
+                            feasible = c.feasible;
+                        } else {
+                            feasible.extend_from_slice(&c.feasible);
+                        }
+                        if rejected.is_empty() {
+                            rejected = c.rejected;
+                        } else {
+                            rejected.append(&mut c.rejected);
+                        }
+                        continue;
+                    }
+                    // Enough: stop at the `need`-th feasible node of this chunk (within a
+                    // chunk, index order is scan order).
+                    let last = c.feasible[need - 1];
+                    c.rejected.retain(|(i, _)| *i < last);
+                    processed += need + c.rejected.len();
+                    feasible.extend_from_slice(&c.feasible[..need]);
+                    rejected.append(&mut c.rejected);
+                    break 'scan;
+                }
+            }
+        }
+        self.next_start
+            .0
+            .store((start + processed) % n, Ordering::Relaxed);
+        d.feasible = feasible;
+        d.rejected = rejected;
+        Ok(())
+    }
+
+    /// With `explain`, asks the rejecting plugin of each rejected node for the numbers
+    /// behind its verdict (the batch path leaves them out). Debug builds also check that
+    /// the per-node path agrees with the batch path on every node.
+    fn explain_rejections(
+        &self,
+        filters: &[(&'static str, &dyn FilterPlugin)],
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        d: &mut Decision,
+    ) {
+        for (idx, s) in &mut d.rejected {
+            if s.detail.is_some() {
+                continue;
+            }
+            let Some((_, f)) = filters.iter().find(|(name, _)| *name == s.plugin) else {
+                continue;
+            };
+            let per_node = f.filter(state, pod, snapshot.node(*idx));
+            debug_assert_eq!(
+                (per_node.code, &per_node.reasons),
+                (s.code, &s.reasons),
+                "{} on {}: batch and per-node filters disagree",
+                s.plugin,
+                snapshot.node(*idx).name
+            );
+            s.detail = per_node.detail;
+        }
+        #[cfg(debug_assertions)]
+        for idx in &d.feasible {
+            for (name, f) in filters {
+                let s = f.filter(state, pod, snapshot.node(*idx));
+                debug_assert!(
+                    s.is_success(),
+                    "{name} on {}: the batch filter passed a node the per-node filter rejects: {s}",
+                    snapshot.node(*idx).name
+                );
+            }
+        }
+    }
+
+    /// Debug builds, when explaining: every batch score equals the per-node score.
+    #[cfg(debug_assertions)]
+    fn check_scores_per_node(
+        &self,
+        active: &[(usize, &dyn ScorePlugin)],
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[NodeIdx],
+        raw: &[Vec<i64>],
+    ) {
+        for ((i, sp), column) in active.iter().zip(raw) {
+            for (idx, v) in feasible.iter().zip(column) {
+                let per_node = sp.score(state, pod, snapshot.node(*idx)).ok();
+                debug_assert_eq!(
+                    per_node,
+                    Some(*v),
+                    "{} on {}: batch and per-node scores disagree",
+                    self.plugins[*i].name,
+                    snapshot.node(*idx).name
+                );
+            }
+        }
+    }
+
+    /// Raw score columns of every active plugin over `feasible`, chunk by chunk.
+    fn score_all(
+        &self,
+        active: &[(usize, &dyn ScorePlugin)],
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[NodeIdx],
+        parallel: bool,
+    ) -> Result<Vec<Vec<i64>>, ScoreError> {
+        let n = feasible.len();
+        let k = self.chunks_for(n, parallel);
+        let size = n.div_ceil(k).max(1);
+        // Per chunk, one column per plugin; the chunks' columns are then joined in order.
+        let parts: Vec<&[NodeIdx]> = feasible.chunks(size).collect();
+        let results = self.run_parts(parts, |nodes| {
+            let mut cols: Vec<Vec<i64>> = Vec::with_capacity(active.len());
+            for (i, sp) in active {
+                let mut col = Vec::with_capacity(nodes.len());
+                sp.score_batch(state, pod, snapshot, nodes, &mut col)
+                    .map_err(|(pos, s)| (nodes[pos], *i, s))?;
+                if col.len() != nodes.len() {
+                    return Err((
+                        nodes[0],
+                        *i,
+                        Status::error(format!("scored {} of {} nodes", col.len(), nodes.len())),
+                    ));
+                }
+                cols.push(col);
+            }
+            Ok(cols)
+        });
+        let mut raw: Vec<Vec<i64>> = Vec::new();
+        for r in results {
+            match r {
+                Ok(cols) if raw.is_empty() => raw = cols,
+                Ok(cols) => {
+                    for (column, part) in raw.iter_mut().zip(cols) {
+                        column.extend_from_slice(&part);
+                    }
+                }
+                Err(_) if k > 1 => {
+                    // Report the error a serial run reports.
+                    return self.score_all(active, state, pod, snapshot, feasible, false);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        if raw.is_empty() {
+            raw = active.iter().map(|_| Vec::new()).collect();
+        }
+        Ok(raw)
+    }
+
+    /// Normalises one plugin's raw column, checks the range, adds the weighted scores to
+    /// `totals`, and collects explanations.
     #[allow(clippy::too_many_arguments)]
     fn normalize(
         &self,
@@ -367,16 +799,28 @@ impl Framework {
         feasible: &[NodeIdx],
         raw: Vec<i64>,
         explain: bool,
+        weight: i64,
+        totals: &mut [i64],
     ) -> Result<ScoreColumn, Status> {
-        let mut normalized = raw.clone();
-        let s = sp.normalize(state, pod, &mut normalized);
-        if !s.is_success() {
-            return Err(s);
+        let (raw, normalized) = if sp.normalizes() {
+            let mut normalized = raw.clone();
+            let s = sp.normalize(state, pod, &mut normalized);
+            if !s.is_success() {
+                return Err(s);
+            }
+            (Some(raw), normalized)
+        } else {
+            (None, raw)
+        };
+        // One pass: the range check, and the weighted score into the totals.
+        let mut bad = None;
+        for (t, v) in totals.iter_mut().zip(&normalized) {
+            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(v) {
+                bad.get_or_insert(*v);
+            }
+            *t += v * weight;
         }
-        if let Some(bad) = normalized
-            .iter()
-            .find(|v| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(*v))
-        {
+        if let Some(bad) = bad {
             return Err(Status::error(format!(
                 "plugin {:?} returns an invalid score {bad}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
                 sp.name()
@@ -431,5 +875,220 @@ impl Framework {
             }
         }
         Status::success()
+    }
+}
+
+/// Runs the filters over a range of nodes (index order), block by block (`block` nodes),
+/// each block plugin by plugin over the nodes still feasible.
+fn filter_chunk(
+    filters: &[(&'static str, &dyn FilterPlugin)],
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    nodes: &[NodeIdx],
+    block: usize,
+) -> FilterChunk {
+    let table = snapshot.table();
+    let mut feasible = Vec::with_capacity(nodes.len());
+    let mut batch = NodeBatch::new(Vec::with_capacity(nodes.len().min(block)));
+    let mut error = None;
+    for block in nodes.chunks(block) {
+        batch.nodes.clear();
+        batch.nodes.extend_from_slice(block);
+        batch.retain(|idx| {
+            table.has(idx, flag::ERROR).then(|| {
+                Status::unresolvable(NODE_UNREADABLE)
+                    .with_plugin("NodeInfo")
+                    .with_detail(snapshot.node(idx).error.clone().unwrap_or_default())
+            })
+        });
+        for (name, f) in filters {
+            if batch.nodes.is_empty() {
+                break;
+            }
+            let before = batch.rejected.len();
+            f.filter_batch(state, pod, snapshot, &mut batch);
+            for (idx, s) in &mut batch.rejected[before..] {
+                s.plugin = name;
+                if s.code == Code::Error && error.as_ref().is_none_or(|(e, _, _)| *idx < *e) {
+                    error = Some((*idx, *name, s.message()));
+                }
+            }
+            if error.is_some() {
+                break;
+            }
+        }
+        feasible.extend_from_slice(&batch.nodes);
+        if error.is_some() {
+            break;
+        }
+    }
+    FilterChunk {
+        feasible,
+        rejected: batch.rejected,
+        error,
+    }
+}
+
+#[cfg(test)]
+impl Framework {
+    /// The cycle as it was before batches and chunks: node by node, plugin by plugin,
+    /// through the per-node calls. Tests compare the runtime against it.
+    pub(crate) fn schedule_reference<R: Rng + ?Sized>(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        rng: &mut R,
+    ) -> Decision {
+        let (mut d, mut state) = self.start(pod, snapshot, CycleState::new(false));
+        if pod.error.is_some() || snapshot.is_empty() {
+            return d;
+        }
+        let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            return d;
+        };
+        let candidates: Vec<NodeIdx> = match &restrict {
+            None => (0..snapshot.len() as NodeIdx).collect(),
+            Some((names, restricting)) => {
+                let mut restricting = restricting.clone();
+                restricting.sort();
+                d.absent = Some(Status::unresolvable(format!(
+                    "node(s) didn't satisfy plugin(s) [{}]",
+                    restricting.join(" ")
+                )));
+                let mut v: Vec<NodeIdx> =
+                    names.iter().filter_map(|n| snapshot.index_of(n)).collect();
+                v.sort_unstable();
+                v
+            }
+        };
+        let filters: Vec<(&'static str, &dyn FilterPlugin)> = self
+            .plugins
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !skip_filter[*i])
+            .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
+            .collect();
+        'nodes: for idx in candidates {
+            let node = snapshot.node(idx);
+            if let Some(err) = &node.error {
+                d.rejected.push((
+                    idx,
+                    Status::unresolvable(NODE_UNREADABLE)
+                        .with_plugin("NodeInfo")
+                        .with_detail(err.clone()),
+                ));
+                continue;
+            }
+            for (name, f) in &filters {
+                let s = f.filter(&state, pod, node);
+                if !s.is_success() {
+                    if s.code == Code::Error {
+                        d.outcome = Outcome::Error {
+                            message: s.message(),
+                        };
+                        return d;
+                    }
+                    // The batch path leaves details out unless explaining.
+                    let mut s = s.with_plugin(name);
+                    s.detail = None;
+                    d.rejected.push((idx, s));
+                    continue 'nodes;
+                }
+            }
+            d.feasible.push(idx);
+        }
+        if d.feasible.is_empty() {
+            d.outcome = Outcome::Unschedulable {
+                message: d.fit_error_message(),
+            };
+            return d;
+        }
+        if d.feasible.len() == 1 {
+            d.outcome = Outcome::Placed {
+                node: d.node_names[d.feasible[0] as usize].clone(),
+            };
+            return d;
+        }
+        let mut skip_score = vec![false; self.plugins.len()];
+        for (i, p) in self.plugins.iter().enumerate() {
+            let Some(ps) = &p.pre_score else { continue };
+            let s = ps.pre_score(&mut state, pod, snapshot, &d.feasible);
+            match s.code {
+                Code::Success => {}
+                Code::Skip => skip_score[i] = true,
+                _ => {
+                    d.outcome = Outcome::Error {
+                        message: s.message(),
+                    };
+                    return d;
+                }
+            }
+        }
+        let mut totals = vec![0i64; d.feasible.len()];
+        for (i, p) in self.plugins.iter().enumerate() {
+            let Some(sp) = p.score.as_deref() else {
+                continue;
+            };
+            if skip_score[i] {
+                d.skipped_scores.push(p.name);
+                continue;
+            }
+            let mut raw = Vec::with_capacity(d.feasible.len());
+            for idx in &d.feasible {
+                match sp.score(&state, pod, snapshot.node(*idx)) {
+                    Ok(v) => raw.push(v),
+                    Err(s) => {
+                        d.outcome = Outcome::Error {
+                            message: s.message(),
+                        };
+                        return d;
+                    }
+                }
+            }
+            let weight = self.weights[i];
+            match self.normalize(
+                sp,
+                &state,
+                pod,
+                snapshot,
+                &d.feasible,
+                raw,
+                false,
+                weight,
+                &mut totals,
+            ) {
+                Ok(column) => {
+                    d.scores.push(ScoreColumn {
+                        plugin: p.name,
+                        weight,
+                        ..column
+                    });
+                }
+                Err(s) => {
+                    d.outcome = Outcome::Error {
+                        message: s.message(),
+                    };
+                    return d;
+                }
+            }
+        }
+        let best = totals.iter().copied().max().unwrap_or(0);
+        let ties: Vec<usize> = totals
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| **t == best)
+            .map(|(i, _)| i)
+            .collect();
+        let pick = if ties.len() == 1 {
+            ties[0]
+        } else {
+            ties[rng.random_range(0..ties.len())]
+        };
+        d.totals = totals;
+        d.outcome = Outcome::Placed {
+            node: d.node_names[d.feasible[pick] as usize].clone(),
+        };
+        d
     }
 }

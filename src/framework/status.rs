@@ -25,7 +25,7 @@ pub enum Code {
 pub type Reasons = SmallVec<[Cow<'static, str>; 1]>;
 
 /// A plugin's verdict.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Status {
     /// The class.
     pub code: Code,
@@ -35,6 +35,27 @@ pub struct Status {
     pub plugin: &'static str,
     /// The numbers behind the verdict, filled only when the cycle is asked to explain.
     pub detail: Option<String>,
+}
+
+impl Clone for Status {
+    /// Cheap for the usual one static reason (filters clone one status per rejected node).
+    #[inline]
+    fn clone(&self) -> Status {
+        let reasons = match self.reasons.as_slice() {
+            [Cow::Borrowed(r)] => {
+                let mut one = Reasons::new();
+                one.push(Cow::Borrowed(*r));
+                one
+            }
+            _ => self.reasons.clone(),
+        };
+        Status {
+            code: self.code,
+            reasons,
+            plugin: self.plugin,
+            detail: self.detail.clone(),
+        }
+    }
 }
 
 impl Status {

@@ -210,6 +210,8 @@ impl ExtenderConfig {
             scheduler_name: EXTENDER_PROFILE.to_string(),
             plugins,
             plugin_args: self.plugin_args.clone(),
+            // The extender judges every node kube-scheduler asks about.
+            ..ProfileConfig::default()
         }
     }
 }

@@ -293,12 +293,19 @@ impl ExtenderState {
                 }
             }
         }
+        // Only the nodes asked about are filtered and scored (names the cache lacks have
+        // no index and no verdict).
+        let asked: Vec<crate::snapshot::NodeIdx> = req
+            .names
+            .iter()
+            .filter_map(|n| snapshot.index_of(n))
+            .collect();
         // Host selection is kube-scheduler's job here; the seed only feeds the tie-breaker
         // of a decision nobody acts on.
         let mut rng = SmallRng::seed_from_u64(0);
         let (decision, _) = self
             .framework
-            .schedule(&req.pod, &snapshot, &mut rng, false);
+            .schedule_nodes(&req.pod, &snapshot, &asked, &mut rng, false);
         Evaluated { decision, snapshot }
     }
 

@@ -11,10 +11,14 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::node_resources_fit::{ResourceSpec, allocatable_requested, default_resources};
+use super::node_resources_fit::{
+    ResourceKind, ResourceSpec, allocatable_requested, default_resources,
+    table_allocatable_requested,
+};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
 };
+use crate::snapshot::table::res;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
@@ -40,6 +44,8 @@ impl Default for BalancedAllocationArgs {
 #[derive(Debug, Clone)]
 pub struct BalancedAllocation {
     args: BalancedAllocationArgs,
+    /// The resources, resolved (in `resources` order).
+    kinds: Vec<ResourceKind>,
 }
 
 impl BalancedAllocation {
@@ -48,7 +54,12 @@ impl BalancedAllocation {
         if args.resources.is_empty() {
             return Err("resources: at least one resource is required".into());
         }
-        Ok(BalancedAllocation { args })
+        let kinds = args
+            .resources
+            .iter()
+            .map(|r| ResourceKind::of(&r.name))
+            .collect();
+        Ok(BalancedAllocation { args, kinds })
     }
 
     /// Registers its extension points (PreScore, Score).
@@ -63,11 +74,26 @@ impl BalancedAllocation {
 
     /// Requested fractions (after, before) placing the pod.
     fn fractions(&self, pod: &PodInfo, node: &NodeInfo) -> (Fractions, Fractions) {
+        self.fractions_with(pod, |name, _| allocatable_requested(node, pod, name, true))
+    }
+
+    /// Requested fractions from each resource's (allocatable, requested with the pod).
+    #[inline(always)]
+    fn fractions_with(
+        &self,
+        pod: &PodInfo,
+        mut get: impl FnMut(&str, ResourceKind) -> Option<(i64, i64)>,
+    ) -> (Fractions, Fractions) {
         let mut after = Fractions::new();
         let mut before = Fractions::new();
-        for r in &self.args.resources {
-            if let Some((alloc, req)) = allocatable_requested(node, pod, &r.name, true) {
-                let pod_req = pod.requests.requests.get(&r.name);
+        for (r, kind) in self.args.resources.iter().zip(&self.kinds) {
+            if let Some((alloc, req)) = get(&r.name, *kind) {
+                let pod_req = match kind {
+                    ResourceKind::Cpu => pod.requests.requests.milli_cpu,
+                    ResourceKind::Memory => pod.requests.requests.memory,
+                    ResourceKind::EphemeralStorage => pod.requests.requests.ephemeral_storage,
+                    ResourceKind::Scalar => pod.requests.requests.get(&r.name),
+                };
                 after.push((req as f64 / alloc as f64).min(1.0));
                 before.push(((req - pod_req) as f64 / alloc as f64).min(1.0));
             }
@@ -76,17 +102,23 @@ impl BalancedAllocation {
     }
 
     fn score_of(&self, pod: &PodInfo, node: &NodeInfo) -> (i64, i64, i64) {
-        let (after, before) = self.fractions(pod, node);
-        let a = balanced_score(&after);
-        let b = balanced_score(&before);
-        ((150 + a - b) / 2, a, b)
+        score_from(self.fractions(pod, node))
     }
+}
+
+/// The score, and the balance after and before, from the requested fractions.
+#[inline(always)]
+fn score_from((after, before): (Fractions, Fractions)) -> (i64, i64, i64) {
+    let a = balanced_score(&after);
+    let b = balanced_score(&before);
+    ((150 + a - b) / 2, a, b)
 }
 
 /// Requested fractions, inline for the usual handful of resources (no allocation per node).
 type Fractions = smallvec::SmallVec<[f64; 4]>;
 
 /// Upstream's `balancedResourceScorer` over requested fractions.
+#[inline(always)]
 fn balanced_score(fractions: &[f64]) -> i64 {
     let std = match fractions.len() {
         0 | 1 => 0.0,
@@ -132,8 +164,98 @@ impl PreScorePlugin for BalancedAllocation {
 }
 
 impl ScorePlugin for BalancedAllocation {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(self.score_of(pod, node).0)
+    }
+
+    fn score_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        if self.kinds.contains(&ResourceKind::Scalar) || self.kinds.len() > 4 {
+            for &idx in nodes {
+                let f = self.fractions_with(pod, |name, kind| {
+                    table_allocatable_requested(snapshot, idx, pod, kind, name, true)
+                });
+                scores.push(score_from(f).0);
+            }
+            return Ok(());
+        }
+        // Every resource is a column of the node table: fixed arrays, the node's rows read
+        // once (the same arithmetic as `fractions_with`).
+        let t = snapshot.table();
+        let mut cols = [0usize; 4];
+        let mut pod_req = [0i64; 4];
+        let k = self.kinds.len();
+        for (j, kind) in self.kinds.iter().enumerate() {
+            let (col, req) = match kind {
+                ResourceKind::Cpu => (res::CPU, pod.requests.requests.milli_cpu),
+                ResourceKind::Memory => (res::MEMORY, pod.requests.requests.memory),
+                _ => (
+                    res::EPHEMERAL_STORAGE,
+                    pod.requests.requests.ephemeral_storage,
+                ),
+            };
+            cols[j] = col;
+            pod_req[j] = req;
+        }
+        if k == 2 {
+            // The default: two resources, no loops.
+            let [c0, c1, ..] = cols;
+            let [p0, p1, ..] = pod_req;
+            for &idx in nodes {
+                let i = idx as usize;
+                let (a, rq) = (&t.allocatable[i], &t.requested[i]);
+                let (a0, a1) = (a[c0], a[c1]);
+                if a0 == 0 || a1 == 0 {
+                    // A resource the node lacks drops out: the general path.
+                    scores.push(self.score_of(pod, snapshot.node(idx)).0);
+                    continue;
+                }
+                let (r0, r1) = (rq[c0].saturating_add(p0), rq[c1].saturating_add(p1));
+                let (a0, a1) = (a0 as f64, a1 as f64);
+                // `balanced_score` of two fractions, written out.
+                let two =
+                    |x: f64, y: f64| ((1.0 - ((x - y) / 2.0).abs()) * MAX_NODE_SCORE as f64) as i64;
+                let after = two((r0 as f64 / a0).min(1.0), (r1 as f64 / a1).min(1.0));
+                let before = two(
+                    ((r0 - p0) as f64 / a0).min(1.0),
+                    ((r1 - p1) as f64 / a1).min(1.0),
+                );
+                scores.push((150 + after - before) / 2);
+            }
+            return Ok(());
+        }
+        for &idx in nodes {
+            let i = idx as usize;
+            let (a, rq) = (&t.allocatable[i], &t.requested[i]);
+            let mut after = [0f64; 4];
+            let mut before = [0f64; 4];
+            let mut n = 0;
+            for j in 0..k {
+                let alloc = a[cols[j]];
+                if alloc == 0 {
+                    continue;
+                }
+                let req = rq[cols[j]].saturating_add(pod_req[j]);
+                after[n] = (req as f64 / alloc as f64).min(1.0);
+                before[n] = ((req - pod_req[j]) as f64 / alloc as f64).min(1.0);
+                n += 1;
+            }
+            let (sa, sb) = (balanced_score(&after[..n]), balanced_score(&before[..n]));
+            scores.push((150 + sa - sb) / 2);
+        }
+        Ok(())
     }
 
     fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {

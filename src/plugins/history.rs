@@ -62,8 +62,23 @@ enum From {
 struct Cycle {
     nodes: Vec<String>,
     from: From,
+    /// Each node of the snapshot that one of the first `scores.len()` history entries
+    /// names (by name or address), with the first such entry's index; sorted by node.
+    positions: Vec<(NodeIdx, usize)>,
     /// The headroom band, when it applies.
     band: Option<Band>,
+}
+
+impl Cycle {
+    /// The history index of node `idx`.
+    #[inline]
+    fn position(&self, idx: NodeIdx) -> Option<usize> {
+        let i = self
+            .positions
+            .binary_search_by_key(&idx, |(n, _)| *n)
+            .ok()?;
+        Some(self.positions[i].1)
+    }
 }
 
 /// The band of one cycle, computed once in PreScore so that Score only looks nodes up.
@@ -71,8 +86,8 @@ struct Band {
     /// The free memory fraction a node needs for its history score (the median feasible
     /// node's minus `headroomBand`).
     floor: f64,
-    /// The history nodes below the floor, by name, with their free memory fraction.
-    outside: HashMap<String, f64>,
+    /// The history nodes below the floor, by node index, with their free memory fraction.
+    outside: HashMap<NodeIdx, f64>,
 }
 
 /// The History plugin.
@@ -112,17 +127,19 @@ impl History {
         }
     }
 
-    fn index_of(&self, nodes: &[String], node: &NodeInfo) -> Option<usize> {
-        let addresses = node
-            .node
-            .status
-            .as_ref()
-            .and_then(|s| s.addresses.as_deref())
-            .unwrap_or(&[]);
-        nodes
-            .iter()
-            .take(self.args.scores.len())
-            .position(|h| **h == *node.name || addresses.iter().any(|a| a.address == *h))
+    /// Where the history entries are in the snapshot ([`Cycle::positions`]).
+    fn positions(&self, snapshot: &Snapshot, nodes: &[String]) -> Vec<(NodeIdx, usize)> {
+        let mut out: Vec<(NodeIdx, usize)> = Vec::new();
+        for (i, h) in nodes.iter().take(self.args.scores.len()).enumerate() {
+            let named = snapshot.index_of(h).into_iter();
+            for idx in named.chain(snapshot.nodes_with_address(h).iter().copied()) {
+                if !out.iter().any(|(n, _)| *n == idx) {
+                    out.push((idx, i));
+                }
+            }
+        }
+        out.sort_unstable();
+        out
     }
 }
 
@@ -140,19 +157,19 @@ impl History {
         pod: &PodInfo,
         snapshot: &Snapshot,
         feasible: &[NodeIdx],
-        history: &[String],
+        positions: &[(NodeIdx, usize)],
     ) -> Option<Band> {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
+        let table = snapshot.table();
         let mut frees = Vec::with_capacity(feasible.len());
         let mut warm = Vec::new();
         let mut any_fresh = false;
         for &i in feasible {
-            let node = snapshot.node(i);
-            let f = FreeAfter::of(&u, pod, node, &self.policy);
+            let f = FreeAfter::at(&u, pod, table, i, &self.policy);
             any_fresh |= f.fresh;
             frees.push(f.memory());
-            if self.index_of(history, node).is_some() {
-                warm.push((node.name.to_string(), f.memory()));
+            if positions.binary_search_by_key(&i, |(n, _)| *n).is_ok() {
+                warm.push((i, f.memory()));
             }
         }
         if !any_fresh || frees.is_empty() {
@@ -167,6 +184,23 @@ impl History {
             .filter(|(_, free)| *free < floor - 1e-9)
             .collect();
         Some(Band { floor, outside })
+    }
+}
+
+impl History {
+    /// The score of node `idx`.
+    #[inline]
+    fn score_of(&self, c: &Cycle, idx: NodeIdx) -> i64 {
+        let Some(i) = c.position(idx) else {
+            return 0;
+        };
+        if c.band
+            .as_ref()
+            .is_some_and(|b| b.outside.contains_key(&idx))
+        {
+            return 0;
+        }
+        self.args.scores[i]
     }
 }
 
@@ -209,6 +243,7 @@ impl PreScorePlugin for History {
                     cycle = Some(Cycle {
                         nodes,
                         from: From::Annotation,
+                        positions: Vec::new(),
                         band: None,
                     })
                 }
@@ -239,14 +274,16 @@ impl PreScorePlugin for History {
                 cycle = Some(Cycle {
                     nodes,
                     from: From::Scheduler,
+                    positions: Vec::new(),
                     band: None,
                 });
             }
         }
         match cycle {
             Some(mut c) => {
+                c.positions = self.positions(snapshot, &c.nodes);
                 if self.args.headroom_band < 100.0 {
-                    c.band = self.band(state, pod, snapshot, feasible, &c.nodes);
+                    c.band = self.band(state, pod, snapshot, feasible, &c.positions);
                 }
                 state.write(c);
                 Status::success()
@@ -257,20 +294,34 @@ impl PreScorePlugin for History {
 }
 
 impl ScorePlugin for History {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(c) = state.read::<Cycle>() else {
             return Err(Status::error("History: PreScore did not run"));
         };
-        let Some(i) = self.index_of(&c.nodes, node) else {
-            return Ok(0);
+        Ok(self.score_of(c, node.idx))
+    }
+
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let Some(c) = state.read::<Cycle>() else {
+            return Err((0, Status::error("History: PreScore did not run")));
         };
-        if c.band
-            .as_ref()
-            .is_some_and(|b| b.outside.contains_key(&*node.name))
-        {
-            return Ok(0);
+        for &idx in nodes {
+            scores.push(self.score_of(c, idx));
         }
-        Ok(self.args.scores[i])
+        Ok(())
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
@@ -279,11 +330,11 @@ impl ScorePlugin for History {
             From::Annotation => "from the builder-history-nodes annotation",
             From::Scheduler => "from headroom's placement history",
         };
-        Some(match self.index_of(&c.nodes, node) {
+        Some(match c.position(node.idx) {
             Some(i) => match c
                 .band
                 .as_ref()
-                .and_then(|b| Some((*b.outside.get(&*node.name)?, b.floor)))
+                .and_then(|b| Some((*b.outside.get(&node.idx)?, b.floor)))
             {
                 Some((free, floor)) => format!(
                     "history index {i} {from}, but only {:.0} % memory free after placement, below the band's {:.0} % ({:.0} points under the median feasible node) → 0",

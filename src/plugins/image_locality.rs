@@ -139,6 +139,11 @@ impl PreScorePlugin for ImageLocality {
 }
 
 impl ScorePlugin for ImageLocality {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let s = state
             .read::<PreScoreState>()
@@ -148,6 +153,27 @@ impl ScorePlugin for ImageLocality {
             // No image of the pod on the node: upstream's sum is 0, which scores 0.
             _ => Ok(0),
         }
+    }
+
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let s = state
+            .read::<PreScoreState>()
+            .ok_or_else(|| (0, Status::error("ImageLocality PreScore state missing")))?;
+        for &idx in nodes {
+            scores.push(match s.sums.get(idx as usize) {
+                Some(&sum) if sum > 0 => calculate_priority(sum, s.containers),
+                _ => 0,
+            });
+        }
+        Ok(())
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

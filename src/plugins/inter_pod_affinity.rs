@@ -22,14 +22,16 @@
 //! min/max scaling to 0..=100, truncated.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use serde::{Deserialize, Serialize};
 
+use super::topology::{DomainCounts, TopologyCounts};
 use crate::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
-    Registered, ScorePlugin, Status,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
+    PreScorePlugin, Registered, ScorePlugin, Status,
 };
 use crate::selector::{Labels, Selector};
 use crate::snapshot::{AffinityTerm, NodeIdx, NodeInfo, PodInfo, Snapshot};
@@ -102,31 +104,6 @@ impl InterPodAffinity {
         r.score = Some(me);
         r
     }
-}
-
-/// topologyKey → topology value → count (or score).
-pub(crate) type TopologyCounts = HashMap<String, HashMap<String, i64>>;
-
-/// Adds `delta` to the domain of `key` that `node_labels` belong to (nothing when the node
-/// lacks the key).
-fn add_count(m: &mut TopologyCounts, key: &str, node_labels: &Labels, delta: i64) {
-    let Some(value) = node_labels.get(key) else {
-        return;
-    };
-    let values = match m.get_mut(key) {
-        Some(v) => v,
-        None => m.entry(key.to_string()).or_default(),
-    };
-    match values.get_mut(value.as_str()) {
-        Some(c) => *c += delta,
-        None => {
-            values.insert(value.clone(), delta);
-        }
-    }
-}
-
-fn count_of(m: &TopologyCounts, key: &str, value: &str) -> i64 {
-    m.get(key).and_then(|v| v.get(value)).copied().unwrap_or(0)
 }
 
 /// Whether `pod`'s namespace is one `term` is about. The namespace labels are read only when
@@ -208,6 +185,12 @@ impl<'a> IncomingNamespace<'a> {
     }
 }
 
+/// A term's topology key, resolved for the cycle: the counts slot it adds to.
+#[derive(Debug, Clone, Copy)]
+struct TermKey {
+    slot: Option<usize>,
+}
+
 /// What PreFilter computed for Filter.
 #[derive(Debug, Default)]
 struct PreFilterState {
@@ -217,6 +200,11 @@ struct PreFilterState {
     affinity: TopologyCounts,
     /// Domains holding pods that match the incoming pod's required anti-affinity terms.
     anti_affinity: TopologyCounts,
+    /// Per required affinity term of the incoming pod: its key in `affinity` (`None`: no
+    /// node has the key).
+    affinity_keys: Vec<TermKey>,
+    /// Per required anti-affinity term: its key in `anti_affinity`.
+    anti_affinity_keys: Vec<TermKey>,
     /// The incoming pod matches all of its own required affinity terms.
     self_match: bool,
 }
@@ -224,7 +212,7 @@ struct PreFilterState {
 /// What PreScore computed for Score.
 #[derive(Debug, Default)]
 struct PreScoreState {
-    /// topologyKey → value → summed weights.
+    /// Per topology key, per domain: summed weights.
     topology_score: TopologyCounts,
 }
 
@@ -246,6 +234,7 @@ impl PreFilterPlugin for InterPodAffinity {
         if no_terms && index.with_required_anti_affinity().is_empty() {
             return (Status::skip(), None);
         }
+        let labels = &snapshot.table().labels;
         let mut s = PreFilterState::default();
 
         // Existing pods' required anti-affinity against the incoming pod.
@@ -253,8 +242,8 @@ impl PreFilterPlugin for InterPodAffinity {
         for e in index.anti_affinity_terms_for(pod.labels()) {
             let t = &e.pod.required_anti_affinity[e.term];
             if incoming_ns.term_matches(t, pod) {
-                let labels = snapshot.node(e.node).labels();
-                add_count(&mut s.existing_anti_affinity, &t.topology_key, labels, 1);
+                let slot = s.existing_anti_affinity.slot(labels, &t.topology_key);
+                s.existing_anti_affinity.add(slot, e.node, 1);
             }
         }
         if no_terms && s.existing_anti_affinity.is_empty() {
@@ -263,6 +252,13 @@ impl PreFilterPlugin for InterPodAffinity {
 
         // Pods matching all of the incoming pod's required affinity terms; candidates from the
         // most selective term.
+        let keys: Vec<TermKey> = pod
+            .required_affinity
+            .iter()
+            .map(|t| TermKey {
+                slot: s.affinity.slot(labels, &t.topology_key),
+            })
+            .collect();
         if let Some(narrowest) = pod
             .required_affinity
             .iter()
@@ -274,9 +270,8 @@ impl PreFilterPlugin for InterPodAffinity {
                     .iter()
                     .all(|t| term_matches(t, p, snapshot))
                 {
-                    let labels = snapshot.node(n).labels();
-                    for t in &pod.required_affinity {
-                        add_count(&mut s.affinity, &t.topology_key, labels, 1);
+                    for k in &keys {
+                        s.affinity.add(k.slot, n, 1);
                     }
                 }
             });
@@ -285,17 +280,15 @@ impl PreFilterPlugin for InterPodAffinity {
                 .iter()
                 .all(|t| term_matches(t, pod, snapshot));
         }
+        s.affinity_keys = keys;
 
         // Pods matching each of the incoming pod's required anti-affinity terms.
         for t in &pod.required_anti_affinity {
+            let slot = s.anti_affinity.slot(labels, &t.topology_key);
+            s.anti_affinity_keys.push(TermKey { slot });
             for_each_candidate(snapshot, &t.selector, |n, p| {
                 if term_matches(t, p, snapshot) {
-                    add_count(
-                        &mut s.anti_affinity,
-                        &t.topology_key,
-                        snapshot.node(n).labels(),
-                        1,
-                    );
+                    s.anti_affinity.add(slot, n, 1);
                 }
             });
         }
@@ -305,77 +298,118 @@ impl PreFilterPlugin for InterPodAffinity {
     }
 }
 
-impl InterPodAffinity {
-    /// The node's failure as a static reason and, when explaining, the numbers behind it.
-    fn check(
-        s: &PreFilterState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-    ) -> Result<(), (Status, Option<String>)> {
-        let labels = node.labels();
+/// Why a node fails, before it becomes a status (no strings off the explain path).
+enum Failure<'a> {
+    LacksKey(&'a str),
+    NoAffinityPods(&'a str),
+    AntiAffinity(&'a str, i64),
+    ExistingAntiAffinity(&'a str, i64),
+}
+
+impl Failure<'_> {
+    fn status(&self) -> Status {
+        match self {
+            Failure::LacksKey(_) | Failure::NoAffinityPods(_) => {
+                Status::unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH)
+            }
+            Failure::AntiAffinity(..) => {
+                Status::unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
+            }
+            Failure::ExistingAntiAffinity(..) => {
+                Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+            }
+        }
+    }
+
+    fn detail(&self, node: &NodeInfo) -> String {
+        let value = |key: &str| node.labels().get(key).cloned().unwrap_or_default();
+        match self {
+            Failure::LacksKey(key) => format!("node lacks topology key {key:?}"),
+            Failure::NoAffinityPods(key) => {
+                format!("no pod matching all required affinity terms in this node's {key:?} domain")
+            }
+            Failure::AntiAffinity(key, c) => format!(
+                "{c} pod(s) matching a required anti-affinity term in {key}={}",
+                value(key)
+            ),
+            Failure::ExistingAntiAffinity(key, c) => format!(
+                "{c} existing pod(s) in {key}={} have required anti-affinity matching this pod",
+                value(key)
+            ),
+        }
+    }
+}
+
+/// The PreFilter state arranged for per-node checks (built once per batch).
+struct Checks<'a> {
+    /// Per required affinity term: its key and its counts (`None`: no node has the key).
+    affinity: SmallVec<[(&'a str, Option<&'a DomainCounts>); 2]>,
+    /// Upstream's escape hatch: no pod matches the terms, but the pod itself does.
+    first_of_series: bool,
+    /// Per required anti-affinity term that some pod matched: its key and counts.
+    anti: SmallVec<[(&'a str, &'a DomainCounts); 2]>,
+    /// Existing pods' anti-affinity, per topology key.
+    existing: SmallVec<[&'a DomainCounts; 2]>,
+}
+
+impl<'a> Checks<'a> {
+    fn new(s: &'a PreFilterState, pod: &'a PodInfo) -> Checks<'a> {
+        let anti = if s.anti_affinity.is_empty() {
+            SmallVec::new()
+        } else {
+            pod.required_anti_affinity
+                .iter()
+                .zip(&s.anti_affinity_keys)
+                .filter_map(|(t, k)| Some((t.topology_key.as_str(), s.anti_affinity.get(k.slot)?)))
+                .collect()
+        };
+        Checks {
+            affinity: pod
+                .required_affinity
+                .iter()
+                .zip(&s.affinity_keys)
+                .map(|(t, k)| (t.topology_key.as_str(), s.affinity.get(k.slot)))
+                .collect(),
+            first_of_series: s.affinity.is_empty() && s.self_match,
+            anti,
+            existing: s.existing_anti_affinity.keys().collect(),
+        }
+    }
+
+    /// Why node `idx` fails, if it does.
+    #[inline]
+    fn check(&self, idx: NodeIdx) -> Option<Failure<'a>> {
         // Required affinity: every term's domain must hold matching pods, unless no pod in
         // the cluster matches and the pod matches its own terms.
         let mut pods_exist = true;
         let mut missing: Option<&str> = None;
-        for t in &pod.required_affinity {
-            match labels.get(&t.topology_key) {
-                Some(v) => {
-                    if count_of(&s.affinity, &t.topology_key, v) <= 0 {
-                        pods_exist = false;
-                        missing.get_or_insert(&t.topology_key);
-                    }
-                }
-                None => {
-                    return Err((
-                        Status::unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH),
-                        Some(format!("node lacks topology key {:?}", t.topology_key)),
-                    ));
-                }
+        for &(key, counts) in &self.affinity {
+            let Some(domain) = counts.and_then(|c| c.domain(idx)) else {
+                return Some(Failure::LacksKey(key));
+            };
+            if counts.map_or(0, |c| c.get(domain)) <= 0 {
+                pods_exist = false;
+                missing.get_or_insert(key);
             }
         }
-        // Upstream's escape hatch: the first pod of a series with affinity to itself.
-        let first_of_series = s.affinity.is_empty() && s.self_match;
-        if !pods_exist && !first_of_series {
-            return Err((
-                Status::unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH),
-                Some(format!(
-                    "no pod matching all required affinity terms in this node's {:?} domain",
-                    missing.unwrap_or_default()
-                )),
-            ));
+        if !pods_exist && !self.first_of_series {
+            return Some(Failure::NoAffinityPods(missing.unwrap_or_default()));
         }
-
-        if !s.anti_affinity.is_empty() {
-            for t in &pod.required_anti_affinity {
-                if let Some(v) = labels.get(&t.topology_key) {
-                    let c = count_of(&s.anti_affinity, &t.topology_key, v);
-                    if c > 0 {
-                        return Err((
-                            Status::unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH),
-                            Some(format!(
-                                "{c} pod(s) matching a required anti-affinity term in {}={v}",
-                                t.topology_key
-                            )),
-                        ));
-                    }
-                }
+        for &(key, counts) in &self.anti {
+            if let Some(c) = counts.at(idx)
+                && c > 0
+            {
+                return Some(Failure::AntiAffinity(key, c));
             }
         }
-
-        for (key, values) in &s.existing_anti_affinity {
-            if let Some(v) = labels.get(key) {
-                let c = values.get(v.as_str()).copied().unwrap_or(0);
-                if c > 0 {
-                    return Err((
-                        Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH),
-                        Some(format!(
-                            "{c} existing pod(s) in {key}={v} have required anti-affinity matching this pod"
-                        )),
-                    ));
-                }
+        for counts in &self.existing {
+            if let Some(c) = counts.at(idx)
+                && c > 0
+            {
+                return Some(Failure::ExistingAntiAffinity(&counts.key, c));
             }
         }
-        Ok(())
+        None
     }
 }
 
@@ -384,13 +418,25 @@ impl FilterPlugin for InterPodAffinity {
         let Some(s) = state.read::<PreFilterState>() else {
             return Status::error("InterPodAffinity: PreFilter state missing");
         };
-        match Self::check(s, pod, node) {
-            Ok(()) => Status::success(),
-            Err((status, detail)) => match detail {
-                Some(d) if state.explain => status.with_detail(d),
-                _ => status,
-            },
+        match Checks::new(s, pod).check(node.idx) {
+            None => Status::success(),
+            Some(f) if state.explain => f.status().with_detail(f.detail(node)),
+            Some(f) => f.status(),
         }
+    }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(s) = state.read::<PreFilterState>() else {
+            return batch.reject_all(&Status::error("InterPodAffinity: PreFilter state missing"));
+        };
+        let checks = Checks::new(s, pod);
+        batch.retain(|idx| checks.check(idx).map(|f| f.status()));
     }
 }
 
@@ -414,7 +460,8 @@ impl PreScorePlugin for InterPodAffinity {
         if !has_constraints && index.with_affinity().is_empty() {
             return Status::skip();
         }
-        let mut m = TopologyCounts::new();
+        let labels = &snapshot.table().labels;
+        let mut m = TopologyCounts::default();
 
         // The incoming pod's preferred terms, matched by any existing pod.
         for (terms, sign) in [
@@ -423,14 +470,10 @@ impl PreScorePlugin for InterPodAffinity {
         ] {
             for wt in terms {
                 let delta = sign * i64::from(wt.weight);
+                let slot = m.slot(labels, &wt.term.topology_key);
                 for_each_candidate(snapshot, &wt.term.selector, |n, p| {
                     if term_matches(&wt.term, p, snapshot) {
-                        add_count(
-                            &mut m,
-                            &wt.term.topology_key,
-                            snapshot.node(n).labels(),
-                            delta,
-                        );
+                        m.add(slot, n, delta);
                     }
                 });
             }
@@ -440,25 +483,27 @@ impl PreScorePlugin for InterPodAffinity {
         let incoming_ns = IncomingNamespace::new(snapshot, &pod.namespace);
         let hard = i64::from(self.args.hard_pod_affinity_weight);
         for e in index.with_scoring_terms() {
-            let labels = snapshot.node(e.node).labels();
-            if labels.is_empty() {
+            if snapshot.node(e.node).labels().is_empty() {
                 continue;
             }
             if hard > 0 {
                 for t in &e.pod.required_affinity {
                     if incoming_ns.term_matches(t, pod) {
-                        add_count(&mut m, &t.topology_key, labels, hard);
+                        let slot = m.slot(labels, &t.topology_key);
+                        m.add(slot, e.node, hard);
                     }
                 }
             }
             for wt in &e.pod.preferred_affinity {
                 if incoming_ns.term_matches(&wt.term, pod) {
-                    add_count(&mut m, &wt.term.topology_key, labels, i64::from(wt.weight));
+                    let slot = m.slot(labels, &wt.term.topology_key);
+                    m.add(slot, e.node, i64::from(wt.weight));
                 }
             }
             for wt in &e.pod.preferred_anti_affinity {
                 if incoming_ns.term_matches(&wt.term, pod) {
-                    add_count(&mut m, &wt.term.topology_key, labels, -i64::from(wt.weight));
+                    let slot = m.slot(labels, &wt.term.topology_key);
+                    m.add(slot, e.node, -i64::from(wt.weight));
                 }
             }
         }
@@ -476,14 +521,26 @@ impl ScorePlugin for InterPodAffinity {
         let Some(s) = state.read::<PreScoreState>() else {
             return Err(Status::error("InterPodAffinity: PreScore state missing"));
         };
-        let labels = node.labels();
-        let mut score = 0;
-        for (key, values) in &s.topology_score {
-            if let Some(v) = labels.get(key) {
-                score += values.get(v.as_str()).copied().unwrap_or(0);
-            }
+        Ok(s.topology_score.keys().filter_map(|c| c.at(node.idx)).sum())
+    }
+
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let Some(s) = state.read::<PreScoreState>() else {
+            return Err((0, Status::error("InterPodAffinity: PreScore state missing")));
+        };
+        let keys: SmallVec<[&DomainCounts; 4]> = s.topology_score.keys().collect();
+        for &idx in nodes {
+            scores.push(keys.iter().filter_map(|c| c.at(idx)).sum());
         }
-        Ok(score)
+        Ok(())
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
@@ -491,11 +548,10 @@ impl ScorePlugin for InterPodAffinity {
         let labels = node.labels();
         let mut parts: Vec<String> = s
             .topology_score
-            .iter()
-            .filter_map(|(key, values)| {
-                let v = labels.get(key)?;
-                let c = values.get(v.as_str()).copied().unwrap_or(0);
-                Some(format!("{key}={v}: {c}"))
+            .keys()
+            .filter_map(|c| {
+                let v = labels.get(&c.key)?;
+                Some(format!("{}={v}: {}", c.key, c.at(node.idx).unwrap_or(0)))
             })
             .collect();
         parts.sort();

@@ -56,6 +56,7 @@ pub mod real_memory_fit;
 pub mod reservation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+mod topology;
 
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -79,6 +80,9 @@ pub struct PluginDeps {
     pub identity: headroom_collectors::IdentityConfig,
     /// The `usage` section: staleness, prediction percentile, class policies.
     pub policy: Arc<UsagePolicy>,
+    /// Threads a cycle may use (`scheduler.parallelism`; 0: the machine's cores, at most
+    /// 16). Default 1: serial.
+    pub parallelism: usize,
 }
 
 impl PluginDeps {
@@ -89,6 +93,7 @@ impl PluginDeps {
             reservations: Arc::new(InMemoryReservations::default()),
             identity: config.collectors.identity.clone(),
             policy: Arc::new(config.usage.clone()),
+            parallelism: config.scheduler.parallelism,
         }
     }
 
@@ -105,6 +110,7 @@ impl Default for PluginDeps {
             reservations: Arc::new(InMemoryReservations::default()),
             identity: headroom_collectors::IdentityConfig::default(),
             policy: Arc::new(UsagePolicy::default()),
+            parallelism: 1,
         }
     }
 }
@@ -353,9 +359,18 @@ pub fn build_framework_with(
             weight,
         });
     }
-    Ok(Framework::new(
-        &profile.scheduler_name,
-        registered,
-        &weights,
-    ))
+    if profile.percentage_of_nodes_to_score > 100 {
+        return Err(ConfigError::Invalid {
+            field: format!(
+                "profiles[{}].percentageOfNodesToScore",
+                profile.scheduler_name
+            ),
+            message: format!("{} is not in 0..=100", profile.percentage_of_nodes_to_score),
+        });
+    }
+    Ok(
+        Framework::new(&profile.scheduler_name, registered, &weights)
+            .with_percentage_of_nodes_to_score(profile.percentage_of_nodes_to_score)
+            .with_parallelism(deps.parallelism),
+    )
 }

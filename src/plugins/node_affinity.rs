@@ -6,11 +6,14 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::NodeAffinity as K8sNodeAffinity;
 use serde::{Deserialize, Serialize};
 
+use crate::framework::NodeBatch;
 use crate::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
     Registered, ScorePlugin, Status, default_normalize_score,
 };
-use crate::selector::{NodeSelector, Selector, Term};
+use crate::selector::{
+    CompiledNodeSelector, CompiledSelector, CompiledTerm, NodeSelector, Selector, Term,
+};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
@@ -59,6 +62,21 @@ impl RequiredNodeAffinity {
         RequiredNodeAffinity { selector, terms }
     }
 
+    /// Compiled against the snapshot's label columns, for [`CompiledRequired::matches`].
+    pub fn compile(&self, snapshot: &Snapshot) -> CompiledRequired {
+        let labels = &snapshot.table().labels;
+        CompiledRequired {
+            selector: self
+                .selector
+                .as_ref()
+                .map(|s| CompiledSelector::new(s, labels)),
+            terms: self
+                .terms
+                .as_ref()
+                .map(|t| CompiledNodeSelector::new(t, labels, &|n| snapshot.index_of(n))),
+        }
+    }
+
     /// Whether the node satisfies both parts.
     pub fn matches(&self, node: &NodeInfo) -> bool {
         if let Some(s) = &self.selector
@@ -73,12 +91,34 @@ impl RequiredNodeAffinity {
     }
 }
 
+/// [`RequiredNodeAffinity`] compiled against one snapshot: node by index.
+#[derive(Debug, Clone)]
+pub struct CompiledRequired {
+    selector: Option<CompiledSelector>,
+    terms: Option<CompiledNodeSelector>,
+}
+
+impl CompiledRequired {
+    /// Whether node `idx` of the snapshot it was compiled for satisfies both parts.
+    #[inline]
+    pub fn matches(&self, snapshot: &Snapshot, idx: NodeIdx) -> bool {
+        let labels = &snapshot.table().labels;
+        self.selector
+            .as_ref()
+            .is_none_or(|s| s.matches(labels, idx))
+            && self.terms.as_ref().is_none_or(|t| t.matches(labels, idx))
+    }
+}
+
 struct PreFilterState {
     required: RequiredNodeAffinity,
+    compiled: CompiledRequired,
+    added: Option<CompiledNodeSelector>,
 }
 
 struct PreScoreState {
     preferred: Vec<(Term, i64)>,
+    compiled: Vec<(CompiledTerm, i64)>,
 }
 
 /// The NodeAffinity plugin.
@@ -154,7 +194,7 @@ impl PreFilterPlugin for NodeAffinity {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        _snapshot: &Snapshot,
+        snapshot: &Snapshot,
     ) -> (Status, Option<NodeNames>) {
         let required = RequiredNodeAffinity::of(pod);
         if required.selector.is_none() && required.terms.is_none() && self.added_required.is_none()
@@ -189,7 +229,15 @@ impl PreFilterPlugin for NodeAffinity {
                 names = None;
             }
         }
-        state.write(PreFilterState { required });
+        let compiled = required.compile(snapshot);
+        let added = self.added_required.as_ref().map(|a| {
+            CompiledNodeSelector::new(a, &snapshot.table().labels, &|n| snapshot.index_of(n))
+        });
+        state.write(PreFilterState {
+            required,
+            compiled,
+            added,
+        });
         match names {
             Some(n) if n.is_empty() => (Status::unresolvable(ERR_REASON_CONFLICT), None),
             other => (Status::success(), other),
@@ -214,6 +262,32 @@ impl FilterPlugin for NodeAffinity {
             Status::unresolvable(ERR_REASON_POD)
         }
     }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(s) = state.read::<PreFilterState>() else {
+            return batch.retain(|idx| {
+                let st = self.filter(state, pod, snapshot.node(idx));
+                (!st.is_success()).then_some(st)
+            });
+        };
+        let labels = &snapshot.table().labels;
+        let enforced = Status::unresolvable(ERR_REASON_ENFORCED);
+        let mismatch = Status::unresolvable(ERR_REASON_POD);
+        batch.retain(|idx| {
+            if let Some(added) = &s.added
+                && !added.matches(labels, idx)
+            {
+                return Some(enforced.clone());
+            }
+            (!s.compiled.matches(snapshot, idx)).then(|| mismatch.clone())
+        });
+    }
 }
 
 impl PreScorePlugin for NodeAffinity {
@@ -221,7 +295,7 @@ impl PreScorePlugin for NodeAffinity {
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        _snapshot: &Snapshot,
+        snapshot: &Snapshot,
         _feasible: &[NodeIdx],
     ) -> Status {
         let pref = pod
@@ -247,7 +321,15 @@ impl PreScorePlugin for NodeAffinity {
                 Err(e) => return Status::error(e),
             }
         }
-        state.write(PreScoreState { preferred });
+        let labels = &snapshot.table().labels;
+        let compiled = preferred
+            .iter()
+            .map(|(t, w)| (CompiledTerm::new(t, labels, &|n| snapshot.index_of(n)), *w))
+            .collect();
+        state.write(PreScoreState {
+            preferred,
+            compiled,
+        });
         Status::success()
     }
 }
@@ -262,6 +344,31 @@ impl ScorePlugin for NodeAffinity {
             .filter(|(t, _)| t.matches(node.labels(), &node.name))
             .map(|(_, w)| *w)
             .sum())
+    }
+
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let s = state
+            .read::<PreScoreState>()
+            .ok_or_else(|| (0, Status::error("NodeAffinity PreScore state missing")))?;
+        let labels = &snapshot.table().labels;
+        for &idx in nodes {
+            scores.push(
+                s.compiled
+                    .iter()
+                    .filter(|(t, _)| t.matches(labels, idx))
+                    .map(|(_, w)| *w)
+                    .sum(),
+            );
+        }
+        Ok(())
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::framework::{CycleState, FilterPlugin, Plugin, Registered, Status};
-use crate::snapshot::{NodeInfo, PodInfo};
+use crate::framework::{CycleState, FilterPlugin, NodeBatch, Plugin, Registered, Status};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
 pub const NAME: &str = "NodeName";
@@ -49,6 +49,20 @@ impl FilterPlugin for NodeName {
             }
             _ => Status::success(),
         }
+    }
+
+    fn filter_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(want) = pod.node_name() else {
+            return;
+        };
+        let want = snapshot.index_of(want);
+        batch.reject_if(&Status::unresolvable(ERR_REASON), |idx| Some(idx) != want);
     }
 }
 

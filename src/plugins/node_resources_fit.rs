@@ -12,12 +12,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, Registered,
-    ScorePlugin, Status,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
+    Reasons, Registered, ScorePlugin, Status,
 };
 use crate::quantity::{format_bytes, format_milli};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, is_scalar_resource};
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::table::{Divisor, res};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
 pub const NAME: &str = "NodeResourcesFit";
@@ -124,6 +125,138 @@ pub struct NodeResourcesFitArgs {
 pub struct NodeResourcesFit {
     args: NodeResourcesFitArgs,
     shape: Vec<(i64, i64)>,
+    /// The scored resources, resolved (in `scoringStrategy.resources` order).
+    kinds: Vec<ResourceKind>,
+}
+
+/// A resource name resolved once: a column of the node table, or a scalar read from the
+/// node's [`NodeInfo`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResourceKind {
+    /// `cpu`.
+    Cpu,
+    /// `memory`.
+    Memory,
+    /// `ephemeral-storage`.
+    EphemeralStorage,
+    /// Anything else.
+    Scalar,
+}
+
+impl ResourceKind {
+    /// Resolves a resource name.
+    pub(crate) fn of(name: &str) -> ResourceKind {
+        match name {
+            CPU => ResourceKind::Cpu,
+            MEMORY => ResourceKind::Memory,
+            EPHEMERAL_STORAGE => ResourceKind::EphemeralStorage,
+            _ => ResourceKind::Scalar,
+        }
+    }
+}
+
+/// The largest capacity whose products with [`MAX_NODE_SCORE`] fit in `i64`.
+const EXACT_IN_I64: i64 = i64::MAX / MAX_NODE_SCORE;
+
+/// `n * 100 / capacity` for `0 ≤ n ≤ capacity`, `capacity > 0`: through the [`Divisor`]
+/// when the product fits in `i64`, in `i128` otherwise.
+#[inline(always)]
+fn percent_of(n: i64, capacity: Divisor) -> i64 {
+    let c = capacity.get();
+    if c <= EXACT_IN_I64 {
+        capacity.divide(n * MAX_NODE_SCORE)
+    } else {
+        (i128::from(n) * i128::from(MAX_NODE_SCORE) / i128::from(c)) as i64
+    }
+}
+
+/// `LeastAllocated`: the free share of `capacity` after `requested`, 0..=100 (0 for a
+/// capacity ≤ 0; a negative request counts as zero).
+#[inline(always)]
+fn least_allocated(requested: i64, capacity: Divisor) -> i64 {
+    let (r, c) = (requested.max(0), capacity.get());
+    if c <= 0 || r > c {
+        0
+    } else {
+        percent_of(c - r, capacity)
+    }
+}
+
+/// `MostAllocated`: the used share of `capacity` with `requested`, 0..=100 (0 for a
+/// capacity ≤ 0; a negative request counts as zero).
+#[inline(always)]
+fn most_allocated(requested: i64, capacity: Divisor) -> i64 {
+    let (r, c) = (requested.max(0), capacity.get());
+    if c <= 0 {
+        0
+    } else {
+        percent_of(r.min(c), capacity)
+    }
+}
+
+/// Whether a capacity is in `1..=EXACT_IN_I64`, where [`least_allocated`] and
+/// [`most_allocated`] are [`least_allocated_plain`] and [`most_allocated_plain`].
+#[inline(always)]
+fn plain_capacity(capacity: Divisor) -> bool {
+    (capacity.get() as u64).wrapping_sub(1) < EXACT_IN_I64 as u64
+}
+
+/// [`least_allocated`] for a [`plain_capacity`]: no range checks left but the request's.
+#[inline(always)]
+fn least_allocated_plain(requested: i64, capacity: Divisor) -> i64 {
+    let (r, c) = (requested.max(0), capacity.get());
+    if r > c {
+        0
+    } else {
+        capacity.divide_non_negative((c - r) * MAX_NODE_SCORE)
+    }
+}
+
+/// [`most_allocated`] for a [`plain_capacity`].
+#[inline(always)]
+fn most_allocated_plain(requested: i64, capacity: Divisor) -> i64 {
+    capacity.divide_non_negative(requested.max(0).min(capacity.get()) * MAX_NODE_SCORE)
+}
+
+/// [`allocatable_requested`] for node `idx`, from the node table.
+#[inline(always)]
+pub(crate) fn table_allocatable_requested(
+    snapshot: &Snapshot,
+    idx: NodeIdx,
+    pod: &PodInfo,
+    kind: ResourceKind,
+    name: &str,
+    use_requested: bool,
+) -> Option<(i64, i64)> {
+    let t = snapshot.table();
+    let i = idx as usize;
+    let r = &pod.requests;
+    let (alloc, req) = match kind {
+        ResourceKind::Cpu => (
+            t.allocatable[i][res::CPU],
+            if use_requested {
+                t.requested[i][res::CPU].saturating_add(r.requests.milli_cpu)
+            } else {
+                t.non_zero[i][0].saturating_add(r.non_zero_milli_cpu)
+            },
+        ),
+        ResourceKind::Memory => (
+            t.allocatable[i][res::MEMORY],
+            if use_requested {
+                t.requested[i][res::MEMORY].saturating_add(r.requests.memory)
+            } else {
+                t.non_zero[i][1].saturating_add(r.non_zero_memory)
+            },
+        ),
+        ResourceKind::EphemeralStorage => (
+            t.allocatable[i][res::EPHEMERAL_STORAGE],
+            t.requested[i][res::EPHEMERAL_STORAGE].saturating_add(r.requests.ephemeral_storage),
+        ),
+        ResourceKind::Scalar => {
+            return allocatable_requested(snapshot.node(idx), pod, name, use_requested);
+        }
+    };
+    (alloc != 0).then_some((alloc, req))
 }
 
 /// Node's allocatable and requested (with the pod) for one scored resource; `None` skips it.
@@ -145,7 +278,7 @@ pub(crate) fn allocatable_requested(
             } else {
                 pod.requests.non_zero_milli_cpu
             };
-            (node.allocatable.milli_cpu, node_req + pod_req)
+            (node.allocatable.milli_cpu, node_req.saturating_add(pod_req))
         }
         MEMORY => {
             let node_req = if use_requested {
@@ -158,11 +291,13 @@ pub(crate) fn allocatable_requested(
             } else {
                 pod.requests.non_zero_memory
             };
-            (node.allocatable.memory, node_req + pod_req)
+            (node.allocatable.memory, node_req.saturating_add(pod_req))
         }
         EPHEMERAL_STORAGE => (
             node.allocatable.ephemeral_storage,
-            node.requested.ephemeral_storage + pod.requests.requests.ephemeral_storage,
+            node.requested
+                .ephemeral_storage
+                .saturating_add(pod.requests.requests.ephemeral_storage),
         ),
         other => {
             let pod_req = pod.requests.requests.scalar(other);
@@ -172,7 +307,7 @@ pub(crate) fn allocatable_requested(
             }
             (
                 node.allocatable.scalar(other),
-                node.requested.scalar(other) + pod_req,
+                node.requested.scalar(other).saturating_add(pod_req),
             )
         }
     };
@@ -234,7 +369,95 @@ impl NodeResourcesFit {
                 shape.push((p.utilization, p.score * (MAX_NODE_SCORE / 10)));
             }
         }
-        Ok(NodeResourcesFit { args, shape })
+        let kinds = st
+            .resources
+            .iter()
+            .map(|r| ResourceKind::of(&r.name))
+            .collect();
+        Ok(NodeResourcesFit { args, shape, kinds })
+    }
+
+    /// The score from each scored resource's (allocatable as a [`Divisor`], requested with
+    /// the pod); `all_weights` divides by the sum of every resource's weight.
+    #[inline(always)]
+    fn score_with(
+        &self,
+        all_weights: Divisor,
+        mut get: impl FnMut(&str, ResourceKind) -> Option<(Divisor, i64)>,
+    ) -> i64 {
+        let mut node_score = 0i64;
+        let mut weight_sum = 0i64;
+        let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
+        for (r, kind) in self.args.scoring_strategy.resources.iter().zip(&self.kinds) {
+            let Some((alloc, req)) = get(&r.name, *kind) else {
+                continue;
+            };
+            let s = self.resource_score(req, alloc);
+            if ratio && s <= 0 {
+                // RequestedToCapacityRatio only averages resources that score above zero.
+                continue;
+            }
+            node_score += s * r.weight;
+            weight_sum += r.weight;
+        }
+        if weight_sum == 0 {
+            return 0;
+        }
+        if ratio {
+            (node_score as f64 / weight_sum as f64).round() as i64
+        } else if weight_sum == all_weights.get() {
+            all_weights.divide(node_score)
+        } else {
+            node_score / weight_sum
+        }
+    }
+
+    /// Scores over cpu and memory from the node table, each resource scored by `score` on
+    /// nodes whose cpu and memory capacities are both [`plain_capacity`], by the general
+    /// path on the others.
+    #[inline(always)]
+    fn cpu_memory(
+        &self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+        all_weights: Divisor,
+        score: impl Fn(i64, Divisor) -> i64,
+    ) {
+        let t = snapshot.table();
+        let r = &pod.requests;
+        let res = &self.args.scoring_strategy.resources;
+        let (w0, w1) = (res[0].weight, res[1].weight);
+        for &idx in nodes {
+            let i = idx as usize;
+            let [ac, am, _] = t.allocatable_div[i];
+            if !(plain_capacity(ac) && plain_capacity(am)) {
+                // A resource the node lacks drops out, a huge one is scored in i128: the
+                // general path.
+                scores.push(self.score_with(all_weights, |name, kind| {
+                    table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+                        .map(|(a, r)| (Divisor::new(a), r))
+                }));
+                continue;
+            }
+            let nz = &t.non_zero[i];
+            let s = score(nz[0].saturating_add(r.non_zero_milli_cpu), ac) * w0
+                + score(nz[1].saturating_add(r.non_zero_memory), am) * w1;
+            scores.push(all_weights.divide(s));
+        }
+    }
+
+    /// The sum of the scored resources' weights.
+    fn all_weights(&self) -> Divisor {
+        Divisor::new(
+            self.args
+                .scoring_strategy
+                .resources
+                .iter()
+                .map(|r| r.weight)
+                .sum(),
+        )
     }
 
     /// Registers its extension points (PreFilter, Filter, Score).
@@ -270,37 +493,25 @@ impl NodeResourcesFit {
         shape[shape.len() - 1].1
     }
 
-    /// One resource's score, always in `0..=MAX_NODE_SCORE`: the arithmetic is done in
-    /// `i128` (a capacity near `i64::MAX` times 100 would overflow `i64`), and a negative
-    /// request or capacity (which the pod and node readers reject) counts as zero.
-    fn resource_score(&self, requested: i64, capacity: i64) -> i64 {
-        let (requested, capacity) = (i128::from(requested.max(0)), i128::from(capacity));
-        let max = i128::from(MAX_NODE_SCORE);
-        let score = match self.args.scoring_strategy.kind {
-            StrategyType::LeastAllocated => {
-                if capacity <= 0 || requested > capacity {
-                    0
-                } else {
-                    (capacity - requested) * max / capacity
-                }
-            }
-            StrategyType::MostAllocated => {
-                if capacity <= 0 {
-                    0
-                } else {
-                    requested.min(capacity) * max / capacity
-                }
-            }
+    /// One resource's score, always in `0..=MAX_NODE_SCORE`; `capacity` divides exactly as
+    /// `/` ([`Divisor`]). A negative request or capacity (which the pod and node readers
+    /// reject) counts as zero, and a capacity near `i64::MAX` (where `capacity * 100` would
+    /// overflow `i64`) is scored in `i128`.
+    #[inline(always)]
+    fn resource_score(&self, requested: i64, capacity: Divisor) -> i64 {
+        match self.args.scoring_strategy.kind {
+            StrategyType::LeastAllocated => least_allocated(requested, capacity),
+            StrategyType::MostAllocated => most_allocated(requested, capacity),
             StrategyType::RequestedToCapacityRatio => {
-                let ratio = if capacity <= 0 || requested > capacity {
+                let (r, c) = (requested.max(0), capacity.get());
+                let ratio = if c <= 0 || r > c {
                     100
                 } else {
-                    (requested * 100 / capacity) as i64
+                    percent_of(r, capacity)
                 };
-                i128::from(self.broken_linear(ratio))
+                self.broken_linear(ratio).clamp(0, MAX_NODE_SCORE)
             }
-        };
-        score.clamp(0, max) as i64
+        }
     }
 }
 
@@ -395,33 +606,145 @@ impl FilterPlugin for NodeResourcesFit {
             detail: (!details.is_empty()).then(|| details.join("; ")),
         }
     }
+
+    fn filter_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let t = snapshot.table();
+        let req = &pod.requests.requests;
+        let checked = !req.is_zero();
+        let want = [req.milli_cpu, req.memory, req.ephemeral_storage];
+        const INSUFFICIENT: [&str; 3] = [
+            "Insufficient cpu",
+            "Insufficient memory",
+            "Insufficient ephemeral-storage",
+        ];
+        let scalars: Vec<&(Arc<str>, i64)> = req
+            .scalars
+            .iter()
+            .filter(|(name, want)| *want != 0 && is_scalar_resource(name) && !self.ignored(name))
+            .collect();
+        batch.retain(|idx| {
+            let i = idx as usize;
+            let (a, u) = (&t.allocatable[i], &t.requested[i]);
+            // The common case first: everything fits.
+            let short = |k: usize| want[k] > 0 && want[k] > a[k] - u[k];
+            if u[res::PODS] < a[res::PODS]
+                && (!checked
+                    || (!short(res::CPU)
+                        && !short(res::MEMORY)
+                        && !short(res::EPHEMERAL_STORAGE)
+                        && scalars.is_empty()))
+            {
+                return None;
+            }
+            let mut reasons = Reasons::new();
+            if u[res::PODS] + 1 > a[res::PODS] {
+                reasons.push(Cow::Borrowed(REASON_TOO_MANY_PODS));
+            }
+            if checked {
+                for k in [res::CPU, res::MEMORY, res::EPHEMERAL_STORAGE] {
+                    if want[k] > 0 && want[k] > a[k] - u[k] {
+                        reasons.push(Cow::Borrowed(INSUFFICIENT[k]));
+                    }
+                }
+                if !scalars.is_empty() {
+                    let node = snapshot.node(idx);
+                    for (name, want) in &scalars {
+                        let free = node.allocatable.scalar(name) - node.requested.scalar(name);
+                        if *want > free {
+                            reasons.push(Cow::Owned(format!("Insufficient {name}")));
+                        }
+                    }
+                }
+            }
+            (!reasons.is_empty()).then_some(Status {
+                code: Code::Unschedulable,
+                reasons,
+                plugin: "",
+                detail: None,
+            })
+        });
+    }
 }
 
 impl ScorePlugin for NodeResourcesFit {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let mut node_score = 0i64;
-        let mut weight_sum = 0i64;
-        let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
-        for r in &self.args.scoring_strategy.resources {
-            let Some((alloc, req)) = allocatable_requested(node, pod, &r.name, false) else {
-                continue;
-            };
-            let s = self.resource_score(req, alloc);
-            if ratio && s <= 0 {
-                // RequestedToCapacityRatio only averages resources that score above zero.
-                continue;
+        Ok(self.score_with(self.all_weights(), |name, _| {
+            allocatable_requested(node, pod, name, false).map(|(a, r)| (Divisor::new(a), r))
+        }))
+    }
+
+    fn score_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let all_weights = self.all_weights();
+        if self.kinds.contains(&ResourceKind::Scalar) {
+            for &idx in nodes {
+                scores.push(self.score_with(all_weights, |name, kind| {
+                    table_allocatable_requested(snapshot, idx, pod, kind, name, false)
+                        .map(|(a, r)| (Divisor::new(a), r))
+                }));
             }
-            node_score += s * r.weight;
-            weight_sum += r.weight;
+            return Ok(());
         }
-        if weight_sum == 0 {
-            return Ok(0);
+        let t = snapshot.table();
+        let r = &pod.requests;
+        let ratio = self.args.scoring_strategy.kind == StrategyType::RequestedToCapacityRatio;
+        if !ratio && self.kinds == [ResourceKind::Cpu, ResourceKind::Memory] {
+            // The default: cpu and memory, straight arithmetic, the strategy chosen once.
+            match self.args.scoring_strategy.kind {
+                StrategyType::MostAllocated => self.cpu_memory(
+                    snapshot,
+                    pod,
+                    nodes,
+                    scores,
+                    all_weights,
+                    most_allocated_plain,
+                ),
+                _ => self.cpu_memory(
+                    snapshot,
+                    pod,
+                    nodes,
+                    scores,
+                    all_weights,
+                    least_allocated_plain,
+                ),
+            }
+            return Ok(());
         }
-        Ok(if ratio {
-            (node_score as f64 / weight_sum as f64).round() as i64
-        } else {
-            node_score / weight_sum
-        })
+        // Every scored resource is a column of the node table: read the node's rows once.
+        for &idx in nodes {
+            let i = idx as usize;
+            let (a, nz, rq) = (&t.allocatable_div[i], &t.non_zero[i], &t.requested[i]);
+            scores.push(self.score_with(all_weights, |_, kind| {
+                let (alloc, req) = match kind {
+                    ResourceKind::Cpu => (a[0], nz[0].saturating_add(r.non_zero_milli_cpu)),
+                    ResourceKind::Memory => (a[1], nz[1].saturating_add(r.non_zero_memory)),
+                    _ => (
+                        a[2],
+                        rq[res::EPHEMERAL_STORAGE].saturating_add(r.requests.ephemeral_storage),
+                    ),
+                };
+                (alloc.get() != 0).then_some((alloc, req))
+            }));
+        }
+        Ok(())
     }
 
     fn explain_score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
@@ -445,7 +768,7 @@ impl ScorePlugin for NodeResourcesFit {
                     } else {
                         format_bytes(alloc)
                     },
-                    self.resource_score(req, alloc)
+                    self.resource_score(req, Divisor::new(alloc))
                 ))
             })
             .collect();
@@ -591,15 +914,47 @@ mod tests {
             ];
             for r in values {
                 for c in values {
-                    let s = fit.resource_score(r, c);
+                    let s = fit.resource_score(r, Divisor::new(c));
                     assert!((0..=MAX_NODE_SCORE).contains(&s), "{kind:?} {r} {c}: {s}");
                 }
             }
             assert_eq!(
-                fit.resource_score(-1000, 4000),
-                fit.resource_score(0, 4000),
+                fit.resource_score(-1000, Divisor::new(4000)),
+                fit.resource_score(0, Divisor::new(4000)),
                 "{kind:?}"
             );
+        }
+    }
+
+    #[test]
+    fn plain_capacity_paths_equal_the_general_ones() {
+        let values = [
+            i64::MIN,
+            -1,
+            0,
+            1,
+            2,
+            99,
+            4000,
+            EXACT_IN_I64 - 1,
+            EXACT_IN_I64,
+            EXACT_IN_I64 + 1,
+            i64::MAX,
+        ];
+        for c in values {
+            let d = Divisor::new(c);
+            assert_eq!(plain_capacity(d), (1..=EXACT_IN_I64).contains(&c), "{c}");
+            if !plain_capacity(d) {
+                continue;
+            }
+            for r in values.into_iter().chain([c - 1, c, c.saturating_add(1)]) {
+                assert_eq!(
+                    least_allocated_plain(r, d),
+                    least_allocated(r, d),
+                    "{r} {c}"
+                );
+                assert_eq!(most_allocated_plain(r, d), most_allocated(r, d), "{r} {c}");
+            }
         }
     }
 

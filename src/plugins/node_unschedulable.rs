@@ -6,8 +6,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Taint;
 
 use super::taint_toleration::tolerations_tolerate;
-use crate::framework::{CycleState, FilterPlugin, Plugin, Registered, Status};
-use crate::snapshot::{NodeInfo, PodInfo};
+use crate::framework::{CycleState, FilterPlugin, NodeBatch, Plugin, Registered, Status};
+use crate::snapshot::table::flag;
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
 pub const NAME: &str = "NodeUnschedulable";
@@ -56,6 +57,25 @@ impl FilterPlugin for NodeUnschedulable {
         } else {
             Status::unresolvable(ERR_REASON)
         }
+    }
+
+    fn filter_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let tolerated = pod.tolerations().iter().any(|t| {
+            super::taint_toleration::tolerates_parts(t, TAINT_NODE_UNSCHEDULABLE, "", "NoSchedule")
+        });
+        if tolerated {
+            return;
+        }
+        let table = snapshot.table();
+        batch.reject_if(&Status::unresolvable(ERR_REASON), |idx| {
+            table.has(idx, flag::UNSCHEDULABLE)
+        });
     }
 }
 

@@ -23,21 +23,22 @@
 //! `defaultConstraints` is empty and `defaultingType` is `List`) no default spreading happens:
 //! headroom deliberately leaves upstream's system default spreading off unless configured.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use serde::{Deserialize, Serialize};
 
 use super::inter_pod_affinity::for_each_candidate;
-use super::node_affinity::RequiredNodeAffinity;
-use super::taint_toleration::find_untolerated;
+use super::node_affinity::{CompiledRequired, RequiredNodeAffinity};
+use super::taint_toleration::untolerated_taints;
 use crate::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
-    Registered, ScorePlugin, Status,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
+    PreScorePlugin, Registered, ScorePlugin, Status,
 };
 use crate::selector::{Labels, Op, Requirement, Selector, SelectorError};
+use crate::snapshot::table::{NONE, flag};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use smallvec::SmallVec;
 
 /// The plugin's name.
 pub const NAME: &str = "PodTopologySpread";
@@ -296,51 +297,178 @@ fn compile_constraints(
     Ok(out)
 }
 
-/// Whether the node has a `NoSchedule`/`NoExecute` taint none of the tolerations tolerate.
-fn has_untolerated_do_not_schedule_taint(taints: &[Taint], tolerations: &[Toleration]) -> bool {
-    find_untolerated(taints, tolerations).is_some()
+/// Which nodes take part in the pod's constraints: all constraint keys present (when
+/// required), the pod's node affinity (`nodeAffinityPolicy: Honor`) and its tolerations of
+/// `NoSchedule`/`NoExecute` taints (`nodeTaintsPolicy: Honor`), compiled once per cycle.
+struct Eligibility {
+    /// Per constraint, its key's column (`None`: no node has it).
+    keys: Vec<Option<Arc<Vec<u32>>>>,
+    affinity: Option<CompiledRequired>,
+    /// Per taint id: a `NoSchedule`/`NoExecute` taint the pod does not tolerate.
+    untolerated: Option<Vec<bool>>,
 }
 
-fn has_all_keys(labels: &Labels, constraints: &[Constraint]) -> bool {
-    constraints
-        .iter()
-        .all(|c| labels.contains_key(&c.topology_key))
-}
-
-/// Per node, per constraint: does the node take part (all keys present, inclusion policies)?
-/// Flattened `node * constraints.len() + constraint`.
-fn eligible_nodes(
-    snapshot: &Snapshot,
-    pod: &PodInfo,
-    constraints: &[Constraint],
-    require_all_keys: bool,
-) -> Vec<bool> {
-    let k = constraints.len();
-    let mut out = vec![false; snapshot.len() * k];
-    let need_affinity = constraints.iter().any(|c| c.honor_node_affinity);
-    let need_taints = constraints.iter().any(|c| c.honor_node_taints);
-    let affinity = need_affinity.then(|| RequiredNodeAffinity::of(pod));
-    let tolerations = pod.tolerations();
-    for (i, node) in snapshot.nodes().iter().enumerate() {
-        if require_all_keys && !has_all_keys(node.labels(), constraints) {
-            continue;
-        }
-        let affinity_ok = affinity.as_ref().is_none_or(|a| a.matches(node));
-        let taints_ok =
-            !need_taints || !has_untolerated_do_not_schedule_taint(node.taints(), tolerations);
-        for (ci, c) in constraints.iter().enumerate() {
-            out[i * k + ci] =
-                (!c.honor_node_affinity || affinity_ok) && (!c.honor_node_taints || taints_ok);
+impl Eligibility {
+    fn new(snapshot: &Snapshot, pod: &PodInfo, constraints: &[Constraint]) -> Eligibility {
+        let labels = &snapshot.table().labels;
+        let need_affinity = constraints.iter().any(|c| c.honor_node_affinity);
+        let need_taints = constraints.iter().any(|c| c.honor_node_taints);
+        Eligibility {
+            keys: constraints
+                .iter()
+                .map(|c| labels.column(&c.topology_key).map(|col| col.values.clone()))
+                .collect(),
+            affinity: need_affinity.then(|| RequiredNodeAffinity::of(pod).compile(snapshot)),
+            untolerated: need_taints.then(|| {
+                untolerated_taints(snapshot, pod.tolerations(), &["NoSchedule", "NoExecute"])
+            }),
         }
     }
-    out
+
+    /// Whether node `idx` carries every constraint's key.
+    #[inline]
+    fn has_all_keys(&self, idx: NodeIdx) -> bool {
+        self.keys
+            .iter()
+            .all(|k| k.as_ref().is_some_and(|col| col[idx as usize] != NONE))
+    }
+
+    /// Per constraint, whether node `idx` takes part, into `out`.
+    fn node(
+        &self,
+        snapshot: &Snapshot,
+        constraints: &[Constraint],
+        idx: NodeIdx,
+        require_all_keys: bool,
+        out: &mut [bool],
+    ) {
+        if require_all_keys && !self.has_all_keys(idx) {
+            out.iter_mut().for_each(|e| *e = false);
+            return;
+        }
+        let affinity_ok = self
+            .affinity
+            .as_ref()
+            .is_none_or(|a| a.matches(snapshot, idx));
+        let table = snapshot.table();
+        let taints_ok = self.untolerated.as_ref().is_none_or(|u| {
+            !table.has(idx, flag::NO_SCHEDULE_TAINTS)
+                || !table.taints[idx as usize].iter().any(|&t| u[t as usize])
+        });
+        for (e, c) in out.iter_mut().zip(constraints) {
+            *e = (!c.honor_node_affinity || affinity_ok) && (!c.honor_node_taints || taints_ok);
+        }
+    }
+
+    /// Per node and constraint (`node * constraints + constraint`): does the node take part?
+    fn all(
+        &self,
+        snapshot: &Snapshot,
+        constraints: &[Constraint],
+        require_all_keys: bool,
+    ) -> Vec<bool> {
+        let k = constraints.len();
+        if self.affinity.is_none() && self.untolerated.is_none() {
+            // Only the keys decide: the same verdict for every constraint of a node.
+            if !require_all_keys {
+                return vec![true; snapshot.len() * k];
+            }
+            let Some(columns) = self
+                .keys
+                .iter()
+                .map(|c| c.as_deref().map(Vec::as_slice))
+                .collect::<Option<SmallVec<[&[u32]; 4]>>>()
+            else {
+                return vec![false; snapshot.len() * k];
+            };
+            let mut out = Vec::with_capacity(snapshot.len() * k);
+            for i in 0..snapshot.len() {
+                let all = columns.iter().all(|c| c[i] != NONE);
+                out.extend(std::iter::repeat_n(all, k));
+            }
+            return out;
+        }
+        let mut out = vec![false; snapshot.len() * k];
+        for (i, chunk) in out.chunks_mut(k.max(1)).enumerate() {
+            self.node(snapshot, constraints, i as NodeIdx, require_all_keys, chunk);
+        }
+        out
+    }
 }
 
-/// Adds one matching pod to its node's domain, when that domain is tracked.
-fn count_into(counts: &mut HashMap<String, i64>, labels: &Labels, key: &str) {
-    let value = labels.get(key).map_or("", String::as_str);
-    if let Some(c) = counts.get_mut(value) {
-        *c += 1;
+/// One constraint's matching pods per domain of its topology key, dense by value id. A
+/// node lacking the key belongs to the domain of the empty value (as upstream's lookups of
+/// a missing label do).
+#[derive(Debug)]
+struct SpreadCounts {
+    /// The key's value id per node (`None`: no node has the key).
+    column: Option<Arc<Vec<u32>>>,
+    /// The domain of nodes lacking the key.
+    empty: u32,
+    /// Per domain.
+    counts: Vec<i64>,
+    /// Per domain: counted at all (an eligible node has it).
+    tracked: Vec<bool>,
+    /// Number of tracked domains.
+    domains: usize,
+}
+
+impl SpreadCounts {
+    fn new(snapshot: &Snapshot, key: &str) -> SpreadCounts {
+        let col = snapshot.table().labels.column(key);
+        let cap = col.map_or(0, |c| c.dict.capacity());
+        SpreadCounts {
+            column: col.map(|c| c.values.clone()),
+            empty: col.and_then(|c| c.dict.get("")).unwrap_or(cap as u32),
+            counts: vec![0; cap + 1],
+            tracked: vec![false; cap + 1],
+            domains: 0,
+        }
+    }
+
+    /// Node `idx`'s value id, when it has the key.
+    #[inline]
+    fn value(&self, idx: NodeIdx) -> Option<u32> {
+        let v = self.column.as_ref()?[idx as usize];
+        (v != NONE).then_some(v)
+    }
+
+    /// Node `idx`'s domain, the empty value's when it lacks the key.
+    #[inline]
+    fn domain(&self, idx: NodeIdx) -> u32 {
+        self.value(idx).unwrap_or(self.empty)
+    }
+
+    fn track(&mut self, d: u32) {
+        if !self.tracked[d as usize] {
+            self.tracked[d as usize] = true;
+            self.domains += 1;
+        }
+    }
+
+    /// Counts a matching pod in its node's domain, when the domain is tracked.
+    #[inline]
+    fn count(&mut self, idx: NodeIdx) {
+        let d = self.domain(idx) as usize;
+        if self.tracked[d] {
+            self.counts[d] += 1;
+        }
+    }
+
+    #[inline]
+    fn get(&self, d: u32) -> i64 {
+        self.counts[d as usize]
+    }
+
+    /// The smallest count over tracked domains (`i32::MAX` with none).
+    fn min(&self) -> i64 {
+        self.counts
+            .iter()
+            .zip(&self.tracked)
+            .filter(|(_, t)| **t)
+            .map(|(c, _)| *c)
+            .min()
+            .unwrap_or(i64::from(i32::MAX))
     }
 }
 
@@ -348,10 +476,12 @@ fn count_into(counts: &mut HashMap<String, i64>, labels: &Labels, key: &str) {
 #[derive(Debug)]
 struct PreFilterState {
     constraints: Vec<Constraint>,
-    /// Per constraint: eligible domain value → matching pods.
-    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: matching pods per eligible domain.
+    counts: Vec<SpreadCounts>,
     /// Per constraint: the smallest count over eligible domains (`i32::MAX` with none).
     min: Vec<i64>,
+    /// Per constraint: whether the incoming pod matches its own selector.
+    self_match: Vec<bool>,
 }
 
 /// What PreScore computed for Score and NormalizeScore.
@@ -361,33 +491,52 @@ struct PreScoreState {
     /// Nodes lacking a topology key are not scored (only with the pod's own constraints or
     /// non-system defaults).
     require_all_keys: bool,
-    /// Per constraint (non-hostname): domain value of a feasible node → matching pods.
-    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: matching pods per domain of a feasible node (hostname constraints:
+    /// unused).
+    counts: Vec<SpreadCounts>,
+    /// Per constraint with the hostname key: matching pods per node index.
+    per_node: Vec<Option<Vec<i64>>>,
     /// Per constraint: `ln(domains + 2)`.
     weights: Vec<f64>,
     /// Per feasible node (in order): ignored for missing keys.
     ignored: Vec<bool>,
-    /// The incoming pod's namespace.
-    namespace: String,
+    /// Whether node `idx` carries every constraint's key.
+    keys: Vec<Option<Arc<Vec<u32>>>>,
 }
 
 impl PreScoreState {
-    fn ignored(&self, node: &NodeInfo) -> bool {
-        self.require_all_keys && !has_all_keys(node.labels(), &self.constraints)
+    #[inline]
+    fn ignored(&self, idx: NodeIdx) -> bool {
+        self.require_all_keys
+            && !self
+                .keys
+                .iter()
+                .all(|k| k.as_ref().is_some_and(|col| col[idx as usize] != NONE))
     }
 
-    /// Per constraint: the matching-pod count of the node's domain, when it has the key.
-    fn node_count(&self, i: usize, node: &NodeInfo) -> Option<i64> {
-        let c = &self.constraints[i];
-        let v = node.labels().get(&c.topology_key)?;
-        Some(if c.topology_key == LABEL_HOSTNAME {
-            node.pods
-                .iter()
-                .filter(|p| c.counts(p, &self.namespace))
-                .count() as i64
-        } else {
-            self.counts[i].get(v.as_str()).copied().unwrap_or(0)
+    /// Per constraint: the matching-pod count of node `idx`'s domain, when it has the key.
+    #[inline]
+    fn node_count(&self, i: usize, idx: NodeIdx) -> Option<i64> {
+        let c = &self.counts[i];
+        let v = c.value(idx)?;
+        Some(match &self.per_node[i] {
+            Some(per_node) => per_node[idx as usize],
+            None => c.get(v),
         })
+    }
+
+    #[inline]
+    fn score(&self, idx: NodeIdx) -> i64 {
+        if self.ignored(idx) {
+            return 0;
+        }
+        let mut score = 0f64;
+        for (i, c) in self.constraints.iter().enumerate() {
+            if let Some(cnt) = self.node_count(i, idx) {
+                score += cnt as f64 * self.weights[i] + f64::from(c.max_skew - 1);
+            }
+        }
+        score.round() as i64
     }
 }
 
@@ -417,15 +566,18 @@ impl PreFilterPlugin for PodTopologySpread {
             return (Status::skip(), None);
         }
         let k = constraints.len();
-        let eligible = eligible_nodes(snapshot, pod, &constraints, true);
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); k];
-        for (i, node) in snapshot.nodes().iter().enumerate() {
-            for (ci, c) in constraints.iter().enumerate() {
-                if eligible[i * k + ci]
-                    && let Some(v) = node.labels().get(&c.topology_key)
-                    && !counts[ci].contains_key(v.as_str())
+        let eligible =
+            Eligibility::new(snapshot, pod, &constraints).all(snapshot, &constraints, true);
+        let mut counts: Vec<SpreadCounts> = constraints
+            .iter()
+            .map(|c| SpreadCounts::new(snapshot, &c.topology_key))
+            .collect();
+        for (i, e) in eligible.chunks(k).enumerate() {
+            for (ci, counts) in counts.iter_mut().enumerate() {
+                if e[ci]
+                    && let Some(v) = counts.value(i as NodeIdx)
                 {
-                    counts[ci].insert(v.clone(), 0);
+                    counts.track(v);
                 }
             }
         }
@@ -433,61 +585,150 @@ impl PreFilterPlugin for PodTopologySpread {
             if c.selector.requirements.is_empty() {
                 continue;
             }
+            let counts = &mut counts[ci];
             for_each_candidate(snapshot, &c.selector, |n, p| {
                 if eligible[n as usize * k + ci] && c.counts(p, &pod.namespace) {
-                    count_into(&mut counts[ci], snapshot.node(n).labels(), &c.topology_key);
+                    counts.count(n);
                 }
             });
         }
-        let min = counts
+        let min = counts.iter().map(SpreadCounts::min).collect();
+        let self_match = constraints
             .iter()
-            .map(|m| m.values().copied().min().unwrap_or(i64::from(i32::MAX)))
+            .map(|c| c.selector.matches(pod.labels()))
             .collect();
         state.write(PreFilterState {
             constraints,
             counts,
             min,
+            self_match,
         });
         (Status::success(), None)
     }
 }
 
+/// Why a node fails a `DoNotSchedule` constraint.
+enum Failure {
+    LacksKey(usize),
+    Skew {
+        constraint: usize,
+        matching: i64,
+        self_match: i64,
+        min: i64,
+    },
+}
+
+impl PreFilterState {
+    /// The global minimum constraint `i` measures skew against.
+    fn min_of(&self, i: usize) -> i64 {
+        if (self.counts[i].domains as i64) < i64::from(self.constraints[i].min_domains) {
+            0
+        } else {
+            self.min[i]
+        }
+    }
+}
+
+/// Per constraint, what a node's domain may hold: `(column, counts, limit)` with a node
+/// failing when its domain's count exceeds `limit = maxSkew + min − self match`.
+type Limits<'a> = SmallVec<[(&'a [u32], &'a [i64], i64); 2]>;
+
+impl PodTopologySpread {
+    fn limits(s: &PreFilterState) -> Limits<'_> {
+        s.constraints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let counts = &s.counts[i];
+                let column = counts.column.as_deref().map_or(&[][..], Vec::as_slice);
+                let limit = i64::from(c.max_skew) + s.min_of(i) - i64::from(s.self_match[i]);
+                (column, counts.counts.as_slice(), limit)
+            })
+            .collect()
+    }
+
+    #[inline]
+    fn check(s: &PreFilterState, limits: &Limits<'_>, idx: NodeIdx) -> Option<Failure> {
+        for (i, &(column, counts, limit)) in limits.iter().enumerate() {
+            let v = column.get(idx as usize).copied().unwrap_or(NONE);
+            if v == NONE {
+                return Some(Failure::LacksKey(i));
+            }
+            let matching = counts[v as usize];
+            if matching > limit {
+                return Some(Failure::Skew {
+                    constraint: i,
+                    matching,
+                    self_match: i64::from(s.self_match[i]),
+                    min: s.min_of(i),
+                });
+            }
+        }
+        None
+    }
+}
+
 impl FilterPlugin for PodTopologySpread {
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.read::<PreFilterState>() else {
             return Status::error("PodTopologySpread: PreFilter state missing");
         };
-        let labels = node.labels();
-        for (i, c) in s.constraints.iter().enumerate() {
-            let Some(value) = labels.get(&c.topology_key) else {
+        match Self::check(s, &Self::limits(s), node.idx) {
+            None => Status::success(),
+            Some(Failure::LacksKey(i)) => {
                 let st = Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
-                return if state.explain {
-                    st.with_detail(format!("node lacks topology key {:?}", c.topology_key))
-                } else {
-                    st
-                };
-            };
-            let min = if (s.counts[i].len() as i64) < i64::from(c.min_domains) {
-                0
-            } else {
-                s.min[i]
-            };
-            let self_match = i64::from(c.selector.matches(pod.labels()));
-            let match_num = s.counts[i].get(value.as_str()).copied().unwrap_or(0);
-            let skew = match_num + self_match - min;
-            if skew > i64::from(c.max_skew) {
-                let st = Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
-                return if state.explain {
+                if state.explain {
                     st.with_detail(format!(
-                        "{}={value}: {match_num} matching + {self_match} self - global minimum {min} = skew {skew} > maxSkew {}",
-                        c.topology_key, c.max_skew
+                        "node lacks topology key {:?}",
+                        s.constraints[i].topology_key
                     ))
                 } else {
                     st
-                };
+                }
+            }
+            Some(Failure::Skew {
+                constraint,
+                matching,
+                self_match,
+                min,
+            }) => {
+                let st = Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
+                if state.explain {
+                    let c = &s.constraints[constraint];
+                    let value = node
+                        .labels()
+                        .get(&c.topology_key)
+                        .map_or("", String::as_str);
+                    st.with_detail(format!(
+                        "{}={value}: {matching} matching + {self_match} self - global minimum {min} = skew {} > maxSkew {}",
+                        c.topology_key,
+                        matching + self_match - min,
+                        c.max_skew
+                    ))
+                } else {
+                    st
+                }
             }
         }
-        Status::success()
+    }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(s) = state.read::<PreFilterState>() else {
+            return batch.reject_all(&Status::error("PodTopologySpread: PreFilter state missing"));
+        };
+        let lacks = Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
+        let skew = Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
+        let limits = Self::limits(s);
+        batch.retain(|idx| match Self::check(s, &limits, idx)? {
+            Failure::LacksKey(_) => Some(lacks.clone()),
+            Failure::Skew { .. } => Some(skew.clone()),
+        });
     }
 }
 
@@ -511,22 +752,22 @@ impl PreScorePlugin for PodTopologySpread {
         }
         let require_all_keys = !pod_constraints(pod).is_empty() || !self.system_defaulted;
         let k = constraints.len();
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); k];
+        let eligibility = Eligibility::new(snapshot, pod, &constraints);
+        let mut counts: Vec<SpreadCounts> = constraints
+            .iter()
+            .map(|c| SpreadCounts::new(snapshot, &c.topology_key))
+            .collect();
         let mut ignored = Vec::with_capacity(feasible.len());
-        for idx in feasible {
-            let labels = snapshot.node(*idx).labels();
-            let skip = require_all_keys && !has_all_keys(labels, &constraints);
+        for &idx in feasible {
+            let skip = require_all_keys && !eligibility.has_all_keys(idx);
             ignored.push(skip);
             if skip {
                 continue;
             }
-            for (ci, c) in constraints.iter().enumerate() {
-                if c.topology_key == LABEL_HOSTNAME {
-                    continue;
-                }
-                let value = labels.get(&c.topology_key).map_or("", String::as_str);
-                if !counts[ci].contains_key(value) {
-                    counts[ci].insert(value.to_string(), 0);
+            for (c, counts) in constraints.iter().zip(counts.iter_mut()) {
+                if c.topology_key != LABEL_HOSTNAME {
+                    let d = counts.domain(idx);
+                    counts.track(d);
                 }
             }
         }
@@ -538,30 +779,51 @@ impl PreScorePlugin for PodTopologySpread {
                 let size = if c.topology_key == LABEL_HOSTNAME {
                     scored
                 } else {
-                    m.len()
+                    m.domains
                 };
                 ((size + 2) as f64).ln()
             })
             .collect();
 
-        let eligible = eligible_nodes(snapshot, pod, &constraints, require_all_keys);
+        // Hostname constraints count the pods on each node (eligible or not, as upstream's
+        // Score does); the others the pods on eligible nodes per tracked domain.
+        let eligible = constraints
+            .iter()
+            .any(|c| c.topology_key != LABEL_HOSTNAME && !c.selector.requirements.is_empty())
+            .then(|| eligibility.all(snapshot, &constraints, require_all_keys));
+        let mut per_node = Vec::with_capacity(k);
         for (ci, c) in constraints.iter().enumerate() {
-            if c.topology_key == LABEL_HOSTNAME || c.selector.requirements.is_empty() {
+            if c.topology_key == LABEL_HOSTNAME {
+                let mut on_node = vec![0i64; snapshot.len()];
+                if !c.selector.requirements.is_empty() {
+                    for_each_candidate(snapshot, &c.selector, |n, p| {
+                        if c.counts(p, &pod.namespace) {
+                            on_node[n as usize] += 1;
+                        }
+                    });
+                }
+                per_node.push(Some(on_node));
                 continue;
             }
+            per_node.push(None);
+            let (Some(eligible), false) = (&eligible, c.selector.requirements.is_empty()) else {
+                continue;
+            };
+            let counts = &mut counts[ci];
             for_each_candidate(snapshot, &c.selector, |n, p| {
                 if eligible[n as usize * k + ci] && c.counts(p, &pod.namespace) {
-                    count_into(&mut counts[ci], snapshot.node(n).labels(), &c.topology_key);
+                    counts.count(n);
                 }
             });
         }
         state.write(PreScoreState {
+            keys: eligibility.keys,
             constraints,
             require_all_keys,
             counts,
+            per_node,
             weights,
             ignored,
-            namespace: pod.namespace.clone(),
         });
         Status::success()
     }
@@ -572,28 +834,40 @@ impl ScorePlugin for PodTopologySpread {
         let Some(s) = state.read::<PreScoreState>() else {
             return Err(Status::error("PodTopologySpread: PreScore state missing"));
         };
-        if s.ignored(node) {
-            return Ok(0);
+        Ok(s.score(node.idx))
+    }
+
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let Some(s) = state.read::<PreScoreState>() else {
+            return Err((
+                0,
+                Status::error("PodTopologySpread: PreScore state missing"),
+            ));
+        };
+        for &idx in nodes {
+            scores.push(s.score(idx));
         }
-        let mut score = 0f64;
-        for (i, c) in s.constraints.iter().enumerate() {
-            if let Some(cnt) = s.node_count(i, node) {
-                score += cnt as f64 * s.weights[i] + f64::from(c.max_skew - 1);
-            }
-        }
-        Ok(score.round() as i64)
+        Ok(())
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let s = state.read::<PreScoreState>()?;
-        if s.ignored(node) {
+        if s.ignored(node.idx) {
             return Some("node lacks a topology key: not scored".to_string());
         }
         let parts: Vec<String> = s
             .constraints
             .iter()
             .enumerate()
-            .map(|(i, c)| match s.node_count(i, node) {
+            .map(|(i, c)| match s.node_count(i, node.idx) {
                 Some(cnt) => format!(
                     "{}: {cnt} matching × ln-weight {:.3} + (maxSkew-1) {}",
                     c.topology_key,
@@ -1062,18 +1336,13 @@ mod tests {
 
     #[test]
     fn toleration_matching() {
-        let taint = |k: &str, v: &str, e: &str| -> Taint {
+        use crate::plugins::taint_toleration::find_untolerated;
+        let taint = |k: &str, v: &str, e: &str| -> k8s_openapi::api::core::v1::Taint {
             serde_json::from_value(json!({"key": k, "value": v, "effect": e})).unwrap()
         };
         let t = taint("gpu", "yes", "NoSchedule");
         // PreferNoSchedule taints never block.
-        assert!(!has_untolerated_do_not_schedule_taint(
-            &[taint("x", "", "PreferNoSchedule")],
-            &[]
-        ));
-        assert!(has_untolerated_do_not_schedule_taint(
-            std::slice::from_ref(&t),
-            &[]
-        ));
+        assert!(find_untolerated(&[taint("x", "", "PreferNoSchedule")], &[]).is_none());
+        assert!(find_untolerated(std::slice::from_ref(&t), &[]).is_some());
     }
 }

@@ -8,12 +8,14 @@
 use std::sync::Arc;
 
 use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
+    CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
 use crate::usage::wait::relaxed;
-use crate::usage::{NodeReal, UsagePolicy, cycle_usage, fallback_active, pod_usage};
+use crate::usage::{
+    CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
+};
 
 use super::PluginDeps;
 
@@ -72,15 +74,67 @@ impl PreFilterPlugin for RealCpuFit {
 
 impl FilterPlugin for RealCpuFit {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(u) = cycle_usage(state) else {
+        let Some(u) = cycle_usage_ref(state) else {
             return Status::error("RealCpuFit: PreFilter did not run");
         };
-        let real = NodeReal::of(node, &u.ctx, &self.policy);
+        let real = u.node_real(node, &self.policy);
+        let s = self.check(u, &real, state.explain);
+        // The usage fallback lets a fresh node's CPU verdict through (stale-data verdicts
+        // stay: they are not about room).
+        if !s.is_success() && real.freshness.is_fresh() && fallback_active(state) {
+            return relaxed(s, state.explain);
+        }
+        s
+    }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(u) = cycle_usage_ref(state) else {
+            return batch.reject_all(&Status::error("RealCpuFit: PreFilter did not run"));
+        };
+        let table = snapshot.table();
+        // Nodes without fresh usage all get the same verdict.
+        let degraded = degraded_status(&self.policy, String::new, false);
+        let oldest_fresh = u
+            .ctx
+            .now_ms
+            .saturating_sub(self.policy.stale_after.as_millis() as i64);
+        if u.rows.fresh_count(oldest_fresh) == 0 {
+            // No node has fresh usage: that verdict for all.
+            if !degraded.is_success() {
+                batch.reject_all(&degraded);
+            }
+            return;
+        }
+        let degraded = (!degraded.is_success()).then_some(degraded);
+        let fallback = fallback_active(state);
+        batch.retain(|idx| {
+            if !u.is_fresh(idx, &self.policy) {
+                return degraded.clone();
+            }
+            if fallback {
+                return None;
+            }
+            let s = self.check(u, &u.node_real_at(table, idx, &self.policy), false);
+            (!s.is_success()).then_some(s)
+        });
+    }
+}
+
+impl RealCpuFit {
+    /// The verdict on a node's real state.
+    #[inline]
+    fn check(&self, u: &CycleUsage, real: &NodeReal, explain: bool) -> Status {
         if !real.freshness.is_fresh() {
             return degraded_status(
                 &self.policy,
-                &format!("CPU usage {}", real.freshness.describe()),
-                state.explain,
+                || format!("CPU usage {}", real.freshness.describe()),
+                explain,
             );
         }
         let predicted = u.pod.prediction.cpu_cores;
@@ -88,8 +142,8 @@ impl FilterPlugin for RealCpuFit {
         let limit = real.cpu_total * u.pod.class.cpu_threshold;
         if after > limit {
             let s = Status::unschedulable(REASON);
-            let s = if state.explain {
-                s.with_detail(format!(
+            if explain {
+                return s.with_detail(format!(
                     "real CPU {:.2} (incl. {} recent pod(s) {:.2}) + predicted {:.2} = {:.2} > {:.0} % of {:.2} cores (class {})",
                     real.cpu_used,
                     real.recent,
@@ -99,12 +153,7 @@ impl FilterPlugin for RealCpuFit {
                     u.pod.class.cpu_threshold * 100.0,
                     real.cpu_total,
                     u.pod.class.name,
-                ))
-            } else {
-                s
-            };
-            if fallback_active(state) {
-                return relaxed(s, state.explain);
+                ));
             }
             return s;
         }

@@ -18,7 +18,7 @@ use crate::quantity::format_bytes;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
 use crate::usage::predict::disk_of;
-use crate::usage::{DiskSource, NodeReal, UsagePolicy, cycle_usage, pod_usage};
+use crate::usage::{DiskSource, UsagePolicy, cycle_usage_ref, pod_usage};
 
 use super::PluginDeps;
 
@@ -79,14 +79,14 @@ impl PreFilterPlugin for RealDiskFit {
 
 impl FilterPlugin for RealDiskFit {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(u) = cycle_usage(state) else {
+        let Some(u) = cycle_usage_ref(state) else {
             return Status::error("RealDiskFit: PreFilter did not run");
         };
-        let real = NodeReal::of(node, &u.ctx, &self.policy);
+        let real = u.node_real(node, &self.policy);
         let Some(disk) = real.disk else {
             return degraded_status(
                 &self.policy,
-                "no disk metrics and no headroom.io/disk-total/disk-free annotations",
+                || "no disk metrics and no headroom.io/disk-total/disk-free annotations".into(),
                 state.explain,
             );
         };

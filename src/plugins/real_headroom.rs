@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage::{FreeAfter, UsagePolicy, cycle_usage, fallback_active, pod_usage};
+use crate::usage::{FreeAfter, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage};
 
 use super::PluginDeps;
 
@@ -112,8 +112,8 @@ impl RealHeadroom {
     }
 
     fn inputs(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<FreeAfter> {
-        let u = cycle_usage(state)?;
-        Some(FreeAfter::of(&u, pod, node, &self.policy))
+        let u = cycle_usage_ref(state)?;
+        Some(FreeAfter::of(u, pod, node, &self.policy))
     }
 
     fn score_of(&self, i: &FreeAfter, reserve: f64, fallback: bool) -> i64 {
@@ -159,13 +159,13 @@ impl PreScorePlugin for RealHeadroom {
         feasible: &[NodeIdx],
     ) -> Status {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
-        let stale_after = self.policy.stale_after.as_millis() as i64;
-        let any_fresh = feasible.iter().any(|&i| {
-            u.ctx
-                .view
-                .node(&snapshot.node(i).name)
-                .is_some_and(|n| u.ctx.now_ms - n.newest_ms <= stale_after)
-        });
+        let oldest_fresh = u
+            .ctx
+            .now_ms
+            .saturating_sub(self.policy.stale_after.as_millis() as i64);
+        // No fresh entry in the whole view: no need to look at the nodes.
+        let any_fresh = u.rows.fresh_count(oldest_fresh) > 0
+            && feasible.iter().any(|&i| u.is_fresh(i, &self.policy));
         if !any_fresh {
             return Status::skip();
         }
@@ -174,16 +174,42 @@ impl PreScorePlugin for RealHeadroom {
 }
 
 impl ScorePlugin for RealHeadroom {
+    fn normalizes(&self) -> bool {
+        // No NormalizeScore: the raw scores are the normalised ones.
+        false
+    }
+
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let reserve = cycle_usage(state).map_or(0.1, |u| u.pod.class.memory_reserve);
+        let reserve = cycle_usage_ref(state).map_or(0.1, |u| u.pod.class.memory_reserve);
         let i = self
             .inputs(state, pod, node)
             .ok_or_else(|| Status::error("RealHeadroom: PreScore did not run"))?;
         Ok(self.score_of(&i, reserve, fallback_active(state)))
     }
 
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let u = cycle_usage_ref(state)
+            .ok_or_else(|| (0, Status::error("RealHeadroom: PreScore did not run")))?;
+        let reserve = u.pod.class.memory_reserve;
+        let fallback = fallback_active(state);
+        let table = snapshot.table();
+        for &idx in nodes {
+            let i = FreeAfter::at(u, pod, table, idx, &self.policy);
+            scores.push(self.score_of(&i, reserve, fallback));
+        }
+        Ok(())
+    }
+
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let u = cycle_usage(state)?;
+        let u = cycle_usage_ref(state)?;
         let i = self.inputs(state, pod, node)?;
         let gi = |b: f64| b / (1u64 << 30) as f64;
         let basis = if fallback_active(state) {

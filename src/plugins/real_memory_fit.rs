@@ -10,13 +10,15 @@
 use std::sync::Arc;
 
 use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
+    CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
 };
 use crate::quantity::format_bytes;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
 use crate::usage::wait::relaxed;
-use crate::usage::{NodeReal, UsagePolicy, cycle_usage, fallback_active, pod_usage};
+use crate::usage::{
+    CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
+};
 
 use super::PluginDeps;
 
@@ -75,15 +77,67 @@ impl PreFilterPlugin for RealMemoryFit {
 
 impl FilterPlugin for RealMemoryFit {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(u) = cycle_usage(state) else {
+        let Some(u) = cycle_usage_ref(state) else {
             return Status::error("RealMemoryFit: PreFilter did not run");
         };
-        let real = NodeReal::of(node, &u.ctx, &self.policy);
+        let real = u.node_real(node, &self.policy);
+        let s = self.check(u, &real, state.explain);
+        // The usage fallback lets a fresh node's memory verdict through (stale-data
+        // verdicts stay: they are not about room).
+        if !s.is_success() && real.freshness.is_fresh() && fallback_active(state) {
+            return relaxed(s, state.explain);
+        }
+        s
+    }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let Some(u) = cycle_usage_ref(state) else {
+            return batch.reject_all(&Status::error("RealMemoryFit: PreFilter did not run"));
+        };
+        let table = snapshot.table();
+        // Nodes without fresh usage all get the same verdict.
+        let degraded = degraded_status(&self.policy, String::new, false);
+        let oldest_fresh = u
+            .ctx
+            .now_ms
+            .saturating_sub(self.policy.stale_after.as_millis() as i64);
+        if u.rows.fresh_count(oldest_fresh) == 0 {
+            // No node has fresh usage: that verdict for all.
+            if !degraded.is_success() {
+                batch.reject_all(&degraded);
+            }
+            return;
+        }
+        let degraded = (!degraded.is_success()).then_some(degraded);
+        let fallback = fallback_active(state);
+        batch.retain(|idx| {
+            if !u.is_fresh(idx, &self.policy) {
+                return degraded.clone();
+            }
+            if fallback {
+                return None;
+            }
+            let s = self.check(u, &u.node_real_at(table, idx, &self.policy), false);
+            (!s.is_success()).then_some(s)
+        });
+    }
+}
+
+impl RealMemoryFit {
+    /// The verdict on a node's real state.
+    #[inline]
+    fn check(&self, u: &CycleUsage, real: &NodeReal, explain: bool) -> Status {
         if !real.freshness.is_fresh() {
             return degraded_status(
                 &self.policy,
-                &format!("memory usage {}", real.freshness.describe()),
-                state.explain,
+                || format!("memory usage {}", real.freshness.describe()),
+                explain,
             );
         }
         let predicted = u.pod.prediction.memory_bytes;
@@ -91,8 +145,8 @@ impl FilterPlugin for RealMemoryFit {
         let reserve = real.memory_total * u.pod.class.memory_reserve;
         if free - predicted < reserve {
             let s = Status::unschedulable(REASON);
-            let s = if state.explain {
-                s.with_detail(format!(
+            if explain {
+                return s.with_detail(format!(
                     "real free memory {} − predicted {} < reserve {} ({:.0} % of {}, class {}); {}; {}",
                     format_bytes(free as i64),
                     format_bytes(predicted as i64),
@@ -102,12 +156,7 @@ impl FilterPlugin for RealMemoryFit {
                     u.pod.class.name,
                     real.describe_memory(),
                     u.pod.prediction.describe(),
-                ))
-            } else {
-                s
-            };
-            if fallback_active(state) {
-                return relaxed(s, state.explain);
+                ));
             }
             return s;
         }

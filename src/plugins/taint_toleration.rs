@@ -6,9 +6,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin,
-    Status, default_normalize_score,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, Plugin, PreScorePlugin, Registered,
+    ScorePlugin, Status, default_normalize_score,
 };
+use crate::snapshot::table::flag;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// Plugin name.
@@ -21,21 +22,50 @@ pub const ERR_REASON: &str = "node(s) had untolerated taint(s)";
 /// with `Exists` matches all keys), and `Exists` ignores the value while `Equal` (or empty)
 /// compares it.
 pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty())
-        && effect != taint.effect
+    tolerates_parts(
+        t,
+        &taint.key,
+        taint.value.as_deref().unwrap_or(""),
+        &taint.effect,
+    )
+}
+
+/// [`tolerates`] for a taint given as key, value (empty when absent) and effect.
+pub fn tolerates_parts(t: &Toleration, key: &str, value: &str, effect: &str) -> bool {
+    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty())
+        && e != effect
     {
         return false;
     }
-    if let Some(key) = t.key.as_deref().filter(|k| !k.is_empty())
-        && key != taint.key
+    if let Some(k) = t.key.as_deref().filter(|k| !k.is_empty())
+        && k != key
     {
         return false;
     }
     match t.operator.as_deref().unwrap_or("") {
-        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "" | "Equal" => t.value.as_deref().unwrap_or("") == value,
         "Exists" => true,
         _ => false,
     }
+}
+
+/// Per taint id of the snapshot's taint dictionary: whether it counts against the pod
+/// (`effects` holds its effect and no toleration tolerates it). Compiled once per batch:
+/// clusters have few distinct taints.
+pub fn untolerated_taints(
+    snapshot: &Snapshot,
+    tolerations: &[Toleration],
+    effects: &[&str],
+) -> Vec<bool> {
+    let dict = &snapshot.table().taint_dict;
+    let mut out = vec![false; dict.capacity()];
+    for (id, t) in dict.iter() {
+        out[id as usize] = effects.contains(&t.effect.as_str())
+            && !tolerations
+                .iter()
+                .any(|tol| tolerates_parts(tol, &t.key, &t.value, &t.effect));
+    }
+    out
 }
 
 /// Whether any toleration tolerates the taint.
@@ -114,6 +144,30 @@ impl FilterPlugin for TaintToleration {
             }
         }
     }
+
+    fn filter_batch(
+        &self,
+        _state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        let table = snapshot.table();
+        if table.taint_dict.is_empty() {
+            return;
+        }
+        let untolerated =
+            untolerated_taints(snapshot, pod.tolerations(), &["NoSchedule", "NoExecute"]);
+        if !untolerated.contains(&true) {
+            return;
+        }
+        batch.reject_if(&Status::unresolvable(ERR_REASON), |idx| {
+            table.has(idx, flag::NO_SCHEDULE_TAINTS)
+                && table.taints[idx as usize]
+                    .iter()
+                    .any(|&t| untolerated[t as usize])
+        });
+    }
 }
 
 impl PreScorePlugin for TaintToleration {
@@ -150,6 +204,34 @@ impl ScorePlugin for TaintToleration {
             Some(s) => Self::count_intolerable(node, &s.tolerations),
             None => Self::count_intolerable(node, pod.tolerations()),
         })
+    }
+
+    fn score_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+    ) -> Result<(), (usize, Status)> {
+        scores.reserve(nodes.len());
+        let table = snapshot.table();
+        let tolerations = match state.read::<PreScoreState>() {
+            Some(s) => s.tolerations.as_slice(),
+            None => pod.tolerations(),
+        };
+        let untolerated = untolerated_taints(snapshot, tolerations, &["PreferNoSchedule"]);
+        for &idx in nodes {
+            scores.push(if table.has(idx, flag::PREFER_NO_SCHEDULE_TAINTS) {
+                table.taints[idx as usize]
+                    .iter()
+                    .filter(|&&t| untolerated[t as usize])
+                    .count() as i64
+            } else {
+                0
+            });
+        }
+        Ok(())
     }
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {

@@ -10,6 +10,7 @@
 mod index;
 mod node_info;
 mod pod_info;
+pub mod table;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,9 +20,10 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 pub use index::{IndexedPod, IndexedTerm, PodIndex};
 pub use node_info::{NodeImage, NodeInfo, image_hash};
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
+pub use table::NodeTable;
 
 use crate::selector::Labels;
-use crate::usage::UsageContext;
+use crate::usage::{UsageContext, UsageRows};
 
 /// Index of a node within one snapshot.
 pub type NodeIdx = u32;
@@ -34,7 +36,12 @@ pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 pub struct Snapshot {
     generation: u64,
     nodes: Vec<Arc<NodeInfo>>,
+    /// The hot part of every node in dense columns, by index ([`NodeTable`]).
+    table: NodeTable,
     by_name: HashMap<Arc<str>, NodeIdx>,
+    /// `status.addresses[].address` → the nodes listing it (History matches bk-ci's node
+    /// IPs through it).
+    by_address: HashMap<String, Vec<NodeIdx>>,
     /// Node names in index order, shared cheaply with decision records.
     names: Arc<Vec<Arc<str>>>,
     /// For each image name, the nodes that have it with the image's size there
@@ -53,6 +60,22 @@ pub struct Snapshot {
     pod_index: PodIndex,
     /// Real usage, time, reservations and recent placements (see [`crate::usage`]).
     usage: Arc<UsageContext>,
+    /// Increments when nodes are added or removed (node indices change).
+    layout: u64,
+    /// The usage view resolved by node index, for the view and layout it was built for.
+    usage_rows: RowsCache,
+}
+
+/// The last [`UsageRows`], rebuilt when the view or the node layout changed.
+#[derive(Debug, Default)]
+struct RowsCache(std::sync::Mutex<Option<Arc<UsageRows>>>);
+
+impl Clone for RowsCache {
+    fn clone(&self) -> Self {
+        RowsCache(std::sync::Mutex::new(
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        ))
+    }
 }
 
 fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
@@ -103,6 +126,20 @@ impl Snapshot {
         Arc::make_mut(&mut self.usage)
     }
 
+    /// The usage view's node usage by node index: resolved once per view and node set
+    /// (the first cycle after a view refresh or a node change pays one lookup per node).
+    pub fn usage_rows(&self) -> Arc<UsageRows> {
+        let mut cache = self.usage_rows.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rows) = cache.as_ref()
+            && rows.is_for(&self.usage.view, self.layout)
+        {
+            return rows.clone();
+        }
+        let rows = Arc::new(UsageRows::build(&self.usage.view, &self.names, self.layout));
+        *cache = Some(rows.clone());
+        rows
+    }
+
     /// Increments on every change; recorded in decisions.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -129,6 +166,40 @@ impl Snapshot {
     #[inline]
     pub fn node(&self, idx: NodeIdx) -> &NodeInfo {
         &self.nodes[idx as usize]
+    }
+
+    /// The dense per-node columns (resources, flags, interned labels and taints).
+    #[inline]
+    pub fn table(&self) -> &NodeTable {
+        &self.table
+    }
+
+    /// The nodes that list `address` in `status.addresses`.
+    pub fn nodes_with_address(&self, address: &str) -> &[NodeIdx] {
+        self.by_address.get(address).map_or(&[], Vec::as_slice)
+    }
+
+    /// Adds (or removes) node `idx`'s addresses to (from) the address index.
+    fn index_addresses(&mut self, info: &NodeInfo, idx: NodeIdx, add: bool) {
+        let addresses = info
+            .node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_deref())
+            .unwrap_or(&[]);
+        for a in addresses {
+            if add {
+                let list = self.by_address.entry(a.address.clone()).or_default();
+                if !list.contains(&idx) {
+                    list.push(idx);
+                }
+            } else if let Some(list) = self.by_address.get_mut(&a.address) {
+                list.retain(|i| *i != idx);
+                if list.is_empty() {
+                    self.by_address.remove(&a.address);
+                }
+            }
+        }
     }
 
     /// A node's index by name.
@@ -248,16 +319,22 @@ impl Snapshot {
         if let Some(idx) = self.index_of(&name) {
             let old = self.nodes[idx as usize].clone();
             self.index_images(&old, idx, false);
+            self.index_addresses(&old, idx, false);
             let info = Arc::make_mut(&mut self.nodes[idx as usize]);
             info.set_node(node);
             let updated = self.nodes[idx as usize].clone();
             self.index_images(&updated, idx, true);
+            self.index_addresses(&updated, idx, true);
+            self.table.set_node(idx as usize, &updated);
             return idx;
         }
         let mut info = NodeInfo::new(node);
+        self.layout += 1;
         let idx = self.nodes.len() as NodeIdx;
         info.idx = idx;
         self.index_images(&info, idx, true);
+        self.index_addresses(&info, idx, true);
+        self.table.push(&info);
         self.by_name.insert(info.name.clone(), idx);
         Arc::make_mut(&mut self.names).push(info.name.clone());
         self.nodes.push(Arc::new(info));
@@ -270,6 +347,7 @@ impl Snapshot {
             return false;
         };
         self.generation += 1;
+        self.layout += 1;
         let info = self.nodes[idx as usize].clone();
         for p in &info.pods {
             self.pod_nodes
@@ -280,9 +358,11 @@ impl Snapshot {
             self.nodes_with_affinity_pods -= 1;
         }
         self.index_images(&info, idx, false);
+        self.index_addresses(&info, idx, false);
         self.by_name.remove(name);
         let last = self.nodes.len() - 1;
         self.nodes.swap_remove(idx as usize);
+        self.table.swap_remove(idx as usize);
         let names = Arc::make_mut(&mut self.names);
         names.swap_remove(idx as usize);
         if (idx as usize) != last {
@@ -290,6 +370,8 @@ impl Snapshot {
             Arc::make_mut(&mut self.nodes[idx as usize]).idx = idx;
             let moved = self.nodes[idx as usize].clone();
             self.move_images(&moved, last as NodeIdx, idx);
+            self.index_addresses(&moved, last as NodeIdx, false);
+            self.index_addresses(&moved, idx, true);
             self.by_name.insert(moved.name.clone(), idx);
             for p in &moved.pods {
                 self.pod_nodes
@@ -319,6 +401,7 @@ impl Snapshot {
         if !had_affinity && info.pods_with_affinity > 0 {
             self.nodes_with_affinity_pods += 1;
         }
+        self.table.set_requested(idx as usize, info);
         self.pod_nodes.insert(key, idx);
         true
     }
@@ -334,6 +417,7 @@ impl Snapshot {
         if had_affinity && info.pods_with_affinity == 0 {
             self.nodes_with_affinity_pods -= 1;
         }
+        self.table.set_requested(idx as usize, info);
         self.pod_index.remove(idx, &pod);
         Some(pod)
     }
@@ -394,5 +478,45 @@ mod tests {
         assert!(s.generation() > g);
         assert_eq!(s.image_node_count("img:1"), 0);
         assert_eq!(s.image_node_count("img:3"), 1);
+    }
+
+    #[test]
+    fn node_table_follows_every_change() {
+        let (nodes, pods) = crate::synthetic::random_cluster(40, 3);
+        let mut s = Snapshot::build(nodes.clone(), pods);
+        s.table.assert_mirrors(&s.nodes);
+        for name in ["node-00003", "node-00039", "node-00000"] {
+            assert!(s.remove_node(name));
+            s.table.assert_mirrors(&s.nodes);
+        }
+        // Updates change labels, taints and allocatable; a removed node comes back.
+        let mut changed = nodes[5].clone();
+        changed.metadata.labels = Some(
+            [("zone".to_string(), "new".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        changed.spec = None;
+        s.upsert_node(Arc::new(changed));
+        s.upsert_node(Arc::new(nodes[3].clone()));
+        s.upsert_node(Arc::new(nodes[13].clone()));
+        s.table.assert_mirrors(&s.nodes);
+        assert_eq!(
+            s.nodes_with_address("10.0.0.3"),
+            [s.index_of("node-00003").unwrap()]
+        );
+        assert!(s.nodes_with_address("10.0.0.39").is_empty());
+        let moved = s.index_of("node-00038").unwrap();
+        assert_eq!(s.nodes_with_address("10.0.0.38"), [moved]);
+        let mut p = crate::synthetic::plain_pod("x");
+        p.spec.as_mut().unwrap().node_name = Some("node-00007".into());
+        s.add_pod(Arc::new(PodInfo::new(Arc::new(p))), "node-00007");
+        s.table.assert_mirrors(&s.nodes);
+        s.remove_pod("default", "x", "uid-x").unwrap();
+        s.table.assert_mirrors(&s.nodes);
+        // Label values whose last node left are recycled.
+        let col = s.table().labels.column("kubernetes.io/hostname").unwrap();
+        assert_eq!(col.dict.len(), s.len() - 1, "node-00005 lost its labels");
+        assert!(col.dict.get("node-00039").is_none());
     }
 }

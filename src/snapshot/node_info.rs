@@ -80,6 +80,16 @@ pub struct NodeInfo {
     pub has_prefer_no_schedule_taints: bool,
     /// Why the node's status could not be read; such a node accepts no pod.
     pub error: Option<String>,
+    /// The `headroom.io/disk-total` and `headroom.io/disk-free` annotations, bytes (absent,
+    /// unreadable or negative: `None`), read once.
+    pub disk_annotations: (Option<f64>, Option<f64>),
+}
+
+/// A node annotation read as a non-negative quantity, in bytes.
+fn annotation_bytes(node: &Node, key: &str) -> Option<f64> {
+    let text = node.metadata.annotations.as_ref()?.get(key)?;
+    let q = crate::quantity::Quantity::parse(text).ok()?;
+    (!q.is_negative()).then(|| q.value() as f64)
 }
 
 impl NodeInfo {
@@ -136,7 +146,12 @@ impl NodeInfo {
             .iter()
             .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
         let has_prefer_no_schedule_taints = taints.iter().any(|t| t.effect == "PreferNoSchedule");
+        let disk_annotations = (
+            annotation_bytes(&node, crate::usage::node::DISK_TOTAL_ANNOTATION),
+            annotation_bytes(&node, crate::usage::node::DISK_FREE_ANNOTATION),
+        );
         NodeInfo {
+            disk_annotations,
             idx: 0,
             has_no_schedule_taints,
             has_prefer_no_schedule_taints,
@@ -173,6 +188,7 @@ impl NodeInfo {
         self.has_no_schedule_taints = fresh.has_no_schedule_taints;
         self.has_prefer_no_schedule_taints = fresh.has_prefer_no_schedule_taints;
         self.error = fresh.error;
+        self.disk_annotations = fresh.disk_annotations;
     }
 
     /// The node's labels.

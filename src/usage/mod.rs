@@ -19,12 +19,16 @@ use std::sync::Arc;
 
 use crate::analytics::UsageView;
 
-pub use node::{Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal};
+pub use node::{
+    Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal, RecentSums, UsageRow,
+    UsageRows,
+};
 pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, ColdStart, Percentile, StalePolicy, UsagePolicy,
 };
 pub use predict::{
-    Calibration, CycleUsage, PodUsage, Prediction, Source, calibrate, cycle_usage, pod_usage,
+    Calibration, CycleUsage, PodUsage, Prediction, Source, calibrate, cycle_usage, cycle_usage_ref,
+    pod_usage,
 };
 pub use wait::{Wait, fallback_active};
 

@@ -1,11 +1,15 @@
 //! What a node really has free: measured usage plus the pods placed since its newest
 //! sample (compensation), against its capacity; disk from metrics or node annotations.
 
+use std::sync::Arc;
+
 use super::policy::{StalePolicy, UsagePolicy};
 use super::{CycleUsage, UsageContext};
+use crate::analytics::{NodeUsage, UsageView};
 use crate::framework::Status;
-use crate::quantity::{Quantity, format_bytes};
-use crate::snapshot::{NodeInfo, PodInfo};
+use crate::quantity::format_bytes;
+use crate::snapshot::table::{NodeTable, res};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo};
 
 /// Node annotation with the node's disk size, a quantity (seed 003's sync script).
 pub const DISK_TOTAL_ANNOTATION: &str = "headroom.io/disk-total";
@@ -93,22 +97,146 @@ pub struct NodeReal {
     pub disk: Option<Disk>,
 }
 
-fn annotation_bytes(node: &NodeInfo, key: &str) -> Option<f64> {
-    let text = node.node.metadata.annotations.as_ref()?.get(key)?;
-    let q = Quantity::parse(text).ok()?;
-    (!q.is_negative()).then(|| q.value() as f64)
+/// A node's measured usage as the real plugins read it, from one [`UsageView`] entry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageRow {
+    /// Time of the newest sample, ms since the epoch.
+    pub newest_ms: i64,
+    /// CPU in use, cores: the larger of the current value and the windowed statistic.
+    pub cpu: f64,
+    /// Memory in use, bytes: the same.
+    pub memory: f64,
+    /// Root filesystem size and the smaller of current and windowed free space, bytes,
+    /// when both are collected.
+    pub fs: Option<(f64, f64)>,
+}
+
+impl UsageRow {
+    /// The row of one view entry.
+    pub fn of(u: &NodeUsage) -> UsageRow {
+        UsageRow {
+            newest_ms: u.newest_ms,
+            cpu: u.cpu_cores.current.max(u.cpu_cores.windowed),
+            memory: u
+                .memory_working_set_bytes
+                .current
+                .max(u.memory_working_set_bytes.windowed),
+            fs: u
+                .fs_available_bytes
+                .and_then(|free| Some((u.fs_capacity_bytes?, free.current.min(free.windowed)))),
+        }
+    }
+}
+
+/// The usage of every node of a snapshot, by node index, resolved once per usage view (and
+/// node set): the real plugins read rows by index instead of looking node names up in the
+/// view on every node of every cycle.
+#[derive(Debug)]
+pub struct UsageRows {
+    view: Arc<UsageView>,
+    layout: u64,
+    rows: Vec<Option<UsageRow>>,
+    /// `newest_ms` of every view entry, sorted (how many are fresh is a binary search).
+    newest: Vec<i64>,
+}
+
+impl UsageRows {
+    /// Resolves `view` for the nodes `names` (in index order) of node layout `layout`.
+    pub fn build(view: &Arc<UsageView>, names: &[Arc<str>], layout: u64) -> UsageRows {
+        let mut newest: Vec<i64> = view.nodes.values().map(|u| u.newest_ms).collect();
+        newest.sort_unstable();
+        UsageRows {
+            view: view.clone(),
+            layout,
+            rows: names
+                .iter()
+                .map(|n| view.node(n).map(UsageRow::of))
+                .collect(),
+            newest,
+        }
+    }
+
+    /// Whether these rows were resolved from `view` for node layout `layout`.
+    pub fn is_for(&self, view: &Arc<UsageView>, layout: u64) -> bool {
+        Arc::ptr_eq(&self.view, view) && self.layout == layout
+    }
+
+    /// The row of node `idx` (`None`: no usage for it).
+    #[inline]
+    pub fn row(&self, idx: NodeIdx) -> Option<&UsageRow> {
+        self.rows.get(idx as usize)?.as_ref()
+    }
+
+    /// How many entries of the view have a sample at or after `oldest_fresh_ms`.
+    pub fn fresh_count(&self, oldest_fresh_ms: i64) -> usize {
+        self.newest.len() - self.newest.partition_point(|t| *t < oldest_fresh_ms)
+    }
+}
+
+/// What recent placements add on a node: how many, and their (decayed) predicted usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RecentSums {
+    /// Placements counted.
+    pub count: usize,
+    /// CPU, cores.
+    pub cpu: f64,
+    /// Memory, bytes.
+    pub memory: f64,
+    /// Disk, bytes.
+    pub disk: f64,
+}
+
+impl RecentSums {
+    /// The sums of the placements on `node` that its usage does not show yet.
+    pub fn of(ctx: &UsageContext, node: &str, policy: &UsagePolicy) -> RecentSums {
+        let warmup_ms = i64::try_from(policy.warmup.as_millis()).unwrap_or(i64::MAX);
+        let mut s = RecentSums::default();
+        for (r, share) in ctx.uncounted(node, warmup_ms) {
+            s.count += 1;
+            s.cpu += r.cpu_cores * share;
+            s.memory += r.memory_bytes * share;
+            s.disk += r.disk_bytes * share;
+        }
+        s
+    }
 }
 
 impl NodeReal {
     /// The real state of `node` in `ctx`. Measured usage is the larger of the current value
     /// and the windowed statistic (a quiet last scrape must not hide a busy window, nor a
     /// windowed p95 hide a spike happening now); free disk the smaller.
+    ///
+    /// Inside a cycle, [`CycleUsage::node_real`] gives the same numbers from rows resolved
+    /// once per view.
     pub fn of(node: &NodeInfo, ctx: &UsageContext, policy: &UsagePolicy) -> NodeReal {
-        let usage = ctx.view.node(&node.name);
-        let freshness = match usage {
+        let row = ctx.view.node(&node.name).map(UsageRow::of);
+        let recent = RecentSums::of(ctx, &node.name, policy);
+        NodeReal::from_parts(
+            node.capacity,
+            node.disk_annotations,
+            row.as_ref(),
+            ctx.now_ms,
+            recent,
+            policy,
+        )
+    }
+
+    /// The real state of a node from its capacity (millicores, bytes), its disk
+    /// annotations ([`NodeInfo::disk_annotations`]), its usage row and its recent
+    /// placements at `now_ms`.
+    #[inline]
+    pub fn from_parts(
+        capacity: (i64, i64),
+        disk_annotations: (Option<f64>, Option<f64>),
+        row: Option<&UsageRow>,
+        now_ms: i64,
+        recent: RecentSums,
+        policy: &UsagePolicy,
+    ) -> NodeReal {
+        let freshness = match row {
             None => Freshness::Missing,
             Some(u) => {
-                let age_ms = ctx.now_ms.saturating_sub(u.newest_ms);
+                let age_ms = now_ms.saturating_sub(u.newest_ms);
                 if age_ms <= policy.stale_after.as_millis() as i64 {
                     Freshness::Fresh { age_ms }
                 } else {
@@ -116,48 +244,34 @@ impl NodeReal {
                 }
             }
         };
-        let (mut recent, mut recent_cpu, mut recent_memory, mut recent_disk) = (0, 0.0, 0.0, 0.0);
-        let warmup_ms = i64::try_from(policy.warmup.as_millis()).unwrap_or(i64::MAX);
-        for (r, share) in ctx.uncounted(&node.name, warmup_ms) {
-            recent += 1;
-            recent_cpu += r.cpu_cores * share;
-            recent_memory += r.memory_bytes * share;
-            recent_disk += r.disk_bytes * share;
-        }
-        let (cpu_measured, mem_measured) = usage.map_or((0.0, 0.0), |u| {
-            (
-                u.cpu_cores.current.max(u.cpu_cores.windowed),
-                u.memory_working_set_bytes
-                    .current
-                    .max(u.memory_working_set_bytes.windowed),
-            )
-        });
+        let (cpu_measured, mem_measured) = row.map_or((0.0, 0.0), |u| (u.cpu, u.memory));
         // Disk from metrics only while they are fresh; the annotations (synced by a script,
         // seed 003) stand in otherwise.
-        let metrics_disk = usage.filter(|_| freshness.is_fresh()).and_then(|u| {
-            let free = u.fs_available_bytes?;
-            Some(Disk {
-                total: u.fs_capacity_bytes?,
-                free: free.current.min(free.windowed) - recent_disk,
-                source: DiskSource::Metrics,
-            })
-        });
+        let metrics_disk =
+            row.filter(|_| freshness.is_fresh())
+                .and_then(|u| u.fs)
+                .map(|(total, free)| Disk {
+                    total,
+                    free: free - recent.disk,
+                    source: DiskSource::Metrics,
+                });
         let disk = metrics_disk.or_else(|| {
+            let (total, free) = disk_annotations;
             Some(Disk {
-                total: annotation_bytes(node, DISK_TOTAL_ANNOTATION)?,
-                free: annotation_bytes(node, DISK_FREE_ANNOTATION)? - recent_disk,
+                total: total?,
+                free: free? - recent.disk,
                 source: DiskSource::Annotations,
             })
         });
         NodeReal {
             freshness,
-            cpu_total: node.capacity.0 as f64 / 1000.0,
-            cpu_used: cpu_measured + recent_cpu,
-            memory_total: node.capacity.1 as f64,
-            memory_used: mem_measured + recent_memory,
-            recent,
-            recent_cpu,
-            recent_memory,
+            cpu_total: capacity.0 as f64 / 1000.0,
+            cpu_used: cpu_measured + recent.cpu,
+            memory_total: capacity.1 as f64,
+            memory_used: mem_measured + recent.memory,
+            recent: recent.count,
+            recent_cpu: recent.cpu,
+            recent_memory: recent.memory,
             disk,
         }
     }
@@ -229,8 +343,15 @@ impl Headroom {
 
     /// The headroom given the node's already computed real state.
     pub fn from_real(real: &NodeReal, node: &NodeInfo) -> Headroom {
-        let requested_cpu = node.requested.milli_cpu as f64 / 1000.0;
-        let requested_memory = node.requested.memory as f64;
+        Headroom::from_requested(real, (node.requested.milli_cpu, node.requested.memory))
+    }
+
+    /// The headroom given the node's real state and its requested CPU (millicores) and
+    /// memory (bytes), as the node table holds them.
+    #[inline]
+    pub fn from_requested(real: &NodeReal, requested: (i64, i64)) -> Headroom {
+        let requested_cpu = requested.0 as f64 / 1000.0;
+        let requested_memory = requested.1 as f64;
         let (basis, cpu_used, memory_used) = match real.freshness {
             Freshness::Fresh { .. } => (Basis::Measured, real.cpu_used, real.memory_used),
             Freshness::Stale { .. } => (
@@ -287,7 +408,35 @@ pub struct FreeAfter {
 impl FreeAfter {
     /// The numbers for `pod` on `node` in the cycle `u`.
     pub fn of(u: &CycleUsage, pod: &PodInfo, node: &NodeInfo, policy: &UsagePolicy) -> FreeAfter {
-        let h = Headroom::of(node, &u.ctx, policy);
+        let real = u.node_real(node, policy);
+        let requested = (node.requested.milli_cpu, node.requested.memory);
+        FreeAfter::from_real(u, pod, &real, requested)
+    }
+
+    /// [`FreeAfter::of`] for node `idx` of the cycle's snapshot, from its node table.
+    #[inline]
+    pub fn at(
+        u: &CycleUsage,
+        pod: &PodInfo,
+        table: &NodeTable,
+        idx: NodeIdx,
+        policy: &UsagePolicy,
+    ) -> FreeAfter {
+        let real = u.node_real_at(table, idx, policy);
+        let r = &table.requested[idx as usize];
+        FreeAfter::from_real(u, pod, &real, (r[res::CPU], r[res::MEMORY]))
+    }
+
+    /// The numbers from the node's real state and its requested CPU (millicores) and
+    /// memory (bytes): its [`Headroom`] plus the pod.
+    #[inline]
+    fn from_real(
+        u: &CycleUsage,
+        pod: &PodInfo,
+        real: &NodeReal,
+        requested: (i64, i64),
+    ) -> FreeAfter {
+        let h = Headroom::from_requested(real, requested);
         let fresh = h.basis == Basis::Measured;
         let (cpu_pod, memory_pod) = if fresh {
             (u.pod.prediction.cpu_cores, u.pod.prediction.memory_bytes)
@@ -331,10 +480,15 @@ fn fraction(total: f64, used: f64) -> f64 {
 /// `onStale: reject`.
 pub const STALE_REASON: &str = "node(s) had stale usage metrics";
 
-/// What a real filter says about a node it cannot judge (`what` names the missing data):
-/// under `fallback` the node passes (requests decide, as kube-scheduler would); under
-/// `reject` it is rejected. Either way the detail says why when explaining.
-pub fn degraded_status(policy: &UsagePolicy, what: &str, explain: bool) -> Status {
+/// What a real filter says about a node it cannot judge (`what` names the missing data,
+/// built only when explaining): under `fallback` the node passes (requests decide, as
+/// kube-scheduler would); under `reject` it is rejected. Either way the detail says why
+/// when explaining.
+pub fn degraded_status(
+    policy: &UsagePolicy,
+    what: impl FnOnce() -> String,
+    explain: bool,
+) -> Status {
     let s = match policy.on_stale {
         StalePolicy::Fallback => Status::success(),
         StalePolicy::Reject => Status::unschedulable(STALE_REASON),
@@ -344,7 +498,7 @@ pub fn degraded_status(policy: &UsagePolicy, what: &str, explain: bool) -> Statu
             StalePolicy::Fallback => "passed on requests",
             StalePolicy::Reject => "rejected (onStale: reject)",
         };
-        s.with_detail(format!("{what}: {verdict}"))
+        s.with_detail(format!("{}: {verdict}", what()))
     } else {
         s
     }

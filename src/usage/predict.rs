@@ -10,11 +10,13 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::UsageContext;
+use super::node::{NodeReal, RecentSums, UsageRows};
 use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
 use crate::framework::CycleState;
 use crate::quantity::{Quantity, format_bytes};
 use crate::selector::Labels;
-use crate::snapshot::{PodInfo, Snapshot};
+use crate::snapshot::table::NodeTable;
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 
 /// bk-ci's annotation with the builder's real usage records (seed 000).
 pub const REAL_RESOURCES_ANNOTATION: &str = "bkci.dispatch.kubenetes/builder-real-resources";
@@ -321,6 +323,61 @@ pub struct CycleUsage {
     pub ctx: Arc<UsageContext>,
     /// Nodes of the snapshot whose usage is stale or missing.
     pub degraded_nodes: usize,
+    /// The view's usage per node index of the cycle's snapshot.
+    pub rows: Arc<UsageRows>,
+    /// What recent placements add, per node index (sorted; only nodes that have some).
+    pub recent: Vec<(NodeIdx, RecentSums)>,
+}
+
+impl CycleUsage {
+    /// [`NodeReal::of`] for a node of the cycle's snapshot, from the rows resolved once per
+    /// view and the recent placements resolved once per cycle.
+    #[inline]
+    pub fn node_real(&self, node: &NodeInfo, policy: &UsagePolicy) -> NodeReal {
+        NodeReal::from_parts(
+            node.capacity,
+            node.disk_annotations,
+            self.rows.row(node.idx),
+            self.ctx.now_ms,
+            self.recent_at(node.idx),
+            policy,
+        )
+    }
+
+    /// [`CycleUsage::node_real`] for node `idx`, from the snapshot's node table.
+    #[inline]
+    pub fn node_real_at(&self, table: &NodeTable, idx: NodeIdx, policy: &UsagePolicy) -> NodeReal {
+        let i = idx as usize;
+        let c = &table.capacity[i];
+        NodeReal::from_parts(
+            (c[0], c[1]),
+            table.disk_annotations[i],
+            self.rows.row(idx),
+            self.ctx.now_ms,
+            self.recent_at(idx),
+            policy,
+        )
+    }
+
+    /// What recent placements add on node `idx`.
+    #[inline]
+    pub fn recent_at(&self, idx: NodeIdx) -> RecentSums {
+        if self.recent.is_empty() {
+            return RecentSums::default();
+        }
+        match self.recent.binary_search_by_key(&idx, |(i, _)| *i) {
+            Ok(i) => self.recent[i].1,
+            Err(_) => RecentSums::default(),
+        }
+    }
+
+    /// Whether node `idx` has usage fresh at the cycle's clock.
+    #[inline]
+    pub fn is_fresh(&self, idx: NodeIdx, policy: &UsagePolicy) -> bool {
+        self.rows.row(idx).is_some_and(|r| {
+            self.ctx.now_ms.saturating_sub(r.newest_ms) <= policy.stale_after.as_millis() as i64
+        })
+    }
 }
 
 struct Slot(Arc<CycleUsage>);
@@ -344,17 +401,13 @@ pub fn pod_usage(
     for n in &pod_usage.notes {
         state.note(n.clone());
     }
-    // Counting fresh entries of the view is one pass without hashing; nodes the view has
-    // but the snapshot lacks (just deleted) are rare enough to ignore.
+    // Fresh entries of the view, counted over the rows' sorted sample times; nodes the view
+    // has but the snapshot lacks (just deleted) are rare enough to ignore.
+    let rows = snapshot.usage_rows();
     let oldest_fresh = ctx
         .now_ms
         .saturating_sub(policy.stale_after.as_millis() as i64);
-    let fresh = ctx
-        .view
-        .nodes
-        .values()
-        .filter(|u| u.newest_ms >= oldest_fresh)
-        .count();
+    let fresh = rows.fresh_count(oldest_fresh);
     let degraded_nodes = snapshot.len().saturating_sub(fresh);
     if degraded_nodes > 0 {
         let what = match policy.on_stale {
@@ -367,10 +420,22 @@ pub fn pod_usage(
             humantime_serde::re::humantime::format_duration(policy.stale_after)
         ));
     }
+    let mut recent: Vec<(NodeIdx, RecentSums)> = ctx
+        .recent
+        .keys()
+        .filter_map(|name| {
+            let idx = snapshot.index_of(name)?;
+            let sums = RecentSums::of(&ctx, name, policy);
+            (sums.count > 0).then_some((idx, sums))
+        })
+        .collect();
+    recent.sort_unstable_by_key(|(i, _)| *i);
     let u = Arc::new(CycleUsage {
         pod: pod_usage,
         ctx,
         degraded_nodes,
+        rows,
+        recent,
     });
     state.write(Slot(u.clone()));
     u
@@ -379,6 +444,11 @@ pub fn pod_usage(
 /// The [`CycleUsage`] a plugin computed earlier in this cycle, if any.
 pub fn cycle_usage(state: &CycleState) -> Option<Arc<CycleUsage>> {
     state.read::<Slot>().map(|s| s.0.clone())
+}
+
+/// [`cycle_usage`] by reference (no reference count touched: for per-node paths).
+pub fn cycle_usage_ref(state: &CycleState) -> Option<&CycleUsage> {
+    state.read::<Slot>().map(|s| &*s.0)
 }
 
 #[cfg(test)]
