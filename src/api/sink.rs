@@ -86,7 +86,7 @@ pub async fn run_decision_sink(
         for d in batch.drain(..) {
             state.metrics().observe_decision(&d, d.cycle_duration);
             if let Some(f) = &forward
-                && f.try_send(d.clone()).is_err()
+                && f.try_send(Arc::new(d.summary_only())).is_err()
             {
                 report.forward_dropped += 1;
             }

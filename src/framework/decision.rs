@@ -130,6 +130,9 @@ pub struct Decision {
     /// The scheduler's clock when the cycle ran, ms since the epoch (simulated time in the
     /// simulator); 0 when the caller did not set it.
     pub decided_at_ms: i64,
+    /// The number of feasible nodes when `feasible` holds only some of them (a
+    /// [`Decision::summary_only`] copy); `None` in a full record.
+    pub feasible_total: Option<usize>,
 }
 
 impl Decision {
@@ -163,6 +166,52 @@ impl Decision {
             fallback: None,
             cycle_duration: Duration::ZERO,
             decided_at_ms: 0,
+            feasible_total: None,
+        }
+    }
+
+    /// How many nodes passed every filter (also in a [`Decision::summary_only`] copy).
+    pub fn feasible_count(&self) -> usize {
+        self.feasible_total.unwrap_or(self.feasible.len())
+    }
+
+    /// A copy with what the cluster reporter reads — identity, outcome, notes, fallback,
+    /// the three best feasible nodes with their totals and the feasible count — without
+    /// the per-node columns. At 15,000 nodes a full record holds megabytes of scores, and
+    /// thousands of records can wait for the reporter's API writes: full copies took the
+    /// process to 19 GB on the kit; the full record stays in the decision log.
+    pub fn summary_only(&self) -> Decision {
+        let mut best: Vec<(i64, NodeIdx)> = self
+            .feasible
+            .iter()
+            .zip(self.totals.iter())
+            .map(|(idx, t)| (*t, *idx))
+            .collect();
+        best.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then_with(|| self.node_names[a.1 as usize].cmp(&self.node_names[b.1 as usize]))
+        });
+        best.truncate(3);
+        Decision {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            profile: self.profile.clone(),
+            generation: self.generation,
+            node_names: self.node_names.clone(),
+            pre_filter: Vec::new(),
+            rejected: Vec::new(),
+            absent: None,
+            feasible: best.iter().map(|b| b.1).collect(),
+            skipped_scores: Vec::new(),
+            scores: Vec::new(),
+            totals: best.iter().map(|b| b.0).collect(),
+            outcome: self.outcome.clone(),
+            notes: self.notes.clone(),
+            fallback: self.fallback.clone(),
+            cycle_duration: self.cycle_duration,
+            decided_at_ms: self.decided_at_ms,
+            feasible_total: Some(self.feasible_count()),
         }
     }
 

@@ -445,7 +445,7 @@ pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serd
         "profile": d.profile,
         "at": super::rfc3339(now_ms),
         "nodes": d.num_nodes(),
-        "feasibleNodes": d.feasible.len(),
+        "feasibleNodes": d.feasible_count(),
         "top": top.iter().map(|(t, n)| json!({"node": n, "score": t})).collect::<Vec<_>>(),
         "usage": usage_json,
     });
@@ -757,6 +757,37 @@ impl Reporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reporter gets [`Decision::summary_only`] copies: the annotation it writes is
+    /// the one the full record gives, without the per-node columns.
+    #[test]
+    fn summary_only_copy_gives_the_same_annotation() {
+        let names: Vec<Arc<str>> = (0..2000).map(|i| Arc::from(format!("n{i:04}"))).collect();
+        let mut d = Decision::new("ci", "b-1", "u-1", "headroom", 3, Arc::new(names));
+        d.feasible = (0..1500).rev().collect();
+        // Ties on the best total: the node name breaks them.
+        d.totals = d.feasible.iter().map(|&i| i64::from(i % 700)).collect();
+        d.scores = vec![crate::framework::decision::ScoreColumn {
+            plugin: "NodeResourcesFit",
+            weight: 1,
+            raw: None,
+            normalized: d.totals.clone(),
+            details: None,
+        }];
+        d.outcome = Outcome::Placed {
+            node: "n0699".into(),
+        };
+        let slim = d.summary_only();
+        assert!(slim.scores.is_empty() && slim.feasible.len() == 3);
+        assert_eq!((slim.feasible_count(), d.feasible_count()), (1500, 1500));
+        let usage = crate::usage::UsageContext::default();
+        let full = decision_summary(&d, &usage, 1_000);
+        assert_eq!(decision_summary(&slim, &usage, 1_000), full);
+        assert_eq!(full["feasibleNodes"], 1500);
+        assert_eq!(full["top"][0], json!({"node": "n0699", "score": 699}));
+        assert_eq!(full["top"][1], json!({"node": "n1399", "score": 699}));
+        assert!(crate::api::approx_bytes(&slim) * 20 < crate::api::approx_bytes(&d));
+    }
 
     #[test]
     fn token_bucket_limits_bursts() {
