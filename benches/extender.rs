@@ -3,10 +3,11 @@
 //! 5,000 node names (the cache-capable form) on a synthetic cluster of 5,000 nodes with 30
 //! pods each. Target (issue #7): ≤ 3 ms p99 for the pair.
 //!
-//! Two extender profiles: the default (headroom's own plugins only; until the real-usage
-//! plugins land that profile is empty, so this measures the protocol path: request parsing,
-//! the cycle's bookkeeping, result building) and one with TaintToleration and
-//! NodeResourcesFit enabled, a stand-in for a profile with two per-node plugins.
+//! Two extender profiles: the default (headroom's own plugins only: Reservation,
+//! RealMemoryFit, RealDiskFit, History, RealHeadroom; the synthetic cluster has no usage
+//! data, so they judge by requests, and this mostly measures the protocol path: request
+//! parsing, the cycle over the asked nodes, result building) and one with TaintToleration
+//! and NodeResourcesFit enabled, a stand-in for a profile with two per-node plugins.
 //!
 //! Run: `cargo bench --bench extender` (numbers in benches/README.md). Besides criterion's
 //! estimates it prints p50/p99 over 500 timed pairs.

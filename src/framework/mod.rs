@@ -33,7 +33,7 @@ use std::sync::Arc;
 pub use cycle_state::CycleState;
 pub use decision::{Decision, Fallback, Outcome};
 pub use runtime::{
-    DEFAULT_MIN_CHUNK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
+    DEFAULT_MIN_CHUNK, FILTER_BLOCK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
     MIN_FEASIBLE_NODES_TO_FIND, PluginWeight, default_parallelism,
 };
 pub use status::{Code, Reasons, Status};
@@ -218,7 +218,7 @@ pub trait ScorePlugin: Plugin {
     /// Whether [`ScorePlugin::normalize`] may change the raw scores. Default `true`; a
     /// plugin that keeps the default `normalize` may say `false`, and then the cycle does
     /// not call `normalize` and keeps one column for raw and normalised scores (no copy of
-    /// it per cycle; [`ScoreColumn::raw`] is `None`).
+    /// it per cycle; [`decision::ScoreColumn::raw`] is `None`).
     fn normalizes(&self) -> bool {
         true
     }
