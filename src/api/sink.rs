@@ -181,6 +181,9 @@ fn inputs(
 
 /// Writes the batch to the store; returns per record whether its chosen node was in its
 /// builder's placement history (`None`: unknown), and the counts of writes and failures.
+/// Node verdicts a stored explanation keeps at most (chosen, best feasible, then rejected).
+pub const STORED_NODES: usize = 100;
+
 fn persist(store: &Store, records: &[Arc<LoggedDecision>]) -> (Vec<Option<bool>>, u64, u64) {
     let mut caches = Vec::with_capacity(records.len());
     let (mut stored, mut errors) = (0u64, 0u64);
@@ -199,6 +202,9 @@ fn persist(store: &Store, records: &[Arc<LoggedDecision>]) -> (Vec<Option<bool>>
         caches.push(warm);
         let mut rendered = r.render();
         rendered.inputs.warm_cache = warm;
+        // The in-memory log keeps every node's verdict; the store keeps the best nodes
+        // (a full explanation at 15,000 nodes is megabytes, hundreds of times a second).
+        rendered.explanation.keep_nodes(STORED_NODES);
         let key = DecisionKey {
             namespace: r.decision.namespace.clone(),
             name: r.decision.name.clone(),

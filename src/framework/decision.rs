@@ -322,7 +322,7 @@ impl Decision {
             placed,
             node: self.node().map(str::to_string),
             message,
-            feasible_nodes: self.feasible.len(),
+            feasible_nodes: self.feasible_count(),
             pre_filter: self
                 .pre_filter
                 .iter()
@@ -337,6 +337,7 @@ impl Decision {
             notes: self.notes.clone(),
             fallback: self.fallback.clone(),
             nodes,
+            omitted_nodes: 0,
         }
     }
 }
@@ -462,11 +463,40 @@ pub struct Explanation {
     /// Set when the usage fallback (`usage.maxWait`) placed the pod.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub fallback: Option<Fallback>,
-    /// Every node's verdict, in snapshot order.
+    /// Every node's verdict, in snapshot order (see `omitted_nodes`).
     pub nodes: Vec<NodeVerdict>,
+    /// Nodes left out of `nodes` by [`Explanation::keep_nodes`] (stored explanations of
+    /// large clusters); 0 when every node is there.
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub omitted_nodes: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Explanation {
+    /// Keeps at most `max` node verdicts: the chosen node, then the feasible nodes by
+    /// total score, then rejected ones, in snapshot order; the rest are counted in
+    /// `omitted_nodes`. What the store keeps of each decision: at 15,000 nodes a full
+    /// explanation is megabytes, written hundreds of times a second.
+    pub fn keep_nodes(&mut self, max: usize) {
+        if self.nodes.len() <= max {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        let rank = |v: &NodeVerdict| (!v.chosen, !v.feasible, std::cmp::Reverse(v.total));
+        order.sort_by_key(|&i| rank(&self.nodes[i]));
+        let mut keep: Vec<usize> = order[..max].to_vec();
+        keep.sort_unstable();
+        let mut taken = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(Some)
+            .collect::<Vec<_>>();
+        self.omitted_nodes += taken.len() - keep.len();
+        self.nodes = keep.into_iter().filter_map(|i| taken[i].take()).collect();
+    }
+
     /// A human-readable table.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
@@ -565,6 +595,13 @@ impl Explanation {
                 out.push('\n');
             }
         }
+        if self.omitted_nodes > 0 {
+            let _ = writeln!(
+                out,
+                "  ({} more nodes not kept in the stored explanation)",
+                self.omitted_nodes
+            );
+        }
         out
     }
 }
@@ -572,6 +609,42 @@ impl Explanation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored explanation keeps the chosen node, the best feasible ones, then rejected
+    /// ones, in snapshot order, and counts the rest.
+    #[test]
+    fn keep_nodes_keeps_the_chosen_and_best_and_counts_the_rest() {
+        let nodes: Vec<serde_json::Value> = (0..10)
+            .map(|i| {
+                if i % 2 == 0 {
+                    serde_json::json!({"name": format!("n{i}"), "feasible": true, "chosen": i == 0, "total": i})
+                } else {
+                    serde_json::json!({"name": format!("n{i}"), "feasible": false, "plugin": "P", "reasons": ["r"]})
+                }
+            })
+            .collect();
+        let mut e: Explanation = serde_json::from_value(serde_json::json!({
+            "pod": "default/p", "uid": "u", "profile": "headroom", "snapshotGeneration": 1,
+            "placed": true, "node": "n0", "feasibleNodes": 5, "nodes": nodes
+        }))
+        .unwrap();
+        let mut all = e.clone();
+        all.keep_nodes(10);
+        assert_eq!((all.nodes.len(), all.omitted_nodes), (10, 0));
+        e.keep_nodes(4);
+        let names: Vec<&str> = e.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["n0", "n4", "n6", "n8"]);
+        assert_eq!(e.omitted_nodes, 6);
+        assert!(e.to_text().contains("6 more nodes not kept"));
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["omittedNodes"], 6);
+        assert!(
+            serde_json::to_value(&all)
+                .unwrap()
+                .get("omittedNodes")
+                .is_none()
+        );
+    }
 
     #[test]
     fn text_renders_any_node_name_length() {
