@@ -51,6 +51,7 @@ pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod real_cpu_fit;
 pub mod real_disk_fit;
+mod real_fit;
 pub mod real_headroom;
 pub mod real_memory_fit;
 pub mod reservation;

@@ -15,12 +15,9 @@ use crate::framework::{
 use crate::quantity::format_bytes;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
-use crate::usage::wait::relaxed;
-use crate::usage::{
-    CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
-};
+use crate::usage::{CycleUsage, NodeReal, UsagePolicy, pod_usage};
 
-use super::PluginDeps;
+use super::{PluginDeps, real_fit};
 
 /// Plugin name.
 pub const NAME: &str = "RealMemoryFit";
@@ -77,17 +74,7 @@ impl PreFilterPlugin for RealMemoryFit {
 
 impl FilterPlugin for RealMemoryFit {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(u) = cycle_usage_ref(state) else {
-            return Status::error("RealMemoryFit: PreFilter did not run");
-        };
-        let real = u.node_real(node, &self.policy);
-        let s = self.check(u, &real, state.explain);
-        // The usage fallback lets a fresh node's memory verdict through (stale-data
-        // verdicts stay: they are not about room).
-        if !s.is_success() && real.freshness.is_fresh() && fallback_active(state) {
-            return relaxed(s, state.explain);
-        }
-        s
+        real_fit::filter(self, state, node)
     }
 
     fn filter_batch(
@@ -97,39 +84,17 @@ impl FilterPlugin for RealMemoryFit {
         snapshot: &Snapshot,
         batch: &mut NodeBatch,
     ) {
-        let Some(u) = cycle_usage_ref(state) else {
-            return batch.reject_all(&Status::error("RealMemoryFit: PreFilter did not run"));
-        };
-        let table = snapshot.table();
-        // Nodes without fresh usage all get the same verdict.
-        let degraded = degraded_status(&self.policy, String::new, false);
-        let oldest_fresh = u
-            .ctx
-            .now_ms
-            .saturating_sub(self.policy.stale_after.as_millis() as i64);
-        if u.rows.fresh_count(oldest_fresh) == 0 {
-            // No node has fresh usage: that verdict for all.
-            if !degraded.is_success() {
-                batch.reject_all(&degraded);
-            }
-            return;
-        }
-        let degraded = (!degraded.is_success()).then_some(degraded);
-        let fallback = fallback_active(state);
-        batch.retain(|idx| {
-            if !u.is_fresh(idx, &self.policy) {
-                return degraded.clone();
-            }
-            if fallback {
-                return None;
-            }
-            let s = self.check(u, &u.node_real_at(table, idx, &self.policy), false);
-            (!s.is_success()).then_some(s)
-        });
+        real_fit::filter_batch(self, state, snapshot, batch);
     }
 }
 
-impl RealMemoryFit {
+impl real_fit::RealFit for RealMemoryFit {
+    const NAME: &'static str = NAME;
+
+    fn policy(&self) -> &UsagePolicy {
+        &self.policy
+    }
+
     /// The verdict on a node's real state.
     #[inline]
     fn check(&self, u: &CycleUsage, real: &NodeReal, explain: bool) -> Status {
