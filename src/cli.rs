@@ -484,23 +484,17 @@ fn fetch_api(
 }
 
 fn run_advice(server: &str, output: Output, access: &Access) -> ExitCode {
-    match fetch_advice(server, output, access) {
-        Ok(body) => {
-            print!("{body}");
-            if !body.ends_with('\n') {
-                println!();
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+    print_fetched(fetch_advice(server, output, access))
 }
 
 fn run_explain(pod: &str, server: &str, output: Output, access: &Access) -> ExitCode {
-    match fetch_explanation_with(server, pod, output, access) {
+    print_fetched(fetch_explanation_with(server, pod, output, access))
+}
+
+/// Prints what `explain`/`advice` fetched (ending in a newline), or the error with its
+/// exit code.
+fn print_fetched(fetched: Result<String, ExplainError>) -> ExitCode {
+    match fetched {
         Ok(body) => {
             print!("{body}");
             if !body.ends_with('\n') {

@@ -525,19 +525,7 @@ impl Framework {
             }
         }
 
-        // Highest total wins; ties are broken uniformly at random, as upstream does.
-        let best = totals.iter().copied().max().unwrap_or(0);
-        let ties: SmallVec<[usize; 8]> = totals
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| **t == best)
-            .map(|(i, _)| i)
-            .collect();
-        let pick = if ties.len() == 1 {
-            ties[0]
-        } else {
-            ties[rng.random_range(0..ties.len())]
-        };
+        let pick = select_host(&totals, rng);
         d.totals = totals;
         d.outcome = Outcome::Placed {
             node: d.node_names[d.feasible[pick] as usize].clone(),
@@ -930,6 +918,23 @@ fn filter_chunk(
     }
 }
 
+/// The index of the highest total; ties are broken uniformly at random, as upstream does
+/// (one draw from `rng`, only when there is a tie).
+fn select_host<R: Rng + ?Sized>(totals: &[i64], rng: &mut R) -> usize {
+    let best = totals.iter().copied().max().unwrap_or(0);
+    let ties: SmallVec<[usize; 8]> = totals
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t == best)
+        .map(|(i, _)| i)
+        .collect();
+    if ties.len() == 1 {
+        ties[0]
+    } else {
+        ties[rng.random_range(0..ties.len())]
+    }
+}
+
 #[cfg(test)]
 impl Framework {
     /// The cycle as it was before batches and chunks: node by node, plugin by plugin,
@@ -1073,18 +1078,7 @@ impl Framework {
                 }
             }
         }
-        let best = totals.iter().copied().max().unwrap_or(0);
-        let ties: Vec<usize> = totals
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| **t == best)
-            .map(|(i, _)| i)
-            .collect();
-        let pick = if ties.len() == 1 {
-            ties[0]
-        } else {
-            ties[rng.random_range(0..ties.len())]
-        };
+        let pick = select_host(&totals, rng);
         d.totals = totals;
         d.outcome = Outcome::Placed {
             node: d.node_names[d.feasible[pick] as usize].clone(),
