@@ -15,9 +15,14 @@ mod usage;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// The `headroom` binary under test.
+/// The `headroom` binary under test: cargo's, or `HEADROOM_TEST_BIN` when set (several
+/// checkouts sharing one target directory overwrite each other's `target/debug/headroom`;
+/// each can test a copy of its own).
 pub fn headroom() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
+    match std::env::var_os("HEADROOM_TEST_BIN") {
+        Some(bin) => Command::new(bin),
+        None => Command::new(env!("CARGO_BIN_EXE_headroom")),
+    }
 }
 
 /// Runs `headroom` with args.
