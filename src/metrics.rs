@@ -827,11 +827,16 @@ impl Plugin for MeteredBinder {
 }
 
 impl BindPlugin for MeteredBinder {
-    fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status> {
+    fn bind<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        node: &'a str,
+        annotations: &'a crate::framework::BindAnnotations,
+    ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
             // Wall time: a simulated clock would make every bind take zero.
             let started = std::time::Instant::now();
-            let status = self.inner.bind(pod, node).await;
+            let status = self.inner.bind(pod, node, annotations).await;
             self.metrics
                 .observe_bind(status.is_success(), started.elapsed());
             status
@@ -985,7 +990,12 @@ mod tests {
             }
         }
         impl BindPlugin for Fails {
-            fn bind<'a>(&'a self, _: &'a PodInfo, _: &'a str) -> BoxFuture<'a, Status> {
+            fn bind<'a>(
+                &'a self,
+                _: &'a PodInfo,
+                _: &'a str,
+                _: &'a crate::framework::BindAnnotations,
+            ) -> BoxFuture<'a, Status> {
                 Box::pin(async { Status::error("conflict") })
             }
         }
@@ -1001,9 +1011,9 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            assert!(ok.bind(&p, "n").await.is_success());
-            assert!(ok.bind(&p, "n").await.is_success());
-            assert!(!bad.bind(&p, "n").await.is_success());
+            assert!(ok.bind(&p, "n", &Default::default()).await.is_success());
+            assert!(ok.bind(&p, "n", &Default::default()).await.is_success());
+            assert!(!bad.bind(&p, "n", &Default::default()).await.is_success());
         });
         let text = m.encode().unwrap();
         assert_eq!(

@@ -14,10 +14,9 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::framework::{BindPlugin, Decision};
+use crate::framework::{BindAnnotations, BindPlugin, Decision};
 use crate::queue::{Failure, PodKey, QueuedPodInfo, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
@@ -70,6 +69,12 @@ impl Default for LoopOptions {
     }
 }
 
+/// Computes the annotations a placed pod's binding carries from its decision and the
+/// snapshot its cycle read (under `serve`: the `headroom.io/decision` summary). Runs in
+/// the cycle's critical section, so it must be cheap and do no I/O.
+pub type BindAnnotator =
+    Arc<dyn Fn(&Decision, &crate::snapshot::Snapshot) -> BindAnnotations + Send + Sync>;
+
 /// The parts the loop works with.
 pub struct SchedulingLoop {
     /// The scheduler (profiles, snapshot, assume cache); cycles hold its lock, binds do not.
@@ -78,10 +83,13 @@ pub struct SchedulingLoop {
     pub queue: Arc<SchedulingQueue>,
     /// The binder.
     pub binder: Arc<dyn BindPlugin>,
-    /// Where decision records go (bounded: a slow reader loses records, not scheduling time).
-    pub decisions: Option<mpsc::Sender<Arc<Decision>>>,
+    /// Where decision records go (bounded by count and bytes: a slow reader loses records,
+    /// or their detail, never scheduling time).
+    pub decisions: Option<crate::api::DecisionSender>,
     /// Options.
     pub options: LoopOptions,
+    /// What a placed pod's binding writes onto it besides the node (`None`: nothing).
+    pub annotate: Option<BindAnnotator>,
 }
 
 /// The profile a pod asks for: its `spec.schedulerName`, or the first profile when it
@@ -159,9 +167,15 @@ impl SchedulingLoop {
             let mut attempt =
                 s.schedule_one_waited(&pod, profile_of(&pod), self.options.explain, waited);
             attempt.decision.cycle_duration = started.elapsed();
-            attempt.decision.decided_at_ms = s.snapshot().usage().now_ms;
-            attempt
+            let snapshot = s.snapshot();
+            attempt.decision.decided_at_ms = snapshot.usage().now_ms;
+            let annotations = match (&self.annotate, attempt.decision.node()) {
+                (Some(annotate), Some(_)) => annotate(&attempt.decision, &snapshot),
+                _ => BindAnnotations::new(),
+            };
+            (attempt, annotations)
         };
+        let (attempt, annotations) = attempt;
         {
             let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
             st.attempts += 1;
@@ -184,7 +198,7 @@ impl SchedulingLoop {
         let stats = stats.clone();
         let confirm = self.options.confirm_on_bind;
         binds.spawn(async move {
-            let status = binder.bind(&assumed, &node).await;
+            let status = binder.bind(&assumed, &node, &annotations).await;
             let mut s = scheduler.lock().unwrap_or_else(|e| e.into_inner());
             if status.is_success() {
                 s.finish_binding(
@@ -210,7 +224,7 @@ impl SchedulingLoop {
 
     fn publish(&self, decision: Decision, stats: &Mutex<LoopStats>) {
         if let Some(tx) = &self.decisions
-            && tx.try_send(Arc::new(decision)).is_err()
+            && tx.send(decision).is_err()
         {
             stats
                 .lock()
@@ -249,6 +263,7 @@ impl BindPlugin for InstantBinder {
         &'a self,
         pod: &'a PodInfo,
         node: &'a str,
+        _annotations: &'a crate::framework::BindAnnotations,
     ) -> crate::framework::BoxFuture<'a, crate::framework::Status> {
         Box::pin(async move {
             self.bound
@@ -285,14 +300,19 @@ mod tests {
     }
 
     impl BindPlugin for FlakyBinder {
-        fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status> {
+        fn bind<'a>(
+            &'a self,
+            pod: &'a PodInfo,
+            node: &'a str,
+            annotations: &'a crate::framework::BindAnnotations,
+        ) -> BoxFuture<'a, Status> {
             Box::pin(async move {
                 // A bind takes time: the next cycle must already see the assumed pod.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail {
                     Status::error("Operation cannot be fulfilled: conflict")
                 } else {
-                    self.inner.bind(pod, node).await
+                    self.inner.bind(pod, node, annotations).await
                 }
             })
         }
@@ -319,13 +339,14 @@ mod tests {
             calls: AtomicU32::new(0),
             inner: InstantBinder::new(),
         });
-        let (tx, mut rx) = mpsc::channel(16);
+        let (tx, mut rx) = crate::api::decision_channel(16, usize::MAX);
         let lp = SchedulingLoop {
             scheduler: scheduler.clone(),
             queue: queue.clone(),
             binder: binder.clone(),
             decisions: Some(tx),
             options: LoopOptions::default(),
+            annotate: None,
         };
         // a (3 CPU) fits n1; b (3 CPU) then does not, because a is assumed there.
         queue.add(cpu_pod("a", "3"));
@@ -367,7 +388,7 @@ mod tests {
         );
 
         // b waits until a node is added.
-        assert!(rx.try_recv().is_err());
+        assert!(rx.try_recv().is_none());
         scheduler
             .lock()
             .unwrap()

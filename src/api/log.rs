@@ -159,11 +159,16 @@ pub struct LoggedDecision {
 impl LoggedDecision {
     /// Renders it for `/explain`.
     pub fn render(&self) -> ExplainResponse {
+        self.render_at_most(usize::MAX)
+    }
+
+    /// Renders it with at most `max` node verdicts ([`Decision::explain_at_most`]).
+    pub fn render_at_most(&self, max: usize) -> ExplainResponse {
         ExplainResponse {
             decided_at_ms: self.decided_at_ms,
             cycle_seconds: self.decision.cycle_duration.as_secs_f64(),
             inputs: self.inputs.clone(),
-            explanation: self.decision.explain(),
+            explanation: self.decision.explain_at_most(max),
         }
     }
 }

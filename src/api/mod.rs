@@ -50,7 +50,10 @@ pub use log::{
 };
 pub use nodes::{NodeList, NodeView, ResourceAmounts};
 pub use queue::QueueResponse;
-pub use sink::{SinkReport, run_decision_sink};
+pub use sink::{
+    DecisionReceiver, DecisionSender, SUMMARY_NOTE, SendError, SinkReport, decision_channel,
+    run_decision_sink,
+};
 
 use crate::analytics::UsageView;
 use crate::framework::Decision;

@@ -9,6 +9,7 @@
 //! so a slow store costs explanations, never scheduling time.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use headroom_storage::{DecisionKey, Store};
 use tokio::sync::mpsc;
@@ -23,6 +24,129 @@ use crate::usage::Headroom;
 
 /// Decisions taken from the channel per batch.
 const BATCH: usize = 64;
+
+/// The scheduling loop's side of the decision channel: bounded by records and by an
+/// estimate of their bytes ([`approx_bytes`](super::log::approx_bytes)).
+///
+/// Why bytes: a record holds every feasible node's score columns, so at 15,000 nodes one
+/// is megabytes, and a queue bounded only by count (4,096) held 4.65 GB on the kit while
+/// the sink caught up. Past the byte budget a record is sent as its
+/// [`Decision::summary_only`] copy (outcome, notes, the three best nodes): metrics and
+/// the cluster reporter still see every decision, only that pod's explanation is shorter
+/// (it says so in a note).
+#[derive(Clone, Debug)]
+pub struct DecisionSender {
+    tx: mpsc::Sender<Arc<Decision>>,
+    queued_bytes: Arc<AtomicUsize>,
+    max_bytes: usize,
+}
+
+/// The sink's side of the decision channel ([`decision_channel`]).
+#[derive(Debug)]
+pub struct DecisionReceiver {
+    rx: mpsc::Receiver<Arc<Decision>>,
+    queued_bytes: Arc<AtomicUsize>,
+}
+
+/// Why [`DecisionSender::send`] did not queue a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The channel holds its maximum number of records.
+    #[error("the decision channel is full")]
+    Full,
+    /// The sink is gone.
+    #[error("the decision sink has stopped")]
+    Closed,
+}
+
+/// A decision channel holding at most `records` records and, past `max_bytes` of queued
+/// records, only summaries.
+pub fn decision_channel(records: usize, max_bytes: usize) -> (DecisionSender, DecisionReceiver) {
+    let (tx, rx) = mpsc::channel(records.max(1));
+    let queued_bytes = Arc::new(AtomicUsize::new(0));
+    (
+        DecisionSender {
+            tx,
+            queued_bytes: queued_bytes.clone(),
+            max_bytes,
+        },
+        DecisionReceiver { rx, queued_bytes },
+    )
+}
+
+/// The note a record sent as a summary carries.
+pub const SUMMARY_NOTE: &str =
+    "explanation shortened to the best nodes: the decision queue was over its byte budget";
+
+impl DecisionSender {
+    /// Queues a record without waiting: whole while the queued bytes are under the budget,
+    /// else as its summary; returns whether it was a summary.
+    pub fn send(&self, decision: Decision) -> Result<bool, SendError> {
+        let mut bytes = super::log::approx_bytes(&decision);
+        let mut summarized = false;
+        let record = if self.queued_bytes.load(Ordering::Relaxed) + bytes > self.max_bytes {
+            let mut summary = decision.summary_only();
+            summary.notes.push(SUMMARY_NOTE.to_string());
+            bytes = super::log::approx_bytes(&summary);
+            summarized = true;
+            summary
+        } else {
+            decision
+        };
+        self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        match self.tx.try_send(Arc::new(record)) {
+            Ok(()) => Ok(summarized),
+            Err(e) => {
+                self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(_) => SendError::Full,
+                    mpsc::error::TrySendError::Closed(_) => SendError::Closed,
+                })
+            }
+        }
+    }
+
+    /// Bytes of records queued now (estimate).
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl DecisionReceiver {
+    /// Takes up to `limit` records into `buffer`; 0 once every sender is gone and the
+    /// channel is empty.
+    pub async fn recv_many(&mut self, buffer: &mut Vec<Arc<Decision>>, limit: usize) -> usize {
+        let start = buffer.len();
+        let n = self.rx.recv_many(buffer, limit).await;
+        let bytes: usize = buffer[start..]
+            .iter()
+            .map(|d| super::log::approx_bytes(d))
+            .sum();
+        self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        n
+    }
+
+    /// Takes one record; `None` once every sender is gone and the channel is empty.
+    pub async fn recv(&mut self) -> Option<Arc<Decision>> {
+        let d = self.rx.recv().await?;
+        self.queued_bytes
+            .fetch_sub(super::log::approx_bytes(&d), Ordering::Relaxed);
+        Some(d)
+    }
+
+    /// Takes one record if one is queued now.
+    pub fn try_recv(&mut self) -> Option<Arc<Decision>> {
+        let d = self.rx.try_recv().ok()?;
+        self.queued_bytes
+            .fetch_sub(super::log::approx_bytes(&d), Ordering::Relaxed);
+        Some(d)
+    }
+
+    /// Stops new records; those queued can still be received.
+    pub fn close(&mut self) {
+        self.rx.close();
+    }
+}
 
 /// What [`run_decision_sink`] did, returned when the channel closes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,7 +170,7 @@ pub struct SinkReport {
 /// under `serve`: events, conditions, annotations); a full `forward` loses it there,
 /// counted in [`SinkReport::forward_dropped`], never here.
 pub async fn run_decision_sink(
-    mut rx: mpsc::Receiver<Arc<Decision>>,
+    mut rx: DecisionReceiver,
     state: ApiState,
     forward: Option<mpsc::Sender<Arc<Decision>>>,
     shutdown: impl std::future::Future<Output = ()>,
@@ -200,11 +324,10 @@ fn persist(store: &Store, records: &[Arc<LoggedDecision>]) -> (Vec<Option<bool>>
             _ => None,
         };
         caches.push(warm);
-        let mut rendered = r.render();
-        rendered.inputs.warm_cache = warm;
         // The in-memory log keeps every node's verdict; the store keeps the best nodes
         // (a full explanation at 15,000 nodes is megabytes, hundreds of times a second).
-        rendered.explanation.keep_nodes(STORED_NODES);
+        let mut rendered = r.render_at_most(STORED_NODES);
+        rendered.inputs.warm_cache = warm;
         let key = DecisionKey {
             namespace: r.decision.namespace.clone(),
             name: r.decision.name.clone(),
@@ -223,4 +346,55 @@ fn persist(store: &Store, records: &[Arc<LoggedDecision>]) -> (Vec<Option<bool>>
         }
     }
     (caches, stored, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::{Outcome, decision::ScoreColumn};
+
+    /// A placed decision over `n` feasible nodes with one score column.
+    fn big(n: u32) -> Decision {
+        let names: Vec<Arc<str>> = (0..n).map(|i| Arc::from(format!("n{i}"))).collect();
+        let mut d = Decision::new("default", "p", "u", "headroom", 1, Arc::new(names));
+        d.feasible = (0..n).collect();
+        d.totals = (0..i64::from(n)).collect();
+        d.scores = vec![ScoreColumn {
+            plugin: "P",
+            weight: 1,
+            raw: Some(d.totals.clone()),
+            normalized: d.totals.clone(),
+            details: None,
+        }];
+        d.outcome = Outcome::Placed { node: "n0".into() };
+        d
+    }
+
+    /// Past the byte budget records travel as summaries (with a note saying so), the
+    /// queued bytes go back down as the sink takes them, and a full channel refuses.
+    #[tokio::test]
+    async fn the_byte_budget_turns_records_into_summaries() {
+        let one = super::super::log::approx_bytes(&big(1_000));
+        let (tx, mut rx) = decision_channel(3, one + one / 2);
+        assert_eq!(tx.send(big(1_000)), Ok(false));
+        assert_eq!(tx.queued_bytes(), one);
+        assert_eq!(tx.send(big(1_000)), Ok(true));
+        assert!(tx.queued_bytes() < one + one / 10);
+        assert_eq!(tx.send(big(1_000)), Ok(true));
+        assert_eq!(tx.send(big(1_000)), Err(SendError::Full));
+        let whole = rx.recv().await.unwrap();
+        assert_eq!(whole.feasible.len(), 1_000);
+        let summary = rx.recv().await.unwrap();
+        assert_eq!(summary.feasible.len(), 3);
+        assert_eq!(summary.feasible_count(), 1_000);
+        assert!(summary.notes.iter().any(|n| n == SUMMARY_NOTE));
+        let mut rest = Vec::new();
+        assert_eq!(rx.recv_many(&mut rest, 8).await, 1);
+        assert_eq!(tx.queued_bytes(), 0);
+        // Room again: whole records.
+        assert_eq!(tx.send(big(1_000)), Ok(false));
+        drop(tx);
+        assert!(rx.recv().await.is_some());
+        assert!(rx.recv().await.is_none());
+    }
 }

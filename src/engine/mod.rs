@@ -53,6 +53,9 @@ pub use phases::{Phase, Phases};
 /// Decisions waiting for the sink, at most (a full channel drops decisions, counted, never
 /// scheduling time).
 const DECISION_CHANNEL: usize = 4096;
+/// Bytes of whole decision records waiting for the sink, at most; past it records wait as
+/// summaries ([`crate::api::DecisionSender`]). Four times the decision log's default.
+const DECISION_CHANNEL_BYTES: usize = 256 << 20;
 
 /// How often the housekeeping tick runs under [`Drive::Timers`]: the scheduler's clock,
 /// expired assumed pods, expired reservations.
@@ -137,8 +140,8 @@ pub struct Engine {
     log: Arc<DecisionLog>,
     view: watch::Sender<Arc<UsageView>>,
     refresh_trigger: Arc<Notify>,
-    decisions: mpsc::Sender<Arc<Decision>>,
-    decisions_rx: Mutex<Option<mpsc::Receiver<Arc<Decision>>>>,
+    decisions: crate::api::DecisionSender,
+    decisions_rx: Mutex<Option<crate::api::DecisionReceiver>>,
     explain: bool,
 }
 
@@ -188,7 +191,8 @@ impl Engine {
             feed,
         ));
         let (view, _) = watch::channel(Arc::new(UsageView::default()));
-        let (decisions, rx) = mpsc::channel(DECISION_CHANNEL);
+        let (decisions, rx) =
+            crate::api::decision_channel(DECISION_CHANNEL, DECISION_CHANNEL_BYTES);
         Ok(Arc::new(Engine {
             config: Arc::new(config),
             clock: parts.clock,
@@ -298,10 +302,13 @@ impl Engine {
     /// (metered), publishing decisions to the engine's sink. `confirm_on_bind`: confirm an
     /// assumed pod when its bind succeeds; false when the cluster feed will show it bound
     /// (the API server's watch; the simulator's binder applies the bound pod itself).
+    /// `annotate`: what each binding writes onto its pod (under `serve`, the decision
+    /// summary).
     pub fn scheduling_loop(
         &self,
         binder: Arc<dyn BindPlugin>,
         confirm_on_bind: bool,
+        annotate: Option<crate::scheduling_loop::BindAnnotator>,
     ) -> SchedulingLoop {
         SchedulingLoop {
             scheduler: self.scheduler.clone(),
@@ -312,6 +319,7 @@ impl Engine {
                 explain: self.explain,
                 confirm_on_bind,
             },
+            annotate,
         }
     }
 

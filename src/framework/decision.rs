@@ -260,54 +260,102 @@ impl Decision {
         msg
     }
 
-    /// Renders the record for people and JSON consumers.
+    /// Renders the record for people and JSON consumers: every node's verdict.
     pub fn explain(&self) -> Explanation {
+        self.explain_at_most(usize::MAX)
+    }
+
+    /// Renders the record with at most `max` node verdicts, listed in snapshot order: the
+    /// chosen node, then the feasible nodes by total score (best first), then rejected ones
+    /// in snapshot order; the rest are counted in `omitted_nodes`.
+    /// Only the kept verdicts are built: the store keeps ~100 nodes of each decision, and
+    /// building all 15,000 verdicts (a string per plugin score) to drop all but 100 cost
+    /// the decision sink more than the scheduling cycle itself on large clusters.
+    pub fn explain_at_most(&self, max: usize) -> Explanation {
+        /// Where a node's verdict comes from.
+        #[derive(Clone, Copy)]
+        enum Slot {
+            /// Position in `feasible`.
+            Feasible(usize),
+            /// Position in `rejected`.
+            Rejected(usize),
+            /// Neither: `absent` applies.
+            Absent,
+        }
         let n = self.num_nodes();
-        let mut verdicts: Vec<Option<NodeVerdict>> = vec![None; n];
-        for (idx, s) in &self.rejected {
-            verdicts[*idx as usize] =
-                Some(NodeVerdict::rejected(&self.node_names[*idx as usize], s));
+        let mut slots = vec![Slot::Absent; n];
+        for (j, (idx, _)) in self.rejected.iter().enumerate() {
+            slots[*idx as usize] = Slot::Rejected(j);
+        }
+        for (i, idx) in self.feasible.iter().enumerate() {
+            slots[*idx as usize] = Slot::Feasible(i);
         }
         let chosen = self.node();
-        for (i, idx) in self.feasible.iter().enumerate() {
-            let name = &self.node_names[*idx as usize];
-            let scores = self
-                .scores
+        let kept: Vec<usize> = if max >= n {
+            (0..n).collect()
+        } else {
+            // (chosen first, feasible before the rest, higher total first, snapshot order)
+            let mut keys: Vec<(bool, bool, std::cmp::Reverse<Option<i64>>, usize)> = slots
                 .iter()
-                .map(|c| PluginScore {
-                    plugin: c.plugin.to_string(),
-                    raw: c.raw_scores()[i],
-                    normalized: c.normalized[i],
-                    weight: c.weight,
-                    weighted: c.normalized[i] * c.weight,
-                    detail: c.details.as_ref().and_then(|d| d.get(i).cloned().flatten()),
+                .enumerate()
+                .map(|(idx, slot)| match slot {
+                    Slot::Feasible(i) => (
+                        chosen != Some(self.node_names[idx].as_ref()),
+                        false,
+                        std::cmp::Reverse(self.totals.get(*i).copied()),
+                        idx,
+                    ),
+                    _ => (true, true, std::cmp::Reverse(None), idx),
                 })
                 .collect();
-            verdicts[*idx as usize] = Some(NodeVerdict {
-                name: name.to_string(),
-                feasible: true,
-                chosen: chosen == Some(name.as_ref()),
-                plugin: None,
-                code: None,
-                reasons: Vec::new(),
-                detail: None,
-                total: self.totals.get(i).copied(),
-                scores,
-            });
-        }
-        let nodes: Vec<NodeVerdict> = verdicts
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.unwrap_or_else(|| match &self.absent {
-                    Some(s) => NodeVerdict::rejected(&self.node_names[i], s),
-                    None => NodeVerdict::rejected(
-                        &self.node_names[i],
-                        &Status::new(Code::Error, "not evaluated"),
-                    ),
-                })
+            if max > 0 {
+                keys.select_nth_unstable(max - 1);
+            }
+            let mut kept: Vec<usize> = keys[..max].iter().map(|k| k.3).collect();
+            kept.sort_unstable();
+            kept
+        };
+        let nodes: Vec<NodeVerdict> = kept
+            .iter()
+            .map(|&idx| {
+                let name = &self.node_names[idx];
+                match slots[idx] {
+                    Slot::Feasible(i) => NodeVerdict {
+                        name: name.to_string(),
+                        feasible: true,
+                        chosen: chosen == Some(name.as_ref()),
+                        plugin: None,
+                        code: None,
+                        reasons: Vec::new(),
+                        detail: None,
+                        total: self.totals.get(i).copied(),
+                        scores: self
+                            .scores
+                            .iter()
+                            .map(|c| PluginScore {
+                                plugin: c.plugin.to_string(),
+                                raw: c.raw_scores()[i],
+                                normalized: c.normalized[i],
+                                weight: c.weight,
+                                weighted: c.normalized[i] * c.weight,
+                                detail: c
+                                    .details
+                                    .as_ref()
+                                    .and_then(|d| d.get(i).cloned().flatten()),
+                            })
+                            .collect(),
+                    },
+                    Slot::Rejected(j) => NodeVerdict::rejected(name, &self.rejected[j].1),
+                    Slot::Absent => match &self.absent {
+                        Some(s) => NodeVerdict::rejected(name, s),
+                        None => {
+                            NodeVerdict::rejected(name, &Status::new(Code::Error, "not evaluated"))
+                        }
+                    },
+                }
             })
             .collect();
+        let omitted_nodes = n - nodes.len();
         let (placed, message) = match &self.outcome {
             Outcome::Placed { .. } => (true, None),
             Outcome::Unschedulable { message } | Outcome::Error { message } => {
@@ -337,7 +385,7 @@ impl Decision {
             notes: self.notes.clone(),
             fallback: self.fallback.clone(),
             nodes,
-            omitted_nodes: 0,
+            omitted_nodes,
         }
     }
 }
@@ -465,7 +513,7 @@ pub struct Explanation {
     pub fallback: Option<Fallback>,
     /// Every node's verdict, in snapshot order (see `omitted_nodes`).
     pub nodes: Vec<NodeVerdict>,
-    /// Nodes left out of `nodes` by [`Explanation::keep_nodes`] (stored explanations of
+    /// Nodes left out of `nodes` by [`Decision::explain_at_most`] (stored explanations of
     /// large clusters); 0 when every node is there.
     #[serde(skip_serializing_if = "is_zero", default)]
     pub omitted_nodes: usize,
@@ -476,27 +524,6 @@ fn is_zero(n: &usize) -> bool {
 }
 
 impl Explanation {
-    /// Keeps at most `max` node verdicts: the chosen node, then the feasible nodes by
-    /// total score, then rejected ones, in snapshot order; the rest are counted in
-    /// `omitted_nodes`. What the store keeps of each decision: at 15,000 nodes a full
-    /// explanation is megabytes, written hundreds of times a second.
-    pub fn keep_nodes(&mut self, max: usize) {
-        if self.nodes.len() <= max {
-            return;
-        }
-        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
-        let rank = |v: &NodeVerdict| (!v.chosen, !v.feasible, std::cmp::Reverse(v.total));
-        order.sort_by_key(|&i| rank(&self.nodes[i]));
-        let mut keep: Vec<usize> = order[..max].to_vec();
-        keep.sort_unstable();
-        let mut taken = std::mem::take(&mut self.nodes)
-            .into_iter()
-            .map(Some)
-            .collect::<Vec<_>>();
-        self.omitted_nodes += taken.len() - keep.len();
-        self.nodes = keep.into_iter().filter_map(|i| taken[i].take()).collect();
-    }
-
     /// A human-readable table.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
@@ -610,30 +637,42 @@ impl Explanation {
 mod tests {
     use super::*;
 
-    /// A stored explanation keeps the chosen node, the best feasible ones, then rejected
-    /// ones, in snapshot order, and counts the rest.
-    #[test]
-    fn keep_nodes_keeps_the_chosen_and_best_and_counts_the_rest() {
-        let nodes: Vec<serde_json::Value> = (0..10)
-            .map(|i| {
-                if i % 2 == 0 {
-                    serde_json::json!({"name": format!("n{i}"), "feasible": true, "chosen": i == 0, "total": i})
-                } else {
-                    serde_json::json!({"name": format!("n{i}"), "feasible": false, "plugin": "P", "reasons": ["r"]})
-                }
-            })
+    /// Ten nodes: even ones feasible with total = index (n0 chosen), odd ones rejected.
+    fn ten_nodes() -> Decision {
+        let names: Vec<Arc<str>> = (0..10).map(|i| Arc::from(format!("n{i}"))).collect();
+        let mut d = Decision::new("default", "p", "u", "headroom", 1, Arc::new(names));
+        d.feasible = (0..10).step_by(2).collect();
+        d.totals = d.feasible.iter().map(|&i| i64::from(i)).collect();
+        d.scores = vec![ScoreColumn {
+            plugin: "P",
+            weight: 1,
+            raw: None,
+            normalized: d.totals.clone(),
+            details: None,
+        }];
+        d.rejected = (1..10)
+            .step_by(2)
+            .map(|i| (i, Status::unschedulable("r").with_plugin("Q")))
             .collect();
-        let mut e: Explanation = serde_json::from_value(serde_json::json!({
-            "pod": "default/p", "uid": "u", "profile": "headroom", "snapshotGeneration": 1,
-            "placed": true, "node": "n0", "feasibleNodes": 5, "nodes": nodes
-        }))
-        .unwrap();
-        let mut all = e.clone();
-        all.keep_nodes(10);
+        d.outcome = Outcome::Placed { node: "n0".into() };
+        d
+    }
+
+    /// A stored explanation keeps the chosen node, the best feasible ones, then rejected
+    /// ones, in snapshot order, counts the rest, and each kept verdict is the one the
+    /// full explanation has.
+    #[test]
+    fn explain_at_most_keeps_the_chosen_and_best_and_counts_the_rest() {
+        let d = ten_nodes();
+        let all = d.explain();
         assert_eq!((all.nodes.len(), all.omitted_nodes), (10, 0));
-        e.keep_nodes(4);
+        assert_eq!(d.explain_at_most(10).nodes, all.nodes);
+        let e = d.explain_at_most(4);
         let names: Vec<&str> = e.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["n0", "n4", "n6", "n8"]);
+        for v in &e.nodes {
+            assert_eq!(Some(v), all.nodes.iter().find(|a| a.name == v.name));
+        }
         assert_eq!(e.omitted_nodes, 6);
         assert!(e.to_text().contains("6 more nodes not kept"));
         let json = serde_json::to_value(&e).unwrap();
@@ -644,6 +683,15 @@ mod tests {
                 .get("omittedNodes")
                 .is_none()
         );
+        // Past the feasible nodes, rejected ones in snapshot order.
+        let names: Vec<String> = d
+            .explain_at_most(7)
+            .nodes
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(names, ["n0", "n1", "n2", "n3", "n4", "n6", "n8"]);
+        assert!(d.explain_at_most(0).nodes.is_empty());
     }
 
     #[test]

@@ -74,13 +74,21 @@ impl BindError {
     }
 }
 
-/// The `Binding` object for `namespace/name` (uid as precondition when non-empty) to `node`.
-pub fn binding(namespace: &str, name: &str, uid: &str, node: &str) -> Binding {
+/// The `Binding` object for `namespace/name` (uid as precondition when non-empty) to `node`,
+/// carrying `annotations` for the pod (none: kube-scheduler's exact body).
+pub fn binding(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+    annotations: &crate::framework::BindAnnotations,
+) -> Binding {
     Binding {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(namespace.to_string()),
             uid: (!uid.is_empty()).then(|| uid.to_string()),
+            annotations: (!annotations.is_empty()).then(|| annotations.clone()),
             ..Default::default()
         },
         target: ObjectReference {
@@ -99,10 +107,11 @@ pub async fn bind_pod(
     name: &str,
     uid: &str,
     node: &str,
+    annotations: &crate::framework::BindAnnotations,
     timeout: Duration,
 ) -> Result<(), BindError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let body = binding(namespace, name, uid, node);
+    let body = binding(namespace, name, uid, node, annotations);
     let pp = PostParams::default();
     let call = api.create_subresource::<_, serde_json::Value>("binding", name, &pp, &body);
     match tokio::time::timeout(timeout, call).await {
@@ -284,7 +293,12 @@ impl Plugin for ApiBinder {
 }
 
 impl BindPlugin for ApiBinder {
-    fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status> {
+    fn bind<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        node: &'a str,
+        annotations: &'a crate::framework::BindAnnotations,
+    ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
             let permit = match &self.flow {
                 Some(f) => Some(f.acquire().await),
@@ -297,6 +311,7 @@ impl BindPlugin for ApiBinder {
                 &pod.name,
                 &pod.uid,
                 node,
+                annotations,
                 self.timeout,
             )
             .await;
@@ -397,6 +412,7 @@ impl ExtenderBinder for ApiBinder {
                 &args.pod_name,
                 &args.pod_uid,
                 &args.node,
+                &Default::default(),
                 self.timeout,
             )
             .await
@@ -422,11 +438,29 @@ mod tests {
             "plain-1",
             "db9e6ddb-f83e-4861-b336-8e9aca6f5164",
             "node-a",
+            &Default::default(),
         ))
         .unwrap();
         assert_eq!(mine, recorded);
-        let no_uid = serde_json::to_value(binding("default", "missing-pod", "", "node-a")).unwrap();
+        let no_uid = serde_json::to_value(binding(
+            "default",
+            "missing-pod",
+            "",
+            "node-a",
+            &Default::default(),
+        ))
+        .unwrap();
         assert!(no_uid["metadata"].get("uid").is_none());
+        assert!(no_uid["metadata"].get("annotations").is_none());
+        let annotated = serde_json::to_value(binding(
+            "default",
+            "p",
+            "",
+            "node-a",
+            &crate::framework::BindAnnotations::from([("a".to_string(), "b".to_string())]),
+        ))
+        .unwrap();
+        assert_eq!(annotated["metadata"]["annotations"]["a"], "b");
         assert!(BindError::Conflict("x".into()).is_final());
         assert!(!BindError::Timeout(Duration::from_secs(1)).is_final());
     }

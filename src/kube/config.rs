@@ -51,8 +51,9 @@ pub struct ServeConfig {
     pub extender: ExtenderConfig,
     /// Events (`Scheduled`, `FailedScheduling`): rate limits and aggregation.
     pub events: EventsConfig,
-    /// After a successful bind, annotate the pod with a short decision summary
-    /// (`headroom.io/decision`: node, top scores, data freshness). Default true.
+    /// Annotate each bound pod with a short decision summary (`headroom.io/decision`: node,
+    /// top scores, data freshness). It travels in the `Binding`, which the API server
+    /// copies onto the pod: no API call of its own. Default true.
     pub decision_annotation: bool,
     /// Also write bk-ci's `bkci.dispatch.kubenetes/builder-history-nodes` annotation (a JSON
     /// array of node names, newest first) on each bound pod, so tooling that reads it keeps

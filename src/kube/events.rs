@@ -1,8 +1,8 @@
 //! What users see, as with kube-scheduler: `Scheduled` and `FailedScheduling` Events
 //! (`events.k8s.io/v1`, the fields kube-scheduler fills), the pod's `PodScheduled=False`
-//! condition with the same message, and after a bind the `headroom.io/decision` annotation
-//! (plus, optionally, bk-ci's `builder-history-nodes`) and the placement history in the
-//! store. (The decision log is the engine's decision sink, which forwards each decision
+//! condition with the same message, and after a bind bk-ci's optional `builder-history-nodes`
+//! annotation and the placement history in the store. (The `headroom.io/decision`
+//! annotation travels in the binding itself: [`bind_annotator`].) (The decision log is the engine's decision sink, which forwards each decision
 //! here.)
 //!
 //! All of it runs in background tasks fed by channels, so the scheduling loop never waits
@@ -418,6 +418,23 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
+/// What each binding writes onto its pod under `serve`: the decision summary
+/// (`serve.decisionAnnotation`), computed in the cycle from the snapshot it read, so the
+/// API server writes it with the binding (no patch of its own).
+pub fn bind_annotator(config: &ServeConfig) -> Option<crate::scheduling_loop::BindAnnotator> {
+    config.decision_annotation.then(|| {
+        let annotate: crate::scheduling_loop::BindAnnotator = Arc::new(|d, snapshot| {
+            let usage = snapshot.usage();
+            let summary = decision_summary(d, usage, usage.now_ms);
+            crate::framework::BindAnnotations::from([(
+                DECISION_ANNOTATION.to_string(),
+                summary.to_string(),
+            )])
+        });
+        annotate
+    })
+}
+
 /// The decision summary annotation: chosen node, the best totals, how fresh the usage
 /// data was, and the usage fallback when it placed the pod.
 pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serde_json::Value {
@@ -718,12 +735,9 @@ impl Reporter {
                 }
             }
         }
+        // The decision summary went with the binding ([`bind_annotator`]); only bk-ci's
+        // history needs the store, so it is a patch of its own.
         let mut annotations = serde_json::Map::new();
-        if self.config.decision_annotation
-            && let Some(s) = summary
-        {
-            annotations.insert(DECISION_ANNOTATION.into(), json!(s.to_string()));
-        }
         if self.config.builder_history_annotation {
             let v = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
             annotations.insert(BKCI_HISTORY_ANNOTATION.into(), json!(v));

@@ -588,9 +588,10 @@ impl Cx {
             }
         });
         let engine = self.engine.clone();
+        let annotate = events::bind_annotator(&self.engine.config().serve);
         // The watch confirms binds; a lost confirmation expires the pod.
         running.spawn_scheduling(
-            move || engine.scheduling_loop(binder.clone(), false),
+            move || engine.scheduling_loop(binder.clone(), false, annotate.clone()),
             gate_rx,
         );
     }

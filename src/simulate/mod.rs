@@ -567,6 +567,7 @@ impl crate::framework::BindPlugin for SimBinder {
         &'a self,
         pod: &'a PodInfo,
         node: &'a str,
+        _annotations: &'a crate::framework::BindAnnotations,
     ) -> crate::framework::BoxFuture<'a, crate::framework::Status> {
         Box::pin(async move {
             // The kubelet starts it at once: the pod as the watch shows it, running.
@@ -669,7 +670,7 @@ async fn run_policy(
         clock: engine.clock().clone(),
         bound: std::sync::Mutex::new(Vec::new()),
     });
-    let lp = engine.scheduling_loop(binder.clone(), false);
+    let lp = engine.scheduling_loop(binder.clone(), false, None);
 
     let mut nodes: Vec<NodeState> = plan.nodes.clone();
     for n in &nodes {

@@ -20,7 +20,7 @@ use headroom::snapshot::{PodInfo, Snapshot};
 use headroom_storage::{Labels, RunRecord, Store, StoreConfig, UsageSummary};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use super::run;
 
@@ -116,12 +116,17 @@ impl Plugin for FlakyBinder {
 }
 
 impl BindPlugin for FlakyBinder {
-    fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status> {
+    fn bind<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        node: &'a str,
+        annotations: &'a headroom::framework::BindAnnotations,
+    ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
             if self.calls.fetch_add(1, Ordering::SeqCst) % self.every == self.every - 1 {
                 Status::error("Operation cannot be fulfilled on pods/binding: conflict")
             } else {
-                self.inner.bind(pod, node).await
+                self.inner.bind(pod, node, annotations).await
             }
         })
     }
@@ -230,7 +235,7 @@ pub fn spawn_demo_server() -> DemoServer {
     {
         let engine = engine.clone();
         running.spawn_scheduling(
-            move || engine.scheduling_loop(binder.clone(), true),
+            move || engine.scheduling_loop(binder.clone(), true, None),
             gate_rx,
         );
     }
@@ -630,7 +635,7 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
             max_entries: 1,
             max_bytes: usize::MAX,
         })));
-    let (tx, rx) = mpsc::channel(8);
+    let (tx, rx) = headroom::api::decision_channel(8, usize::MAX);
     let sink = runtime.spawn(headroom::api::run_decision_sink(
         rx,
         state.clone(),
@@ -641,7 +646,7 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         let p = PodInfo::new(Arc::new(headroom::synthetic::plain_pod(name)));
         let mut a = scheduler.lock().unwrap().schedule_one(&p, None, true);
         a.decision.decided_at_ms = 1_000 + i as i64;
-        runtime.block_on(tx.send(Arc::new(a.decision))).unwrap();
+        tx.send(a.decision).unwrap();
     }
     drop(tx);
     let report = runtime.block_on(sink).unwrap();

@@ -803,6 +803,18 @@ fn bind(fake: &Fake, t: &Target, headers: &HeaderMap, body: &Value) -> Response 
         );
     }
     pod["spec"]["nodeName"] = json!(node);
+    // As kube-apiserver's setPodNodeAndMetadata: the Binding's annotations and labels are
+    // merged onto the pod.
+    for field in ["annotations", "labels"] {
+        if let Some(extra) = body["metadata"][field].as_object() {
+            if !pod["metadata"][field].is_object() {
+                pod["metadata"][field] = json!({});
+            }
+            for (k, v) in extra {
+                pod["metadata"][field][k] = v.clone();
+            }
+        }
+    }
     strategic(
         &mut pod,
         &json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": headroom::kube::rfc3339(headroom::kube::now_ms())}]}}),

@@ -198,6 +198,16 @@ async fn kube_serve_binds_ours_ignores_others_writes_events_and_unblocks_on_node
         .find(|t| t["node"] == p1_node)
         .unwrap();
     assert_eq!(chosen["score"].as_i64(), Some(best), "{ann}");
+    // It came with the binding: no pod patch of its own (kube-scheduler's writes per pod,
+    // a binding and an event, are all headroom makes).
+    assert!(
+        !fake
+            .calls()
+            .iter()
+            .any(|(g, r, v)| g.is_empty() && r == "pods" && v == "patch"),
+        "{:?}",
+        fake.calls()
+    );
     assert_eq!(ann["feasibleNodes"], 2);
 
     // Not ours: never bound, never attempted.
@@ -797,6 +807,7 @@ async fn kube_fake_answers_like_the_recorded_api_server() {
         "plain-1",
         "db9e6ddb-f83e-4861-b336-8e9aca6f5164",
         "node-a",
+        &Default::default(),
         Duration::from_secs(5),
     )
     .await
@@ -815,6 +826,7 @@ async fn kube_fake_answers_like_the_recorded_api_server() {
         "huge-1",
         "00000000-0000-0000-0000-000000000000",
         "node-a",
+        &Default::default(),
         Duration::from_secs(5),
     )
     .await
@@ -832,6 +844,7 @@ async fn kube_fake_answers_like_the_recorded_api_server() {
         "missing-pod",
         "",
         "node-a",
+        &Default::default(),
         Duration::from_secs(5),
     )
     .await
