@@ -111,6 +111,7 @@ print('after kill -9: newest surviving sample', $killed - s['last_ts_ms'], 'ms b
 serve hr10 "$W/reserve10.yaml" 10271
 for i in $(seq 60); do [ -n "$($K get pod build-1 -o jsonpath='{.spec.nodeName}')" ] && break; sleep 1; done
 echo "build-1 after restart (reserve 10 %): node '$($K get pod build-1 -o jsonpath='{.spec.nodeName}')'"
+echo "build-1 decision annotation (written with the binding): $($K get pod build-1 -o jsonpath='{.metadata.annotations.headroom\.io/decision}')"
 kill "$(cat "$W/hr10.pid")"; wait "$(cat "$W/hr10.pid")" 2>/dev/null
 $HR series --data-dir "$W/data" --match node_memory_working_set_bytes --output json | python3 -c "
 import json,sys; s=json.load(sys.stdin)[0]; print('series after kill -9 + restart:', s['metric'], s['labels'], 'samples ok')"

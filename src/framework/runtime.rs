@@ -40,7 +40,11 @@ pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 /// Upstream's `minFeasibleNodesPercentageToFind`: the adaptive percentage's floor.
 pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
 /// Chunks are at least this many nodes: below, a thread hand-off costs more than it saves.
-pub const DEFAULT_MIN_CHUNK: usize = 768;
+/// Measured (benches/README.md, "Two threads"): on a 2-vCPU machine two threads were slower
+/// than one up to ~15,000 nodes (0.78x at 5,000), and on the kit `serve` bound 478 pods/s
+/// serially against 395 with two threads at 5,000 nodes, where the API server and etcd
+/// share the cores. So a cycle splits only once every thread gets 7,500 nodes.
+pub const DEFAULT_MIN_CHUNK: usize = 7_500;
 /// Filters run plugin by plugin over blocks of this many nodes. The decision lists rejected
 /// nodes block by block, and within a block filter by filter; chunks handed to threads are
 /// whole blocks, so that order does not depend on the number of threads.
