@@ -206,6 +206,7 @@ pub async fn run(
         config.serve.api_listen = a.to_string();
     }
     config.validate()?;
+    crate::plugins::validate_config(&config)?;
     let serve = config.serve.clone();
     let parse = |field: &str, v: &str| {
         v.parse::<SocketAddr>()
