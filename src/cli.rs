@@ -1089,7 +1089,7 @@ pub fn run(cli: Cli) -> ExitCode {
                         println!("# note: {u}");
                     }
                 }
-                print!("{}", c.to_yaml());
+                print!("{}", crate::plugins::registry::effective(&c).to_yaml());
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -80,7 +80,7 @@ impl Point {
 /// A plugin's args type: decoded from the raw `pluginArgs.<key>` value (serde, with
 /// defaults and `deny_unknown_fields`), then validated. `validate` has no default: every
 /// args type states its rules (upstream's `ValidateXArgs`).
-pub trait PluginArgs: DeserializeOwned + Default {
+pub trait PluginArgs: DeserializeOwned + serde::Serialize + Default {
     /// Checks the decoded args; errors carry paths relative to the args (`path` is their
     /// root, e.g. `hardPodAffinityWeight` under it).
     fn validate(&self, path: &field::Path) -> ErrorList;
@@ -102,6 +102,10 @@ fn check_args<A: PluginArgs>(raw: Option<&serde_json::Value>) -> ErrorList {
     decode_args::<A>(raw).err().unwrap_or_default()
 }
 
+fn effective_args<A: PluginArgs>(raw: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+    serde_json::to_value(decode_args::<A>(raw).ok()?).ok()
+}
+
 /// A plugin's args: the key under `pluginArgs` and the type they decode to.
 #[derive(Debug, Clone, Copy)]
 pub struct ArgsSpec {
@@ -109,6 +113,8 @@ pub struct ArgsSpec {
     pub key: &'static str,
     /// Decodes and validates raw args of this type (the errors; empty when valid).
     check: fn(Option<&serde_json::Value>) -> ErrorList,
+    /// The decoded args, defaults filled in, as a value (`None` when invalid).
+    effective: fn(Option<&serde_json::Value>) -> Option<serde_json::Value>,
 }
 
 impl ArgsSpec {
@@ -117,6 +123,7 @@ impl ArgsSpec {
         ArgsSpec {
             key,
             check: check_args::<A>,
+            effective: effective_args::<A>,
         }
     }
 
@@ -524,6 +531,24 @@ pub fn validate_config(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `config` with every plugin's args as the registry reads them, defaults filled in (what
+/// `headroom check-config` prints as the effective configuration).
+pub fn effective(config: &Config) -> Config {
+    let mut c = config.clone();
+    let fill = |args: &mut crate::config::PluginArgs| {
+        for spec in KNOWN_PLUGINS.iter().filter_map(|p| p.args) {
+            if let Some(v) = (spec.effective)(args.get(spec.key)) {
+                args.insert(spec.key.to_string(), v);
+            }
+        }
+    };
+    for p in &mut c.profiles {
+        fill(&mut p.plugin_args);
+    }
+    fill(&mut c.serve.extender.plugin_args);
+    c
+}
+
 /// The whole check of a configuration read from `origin` (a file): its structure
 /// ([`Config::validate_in`]), then [`validate_config`], errors naming `origin`.
 pub fn validate_config_in(config: &Config, origin: &str) -> Result<(), ConfigError> {
@@ -628,7 +653,16 @@ mod tests {
             assert!(err.starts_with(want), "{yaml}: {err}");
         }
         let ok = "profiles: [{pluginArgs: {interPodAffinity: {hardPodAffinityWeight: 100}, nodeStartRate: ~}}]";
-        config_from_yaml(ok, "t").unwrap();
+        let c = config_from_yaml(ok, "t").unwrap();
+        // The effective configuration fills in every args type's defaults, and reads back
+        // to the same frameworks.
+        let e = effective(&c);
+        let args = &e.profiles[0].plugin_args;
+        assert_eq!(args["interPodAffinity"]["hardPodAffinityWeight"], 100);
+        assert_eq!(args["podTopologySpread"]["defaultingType"], "List");
+        assert_eq!(args["nodeStartRate"]["maxStarts"], 3);
+        let again = config_from_yaml(&e.to_yaml(), "again").unwrap();
+        assert_eq!(effective(&again), e);
     }
 
     /// Every row's points are what its registration serves, and every args type refuses

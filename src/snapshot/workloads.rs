@@ -139,29 +139,31 @@ impl Workload {
 
     /// A ReplicaSet.
     pub fn replica_set(rs: &ReplicaSet) -> Workload {
-        let (namespace, name) = meta_key(&rs.metadata);
-        Workload {
-            kind: WorkloadKind::ReplicaSet,
-            namespace,
-            name,
-            service_selector: None,
-            controller: Some(Contribution::Requirements(requirements(
-                rs.spec.as_ref().map(|s| &s.selector),
-            ))),
-        }
+        Workload::selecting(
+            WorkloadKind::ReplicaSet,
+            &rs.metadata,
+            rs.spec.as_ref().map(|s| &s.selector),
+        )
     }
 
     /// A StatefulSet.
     pub fn stateful_set(ss: &StatefulSet) -> Workload {
-        let (namespace, name) = meta_key(&ss.metadata);
+        Workload::selecting(
+            WorkloadKind::StatefulSet,
+            &ss.metadata,
+            ss.spec.as_ref().map(|s| &s.selector),
+        )
+    }
+
+    /// A controller whose `spec.selector` is a `LabelSelector` (ReplicaSet, StatefulSet).
+    fn selecting(kind: WorkloadKind, meta: &ObjectMeta, sel: Option<&LabelSelector>) -> Workload {
+        let (namespace, name) = meta_key(meta);
         Workload {
-            kind: WorkloadKind::StatefulSet,
+            kind,
             namespace,
             name,
             service_selector: None,
-            controller: Some(Contribution::Requirements(requirements(
-                ss.spec.as_ref().map(|s| &s.selector),
-            ))),
+            controller: Some(Contribution::Requirements(requirements(sel))),
         }
     }
 }

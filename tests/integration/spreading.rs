@@ -35,15 +35,15 @@ fn pod(name: &str, node: Option<&str>, owner: Option<(&str, &str)>) -> Value {
     p
 }
 
-/// The PodTopologySpread normalized score of each node (None: the plugin did not score).
-fn spread_scores(cluster: &[Value], config: &str) -> Vec<(String, Option<i64>)> {
+/// Runs `place` on `cluster` with `incoming` and `config`; the decision.
+fn place(cluster: &[Value], incoming: &Value, config: &str) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let cluster = write(
         &dir,
         "cluster.json",
         &json!({"apiVersion": "v1", "kind": "List", "items": cluster}),
     );
-    let incoming = write(&dir, "pod.json", &pod("new", None, None));
+    let incoming = write(&dir, "pod.json", incoming);
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, config).unwrap();
     let o = run(&[
@@ -59,8 +59,14 @@ fn spread_scores(cluster: &[Value], config: &str) -> Vec<(String, Option<i64>)> 
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    let d: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-    d[0]["nodes"]
+    let mut d: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    d.remove(0)
+}
+
+/// The PodTopologySpread normalized score of each node in a decision (None: the plugin
+/// did not score).
+fn scores_of(decision: &Value) -> Vec<(String, Option<i64>)> {
+    decision["nodes"]
         .as_array()
         .unwrap()
         .iter()
@@ -74,6 +80,11 @@ fn spread_scores(cluster: &[Value], config: &str) -> Vec<(String, Option<i64>)> 
             (n["name"].as_str().unwrap().to_string(), s)
         })
         .collect()
+}
+
+/// The scores for a pod without owner.
+fn spread_scores(cluster: &[Value], config: &str) -> Vec<(String, Option<i64>)> {
+    scores_of(&place(cluster, &pod("new", None, None), config))
 }
 
 fn cluster(extra: &[Value]) -> Vec<Value> {
@@ -130,57 +141,15 @@ fn list_default_constraints_use_the_owners_selector() {
         "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {}}});
     let config = "profiles: [{schedulerName: headroom, pluginArgs: {podTopologySpread: {defaultConstraints: [\
         {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway}]}}}]\n";
-    let dir = tempfile::tempdir().unwrap();
-    let cluster_path = write(
-        &dir,
-        "c.json",
-        &json!({"kind": "List", "items": cluster(&[rs])}),
-    );
-    let owned = write(
-        &dir,
-        "p.json",
-        &pod("new", None, Some(("apps/v1", "ReplicaSet"))),
-    );
-    let config_path = dir.path().join("config.yaml");
-    std::fs::write(&config_path, config).unwrap();
-    let o = run(&[
-        "place",
-        "--output",
-        "json",
-        "--config",
-        config_path.to_str().unwrap(),
-        "--cluster",
-        &cluster_path,
-        "--pod",
-        &owned,
-    ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let d: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-    let score = |node: &str| {
-        d[0]["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["name"] == node)
-            .unwrap()["scores"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["plugin"] == "PodTopologySpread")
-            .map(|s| s["normalized"].as_i64().unwrap())
-    };
+    let owned = pod("new", None, Some(("apps/v1", "ReplicaSet")));
+    let d = place(&cluster(&[rs]), &owned, config);
     // Hostname only, weight ln(5) = 1.609, maxSkew 1: raw h1 3.22 → 3, h2 1.61 → 2,
     // h3 0; normalized 100·(3+0−raw)/3: 0, 33, 100.
     assert_eq!(
-        (score("h1"), score("h2"), score("h3")),
-        (Some(0), Some(33), Some(100))
+        scores_of(&d),
+        expect([("h1", Some(0)), ("h2", Some(33)), ("h3", Some(100))])
     );
-    assert_eq!(d[0]["node"], "h3");
+    assert_eq!(d["node"], "h3");
     // The same pod without the owner reference: nothing selects it.
     assert_eq!(
         spread_scores(&cluster(&[]), config),
