@@ -1,4 +1,7 @@
-//! Scheduler plugins, one file each, and the registry that assembles a profile's framework.
+//! Scheduler plugins, one file each, and the registry that assembles a profile's framework
+//! ([`registry`]: one table row per plugin; adding a plugin is its file, its `pub mod` and
+//! its row there, plus its line in the tables below and in README.md, which a test checks
+//! against the registry).
 //!
 //! The default profile is kube-scheduler's default plugin set, in its order and with its
 //! weights, for the plugins headroom implements:
@@ -64,7 +67,7 @@ mod topology;
 pub(crate) mod testutil;
 
 pub use registry::{
-    KNOWN_PLUGINS, KnownPlugin, PluginArgs, build_framework, build_framework_with, known,
+    KNOWN_PLUGINS, KnownPlugin, build_framework, build_framework_with, known,
     validate_config, validate_config_in,
 };
 
