@@ -177,15 +177,18 @@ pub struct Synced {
     nodes: AtomicBool,
     pods: AtomicBool,
     namespaces: AtomicBool,
+    /// Per [`WorkloadKind`] (in [`WorkloadKind::ALL`] order).
+    workloads: [AtomicBool; 4],
     changed: Notify,
 }
 
 impl Synced {
-    /// All of nodes, pods and namespaces have been listed once.
+    /// All of nodes, pods, namespaces and the workload kinds have been listed once.
     pub fn all(&self) -> bool {
         self.nodes.load(Ordering::SeqCst)
             && self.pods.load(Ordering::SeqCst)
             && self.namespaces.load(Ordering::SeqCst)
+            && self.workloads.iter().all(|w| w.load(Ordering::SeqCst))
     }
 
     /// Waits until [`all`](Self::all).
@@ -585,6 +588,7 @@ impl ClusterState {
             .workloads_mut()
             .replace(kind, list);
         self.stats.list(Kind::Workload(kind));
+        self.synced.set(&self.synced.workloads[kind as usize]);
     }
 
     /// Number of pods this state queued and still tracks as pending.

@@ -141,7 +141,7 @@ async fn readyz(State(h): State<Health>) -> (StatusCode, String) {
     if !h.synced.all() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "waiting for the initial lists of nodes, pods and namespaces\n".into(),
+            "waiting for the initial lists of nodes, pods, namespaces and workloads\n".into(),
         );
     }
     let role = if *h.leader.borrow() {

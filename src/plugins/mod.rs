@@ -67,8 +67,8 @@ mod topology;
 pub(crate) mod testutil;
 
 pub use registry::{
-    KNOWN_PLUGINS, KnownPlugin, build_framework, build_framework_with, known,
-    validate_config, validate_config_in,
+    KNOWN_PLUGINS, KnownPlugin, build_framework, build_framework_with, known, validate_config,
+    validate_config_in,
 };
 
 use std::sync::Arc;

@@ -20,7 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use crate::selector::{Labels, Requirement, Selector};
 use crate::snapshot::PodInfo;
 
-/// The workload kinds, as the API names them.
+/// The workload kinds, as the API names them (`as usize` is the position in
+/// [`WorkloadKind::ALL`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WorkloadKind {
     /// `v1` Service.
@@ -371,6 +372,13 @@ mod tests {
         // Nothing selects it: an empty selector (default constraints then do not apply).
         let s = w.default_selector(&pod(json!({"x": "y"}), None));
         assert!(s.requirements.is_empty());
+    }
+
+    #[test]
+    fn kinds_index_all() {
+        for (i, k) in WorkloadKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i, "{k:?}");
+        }
     }
 
     #[test]
