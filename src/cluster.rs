@@ -570,7 +570,13 @@ impl ClusterState {
     /// A workload (Service, ReplicationController, ReplicaSet, StatefulSet) was added or
     /// changed.
     pub fn apply_workload(&self, w: Workload) {
-        self.sched().snapshot_mut().workloads_mut().upsert(w);
+        let mut sched = self.sched();
+        // Status updates (a ReplicaSet's replica counts) leave the selectors as they were:
+        // no snapshot change.
+        if sched.snapshot().workloads().contains(&w) {
+            return;
+        }
+        sched.snapshot_mut().workloads_mut().upsert(w);
     }
 
     /// A workload was deleted.

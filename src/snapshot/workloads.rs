@@ -184,6 +184,15 @@ impl Workloads {
             .insert((w.kind, w.name.clone()), w);
     }
 
+    /// Whether exactly this workload is already known (a ReplicaSet's status updates change
+    /// nothing here; the feed skips them).
+    pub fn contains(&self, w: &Workload) -> bool {
+        self.by_namespace
+            .get(&w.namespace)
+            .and_then(|m| m.get(&(w.kind, w.name.clone())))
+            == Some(w)
+    }
+
     /// Removes a workload.
     pub fn delete(&mut self, kind: WorkloadKind, namespace: &str, name: &str) {
         if let Some(m) = self.by_namespace.get_mut(namespace) {
@@ -384,6 +393,11 @@ mod tests {
     #[test]
     fn replace_and_delete() {
         let mut w = workloads();
+        let rs = w.by_namespace["ns"][&(WorkloadKind::ReplicaSet, "rs".to_string())].clone();
+        assert!(w.contains(&rs));
+        let mut changed = rs.clone();
+        changed.controller = Some(Contribution::Requirements(None));
+        assert!(!w.contains(&changed));
         assert_eq!(w.count(WorkloadKind::Service), 4);
         w.replace(WorkloadKind::Service, Vec::new());
         assert_eq!(w.count(WorkloadKind::Service), 0);
