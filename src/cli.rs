@@ -531,7 +531,7 @@ fn run_collect(once: bool, config: &Path, data_dir: Option<&Path>, output: Outpu
         );
         return ExitCode::from(2);
     }
-    let config = match Config::load(config) {
+    let config = match crate::plugins::registry::load_config(config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -837,7 +837,7 @@ fn run_sweep(a: SweepArgs) -> ExitCode {
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, crate::config::ConfigError> {
     match path {
-        Some(p) => Config::load(p),
+        Some(p) => crate::plugins::registry::load_config(p),
         None => Ok(Config::default()),
     }
 }
@@ -900,7 +900,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
     if let Some(a) = api_listen {
         config.serve.api_listen = a.to_string();
     }
-    if let Err(e) = config.validate_in(&origin) {
+    if let Err(e) = crate::plugins::validate_config_in(&config, &origin) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
@@ -1081,7 +1081,7 @@ pub fn run(cli: Cli) -> ExitCode {
             check_targets,
             write_farms,
         }),
-        Command::CheckConfig { file } => match Config::load(&file) {
+        Command::CheckConfig { file } => match crate::plugins::registry::load_config(&file) {
             Ok(c) => {
                 println!("# {}: valid; effective configuration:", file.display());
                 for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {
@@ -1089,7 +1089,7 @@ pub fn run(cli: Cli) -> ExitCode {
                         println!("# note: {u}");
                     }
                 }
-                print!("{}", c.to_yaml());
+                print!("{}", crate::plugins::registry::effective(&c).to_yaml());
                 ExitCode::SUCCESS
             }
             Err(e) => {

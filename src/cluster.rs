@@ -35,6 +35,7 @@ use tokio::sync::Notify;
 use crate::queue::{ClusterEvent, PodKey, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
+use crate::snapshot::workloads::{Workload, WorkloadKind};
 
 /// Told when nodes come and go (the Reservation custom resources show `Pending` while
 /// their node is missing).
@@ -56,6 +57,8 @@ pub enum Kind {
     Namespace,
     /// `Reservation` custom resources.
     Reservation,
+    /// Services, ReplicationControllers, ReplicaSets, StatefulSets (default spreading).
+    Workload(WorkloadKind),
 }
 
 impl Kind {
@@ -66,6 +69,7 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Namespace => "Namespace",
             Kind::Reservation => "Reservation",
+            Kind::Workload(k) => k.as_str(),
         }
     }
 }
@@ -88,7 +92,9 @@ pub struct FeedStats {
 impl FeedStats {
     /// Registers the counters on `metrics`.
     pub fn register(&self, metrics: &crate::metrics::Metrics) {
-        for k in [Kind::Node, Kind::Pod, Kind::Namespace, Kind::Reservation] {
+        let workloads = WorkloadKind::ALL.map(Kind::Workload);
+        let kinds = [Kind::Node, Kind::Pod, Kind::Namespace, Kind::Reservation];
+        for k in kinds.into_iter().chain(workloads) {
             let l = KindLabel { kind: k.as_str() };
             let _ = self.watch_errors.get_or_create(&l);
             let _ = self.lists.get_or_create(&l);
@@ -171,15 +177,18 @@ pub struct Synced {
     nodes: AtomicBool,
     pods: AtomicBool,
     namespaces: AtomicBool,
+    /// Per [`WorkloadKind`] (in [`WorkloadKind::ALL`] order).
+    workloads: [AtomicBool; 4],
     changed: Notify,
 }
 
 impl Synced {
-    /// All of nodes, pods and namespaces have been listed once.
+    /// All of nodes, pods, namespaces and the workload kinds have been listed once.
     pub fn all(&self) -> bool {
         self.nodes.load(Ordering::SeqCst)
             && self.pods.load(Ordering::SeqCst)
             && self.namespaces.load(Ordering::SeqCst)
+            && self.workloads.iter().all(|w| w.load(Ordering::SeqCst))
     }
 
     /// Waits until [`all`](Self::all).
@@ -556,6 +565,36 @@ impl ClusterState {
     pub fn namespaces_listed(&self) {
         self.stats.list(Kind::Namespace);
         self.synced.set(&self.synced.namespaces);
+    }
+
+    /// A workload (Service, ReplicationController, ReplicaSet, StatefulSet) was added or
+    /// changed.
+    pub fn apply_workload(&self, w: Workload) {
+        let mut sched = self.sched();
+        // Status updates (a ReplicaSet's replica counts) leave the selectors as they were:
+        // no snapshot change.
+        if sched.snapshot().workloads().contains(&w) {
+            return;
+        }
+        sched.snapshot_mut().workloads_mut().upsert(w);
+    }
+
+    /// A workload was deleted.
+    pub fn delete_workload(&self, kind: WorkloadKind, namespace: &str, name: &str) {
+        self.sched()
+            .snapshot_mut()
+            .workloads_mut()
+            .delete(kind, namespace, name);
+    }
+
+    /// A complete list of one workload kind.
+    pub fn replace_workloads(&self, kind: WorkloadKind, list: Vec<Workload>) {
+        self.sched()
+            .snapshot_mut()
+            .workloads_mut()
+            .replace(kind, list);
+        self.stats.list(Kind::Workload(kind));
+        self.synced.set(&self.synced.workloads[kind as usize]);
     }
 
     /// Number of pods this state queued and still tracks as pending.

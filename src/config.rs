@@ -29,12 +29,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plugins::balanced_allocation::BalancedAllocationArgs;
-use crate::plugins::inter_pod_affinity::InterPodAffinityArgs;
-use crate::plugins::node_affinity::NodeAffinityArgs;
-use crate::plugins::node_resources_fit::NodeResourcesFitArgs;
-use crate::plugins::pod_topology_spread::PodTopologySpreadArgs;
-
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -228,7 +222,8 @@ pub struct ProfileConfig {
     /// Per-plugin switches and weights, by plugin name, over the defaults. Default: empty
     /// (kube-scheduler's default plugin set and weights).
     pub plugins: BTreeMap<String, PluginSetting>,
-    /// Plugin arguments.
+    /// Plugin arguments by key (`nodeResourcesFit: {scoringStrategy: ...}`), raw until the
+    /// registry decodes and validates them; see [`PluginArgs`]. Default: none.
     pub plugin_args: PluginArgs,
     /// Upstream's `percentageOfNodesToScore`, 0..=100. Default `100`: every node is
     /// filtered and scored, what headroom offers over kube-scheduler's sampling. Below 100,
@@ -261,26 +256,39 @@ pub struct PluginSetting {
     pub weight: Option<i64>,
 }
 
-/// Arguments of the plugins that take any.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
-pub struct PluginArgs {
-    /// NodeResourcesFit.
-    pub node_resources_fit: NodeResourcesFitArgs,
-    /// NodeResourcesBalancedAllocation.
-    pub node_resources_balanced_allocation: BalancedAllocationArgs,
-    /// NodeAffinity.
-    pub node_affinity: NodeAffinityArgs,
-    /// InterPodAffinity.
-    pub inter_pod_affinity: InterPodAffinityArgs,
-    /// PodTopologySpread.
-    pub pod_topology_spread: PodTopologySpreadArgs,
-    /// History (scores by history index, default `[30, 20, 10]`).
-    pub history: crate::plugins::history::HistoryArgs,
-    /// RealHeadroom (strategy `spread` / `binpack` / `target`).
-    pub real_headroom: crate::plugins::real_headroom::RealHeadroomArgs,
-    /// NodeStartRate (at most `maxStarts` per node per `window`).
-    pub node_start_rate: crate::plugins::node_start_rate::NodeStartRateArgs,
+/// Plugin arguments by key (`nodeResourcesFit`, `interPodAffinity`, ...: the plugin's name
+/// in lower camel case), kept raw: the plugin registry ([`crate::plugins::registry`])
+/// decodes them, with defaults for what is not given and unknown fields refused, and
+/// validates them when it builds the profile. Default: none (every plugin's defaults).
+pub type PluginArgs = BTreeMap<String, serde_json::Value>;
+
+impl ProfileConfig {
+    /// What the profile's structure allows (`percentageOfNodesToScore` in 0..=100), as
+    /// `(field, message)`; the plugins, weights and args are the registry's to check.
+    pub fn validate_structure(&self) -> Result<(), (String, String)> {
+        if self.percentage_of_nodes_to_score > 100 {
+            return Err((
+                format!("profiles[{}].percentageOfNodesToScore", self.scheduler_name),
+                format!("{} is not in 0..=100", self.percentage_of_nodes_to_score),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ConfigError {
+    /// The same error naming `origin` (the file) too: an [`ConfigError::Invalid`] becomes
+    /// a [`ConfigError::Parse`] of `origin`.
+    pub fn in_origin(self, origin: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid { field, message } => ConfigError::Parse {
+                path: origin.to_string(),
+                field,
+                message,
+            },
+            other => other,
+        }
+    }
 }
 
 impl Config {
@@ -322,14 +330,7 @@ impl Config {
 
     /// [`Config::validate`], with errors naming `origin` (the file) too.
     pub fn validate_in(&self, origin: &str) -> Result<(), ConfigError> {
-        self.validate().map_err(|e| match e {
-            ConfigError::Invalid { field, message } => ConfigError::Parse {
-                path: origin.to_string(),
-                field,
-                message,
-            },
-            other => other,
-        })
+        self.validate().map_err(|e| e.in_origin(origin))
     }
 
     /// Reads, parses and validates a YAML file.
@@ -348,8 +349,11 @@ impl Config {
         Config::parse_yaml(&text, &path.display().to_string())
     }
 
-    /// Checks what serde cannot: unique profile names, known plugins, weights, args, and
-    /// the collectors' URLs and schedules (reported under `collectors.`).
+    /// Checks the structure serde cannot: unique profile names, each profile's
+    /// [`ProfileConfig::validate_structure`], the sections' own rules, the collectors' URLs
+    /// and schedules (reported under `collectors.`). Plugins, weights and args are the
+    /// plugin registry's to check ([`crate::plugins::validate_config`]): the commands and
+    /// the engine run both.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.profiles.is_empty() {
             return Err(ConfigError::Invalid {
@@ -371,7 +375,9 @@ impl Config {
                     message: format!("duplicate profile {:?}", p.scheduler_name),
                 });
             }
-            crate::plugins::build_framework(p)?;
+            if let Err((field, message)) = p.validate_structure() {
+                return Err(ConfigError::Invalid { field, message });
+            }
         }
         self.scheduler.validate()?;
         if let Err(e) = self.collectors.validate() {
@@ -569,18 +575,6 @@ mod tests {
                 "t: profiles[0].bogus: unknown field; expected one of schedulerName, plugins, pluginArgs, percentageOfNodesToScore (line 1, column 31)",
             ),
             (
-                "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
-                "t: profiles[headroom].plugins.TaintToleration.weight: ",
-            ),
-            (
-                "profiles: [{plugins: {NoSuch: {weight: 2}}}]",
-                "plugins.NoSuch",
-            ),
-            (
-                "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
-                "TaintToleration.weight",
-            ),
-            (
                 "profiles: [{plugins: {TaintToleration: {weight: two}}}]",
                 "profiles[0].plugins.TaintToleration.weight",
             ),
@@ -600,10 +594,6 @@ mod tests {
                 "t: scheduler.parallelism: 257 is above 256",
             ),
             ("scheduler: {parallelism: -1}", "t: scheduler.parallelism: "),
-            (
-                "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
-                "pluginArgs.nodeResourcesFit.scoringStrategy.type",
-            ),
         ];
         for (yaml, field) in cases {
             let err = Config::from_yaml(yaml, "t").unwrap_err().to_string();

@@ -143,7 +143,7 @@ fn small(s: &crate::simulate::Scenario) -> bool {
 /// the effective configuration.
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data)
-        && let Ok(c) = Config::from_yaml(text, "fuzz.yaml")
+        && let Ok(c) = crate::plugins::registry::config_from_yaml(text, "fuzz.yaml")
     {
         let _ = c.to_yaml();
     }

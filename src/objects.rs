@@ -5,13 +5,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Container, Namespace, Node, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Container, Namespace, Node, Pod, ReplicationController, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::field::{self, Error as FieldError, ErrorList, Path as FieldPath};
 use crate::quantity::Quantity;
+use crate::snapshot::workloads::Workload;
 
 /// Why a file of objects could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,9 @@ pub struct Objects {
     pub pods: Vec<Pod>,
     /// Namespaces.
     pub namespaces: Vec<Namespace>,
+    /// Services, ReplicationControllers, ReplicaSets and StatefulSets, reduced to what
+    /// default topology spreading reads ([`crate::snapshot::workloads`]).
+    pub workloads: Vec<Workload>,
     /// Kinds that were present but are not used (reported, not fatal).
     pub ignored: Vec<String>,
 }
@@ -318,7 +323,14 @@ impl Reader {
         };
         let object = label(position, &kind, &v);
         match kind.as_str() {
-            "List" | "NodeList" | "PodList" | "NamespaceList" => {
+            "List"
+            | "NodeList"
+            | "PodList"
+            | "NamespaceList"
+            | "ServiceList"
+            | "ReplicationControllerList"
+            | "ReplicaSetList"
+            | "StatefulSetList" => {
                 let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
                 let Value::Array(items) = items else {
                     self.errors.push(
@@ -404,10 +416,31 @@ impl Reader {
                 }
                 Err(e) => self.errors.push(e),
             },
+            "Service" => self.workload(typed::<Service>(v, &object).map(|o| Workload::service(&o))),
+            "ReplicationController" => self.workload(
+                typed::<ReplicationController>(v, &object)
+                    .map(|o| Workload::replication_controller(&o)),
+            ),
+            "ReplicaSet" => {
+                self.workload(typed::<ReplicaSet>(v, &object).map(|o| Workload::replica_set(&o)))
+            }
+            "StatefulSet" => {
+                self.workload(typed::<StatefulSet>(v, &object).map(|o| Workload::stateful_set(&o)))
+            }
             other => self
                 .out
                 .ignored
                 .push(format!("{} ({})", field::shown(other), describe(&v))),
+        }
+    }
+}
+
+impl Reader {
+    /// Keeps a workload, or its error.
+    fn workload(&mut self, w: Result<Workload, FieldError>) {
+        match w {
+            Ok(w) => self.out.workloads.push(w),
+            Err(e) => self.errors.push(e),
         }
     }
 }
@@ -472,9 +505,25 @@ mod tests {
         let list = r#"{"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}},
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "x"}, "spec": {"containers": []}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]}"#;
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}]}"#;
         let o = Objects::parse(list, "f").unwrap();
         assert_eq!((o.nodes.len(), o.pods.len(), o.ignored.len()), (1, 1, 1));
+        assert_eq!(o.workloads.len(), 1);
+        assert_eq!(
+            (
+                o.workloads[0].namespace.as_str(),
+                o.workloads[0].name.as_str()
+            ),
+            ("default", "s")
+        );
+        let e = Objects::parse(
+            "kind: ReplicaSet\nmetadata: {name: r}\nspec: {selector: 3}\n",
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("spec.selector"), "{e}");
 
         let stream = "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: b}\n---\n";
         assert_eq!(Objects::parse(stream, "f").unwrap().nodes.len(), 2);

@@ -182,6 +182,10 @@ pub fn place_objects(
     engine.publish_view(Arc::new(view));
     let feed = engine.cluster();
     feed.replace_namespaces(cluster.namespaces.clone());
+    for kind in crate::snapshot::workloads::WorkloadKind::ALL {
+        let of_kind = cluster.workloads.iter().filter(|w| w.kind == kind).cloned();
+        feed.replace_workloads(kind, of_kind.collect());
+    }
     feed.replace_nodes(cluster.nodes.clone());
     feed.replace_pods(cluster.pods.clone());
     let mut scheduler = engine.scheduler().lock().unwrap_or_else(|e| e.into_inner());

@@ -159,6 +159,7 @@ impl Engine {
     /// dependencies, the queue, the cluster state and the metrics.
     pub fn new(config: Config, parts: Parts) -> Result<Arc<Engine>, EngineError> {
         config.validate()?;
+        crate::plugins::validate_config(&config)?;
         let reservations = parts
             .reservations
             .unwrap_or_else(|| Arc::new(InMemoryReservations::default()));

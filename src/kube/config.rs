@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{PluginArgs, PluginSetting, ProfileConfig};
+use crate::config::{PluginArgs, PluginSetting};
 
 /// The name of the profile extender requests are scheduled with (in decision records).
 pub const EXTENDER_PROFILE: &str = "extender";
@@ -192,31 +192,6 @@ impl Default for ExtenderConfig {
     }
 }
 
-impl ExtenderConfig {
-    /// The profile extender requests run: every in-tree (`upstream`) plugin not mentioned
-    /// is disabled; headroom's own plugins keep their defaults.
-    pub fn profile(&self) -> ProfileConfig {
-        let mut plugins = self.plugins.clone();
-        for p in crate::plugins::KNOWN_PLUGINS.iter().filter(|p| p.upstream) {
-            plugins
-                .entry(p.name.to_string())
-                .or_insert_with(|| PluginSetting {
-                    enabled: Some(false),
-                    weight: None,
-                })
-                .enabled
-                .get_or_insert(false);
-        }
-        ProfileConfig {
-            scheduler_name: EXTENDER_PROFILE.to_string(),
-            plugins,
-            plugin_args: self.plugin_args.clone(),
-            // The extender judges every node kube-scheduler asks about.
-            ..ProfileConfig::default()
-        }
-    }
-}
-
 /// Event rate limits and aggregation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
@@ -345,13 +320,6 @@ impl ServeConfig {
         if self.request_timeout.is_zero() {
             return Err(invalid("requestTimeout", "must be > 0".to_string()));
         }
-        crate::plugins::build_framework(&self.extender.profile()).map_err(|e| match e {
-            crate::config::ConfigError::Invalid { field, message } => invalid(
-                &field.replace(&format!("profiles[{EXTENDER_PROFILE}]"), "extender"),
-                message,
-            ),
-            other => other,
-        })?;
         Ok(())
     }
 }
@@ -374,29 +342,5 @@ mod tests {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("serve.leaderElection.renewDeadline"), "{e}");
         assert!(serde_norway::from_str::<ServeConfig>("bogus: 1").is_err());
-        let c: ServeConfig =
-            serde_norway::from_str("extender: {plugins: {NoSuch: {enabled: true}}}").unwrap();
-        let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("serve.extender.plugins.NoSuch"), "{e}");
-    }
-
-    #[test]
-    fn extender_profile_disables_in_tree_plugins_unless_enabled() {
-        let c: ExtenderConfig =
-            serde_norway::from_str("plugins: {TaintToleration: {weight: 2}}").unwrap();
-        let p = c.profile();
-        for k in crate::plugins::KNOWN_PLUGINS.iter().filter(|k| k.upstream) {
-            let s = &p.plugins[k.name];
-            if k.name == "TaintToleration" {
-                // Mentioned without `enabled`: still off (in-tree), weight kept.
-                assert_eq!(s.enabled, Some(false));
-                assert_eq!(s.weight, Some(2));
-            } else {
-                assert_eq!(s.enabled, Some(false), "{}", k.name);
-            }
-        }
-        let c: ExtenderConfig =
-            serde_norway::from_str("plugins: {TaintToleration: {enabled: true}}").unwrap();
-        assert_eq!(c.profile().plugins["TaintToleration"].enabled, Some(true));
     }
 }

@@ -35,6 +35,7 @@ pub mod leader;
 pub mod reflect;
 pub mod serve;
 pub mod tls;
+pub mod workloads;
 
 pub use config::ServeConfig;
 
@@ -54,6 +55,14 @@ pub const API_CALLS: &[(&str, &str, &str)] = &[
     ("", "pods/status", "patch"),
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
+    ("", "services", "list"),
+    ("", "services", "watch"),
+    ("", "replicationcontrollers", "list"),
+    ("", "replicationcontrollers", "watch"),
+    ("apps", "replicasets", "list"),
+    ("apps", "replicasets", "watch"),
+    ("apps", "statefulsets", "list"),
+    ("apps", "statefulsets", "watch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
     ("coordination.k8s.io", "leases", "get"),

@@ -52,7 +52,7 @@ impl ObjectKey {
 /// are removed. With `buffered`, the list is instead handed over whole
 /// ([`WatchItem::List`]). Errors are logged and counted; the stream backs off and recovers
 /// itself.
-async fn pump<K, F>(
+pub(super) async fn pump<K, F>(
     kind: Kind,
     api: Api<K>,
     stats: FeedStats,
@@ -198,5 +198,6 @@ pub async fn run(
             .await
         }
     };
-    futures::join!(nodes, pods, namespaces, reservations);
+    let workloads = super::workloads::run(client.clone(), state.clone(), shutdown);
+    futures::join!(nodes, pods, namespaces, reservations, workloads);
 }

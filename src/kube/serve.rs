@@ -141,7 +141,7 @@ async fn readyz(State(h): State<Health>) -> (StatusCode, String) {
     if !h.synced.all() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "waiting for the initial lists of nodes, pods and namespaces\n".into(),
+            "waiting for the initial lists of nodes, pods, namespaces and workloads\n".into(),
         );
     }
     let role = if *h.leader.borrow() {
@@ -206,6 +206,7 @@ pub async fn run(
         config.serve.api_listen = a.to_string();
     }
     config.validate()?;
+    crate::plugins::validate_config(&config)?;
     let serve = config.serve.clone();
     let parse = |field: &str, v: &str| {
         v.parse::<SocketAddr>()

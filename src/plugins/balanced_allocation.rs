@@ -275,6 +275,16 @@ impl ScorePlugin for BalancedAllocation {
     }
 }
 
+impl super::registry::PluginArgs for BalancedAllocationArgs {
+    /// At least one resource: the constructor's check.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        match BalancedAllocation::new(self.clone()) {
+            Ok(_) => crate::field::ErrorList::new(),
+            Err(message) => super::registry::message_error(path, &message).into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

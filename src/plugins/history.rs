@@ -352,6 +352,16 @@ impl ScorePlugin for History {
     }
 }
 
+impl super::registry::PluginArgs for HistoryArgs {
+    /// Scores and `headroomBand` within 0..=100: the constructor's checks.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        match History::new(self.clone(), &super::PluginDeps::default()) {
+            Ok(_) => crate::field::ErrorList::new(),
+            Err(message) => super::registry::message_error(path, &message).into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

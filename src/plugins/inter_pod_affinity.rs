@@ -69,16 +69,18 @@ impl Default for InterPodAffinityArgs {
     }
 }
 
-impl InterPodAffinityArgs {
-    /// Checks the arguments as upstream's `ValidateInterPodAffinityArgs`.
-    pub fn validate(&self) -> Result<(), String> {
+impl super::registry::PluginArgs for InterPodAffinityArgs {
+    /// Upstream's `ValidateInterPodAffinityArgs`: the weight within 0..=100.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        let mut errors = crate::field::ErrorList::new();
         if !(0..=100).contains(&self.hard_pod_affinity_weight) {
-            return Err(format!(
-                "hardPodAffinityWeight: Invalid value: {}: not in valid range [0-100]",
-                self.hard_pod_affinity_weight
+            errors.push(super::registry::not_in(
+                path.child("hardPodAffinityWeight"),
+                self.hard_pod_affinity_weight,
+                "0..=100",
             ));
         }
-        Ok(())
+        errors
     }
 }
 
@@ -987,7 +989,9 @@ mod tests {
         assert_eq!(a.hard_pod_affinity_weight, 1);
         let a: InterPodAffinityArgs =
             serde_json::from_value(json!({"hardPodAffinityWeight": 101})).unwrap();
-        assert!(a.validate().is_err());
+        use crate::plugins::registry::PluginArgs;
+        let e = a.validate(&crate::field::Path::root()).to_string();
+        assert_eq!(e, "hardPodAffinityWeight: 101 is not in 0..=100");
         assert!(serde_json::from_value::<InterPodAffinityArgs>(json!({"nope": 1})).is_err());
         let r = InterPodAffinity::default().register();
         assert_eq!(r.name, NAME);

@@ -393,6 +393,17 @@ impl ScorePlugin for NodeAffinity {
     }
 }
 
+impl super::registry::PluginArgs for NodeAffinityArgs {
+    /// Upstream's `ValidateNodeAffinityArgs` (the added affinity compiles): the
+    /// constructor's check.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        match NodeAffinity::new(self.clone()) {
+            Ok(_) => crate::field::ErrorList::new(),
+            Err(message) => super::registry::message_error(path, &message).into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -780,6 +780,17 @@ impl ScorePlugin for NodeResourcesFit {
     }
 }
 
+impl super::registry::PluginArgs for NodeResourcesFitArgs {
+    /// Upstream's `ValidateNodeResourcesFitArgs` (resources and weights, the shape): the
+    /// constructor's checks.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        match NodeResourcesFit::new(self.clone()) {
+            Ok(_) => crate::field::ErrorList::new(),
+            Err(message) => super::registry::message_error(path, &message).into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -117,6 +117,16 @@ impl FilterPlugin for NodeStartRate {
     }
 }
 
+impl super::registry::PluginArgs for NodeStartRateArgs {
+    /// `maxStarts` ≥ 1 and a positive `window`: the constructor's checks.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        match NodeStartRate::new(self.clone()) {
+            Ok(_) => crate::field::ErrorList::new(),
+            Err(message) => super::registry::message_error(path, &message).into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,12 +16,14 @@
 //! counts nothing (as upstream). `matchLabelKeys` add `key=value` (from the pod's labels) to
 //! the selector. Matching pods are found through the snapshot's label index.
 //!
-//! Default constraints (for pods without their own) need the selector of the Services,
-//! ReplicationControllers, ReplicaSets and StatefulSets that own the pod; the snapshot does not
-//! hold those objects, so a caller that has them installs a
-//! [`PodTopologySpread::with_default_selector`] function. Without it (and by default, as
-//! `defaultConstraints` is empty and `defaultingType` is `List`) no default spreading happens:
-//! headroom deliberately leaves upstream's system default spreading off unless configured.
+//! Default constraints (`defaultConstraints` with `defaultingType: List`, or upstream's
+//! system ones with `System`: hostname `maxSkew: 3` and zone `maxSkew: 5`, `ScheduleAnyway`)
+//! apply to pods without constraints of their own, with the selector of the Services,
+//! ReplicationControllers, ReplicaSets and StatefulSets the pod belongs to (upstream's
+//! `helper.DefaultSelector`, [`crate::snapshot::workloads`]); a pod nothing selects gets no
+//! default constraints. By default `defaultConstraints` is empty and `defaultingType` is
+//! `List`: headroom deliberately leaves upstream's system default spreading off unless
+//! configured.
 
 use std::sync::Arc;
 
@@ -82,45 +84,62 @@ pub struct PodTopologySpreadArgs {
     pub defaulting_type: DefaultingType,
 }
 
-impl PodTopologySpreadArgs {
-    /// Checks the arguments as upstream's `ValidatePodTopologySpreadArgs`.
-    pub fn validate(&self) -> Result<(), String> {
+impl super::registry::PluginArgs for PodTopologySpreadArgs {
+    /// Upstream's `ValidatePodTopologySpreadArgs`: no list with `System`; each constraint
+    /// with `maxSkew` ≥ 1, a topology key, a known `whenUnsatisfiable`, no selector, and no
+    /// two with the same key and `whenUnsatisfiable`.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        use crate::field::Error;
+        let mut errors = crate::field::ErrorList::new();
+        let list = path.child("defaultConstraints");
         if self.defaulting_type == DefaultingType::System && !self.default_constraints.is_empty() {
-            return Err(
-                "defaultConstraints: Invalid value: when .defaultingType is \"System\", .defaultConstraints must be empty"
-                    .to_string(),
-            );
+            errors.push(Error::invalid(
+                list.clone(),
+                "",
+                "when .defaultingType is \"System\", .defaultConstraints must be empty",
+            ));
         }
         let mut seen: Vec<(&str, &str)> = Vec::new();
         for (i, c) in self.default_constraints.iter().enumerate() {
-            let f = format!("defaultConstraints[{i}]");
+            let f = list.index(i);
             if c.max_skew <= 0 {
-                return Err(format!(
-                    "{f}.maxSkew: Invalid value: {}: not in valid range [1, inf)",
-                    c.max_skew
+                errors.push(super::registry::not_in(
+                    f.child("maxSkew"),
+                    c.max_skew,
+                    "1..",
                 ));
             }
             if c.topology_key.is_empty() {
-                return Err(format!("{f}.topologyKey: Required value: can not be empty"));
+                errors.push(Error::required(f.child("topologyKey"), "can not be empty"));
+            } else if let Some(e) =
+                crate::field::label_key(&f.child("topologyKey"), &c.topology_key)
+            {
+                errors.push(e);
             }
             if c.when_unsatisfiable != DO_NOT_SCHEDULE && c.when_unsatisfiable != SCHEDULE_ANYWAY {
-                return Err(format!(
-                    "{f}.whenUnsatisfiable: Unsupported value: {:?}",
-                    c.when_unsatisfiable
+                errors.push(Error::not_supported(
+                    f.child("whenUnsatisfiable"),
+                    &c.when_unsatisfiable,
+                    &[DO_NOT_SCHEDULE, SCHEDULE_ANYWAY],
                 ));
             }
             if c.label_selector.is_some() {
-                return Err(format!(
-                    "{f}.labelSelector: Forbidden: constraint must not define a selector, as they deduced for each pod"
+                errors.push(Error::invalid(
+                    f.child("labelSelector"),
+                    "",
+                    "constraint must not define a selector, as they deduced for each pod",
                 ));
             }
             let pair = (c.topology_key.as_str(), c.when_unsatisfiable.as_str());
-            if seen.contains(&pair) {
-                return Err(format!("{f}: Duplicate value: {pair:?}"));
+            if let Some(j) = seen.iter().position(|p| *p == pair) {
+                errors.push(Error::duplicate(
+                    f.clone(),
+                    format!("defaultConstraints[{j}] ({pair:?})"),
+                ));
             }
             seen.push(pair);
         }
-        Ok(())
+        errors
     }
 }
 
@@ -164,8 +183,8 @@ impl PodTopologySpread {
         }
     }
 
-    /// Installs the function that yields the owning workloads' selector for default
-    /// constraints. Without it, default constraints never apply.
+    /// Replaces where the owning workloads' selector for default constraints comes from
+    /// (by default the snapshot's workloads, [`crate::snapshot::workloads`]).
     pub fn with_default_selector(
         mut self,
         f: impl Fn(&PodInfo) -> Selector + Send + Sync + 'static,
@@ -185,8 +204,14 @@ impl PodTopologySpread {
         r
     }
 
-    /// The pod's constraints for one `whenUnsatisfiable` action (its own, else the defaults).
-    fn constraints(&self, pod: &PodInfo, action: &str) -> Result<Vec<Constraint>, SelectorError> {
+    /// The pod's constraints for one `whenUnsatisfiable` action (its own, else the defaults
+    /// with the selector of the pod's workloads: upstream's `buildDefaultConstraints`).
+    fn constraints(
+        &self,
+        pod: &PodInfo,
+        action: &str,
+        snapshot: &Snapshot,
+    ) -> Result<Vec<Constraint>, SelectorError> {
         let own = pod_constraints(pod);
         if !own.is_empty() {
             return compile_constraints(own, pod.labels(), action);
@@ -197,7 +222,7 @@ impl PodTopologySpread {
         }
         let selector = match &self.default_selector {
             Some(f) => f(pod),
-            None => return Ok(Vec::new()),
+            None => snapshot.workloads().default_selector(pod),
         };
         if selector.nothing || selector.requirements.is_empty() {
             return Ok(Vec::new());
@@ -553,7 +578,7 @@ impl PreFilterPlugin for PodTopologySpread {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Status, Option<NodeNames>) {
-        let constraints = match self.constraints(pod, DO_NOT_SCHEDULE) {
+        let constraints = match self.constraints(pod, DO_NOT_SCHEDULE, snapshot) {
             Ok(c) => c,
             Err(e) => {
                 return (
@@ -743,7 +768,7 @@ impl PreScorePlugin for PodTopologySpread {
         if snapshot.is_empty() {
             return Status::skip();
         }
-        let constraints = match self.constraints(pod, SCHEDULE_ANYWAY) {
+        let constraints = match self.constraints(pod, SCHEDULE_ANYWAY, snapshot) {
             Ok(c) => c,
             Err(e) => return Status::error(format!("calculating preScoreState: {e}")),
         };
@@ -1298,10 +1323,25 @@ mod tests {
             defaulting_type: DefaultingType::System,
             ..Default::default()
         };
-        assert!(args.validate().is_ok());
-        // No selector source: nothing to spread.
+        use crate::plugins::registry::PluginArgs;
+        assert!(args.validate(&crate::field::Path::root()).is_empty());
+        // Nothing in the snapshot selects the pod: nothing to spread.
         let pl = PodTopologySpread::new(args.clone());
         assert!(run(&pl, &p, &snap, None).2.is_none());
+        // A Service selecting it: its selector is the default constraints' (same scores as
+        // the installed selector below).
+        let mut with_service = snap.clone();
+        with_service
+            .workloads_mut()
+            .upsert(crate::snapshot::workloads::Workload::service(
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "web", "namespace": "default"},
+                    "spec": {"selector": {"app": "web"}}
+                }))
+                .unwrap(),
+            ));
+        let (_, _, scores) = run(&pl, &p, &with_service, None);
+        assert_eq!(scores.unwrap(), vec![("h1".into(), 66), ("h2".into(), 100)]);
         // With the owning workload's selector: hostname spreading (maxSkew 3) applies, and
         // nodes without a zone still score (system defaults do not require every key).
         let pl = PodTopologySpread::new(args).with_default_selector(|_| {
@@ -1322,7 +1362,8 @@ mod tests {
             "defaultConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]
         }))
         .unwrap();
-        assert!(a.validate().is_err());
+        use crate::plugins::registry::PluginArgs;
+        assert!(!a.validate(&crate::field::Path::root()).is_empty());
         assert!(serde_json::from_value::<PodTopologySpreadArgs>(json!({"x": 1})).is_err());
         let r = PodTopologySpread::default().register();
         assert_eq!(r.name, NAME);

@@ -18,9 +18,9 @@ use crate::quantity::format_bytes;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
 use crate::usage::predict::disk_of;
-use crate::usage::{DiskSource, UsagePolicy, cycle_usage_ref, pod_usage};
+use crate::usage::{CycleUsage, DiskSource, NodeReal, UsagePolicy, pod_usage};
 
-use super::PluginDeps;
+use super::{PluginDeps, real_fit};
 
 /// Plugin name.
 pub const NAME: &str = "RealDiskFit";
@@ -79,15 +79,27 @@ impl PreFilterPlugin for RealDiskFit {
 
 impl FilterPlugin for RealDiskFit {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(u) = cycle_usage_ref(state) else {
-            return Status::error("RealDiskFit: PreFilter did not run");
-        };
-        let real = u.node_real(node, &self.policy);
+        real_fit::filter(self, state, node)
+    }
+}
+
+impl real_fit::RealFit for RealDiskFit {
+    const NAME: &'static str = NAME;
+    // The hold is a promise to other pods: never relaxed.
+    const RELAXED_BY_FALLBACK: bool = false;
+
+    fn policy(&self) -> &UsagePolicy {
+        &self.policy
+    }
+
+    /// The verdict on a node's disk: from metrics while fresh, else from its annotations
+    /// (degraded with neither), against the requests on it and the hold.
+    fn check(&self, u: &CycleUsage, real: &NodeReal, node: &NodeInfo, explain: bool) -> Status {
         let Some(disk) = real.disk else {
             return degraded_status(
                 &self.policy,
                 || "no disk metrics and no headroom.io/disk-total/disk-free annotations".into(),
-                state.explain,
+                explain,
             );
         };
         let class = &u.pod.class;
@@ -101,7 +113,7 @@ impl FilterPlugin for RealDiskFit {
         let b = |v: f64| format_bytes(v as i64);
         if requested + pod_disk > disk.total - hold {
             let s = Status::unschedulable(REASON_REQUESTED);
-            if state.explain {
+            if explain {
                 return s.with_detail(format!(
                     "requested disk {} + pod {} > total {} − hold {} (max({:.0} %, {}), class {}; {source})",
                     b(requested),
@@ -117,7 +129,7 @@ impl FilterPlugin for RealDiskFit {
         }
         if disk.free - pod_disk < hold {
             let s = Status::unschedulable(REASON_FREE);
-            if state.explain {
+            if explain {
                 return s.with_detail(format!(
                     "free disk {} − pod {} < hold {} (max({:.0} %, {}), class {}; {source})",
                     b(disk.free),

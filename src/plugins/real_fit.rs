@@ -1,8 +1,9 @@
-//! The Filter skeleton RealMemoryFit and RealCpuFit share (as upstream's
+//! The Filter skeleton RealMemoryFit, RealCpuFit and RealDiskFit share (as upstream's
 //! `resource_allocation.go` serves its scorers): the cycle's usage from PreFilter, one
 //! verdict for every node without fresh usage (`usage.onStale`), the plugin's own check on
 //! the fresh ones, and the usage fallback (`usage.maxWait`) letting a fresh node's verdict
-//! through — a stale-data verdict stays, it is not about room.
+//! through — a stale-data verdict stays, it is not about room; and a plugin guarding
+//! promises to other pods (RealDiskFit's hold) is never relaxed.
 
 use crate::framework::{CycleState, NodeBatch, Status};
 use crate::snapshot::{NodeInfo, Snapshot};
@@ -14,10 +15,13 @@ use crate::usage::{CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_
 pub(super) trait RealFit {
     /// The plugin name (in the error when PreFilter did not run).
     const NAME: &'static str;
+    /// Whether the usage fallback (`usage.maxWait`) lets a fresh node's rejection through.
+    const RELAXED_BY_FALLBACK: bool;
     /// The usage policy (staleness, onStale).
     fn policy(&self) -> &UsagePolicy;
-    /// The verdict on a node's real state (a degraded verdict when it is not fresh).
-    fn check(&self, u: &CycleUsage, real: &NodeReal, explain: bool) -> Status;
+    /// The verdict on a node's real state (a degraded verdict when it is not fresh);
+    /// `node` for what the snapshot knows besides usage (the pods on it).
+    fn check(&self, u: &CycleUsage, real: &NodeReal, node: &NodeInfo, explain: bool) -> Status;
 }
 
 /// `Filter` for one node.
@@ -26,14 +30,19 @@ pub(super) fn filter<P: RealFit>(plugin: &P, state: &CycleState, node: &NodeInfo
         return Status::error(format!("{}: PreFilter did not run", P::NAME));
     };
     let real = u.node_real(node, plugin.policy());
-    let s = plugin.check(u, &real, state.explain);
-    if !s.is_success() && real.freshness.is_fresh() && fallback_active(state) {
+    let s = plugin.check(u, &real, node, state.explain);
+    if P::RELAXED_BY_FALLBACK
+        && !s.is_success()
+        && real.freshness.is_fresh()
+        && fallback_active(state)
+    {
         return relaxed(s, state.explain);
     }
     s
 }
 
-/// `Filter` over a batch of nodes from the snapshot's node table.
+/// `Filter` over a batch of nodes from the snapshot's node table (for plugins whose
+/// verdict without fresh usage is the degraded one: RealMemoryFit, RealCpuFit).
 pub(super) fn filter_batch<P: RealFit>(
     plugin: &P,
     state: &CycleState,
@@ -70,7 +79,12 @@ pub(super) fn filter_batch<P: RealFit>(
         if fallback {
             return None;
         }
-        let s = plugin.check(u, &u.node_real_at(table, idx, policy), false);
+        let s = plugin.check(
+            u,
+            &u.node_real_at(table, idx, policy),
+            snapshot.node(idx),
+            false,
+        );
         (!s.is_success()).then_some(s)
     });
 }

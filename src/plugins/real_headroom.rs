@@ -237,6 +237,16 @@ impl ScorePlugin for RealHeadroom {
     }
 }
 
+impl super::registry::PluginArgs for RealHeadroomArgs {
+    /// `targetPercent` and the weights: the constructor's checks.
+    fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
+        match RealHeadroom::new(self.clone(), &super::PluginDeps::default()) {
+            Ok(_) => crate::field::ErrorList::new(),
+            Err(message) => super::registry::message_error(path, &message).into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -90,6 +90,7 @@ impl FilterPlugin for RealMemoryFit {
 
 impl real_fit::RealFit for RealMemoryFit {
     const NAME: &'static str = NAME;
+    const RELAXED_BY_FALLBACK: bool = true;
 
     fn policy(&self) -> &UsagePolicy {
         &self.policy
@@ -97,7 +98,7 @@ impl real_fit::RealFit for RealMemoryFit {
 
     /// The verdict on a node's real state.
     #[inline]
-    fn check(&self, u: &CycleUsage, real: &NodeReal, explain: bool) -> Status {
+    fn check(&self, u: &CycleUsage, real: &NodeReal, _node: &NodeInfo, explain: bool) -> Status {
         if !real.freshness.is_fresh() {
             return degraded_status(
                 &self.policy,

@@ -11,6 +11,7 @@ mod index;
 mod node_info;
 mod pod_info;
 pub mod table;
+pub mod workloads;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +61,9 @@ pub struct Snapshot {
     pod_index: PodIndex,
     /// Real usage, time, reservations and recent placements (see [`crate::usage`]).
     usage: Arc<UsageContext>,
+    /// Services, ReplicationControllers, ReplicaSets and StatefulSets, for default
+    /// topology spreading ([`workloads::Workloads::default_selector`]).
+    workloads: Arc<workloads::Workloads>,
     /// Increments when nodes are added or removed (node indices change).
     layout: u64,
     /// The usage view resolved by node index, for the view and layout it was built for.
@@ -258,6 +262,17 @@ impl Snapshot {
     /// Which node a pod sits on.
     pub fn node_of_pod(&self, namespace: &str, name: &str, uid: &str) -> Option<NodeIdx> {
         self.pod_nodes.get(&pod_key(namespace, name, uid)).copied()
+    }
+
+    /// The workload objects default topology spreading reads.
+    pub fn workloads(&self) -> &workloads::Workloads {
+        &self.workloads
+    }
+
+    /// The workload objects, for an update (copied first if a cycle still holds them).
+    pub fn workloads_mut(&mut self) -> &mut workloads::Workloads {
+        self.generation += 1;
+        Arc::make_mut(&mut self.workloads)
     }
 
     /// Records a namespace's labels.

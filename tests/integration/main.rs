@@ -10,6 +10,7 @@ mod kube;
 mod prometheus;
 mod properties;
 mod simulate;
+mod spreading;
 mod usage;
 
 use std::path::PathBuf;

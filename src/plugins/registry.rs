@@ -1,0 +1,767 @@
+//! The plugin registry (upstream's `registry.go` plus its `pluginConfig` decoding): one
+//! table, [`KNOWN_PLUGINS`], with a row per plugin — name, extension points, default weight,
+//! enabled by default, upstream or headroom's own, its args type and its factory. Adding a
+//! plugin is one row here (plus its `pub mod` and its line in the documented tables, which a
+//! test checks against this table).
+//!
+//! The configuration keeps each plugin's args as a raw value (`pluginArgs: {interPodAffinity:
+//! {...}}`, see [`crate::config::PluginArgs`]), so `config` knows nothing of the plugins. The
+//! registry decodes them once, when it builds a profile (never per cycle), with
+//! `deny_unknown_fields`, and runs the args type's [`PluginArgs::validate`], which every args
+//! type must implement; errors name the field
+//! (`profiles[headroom].pluginArgs.interPodAffinity.hardPodAffinityWeight`).
+//!
+//! The composition root ([`crate::engine`]) and the commands that check a configuration for
+//! users (`check-config`, `serve`'s start-up, `place`, `simulate`) call [`validate_config`];
+//! [`crate::config::Config::validate`] only checks the structure.
+
+use serde::de::DeserializeOwned;
+
+use super::*;
+use crate::config::{Config, ConfigError, PluginSetting, ProfileConfig};
+use crate::field::{self, ErrorList};
+use crate::framework::{Framework, PluginWeight, Registered};
+use crate::kube::config::{EXTENDER_PROFILE, ExtenderConfig};
+
+/// An extension point a plugin serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// Gates a pod before it enters the active queue.
+    PreEnqueue,
+    /// Computes per-pod state once per cycle; may reject the pod.
+    PreFilter,
+    /// Judges one node.
+    Filter,
+    /// Runs when no node fits.
+    PostFilter,
+    /// Computes per-pod scoring state once per cycle.
+    PreScore,
+    /// Scores one node.
+    Score,
+    /// Claims what the chosen node gives the pod.
+    Reserve,
+    /// Allows, delays or denies the binding.
+    Permit,
+}
+
+impl Point {
+    /// The point's name, as upstream spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Point::PreEnqueue => "PreEnqueue",
+            Point::PreFilter => "PreFilter",
+            Point::Filter => "Filter",
+            Point::PostFilter => "PostFilter",
+            Point::PreScore => "PreScore",
+            Point::Score => "Score",
+            Point::Reserve => "Reserve",
+            Point::Permit => "Permit",
+        }
+    }
+
+    /// The points a registration serves, in framework order.
+    pub fn of(r: &Registered) -> Vec<Point> {
+        [
+            (r.pre_enqueue.is_some(), Point::PreEnqueue),
+            (r.pre_filter.is_some(), Point::PreFilter),
+            (r.filter.is_some(), Point::Filter),
+            (r.post_filter.is_some(), Point::PostFilter),
+            (r.pre_score.is_some(), Point::PreScore),
+            (r.score.is_some(), Point::Score),
+            (r.reserve.is_some(), Point::Reserve),
+            (r.permit.is_some(), Point::Permit),
+        ]
+        .into_iter()
+        .filter_map(|(served, p)| served.then_some(p))
+        .collect()
+    }
+}
+
+/// A plugin's args type: decoded from the raw `pluginArgs.<key>` value (serde, with
+/// defaults and `deny_unknown_fields`), then validated. `validate` has no default: every
+/// args type states its rules (upstream's `ValidateXArgs`).
+pub trait PluginArgs: DeserializeOwned + serde::Serialize + Default {
+    /// Checks the decoded args; errors carry paths relative to the args (`path` is their
+    /// root, e.g. `hardPodAffinityWeight` under it).
+    fn validate(&self, path: &field::Path) -> ErrorList;
+}
+
+/// Decodes and validates raw args (`None`/`null`: the defaults).
+pub fn decode_args<A: PluginArgs>(raw: Option<&serde_json::Value>) -> Result<A, ErrorList> {
+    let args: A = match raw {
+        None | Some(serde_json::Value::Null) => A::default(),
+        Some(v) => serde_path_to_error::deserialize(v).map_err(|e| {
+            ErrorList::from(field::Error::from_serde(e.path(), &e.inner().to_string()))
+        })?,
+    };
+    let errors = args.validate(&field::Path::root());
+    errors.into_result(args)
+}
+
+fn check_args<A: PluginArgs>(raw: Option<&serde_json::Value>) -> ErrorList {
+    decode_args::<A>(raw).err().unwrap_or_default()
+}
+
+fn effective_args<A: PluginArgs>(raw: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+    serde_json::to_value(decode_args::<A>(raw).ok()?).ok()
+}
+
+/// A plugin's args: the key under `pluginArgs` and the type they decode to.
+#[derive(Debug, Clone, Copy)]
+pub struct ArgsSpec {
+    /// The key under `pluginArgs` (the plugin's name in lower camel case).
+    pub key: &'static str,
+    /// Decodes and validates raw args of this type (the errors; empty when valid).
+    check: fn(Option<&serde_json::Value>) -> ErrorList,
+    /// The decoded args, defaults filled in, as a value (`None` when invalid).
+    effective: fn(Option<&serde_json::Value>) -> Option<serde_json::Value>,
+}
+
+impl ArgsSpec {
+    /// The args type `A`, configured under `pluginArgs.<key>`.
+    pub const fn of<A: PluginArgs>(key: &'static str) -> ArgsSpec {
+        ArgsSpec {
+            key,
+            check: check_args::<A>,
+            effective: effective_args::<A>,
+        }
+    }
+
+    /// Decodes and validates `raw`; the errors (empty: valid).
+    pub fn check(&self, raw: Option<&serde_json::Value>) -> ErrorList {
+        (self.check)(raw)
+    }
+}
+
+/// What a factory is given: the plugin's raw args and the plugin dependencies.
+#[derive(Debug, Clone, Copy)]
+pub struct Args<'a> {
+    raw: Option<&'a serde_json::Value>,
+}
+
+impl Args<'_> {
+    /// The plugin's args, decoded and validated (the registry has validated them already;
+    /// an error here is reported as one on the args).
+    pub fn decode<A: PluginArgs>(&self) -> Result<A, String> {
+        decode_args::<A>(self.raw).map_err(|e| first_error(&e))
+    }
+}
+
+fn first_error(e: &ErrorList) -> String {
+    e.iter()
+        .next()
+        .map(|e| {
+            if e.path.is_root() {
+                e.kind.to_string()
+            } else {
+                format!("{}: {}", e.path, e.kind)
+            }
+        })
+        .unwrap_or_default()
+}
+
+/// Builds a plugin's registration from its args and the plugin dependencies. A plugin
+/// without args ignores `Args`.
+pub type Factory = fn(&Args<'_>, &PluginDeps) -> Result<Registered, String>;
+
+/// A plugin the registry knows.
+#[derive(Debug, Clone, Copy)]
+pub struct KnownPlugin {
+    /// Plugin name.
+    pub name: &'static str,
+    /// The extension points it serves (checked against its registration by a test).
+    pub points: &'static [Point],
+    /// Default weight when it scores (0 for a plugin that does not score).
+    pub weight: i64,
+    /// Part of the default profile.
+    pub default_enabled: bool,
+    /// A kube-scheduler in-tree plugin (false: one of headroom's own). In extender mode
+    /// kube-scheduler has already run the in-tree ones, so only headroom's own run.
+    pub upstream: bool,
+    /// Its args, if it takes any.
+    pub args: Option<ArgsSpec>,
+    /// Builds it.
+    pub factory: Factory,
+}
+
+use Point::*;
+
+/// Every plugin, in the order the framework runs them.
+pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
+    KnownPlugin {
+        name: scheduling_gates::NAME,
+        points: &[PreEnqueue],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(scheduling_gates::SchedulingGates::new().register()),
+    },
+    KnownPlugin {
+        name: node_unschedulable::NAME,
+        points: &[Filter],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(node_unschedulable::NodeUnschedulable::new().register()),
+    },
+    KnownPlugin {
+        name: node_name::NAME,
+        points: &[Filter],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(node_name::NodeName::new().register()),
+    },
+    KnownPlugin {
+        name: taint_toleration::NAME,
+        points: &[Filter, PreScore, Score],
+        weight: 3,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(taint_toleration::TaintToleration::new().register()),
+    },
+    KnownPlugin {
+        name: node_affinity::NAME,
+        points: &[PreFilter, Filter, PreScore, Score],
+        weight: 2,
+        default_enabled: true,
+        upstream: true,
+        args: Some(ArgsSpec::of::<node_affinity::NodeAffinityArgs>(
+            "nodeAffinity",
+        )),
+        factory: |a, _| Ok(node_affinity::NodeAffinity::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: node_ports::NAME,
+        points: &[PreFilter, Filter],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(node_ports::NodePorts::new().register()),
+    },
+    KnownPlugin {
+        name: node_resources_fit::NAME,
+        points: &[PreFilter, Filter, Score],
+        weight: 1,
+        default_enabled: true,
+        upstream: true,
+        args: Some(ArgsSpec::of::<node_resources_fit::NodeResourcesFitArgs>(
+            "nodeResourcesFit",
+        )),
+        factory: |a, _| Ok(node_resources_fit::NodeResourcesFit::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: pod_topology_spread::NAME,
+        points: &[PreFilter, Filter, PreScore, Score],
+        weight: 2,
+        default_enabled: true,
+        upstream: true,
+        args: Some(ArgsSpec::of::<pod_topology_spread::PodTopologySpreadArgs>(
+            "podTopologySpread",
+        )),
+        factory: |a, _| Ok(pod_topology_spread::PodTopologySpread::new(a.decode()?).register()),
+    },
+    KnownPlugin {
+        name: inter_pod_affinity::NAME,
+        points: &[PreFilter, Filter, PreScore, Score],
+        weight: 2,
+        default_enabled: true,
+        upstream: true,
+        args: Some(ArgsSpec::of::<inter_pod_affinity::InterPodAffinityArgs>(
+            "interPodAffinity",
+        )),
+        factory: |a, _| Ok(inter_pod_affinity::InterPodAffinity::new(a.decode()?).register()),
+    },
+    KnownPlugin {
+        name: balanced_allocation::NAME,
+        points: &[PreScore, Score],
+        weight: 1,
+        default_enabled: true,
+        upstream: true,
+        args: Some(ArgsSpec::of::<balanced_allocation::BalancedAllocationArgs>(
+            "nodeResourcesBalancedAllocation",
+        )),
+        factory: |a, _| Ok(balanced_allocation::BalancedAllocation::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: image_locality::NAME,
+        points: &[PreScore, Score],
+        weight: 1,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(image_locality::ImageLocality::new().register()),
+    },
+    // headroom's own, after the upstream filters so that a node failing an upstream check
+    // keeps upstream's reason.
+    KnownPlugin {
+        name: reservation::NAME,
+        points: &[PreFilter, Filter, Reserve],
+        weight: 0,
+        default_enabled: true,
+        upstream: false,
+        args: None,
+        factory: |_, deps| Ok(reservation::ReservationPlugin::new(deps).register()),
+    },
+    KnownPlugin {
+        name: node_start_rate::NAME,
+        points: &[PreFilter, Filter],
+        weight: 0,
+        default_enabled: false,
+        upstream: false,
+        args: Some(ArgsSpec::of::<node_start_rate::NodeStartRateArgs>(
+            "nodeStartRate",
+        )),
+        factory: |a, _| Ok(node_start_rate::NodeStartRate::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: real_memory_fit::NAME,
+        points: &[PreFilter, Filter],
+        weight: 0,
+        default_enabled: true,
+        upstream: false,
+        args: None,
+        factory: |_, deps| Ok(real_memory_fit::RealMemoryFit::new(deps).register()),
+    },
+    KnownPlugin {
+        name: real_disk_fit::NAME,
+        points: &[PreFilter, Filter],
+        weight: 0,
+        default_enabled: true,
+        upstream: false,
+        args: None,
+        factory: |_, deps| Ok(real_disk_fit::RealDiskFit::new(deps).register()),
+    },
+    KnownPlugin {
+        name: real_cpu_fit::NAME,
+        points: &[PreFilter, Filter],
+        weight: 0,
+        default_enabled: false,
+        upstream: false,
+        args: None,
+        factory: |_, deps| Ok(real_cpu_fit::RealCpuFit::new(deps).register()),
+    },
+    KnownPlugin {
+        name: history::NAME,
+        points: &[PreScore, Score],
+        weight: 10,
+        default_enabled: true,
+        upstream: false,
+        args: Some(ArgsSpec::of::<history::HistoryArgs>("history")),
+        factory: |a, deps| Ok(history::History::new(a.decode()?, deps)?.register()),
+    },
+    KnownPlugin {
+        name: real_headroom::NAME,
+        points: &[PreScore, Score],
+        weight: 7,
+        default_enabled: true,
+        upstream: false,
+        args: Some(ArgsSpec::of::<real_headroom::RealHeadroomArgs>(
+            "realHeadroom",
+        )),
+        factory: |a, deps| Ok(real_headroom::RealHeadroom::new(a.decode()?, deps)?.register()),
+    },
+];
+
+/// Looks a plugin up by name.
+pub fn known(name: &str) -> Option<&'static KnownPlugin> {
+    KNOWN_PLUGINS.iter().find(|p| p.name == name)
+}
+
+/// An error at `rest` (relative, `top level` for none) under the profile's `prefix`.
+fn at(prefix: &str, e: &field::Error) -> ConfigError {
+    let field = if e.path.is_root() {
+        prefix.to_string()
+    } else {
+        format!("{prefix}.{}", e.path)
+    };
+    ConfigError::Invalid {
+        field,
+        message: e.kind.to_string(),
+    }
+}
+
+/// Turns a validation message `a.b: what` (or just `what`) into a field error under
+/// `path`: for the args checks that plugins' constructors already phrase that way.
+pub fn message_error(path: &field::Path, message: &str) -> field::Error {
+    match message.split_once(": ") {
+        Some((f, rest)) if !f.is_empty() && !f.contains(' ') => {
+            field::Error::invalid(path.child(f), "", rest)
+        }
+        _ => field::Error::invalid(path.clone(), "", message),
+    }
+}
+
+/// `value is not in range` at `path` (the registry's range messages).
+pub fn not_in(path: field::Path, value: impl std::fmt::Display, range: &str) -> field::Error {
+    field::Error::invalid(path, "", format!("{value} is not in {range}"))
+}
+
+/// Builds the framework of one profile with default [`PluginDeps`].
+pub fn build_framework(profile: &ProfileConfig) -> Result<Framework, ConfigError> {
+    build_framework_with(profile, &PluginDeps::default())
+}
+
+/// Builds the framework of one profile: the default plugins, minus those disabled, with the
+/// configured weights and args. Every args value given is decoded and validated, also that
+/// of a disabled plugin (as upstream validates every `pluginConfig` entry).
+pub fn build_framework_with(
+    profile: &ProfileConfig,
+    deps: &PluginDeps,
+) -> Result<Framework, ConfigError> {
+    let name = &profile.scheduler_name;
+    for plugin in profile.plugins.keys() {
+        if known(plugin).is_none() {
+            let names: Vec<&str> = KNOWN_PLUGINS.iter().map(|p| p.name).collect();
+            return Err(ConfigError::Invalid {
+                field: format!("profiles[{name}].plugins.{plugin}"),
+                message: format!("unknown plugin; known plugins: {}", names.join(", ")),
+            });
+        }
+    }
+    for key in profile.plugin_args.keys() {
+        if !KNOWN_PLUGINS
+            .iter()
+            .any(|p| p.args.is_some_and(|a| a.key == key))
+        {
+            let keys: Vec<&str> = KNOWN_PLUGINS
+                .iter()
+                .filter_map(|p| p.args.map(|a| a.key))
+                .collect();
+            return Err(ConfigError::Invalid {
+                field: format!("profiles[{name}].pluginArgs.{key}"),
+                message: format!("unknown field; expected one of {}", keys.join(", ")),
+            });
+        }
+    }
+    let mut registered = Vec::new();
+    let mut weights = Vec::new();
+    for p in KNOWN_PLUGINS {
+        let raw = p.args.and_then(|a| profile.plugin_args.get(a.key));
+        if let Some(spec) = p.args
+            && let Some(e) = spec.check(raw).iter().next()
+        {
+            return Err(at(&format!("profiles[{name}].pluginArgs.{}", spec.key), e));
+        }
+        let setting = profile.plugins.get(p.name);
+        let enabled = setting.and_then(|s| s.enabled).unwrap_or(p.default_enabled);
+        if !enabled {
+            continue;
+        }
+        let weight = setting.and_then(|s| s.weight).unwrap_or(p.weight.max(1));
+        if !(1..=100).contains(&weight) {
+            return Err(ConfigError::Invalid {
+                field: format!("profiles[{name}].plugins.{}.weight", p.name),
+                message: format!("{weight} is not in 1..=100"),
+            });
+        }
+        let reg = (p.factory)(&Args { raw }, deps).map_err(|message| {
+            let field = match p.args {
+                Some(a) => format!("profiles[{name}].pluginArgs.{}", a.key),
+                None => format!("profiles[{name}].plugins.{}", p.name),
+            };
+            ConfigError::Invalid { field, message }
+        })?;
+        registered.push(reg);
+        weights.push(PluginWeight {
+            name: p.name,
+            weight,
+        });
+    }
+    if let Err((field, message)) = profile.validate_structure() {
+        return Err(ConfigError::Invalid { field, message });
+    }
+    Ok(Framework::new(name, registered, &weights)
+        .with_percentage_of_nodes_to_score(profile.percentage_of_nodes_to_score)
+        .with_parallelism(deps.parallelism))
+}
+
+// Here rather than in `kube::config`: which plugins are in-tree is the registry's to know,
+// and the configuration does not depend on the plugins.
+impl ExtenderConfig {
+    /// The profile extender requests run: every in-tree (`upstream`) plugin not mentioned
+    /// is disabled, as kube-scheduler has already run it; headroom's own plugins keep their
+    /// defaults.
+    pub fn profile(&self) -> ProfileConfig {
+        let e = self;
+        let mut plugins = e.plugins.clone();
+        for p in KNOWN_PLUGINS.iter().filter(|p| p.upstream) {
+            plugins
+                .entry(p.name.to_string())
+                .or_insert_with(|| PluginSetting {
+                    enabled: Some(false),
+                    weight: None,
+                })
+                .enabled
+                .get_or_insert(false);
+        }
+        ProfileConfig {
+            scheduler_name: EXTENDER_PROFILE.to_string(),
+            plugins,
+            plugin_args: e.plugin_args.clone(),
+            // The extender judges every node kube-scheduler asks about.
+            ..ProfileConfig::default()
+        }
+    }
+}
+
+/// Checks what the plugins decide in a configuration: every profile's plugins, weights and
+/// args, and those of `serve.extender` (reported under `serve.extender.`), by building each
+/// once. [`Config::validate`] (the structure) is separate; [`validate_config_in`] runs both.
+pub fn validate_config(config: &Config) -> Result<(), ConfigError> {
+    for p in &config.profiles {
+        build_framework(p)?;
+    }
+    let extender = config.serve.extender.profile();
+    build_framework(&extender).map_err(|e| match e {
+        ConfigError::Invalid { field, message } => ConfigError::Invalid {
+            field: field.replace(
+                &format!("profiles[{}]", extender.scheduler_name),
+                "serve.extender",
+            ),
+            message,
+        },
+        other => other,
+    })?;
+    Ok(())
+}
+
+/// `config` with every plugin's args as the registry reads them, defaults filled in (what
+/// `headroom check-config` prints as the effective configuration).
+pub fn effective(config: &Config) -> Config {
+    let mut c = config.clone();
+    let fill = |args: &mut crate::config::PluginArgs| {
+        for spec in KNOWN_PLUGINS.iter().filter_map(|p| p.args) {
+            if let Some(v) = (spec.effective)(args.get(spec.key)) {
+                args.insert(spec.key.to_string(), v);
+            }
+        }
+    };
+    for p in &mut c.profiles {
+        fill(&mut p.plugin_args);
+    }
+    fill(&mut c.serve.extender.plugin_args);
+    c
+}
+
+/// The whole check of a configuration read from `origin` (a file): its structure
+/// ([`Config::validate_in`]), then [`validate_config`], errors naming `origin`.
+pub fn validate_config_in(config: &Config, origin: &str) -> Result<(), ConfigError> {
+    config.validate_in(origin)?;
+    validate_config(config).map_err(|e| e.in_origin(origin))
+}
+
+/// Reads a configuration file and checks it whole ([`validate_config_in`]).
+pub fn load_config(path: &std::path::Path) -> Result<Config, ConfigError> {
+    let config = Config::read(path)?;
+    validate_config_in(&config, &path.display().to_string())?;
+    Ok(config)
+}
+
+/// Parses YAML text and checks it whole ([`validate_config_in`]).
+pub fn config_from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let config = Config::parse_yaml(text, origin)?;
+    validate_config_in(&config, origin)?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extender_profile_disables_in_tree_plugins_unless_enabled() {
+        let c: ExtenderConfig =
+            serde_norway::from_str("plugins: {TaintToleration: {weight: 2}}").unwrap();
+        let p = c.profile();
+        for k in KNOWN_PLUGINS.iter().filter(|k| k.upstream) {
+            let s = &p.plugins[k.name];
+            if k.name == "TaintToleration" {
+                // Mentioned without `enabled`: still off (in-tree), weight kept.
+                assert_eq!(s.enabled, Some(false));
+                assert_eq!(s.weight, Some(2));
+            } else {
+                assert_eq!(s.enabled, Some(false), "{}", k.name);
+            }
+        }
+        let c: ExtenderConfig =
+            serde_norway::from_str("plugins: {TaintToleration: {enabled: true}}").unwrap();
+        assert_eq!(c.profile().plugins["TaintToleration"].enabled, Some(true));
+    }
+
+    #[test]
+    fn config_errors_name_the_field() {
+        let cases = [
+            (
+                "profiles: [{plugins: {TaintToleration: {weight: 0}}}]",
+                "t: profiles[headroom].plugins.TaintToleration.weight: 0 is not in 1..=100",
+            ),
+            (
+                "profiles: [{plugins: {NoSuch: {weight: 2}}}]",
+                "t: profiles[headroom].plugins.NoSuch: unknown plugin; known plugins: SchedulingGates,",
+            ),
+            (
+                "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
+                "t: profiles[headroom].pluginArgs.nodeResourcesFit.scoringStrategy.type: unsupported value \"Fastest\"",
+            ),
+            (
+                "profiles: [{pluginArgs: {interPodAffinity: {hardPodAffinityWeight: 500}}}]",
+                "t: profiles[headroom].pluginArgs.interPodAffinity.hardPodAffinityWeight: 500 is not in 0..=100",
+            ),
+            (
+                "profiles: [{pluginArgs: {interPodAffinity: {hardPodAffinityWeight: 5, bogus: 1}}}]",
+                "t: profiles[headroom].pluginArgs.interPodAffinity.bogus: unknown field; expected one of hardPodAffinityWeight, ignorePreferredTermsOfExistingPods",
+            ),
+            (
+                "profiles: [{pluginArgs: {noSuchPlugin: {}}}]",
+                "t: profiles[headroom].pluginArgs.noSuchPlugin: unknown field; expected one of nodeAffinity, nodeResourcesFit,",
+            ),
+            (
+                "profiles: [{pluginArgs: {podTopologySpread: {defaultingType: System, defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]}}}]",
+                "t: profiles[headroom].pluginArgs.podTopologySpread.defaultConstraints: ",
+            ),
+            (
+                "profiles: [{pluginArgs: {podTopologySpread: {defaultConstraints: [{maxSkew: 0, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]}}}]",
+                "t: profiles[headroom].pluginArgs.podTopologySpread.defaultConstraints[0].maxSkew: 0 is not in 1..",
+            ),
+            // A disabled plugin's args are still checked, as upstream checks every
+            // pluginConfig entry.
+            (
+                "profiles: [{plugins: {NodeStartRate: {enabled: false}}, pluginArgs: {nodeStartRate: {maxStarts: 0}}}]",
+                "t: profiles[headroom].pluginArgs.nodeStartRate: maxStarts must be at least 1",
+            ),
+            (
+                "serve: {extender: {plugins: {NoSuch: {enabled: true}}}}",
+                "t: serve.extender.plugins.NoSuch: unknown plugin",
+            ),
+            (
+                "serve: {extender: {pluginArgs: {history: {scores: [300]}}}}",
+                "t: serve.extender.pluginArgs.history",
+            ),
+        ];
+        for (yaml, want) in cases {
+            // The structure is fine: only the registry refuses these.
+            let c = Config::from_yaml(yaml, "t").unwrap();
+            let err = validate_config_in(&c, "t").unwrap_err().to_string();
+            assert!(err.starts_with(want), "{yaml}:\n got  {err}\n want {want}");
+            let err = config_from_yaml(yaml, "t").unwrap_err().to_string();
+            assert!(err.starts_with(want), "{yaml}: {err}");
+        }
+        let ok = "profiles: [{pluginArgs: {interPodAffinity: {hardPodAffinityWeight: 100}, nodeStartRate: ~}}]";
+        let c = config_from_yaml(ok, "t").unwrap();
+        // The effective configuration fills in every args type's defaults, and reads back
+        // to the same frameworks.
+        let e = effective(&c);
+        let args = &e.profiles[0].plugin_args;
+        assert_eq!(args["interPodAffinity"]["hardPodAffinityWeight"], 100);
+        assert_eq!(args["podTopologySpread"]["defaultingType"], "List");
+        assert_eq!(args["nodeStartRate"]["maxStarts"], 3);
+        let again = config_from_yaml(&e.to_yaml(), "again").unwrap();
+        assert_eq!(effective(&again), e);
+    }
+
+    /// Every row's points are what its registration serves, and every args type refuses
+    /// an unknown field (its factory decodes what the row declares).
+    #[test]
+    fn rows_match_their_plugins() {
+        let deps = PluginDeps::default();
+        let bogus = serde_json::json!({"bogus": 1});
+        for p in KNOWN_PLUGINS {
+            let reg = (p.factory)(&Args { raw: None }, &deps).unwrap();
+            assert_eq!(reg.name, p.name);
+            assert_eq!(Point::of(&reg), p.points, "{}", p.name);
+            assert_eq!(p.weight > 0, p.points.contains(&Score), "{}", p.name);
+            if let Some(a) = p.args {
+                assert!(!a.check(Some(&bogus)).is_empty(), "{}", p.name);
+                assert!((p.factory)(&Args { raw: Some(&bogus) }, &deps).is_err());
+                let lower = p.name[..1].to_lowercase() + &p.name[1..];
+                assert_eq!(a.key, lower, "args key of {}", p.name);
+            }
+        }
+        let mut names: Vec<_> = KNOWN_PLUGINS.iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            KNOWN_PLUGINS.len(),
+            "a plugin is registered twice"
+        );
+    }
+
+    /// The rows of a markdown table whose header starts with `| plugin |`: cells by column.
+    fn tables(text: &str) -> Vec<Vec<String>> {
+        let mut rows = Vec::new();
+        let mut inside = false;
+        for line in text.lines() {
+            let line = line.trim_start_matches("//!").trim();
+            if line.starts_with("| plugin |") {
+                inside = true;
+                continue;
+            }
+            if !inside || line.starts_with("|---") {
+                continue;
+            }
+            if !line.starts_with('|') {
+                inside = false;
+                continue;
+            }
+            rows.push(
+                line.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_string())
+                    .collect(),
+            );
+        }
+        rows
+    }
+
+    /// The documented plugin tables (this module's docs, README, ARCHITECTURE's none) say
+    /// what the registry holds: every plugin once, its points, weight and default.
+    #[test]
+    fn documented_tables_match_the_registry() {
+        let docs = [
+            ("src/plugins/mod.rs", include_str!("mod.rs")),
+            ("README.md", include_str!("../../README.md")),
+        ];
+        for (file, text) in docs {
+            let rows = tables(text);
+            for p in KNOWN_PLUGINS {
+                let found: Vec<_> = rows.iter().filter(|r| r[0] == p.name).collect();
+                assert_eq!(
+                    found.len(),
+                    1,
+                    "{file}: {} is documented {} times",
+                    p.name,
+                    found.len()
+                );
+                let row = found[0];
+                let points: Vec<&str> = p.points.iter().map(|x| x.as_str()).collect();
+                assert_eq!(row[1], points.join(", "), "{file}: points of {}", p.name);
+                let weight = if p.weight > 0 {
+                    p.weight.to_string()
+                } else {
+                    String::new()
+                };
+                assert_eq!(row[2], weight, "{file}: weight of {}", p.name);
+                // The upstream tables list the default profile; the own ones say on/off.
+                if !p.upstream {
+                    assert!(
+                        row[3].starts_with(if p.default_enabled { "on" } else { "off" }),
+                        "{file}: default of {}",
+                        p.name
+                    );
+                } else {
+                    assert!(p.default_enabled, "{file}: {} is off by default", p.name);
+                }
+            }
+            for r in &rows {
+                assert!(known(&r[0]).is_some(), "{file}: {} is not registered", r[0]);
+            }
+        }
+    }
+}
