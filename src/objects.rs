@@ -49,6 +49,9 @@ pub struct Objects {
     pub pods: Vec<Pod>,
     /// Namespaces.
     pub namespaces: Vec<Namespace>,
+    /// PersistentVolumes, PersistentVolumeClaims, StorageClasses and CSINodes (the
+    /// volume plugins read them).
+    pub volumes: Vec<crate::snapshot::volumes::VolumeObject>,
     /// Kinds that were present but are not used (reported, not fatal).
     pub ignored: Vec<String>,
 }
@@ -318,7 +321,14 @@ impl Reader {
         };
         let object = label(position, &kind, &v);
         match kind.as_str() {
-            "List" | "NodeList" | "PodList" | "NamespaceList" => {
+            "List"
+            | "NodeList"
+            | "PodList"
+            | "NamespaceList"
+            | "PersistentVolumeList"
+            | "PersistentVolumeClaimList"
+            | "StorageClassList"
+            | "CSINodeList" => {
                 let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
                 let Value::Array(items) = items else {
                     self.errors.push(
@@ -404,6 +414,12 @@ impl Reader {
                 }
                 Err(e) => self.errors.push(e),
             },
+            "PersistentVolume" | "PersistentVolumeClaim" | "StorageClass" | "CSINode" => {
+                match crate::snapshot::volumes::read_object(&kind, v, &object) {
+                    Ok(o) => self.out.volumes.push(o),
+                    Err(e) => self.errors.push(e),
+                }
+            }
             other => self
                 .out
                 .ignored

@@ -12,6 +12,10 @@
 //! | NodeAffinity | PreFilter, Filter, Score | 2 |
 //! | NodePorts | PreFilter, Filter | |
 //! | NodeResourcesFit | PreFilter, Filter, Score | 1 |
+//! | VolumeRestrictions | PreFilter, Filter | |
+//! | NodeVolumeLimits | PreFilter, Filter | |
+//! | VolumeBinding | PreFilter, Filter, Reserve, PreBind | |
+//! | VolumeZone | PreFilter, Filter | |
 //! | PodTopologySpread | PreFilter, Filter, Score | 2 |
 //! | InterPodAffinity | PreFilter, Filter, Score | 2 |
 //! | NodeResourcesBalancedAllocation | Score | 1 |
@@ -35,8 +39,13 @@
 //! the upstream plugins' 1200. With no usage data at all, RealHeadroom skips and History
 //! scores nothing, so headroom decides exactly as kube-scheduler.
 //!
-//! Not implemented (no volumes or dynamic resources in headroom's model): VolumeRestrictions,
-//! NodeVolumeLimits, VolumeBinding, VolumeZone, DynamicResources, DefaultPreemption.
+//! The volume plugins read PersistentVolumes, claims, StorageClasses and CSINodes from the
+//! snapshot ([`crate::snapshot::volumes`]); each skips pods without volumes in PreFilter,
+//! so such pods cost nothing more. VolumeBinding's PreBind writes the chosen PVs'
+//! `claimRef`s under `serve` (through the [`volume_binding::VolumeBinderSlot`] in
+//! [`PluginDeps`]).
+//!
+//! Not implemented: DynamicResources, DefaultPreemption.
 
 pub mod balanced_allocation;
 pub mod history;
@@ -48,6 +57,7 @@ pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_start_rate;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod real_cpu_fit;
 pub mod real_disk_fit;
@@ -58,6 +68,9 @@ pub mod reservation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 mod topology;
+pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -84,6 +97,8 @@ pub struct PluginDeps {
     /// Threads a cycle may use (`scheduler.parallelism`; 0: the machine's cores, at most
     /// 16). Default 1: serial.
     pub parallelism: usize,
+    /// Where `serve` installs VolumeBinding's PreBind writer (empty: nothing to write).
+    pub volume_binder: Arc<volume_binding::VolumeBinderSlot>,
 }
 
 impl PluginDeps {
@@ -95,6 +110,7 @@ impl PluginDeps {
             identity: config.collectors.identity.clone(),
             policy: Arc::new(config.usage.clone()),
             parallelism: config.scheduler.parallelism,
+            volume_binder: Arc::default(),
         }
     }
 
@@ -112,6 +128,7 @@ impl Default for PluginDeps {
             identity: headroom_collectors::IdentityConfig::default(),
             policy: Arc::new(UsagePolicy::default()),
             parallelism: 1,
+            volume_binder: Arc::default(),
         }
     }
 }
@@ -180,6 +197,30 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
     KnownPlugin {
         name: node_resources_fit::NAME,
         weight: 1,
+        default_enabled: true,
+        upstream: true,
+    },
+    KnownPlugin {
+        name: volume_restrictions::NAME,
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+    },
+    KnownPlugin {
+        name: node_volume_limits::NAME,
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+    },
+    KnownPlugin {
+        name: volume_binding::NAME,
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+    },
+    KnownPlugin {
+        name: volume_zone::NAME,
+        weight: 0,
         default_enabled: true,
         upstream: true,
     },
@@ -282,6 +323,12 @@ fn instantiate(
                 .map_err(|e| invalid("nodeResourcesFit", e))?
                 .register()
         }
+        volume_restrictions::NAME => volume_restrictions::VolumeRestrictions::new().register(),
+        node_volume_limits::NAME => node_volume_limits::NodeVolumeLimits::new().register(),
+        volume_binding::NAME => {
+            volume_binding::VolumeBinding::new(deps.volume_binder.clone()).register()
+        }
+        volume_zone::NAME => volume_zone::VolumeZone::new().register(),
         pod_topology_spread::NAME => {
             pod_topology_spread::PodTopologySpread::new(args.pod_topology_spread.clone()).register()
         }

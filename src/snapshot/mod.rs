@@ -11,6 +11,7 @@ mod index;
 mod node_info;
 mod pod_info;
 pub mod table;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,6 +65,9 @@ pub struct Snapshot {
     layout: u64,
     /// The usage view resolved by node index, for the view and layout it was built for.
     usage_rows: RowsCache,
+    /// PersistentVolumes, claims, storage classes, CSINodes and the claims assigned pods
+    /// use ([`volumes::Volumes`]).
+    volumes: Arc<volumes::Volumes>,
 }
 
 /// The last [`UsageRows`], rebuilt when the view or the node layout changed.
@@ -138,6 +142,18 @@ impl Snapshot {
         let rows = Arc::new(UsageRows::build(&self.usage.view, &self.names, self.layout));
         *cache = Some(rows.clone());
         rows
+    }
+
+    /// The volume objects (PVs with the scheduler's assumed bindings, claims, classes,
+    /// CSINodes).
+    pub fn volumes(&self) -> &Arc<volumes::Volumes> {
+        &self.volumes
+    }
+
+    /// Mutable volume objects (copied first if a cycle or reader still holds them).
+    pub fn volumes_mut(&mut self) -> &mut volumes::Volumes {
+        self.generation += 1;
+        Arc::make_mut(&mut self.volumes)
     }
 
     /// Increments on every change; recorded in decisions.
@@ -353,6 +369,9 @@ impl Snapshot {
             self.pod_nodes
                 .remove(&pod_key(&p.namespace, &p.name, &p.uid));
             self.pod_index.remove(idx, p);
+            if volumes::has_claims(&p.pod) {
+                Arc::make_mut(&mut self.volumes).count_pod(&p.pod, false);
+            }
         }
         if info.pods_with_affinity > 0 {
             self.nodes_with_affinity_pods -= 1;
@@ -395,6 +414,7 @@ impl Snapshot {
         }
         self.generation += 1;
         self.pod_index.add(idx, &pod);
+        let pod_ref = pod.pod.clone();
         let info = Arc::make_mut(&mut self.nodes[idx as usize]);
         let had_affinity = info.pods_with_affinity > 0;
         info.add_pod(pod);
@@ -403,6 +423,9 @@ impl Snapshot {
         }
         self.table.set_requested(idx as usize, info);
         self.pod_nodes.insert(key, idx);
+        if volumes::has_claims(&pod_ref) {
+            Arc::make_mut(&mut self.volumes).count_pod(&pod_ref, true);
+        }
         true
     }
 
@@ -419,6 +442,9 @@ impl Snapshot {
         }
         self.table.set_requested(idx as usize, info);
         self.pod_index.remove(idx, &pod);
+        if volumes::has_claims(&pod.pod) {
+            Arc::make_mut(&mut self.volumes).count_pod(&pod.pod, false);
+        }
         Some(pod)
     }
 }
