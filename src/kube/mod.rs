@@ -35,6 +35,7 @@ pub mod leader;
 pub mod reflect;
 pub mod serve;
 pub mod tls;
+pub mod volumes;
 
 pub use config::ServeConfig;
 
@@ -54,6 +55,16 @@ pub const API_CALLS: &[(&str, &str, &str)] = &[
     ("", "pods/status", "patch"),
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
+    ("", "persistentvolumes", "list"),
+    ("", "persistentvolumes", "watch"),
+    ("", "persistentvolumes", "update"),
+    ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "watch"),
+    ("", "persistentvolumeclaims", "update"),
+    ("storage.k8s.io", "storageclasses", "list"),
+    ("storage.k8s.io", "storageclasses", "watch"),
+    ("storage.k8s.io", "csinodes", "list"),
+    ("storage.k8s.io", "csinodes", "watch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
     ("coordination.k8s.io", "leases", "get"),

@@ -231,8 +231,8 @@ mod tests {
             snap.volumes_mut().apply(c);
         }
         let reg = VolumeRestrictions::new().register();
-        let verdicts = |p: Pod| -> Vec<(Code, String)> {
-            filter_all(&reg, &snap, &info(p))
+        let verdicts = |snap: &Snapshot, p: Pod| -> Vec<(Code, String)> {
+            filter_all(&reg, snap, &info(p))
                 .into_iter()
                 .map(|(_, s)| (s.code, s.message()))
                 .collect()
@@ -286,13 +286,13 @@ mod tests {
             ),
         ];
         for (what, p, want) in cases {
-            assert_eq!(verdicts(p), want, "{what}");
+            assert_eq!(verdicts(&snap, p), want, "{what}");
         }
         // Once the user of the RWOP claim is gone, the claim is free.
         snap.remove_pod("default", "rwop-user", "uid-rwop-user")
             .unwrap();
         assert_eq!(
-            verdicts(using("p", None, pvc_volume("rwop"))),
+            verdicts(&snap, using("p", None, pvc_volume("rwop"))),
             vec![skip; 2]
         );
     }

@@ -738,7 +738,7 @@ mod tests {
         assert_eq!(pick(&["here", "fits", "fits-too"]).as_deref(), Some("big"));
         assert_eq!(pick(&["here", "fits", "fits-too", "big"]), None);
         // A PV pre-bound to the claim is its only candidate, if the node suits it.
-        let mut claimed = (*pv("pre", "1Mi", affinity("b"))).clone();
+        let mut claimed = (*pv("pre", "5Gi", affinity("b"))).clone();
         claimed.spec.as_mut().unwrap().claim_ref = Some(ObjectReference {
             name: Some("c".into()),
             namespace: Some("default".into()),

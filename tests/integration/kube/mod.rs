@@ -8,6 +8,7 @@ mod engine;
 mod fake;
 mod kubelet;
 mod sections;
+mod volumes;
 
 use std::collections::HashSet;
 use std::sync::Arc;
