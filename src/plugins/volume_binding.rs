@@ -736,4 +736,104 @@ mod tests {
                 .is_skip()
         );
     }
+
+    /// Through the scheduler: the first pod's PV is assumed with it, so a second pod
+    /// whose claim could only use the same PV finds none; forgetting the first (a failed
+    /// bind) gives the PV back.
+    #[test]
+    fn scheduler_assumes_the_chosen_pv_and_forget_restores_it() {
+        let mut config = crate::config::Config::default();
+        config.scheduler.seed = Some(1);
+        let mut s = crate::scheduler::Scheduler::new(&config).unwrap();
+        *s.snapshot_mut() = cluster();
+        // Only pv-n2 (5Gi) fits a 4Gi claim besides pv-n1-big; take pv-n1-big away.
+        s.snapshot_mut()
+            .volumes_mut()
+            .delete(crate::snapshot::volumes::VolumeKind::Pv, "pv-n1-big");
+        let first = with_claims(&["big"]);
+        let a = s.schedule_one(&first, None, true);
+        assert_eq!(a.decision.node(), Some("n2"));
+        assert_eq!(
+            a.decision
+                .volume_bindings
+                .get("default/big")
+                .map(String::as_str),
+            Some("pv-n2")
+        );
+        assert!(a.pre_bind.is_some(), "PreBind has a PV to write");
+        assert!(s.snapshot().volumes().is_assumed("pv-n2"));
+        s.snapshot_mut()
+            .volumes_mut()
+            .apply(pvc("big2", "4Gi", "local-wffc", json!({})));
+        let second = info(pod(
+            "q",
+            json!({"spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "big2"}}]}}),
+        ));
+        let b = s.schedule_one(&second, None, false);
+        let crate::framework::Outcome::Unschedulable { message } = &b.decision.outcome else {
+            panic!("{:?}", b.decision.outcome)
+        };
+        assert_eq!(
+            message,
+            &format!("0/3 nodes are available: 3 {ERR_REASON_BIND_CONFLICT}.")
+        );
+        assert_eq!(s.forget(&first).as_deref(), Some("n2"));
+        assert!(!s.snapshot().volumes().is_assumed("pv-n2"));
+        let b = s.schedule_one(&second, None, false);
+        assert_eq!(b.decision.node(), Some("n2"));
+    }
+
+    /// Fails every PreBind, counting calls.
+    struct FailingBinder(std::sync::atomic::AtomicU32);
+
+    impl VolumeBinder for FailingBinder {
+        fn bind_pod_volumes<'a>(
+            &'a self,
+            _pod: &'a PodInfo,
+            _node: &'a str,
+            _volumes: &'a PodVolumes,
+        ) -> BoxFuture<'a, Result<(), String>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async {
+                Err("Operation cannot be fulfilled on persistentvolumes \"pv-n2\"".to_string())
+            })
+        }
+    }
+
+    /// A failed PreBind through the scheduling loop: the pod is not bound, its PV is
+    /// given back, and it is requeued with backoff; the failure is counted.
+    #[tokio::test(start_paused = true)]
+    async fn failed_pre_bind_unreserves_and_requeues() {
+        use crate::queue::{QueueConfig, SchedulingQueue};
+        use crate::scheduling_loop::{InstantBinder, LoopOptions, SchedulingLoop};
+        let config = crate::config::Config::default();
+        let deps = crate::plugins::PluginDeps::from_config(&config);
+        let failing = Arc::new(FailingBinder(Default::default()));
+        deps.volume_binder.set(failing.clone());
+        let mut s = crate::scheduler::Scheduler::with_deps(&config, &deps).unwrap();
+        *s.snapshot_mut() = cluster();
+        let scheduler = Arc::new(Mutex::new(s));
+        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
+        let binder = Arc::new(InstantBinder::new());
+        let lp = SchedulingLoop {
+            scheduler: scheduler.clone(),
+            queue: queue.clone(),
+            binder: binder.clone(),
+            decisions: None,
+            options: LoopOptions::default(),
+        };
+        queue.add(Arc::new(with_claims(&["big"])));
+        let stats = lp.run_until_settled().await;
+        assert_eq!(
+            (stats.bind_errors, stats.pre_bind_errors, stats.bound),
+            (1, 1, 0)
+        );
+        assert_eq!(failing.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(binder.bindings().is_empty());
+        let s = scheduler.lock().unwrap();
+        assert_eq!(s.assumed_count(), 0);
+        assert!(!s.snapshot().volumes().is_assumed("pv-n1-big"));
+        assert!(!s.snapshot().volumes().is_assumed("pv-n2"));
+        assert!(s.snapshot().nodes().iter().all(|n| n.pods.is_empty()));
+    }
 }

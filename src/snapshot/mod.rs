@@ -414,7 +414,8 @@ impl Snapshot {
         }
         self.generation += 1;
         self.pod_index.add(idx, &pod);
-        let pod_ref = pod.pod.clone();
+        // Only pods with claims touch the volumes (their claims' use counts).
+        let with_claims = volumes::has_claims(&pod.pod).then(|| pod.pod.clone());
         let info = Arc::make_mut(&mut self.nodes[idx as usize]);
         let had_affinity = info.pods_with_affinity > 0;
         info.add_pod(pod);
@@ -423,8 +424,8 @@ impl Snapshot {
         }
         self.table.set_requested(idx as usize, info);
         self.pod_nodes.insert(key, idx);
-        if volumes::has_claims(&pod_ref) {
-            Arc::make_mut(&mut self.volumes).count_pod(&pod_ref, true);
+        if let Some(p) = with_claims {
+            Arc::make_mut(&mut self.volumes).count_pod(&p, true);
         }
         true
     }

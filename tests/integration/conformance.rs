@@ -1,4 +1,4 @@
-//! The kube-scheduler oracle: 128 decisions recorded from the real kube-scheduler v1.36
+//! The kube-scheduler oracle: the decisions recorded from the real kube-scheduler v1.36
 //! (`tests/fixtures/kube-scheduler-cases`, copied from the shared cases). Every case runs
 //! through `headroom place`, the path a user takes, and must agree on feasibility, on the chosen
 //! node (any of the tied best), on the FailedScheduling summary, and on every plugin's
