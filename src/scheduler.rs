@@ -80,6 +80,10 @@ pub struct RecentPlacementOf {
     pub recent: RecentPlacement,
 }
 
+/// What assuming a pod produced: the pod on its node, its recorded placement, and the PVs
+/// chosen for its claims (`namespace/claim` → PV).
+type Assumption = (Arc<PodInfo>, RecentPlacementOf, BTreeMap<String, String>);
+
 struct Assumed {
     node: String,
     uid: String,
@@ -357,7 +361,7 @@ impl Scheduler {
         state: &mut CycleState,
         pod: &PodInfo,
         node: &str,
-    ) -> Result<(Arc<PodInfo>, RecentPlacementOf, BTreeMap<String, String>), Status> {
+    ) -> Result<Assumption, Status> {
         let fw = &self.frameworks[idx];
         let s = fw.reserve(state, pod, node);
         if !s.is_success() {

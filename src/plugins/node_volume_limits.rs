@@ -269,6 +269,9 @@ mod tests {
     use crate::snapshot::volumes::VolumeObject;
     use serde_json::json;
 
+    /// Each node's (code, message).
+    type Verdicts = Vec<(Code, String)>;
+
     fn csi_pv(name: &str, handle: &str) -> VolumeObject {
         VolumeObject::Pv(
             serde_json::from_value(json!({
@@ -359,7 +362,7 @@ mod tests {
         let reg = NodeVolumeLimits::new().register();
         let ok = (Code::Success, String::new());
         let full = (Code::Unschedulable, ERR_REASON_MAX_VOLUME_COUNT.to_string());
-        let cases: Vec<(&str, Pod, Vec<(Code, String)>)> = vec![
+        let cases: Vec<(&str, Pod, Verdicts)> = vec![
             (
                 "no claims",
                 pod("p", json!({})),

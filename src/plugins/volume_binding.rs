@@ -266,9 +266,9 @@ impl PreFilterPlugin for VolumeBinding {
         let mut candidates: HashMap<String, Vec<Arc<PersistentVolume>>> = HashMap::new();
         for c in &unbound {
             let class = claim_class(c).to_string();
-            if !candidates.contains_key(&class) {
-                let pvs = store.pvs_of_class(&class).cloned().collect();
-                candidates.insert(class, pvs);
+            if let std::collections::hash_map::Entry::Vacant(e) = candidates.entry(class) {
+                let pvs = store.pvs_of_class(e.key()).cloned().collect();
+                e.insert(pvs);
             }
         }
         state.write(State {
@@ -491,6 +491,9 @@ mod tests {
     use crate::snapshot::volumes::VolumeObject;
     use serde_json::{Value, json};
 
+    /// Each node's (code, message).
+    type Verdicts = Vec<(Code, String)>;
+
     fn pv(name: &str, size: &str, class: &str, host: Option<&str>, extra: Value) -> VolumeObject {
         let mut v = json!({
             "metadata": {"name": name, "resourceVersion": "5"},
@@ -604,7 +607,7 @@ mod tests {
         let reg = plugin();
         let ok = (Code::Success, String::new());
         let un = |r: &str| (Code::UnschedulableAndUnresolvable, r.to_string());
-        let cases: Vec<(&[&str], Vec<(Code, String)>)> = vec![
+        let cases: Vec<(&[&str], Verdicts)> = vec![
             (&[], vec![(Code::Skip, String::new()); 3]),
             (
                 &["b1"],

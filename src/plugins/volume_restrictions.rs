@@ -190,6 +190,9 @@ mod tests {
     use crate::snapshot::volumes::VolumeObject;
     use serde_json::json;
 
+    /// Each node's (code, message).
+    type Verdicts = Vec<(Code, String)>;
+
     fn claim(name: &str, mode: &str) -> VolumeObject {
         VolumeObject::Pvc(
             serde_json::from_value(json!({
@@ -241,7 +244,7 @@ mod tests {
         let skip = (Code::Skip, String::new());
         let rwop = (Code::Unschedulable, ERR_REASON_RWOP_CONFLICT.to_string());
         let disk = (Code::Unschedulable, ERR_REASON_DISK_CONFLICT.to_string());
-        let cases: Vec<(&str, Pod, Vec<(Code, String)>)> = vec![
+        let cases: Vec<(&str, Pod, Verdicts)> = vec![
             ("no volumes", pod("p", json!({})), vec![skip.clone(); 2]),
             (
                 "RWOP claim in use: every node",
