@@ -803,4 +803,62 @@ mod tests {
         };
         assert!(v.assume(&[missing]).is_err());
     }
+
+    #[test]
+    fn files_name_the_bad_field() {
+        let list = r#"{"kind": "List", "items": [
+            {"kind": "PersistentVolume", "metadata": {"name": "pv-1"}, "spec": {"capacity": {"storage": "1Gi"}}},
+            {"kind": "PersistentVolumeClaim", "metadata": {"name": "c"}, "spec": {"accessModes": "ReadWriteOnce"}},
+            {"kind": "StorageClass", "metadata": {"name": "Bad_Name"}, "provisioner": "x"},
+            {"kind": "CSINode", "metadata": {"name": "n"}, "spec": {"drivers": []}}]}"#;
+        let e = crate::objects::Objects::parse(list, "cluster.yaml")
+            .unwrap_err()
+            .to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 2, "{e}");
+        assert!(
+            lines[0].starts_with(
+                "cluster.yaml: items[1]: PersistentVolumeClaim \"c\": spec.accessModes"
+            ),
+            "{e}"
+        );
+        assert!(
+            lines[1]
+                .starts_with("cluster.yaml: items[2]: StorageClass \"Bad_Name\": metadata.name"),
+            "{e}"
+        );
+        let ok = list
+            .replace(
+                "\"accessModes\": \"ReadWriteOnce\"",
+                "\"accessModes\": [\"ReadWriteOnce\"]",
+            )
+            .replace("Bad_Name", "fast");
+        let o = crate::objects::Objects::parse(&ok, "cluster.yaml").unwrap();
+        let kinds: Vec<VolumeKind> = o.volumes.iter().map(VolumeObject::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                VolumeKind::Pv,
+                VolumeKind::Pvc,
+                VolumeKind::Class,
+                VolumeKind::CsiNode
+            ]
+        );
+        // A claim without a namespace is in `default`, as kubectl puts it.
+        assert_eq!(o.volumes[1].key(), "default/c");
+    }
+
+    #[test]
+    fn volume_events_retry_only_volume_rejections() {
+        use crate::queue::ClusterEvent;
+        for p in [
+            "VolumeBinding",
+            "VolumeRestrictions",
+            "VolumeZone",
+            "NodeVolumeLimits",
+        ] {
+            assert!(ClusterEvent::VolumeChanged.may_help([p]), "{p}");
+        }
+        assert!(!ClusterEvent::VolumeChanged.may_help(["NodeResourcesFit", "TaintToleration"]));
+    }
 }
