@@ -8,8 +8,8 @@
 //! 2. then it waits — outside the scheduling cycle, polling the watched state every
 //!    second, at most `bind_timeout` (upstream's `bindTimeoutSeconds`, 600 s) — until the
 //!    PV controller has bound each claim (`spec.volumeName` and
-//!    `pv.kubernetes.io/bind-completed`). A PV whose `claimRef` was reset, or a claim
-//!    provisioned for another node, fails at once.
+//!    `pv.kubernetes.io/bind-completed`). A PV whose `claimRef` was reset, a claim
+//!    provisioned for another node, or a pod deleted meanwhile fails at once.
 //!
 //! A failure is logged, counted (`headroom_volume_binding_total{result}`) and returned;
 //! the scheduling loop then unreserves, forgets the pod with its assumed PVs and retries
@@ -200,6 +200,13 @@ impl KubeVolumeBinder {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .snapshot();
+        // The assumed pod leaves the snapshot when the watch reports it deleted.
+        if snapshot
+            .node_of_pod(&pod.namespace, &pod.name, &pod.uid)
+            .is_none()
+        {
+            return Err(format!("pod {} does not exist any more", pod.key()));
+        }
         let store = snapshot.volumes();
         let labels = snapshot
             .get(node)
@@ -259,7 +266,6 @@ impl KubeVolumeBinder {
                 return Ok(false);
             }
         }
-        let _ = pod;
         Ok(true)
     }
 }

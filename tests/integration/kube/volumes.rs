@@ -137,3 +137,67 @@ async fn kube_volume_binding_writes_claim_ref_waits_for_the_claim_and_binds_in_p
     s.stop().await;
     assert_calls_allowed(&fake);
 }
+
+/// When the PV's `claimRef` is reset while PreBind waits (the PV controller gave the PV
+/// up), PreBind fails: the pod is forgotten with its assumed PV, retried after its
+/// backoff, binds the PV again, and is bound once the claim is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_volume_binding_retries_the_pod_when_the_claim_ref_is_reset() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("nodes", node("node-b", "4"));
+    fake.put(
+        "storageclasses",
+        json!({"metadata": {"name": "local-wffc"}, "provisioner": "kubernetes.io/no-provisioner",
+               "volumeBindingMode": "WaitForFirstConsumer"}),
+    );
+    fake.put("persistentvolumes", pv("pv-a", "node-a", None));
+    fake.put("persistentvolumeclaims", pvc("data-0", None));
+    fake.put("pods", pod_with("wffc", "data-0"));
+    let s = serve(&fake, BASE, "a").await;
+
+    let claim_ref_written = |f: &Fake| {
+        f.get("persistentvolumes", "", "pv-a").unwrap()["spec"]["claimRef"]["name"] == "data-0"
+    };
+    fake.wait_for(15, "pv-a claimRef", claim_ref_written).await;
+    // The PV controller resets the PV.
+    let mut volume = fake.get("persistentvolumes", "", "pv-a").unwrap();
+    volume["spec"].as_object_mut().unwrap().remove("claimRef");
+    fake.put("persistentvolumes", volume);
+    let updates = |f: &Fake| {
+        f.calls()
+            .iter()
+            .filter(|c| c.1 == "persistentvolumes" && c.2 == "update")
+            .count()
+    };
+    fake.wait_for(20, "a second claimRef write", |f| {
+        updates(f) >= 2 && claim_ref_written(f)
+    })
+    .await;
+    assert_eq!(fake.node_of("default", "wffc"), None);
+    let mut claim = fake
+        .get("persistentvolumeclaims", "default", "data-0")
+        .unwrap();
+    claim["spec"]["volumeName"] = json!("pv-a");
+    claim["metadata"]["annotations"] = json!({"pv.kubernetes.io/bind-completed": "yes"});
+    claim["status"]["phase"] = json!("Bound");
+    fake.put("persistentvolumeclaims", claim);
+    fake.wait_for(15, "wffc bound", |f| f.node_of("default", "wffc").is_some())
+        .await;
+    assert_eq!(fake.node_of("default", "wffc").as_deref(), Some("node-a"));
+    let metrics = reqwest::get(s.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "headroom_volume_binding_total{result=\"api_error\"} 1",
+        "headroom_volume_binding_total{result=\"bound\"} 1",
+    ] {
+        assert!(metrics.contains(want), "{want}");
+    }
+    s.stop().await;
+    assert_calls_allowed(&fake);
+}
