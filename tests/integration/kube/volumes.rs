@@ -201,3 +201,46 @@ async fn kube_volume_binding_retries_the_pod_when_the_claim_ref_is_reset() {
     s.stop().await;
     assert_calls_allowed(&fake);
 }
+
+/// A WaitForFirstConsumer claim of a class with a real provisioner and no matching PV is
+/// provisioned: PreBind writes `volume.kubernetes.io/selected-node` on the claim (a node
+/// the class's `allowedTopologies` admit) and waits until the provisioner has bound it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_volume_binding_selects_a_node_for_provisioning() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("nodes", node("node-b", "4"));
+    fake.put(
+        "storageclasses",
+        json!({"metadata": {"name": "local-wffc"}, "provisioner": "csi.example.com",
+               "volumeBindingMode": "WaitForFirstConsumer",
+               "allowedTopologies": [{"matchLabelExpressions": [
+                   {"key": "kubernetes.io/hostname", "values": ["node-b"]}]}]}),
+    );
+    fake.put("persistentvolumeclaims", pvc("data-0", None));
+    fake.put("pods", pod_with("wffc", "data-0"));
+    let s = serve(&fake, BASE, "a").await;
+
+    fake.wait_for(15, "selected-node on data-0", |f| {
+        f.get("persistentvolumeclaims", "default", "data-0")
+            .unwrap()["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+            == "node-b"
+    })
+    .await;
+    assert_eq!(fake.node_of("default", "wffc"), None);
+    // The provisioner's part: a PV on node-b, bound to the claim.
+    fake.put("persistentvolumes", pv("pvc-123", "node-b", Some("data-0")));
+    let mut claim = fake
+        .get("persistentvolumeclaims", "default", "data-0")
+        .unwrap();
+    claim["spec"]["volumeName"] = json!("pvc-123");
+    claim["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = json!("yes");
+    claim["status"]["phase"] = json!("Bound");
+    fake.put("persistentvolumeclaims", claim);
+    fake.wait_for(15, "wffc bound", |f| f.node_of("default", "wffc").is_some())
+        .await;
+    assert_eq!(fake.node_of("default", "wffc").as_deref(), Some("node-b"));
+    s.stop().await;
+    assert_calls_allowed(&fake);
+}
