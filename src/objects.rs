@@ -1,6 +1,8 @@
 //! Reading Kubernetes objects from YAML or JSON files: what `kubectl get nodes,pods -A -o yaml`
-//! prints (a `v1` `List`), a multi-document YAML stream, or single objects. Errors name the
-//! file, the object (`Pod default/web-1`) and the field.
+//! prints (a `v1` `List`), a multi-document YAML stream, or single objects: Nodes, Pods,
+//! Namespaces, and the volume objects (PersistentVolumes, PersistentVolumeClaims,
+//! StorageClasses, CSINodes). Errors name the file, the object (`Pod default/web-1`) and the
+//! field.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -313,7 +315,7 @@ impl Reader {
             self.errors.push(
                 FieldError::required(
                     FieldPath::new("kind"),
-                    "missing `kind` (expected Node, Pod, Namespace or List)",
+                    "missing `kind` (expected Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode or List)",
                 )
                 .in_object(object),
             );
