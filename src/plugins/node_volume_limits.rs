@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
 
 use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
+    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, ReservePlugin, Status,
 };
 use crate::snapshot::volumes::{Volumes, claim_class, claim_name, claim_volume_name};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
@@ -65,12 +65,14 @@ impl NodeVolumeLimits {
         }
     }
 
-    /// Registers its extension points (PreFilter, Filter).
+    /// Registers its extension points (PreFilter, Filter; Reserve only drops the cycle's
+    /// volumes from the state handed to the binding task).
     pub fn register(self) -> Registered {
         let me = Arc::new(self);
         Registered {
             pre_filter: Some(me.clone()),
-            filter: Some(me),
+            filter: Some(me.clone()),
+            reserve: Some(me),
             ..Registered::new(NAME)
         }
     }
@@ -208,6 +210,19 @@ impl PreFilterPlugin for NodeVolumeLimits {
         state.write(State(snapshot.volumes().clone()));
         (Status::success(), None)
     }
+}
+
+impl ReservePlugin for NodeVolumeLimits {
+    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) -> Status {
+        // The cycle state may live on in the binding task (VolumeBinding's PreBind waits):
+        // it must not keep the cycle's volumes alive.
+        if let Some(State(store)) = state.read_mut::<State>() {
+            *store = Arc::default();
+        }
+        Status::success()
+    }
+
+    fn unreserve(&self, _state: &mut CycleState, _pod: &PodInfo, _node: &str) {}
 }
 
 impl FilterPlugin for NodeVolumeLimits {

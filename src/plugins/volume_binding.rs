@@ -442,6 +442,14 @@ impl ReservePlugin for VolumeBinding {
             .get(node)
             .cloned()
             .unwrap_or_default();
+        // The cycle state goes on to the binding task (PreBind may wait minutes): it must
+        // not keep the cycle's volumes alive, or every volume change meanwhile would copy
+        // them.
+        if let Some(st) = state.read_mut::<State>() {
+            st.store = Arc::default();
+            st.candidates.clear();
+            st.by_node.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
         state.write(Reserved(volumes));
         Status::success()
     }
@@ -691,7 +699,13 @@ mod tests {
         assert!(pf.pre_filter(&mut state, &p, &snap).0.is_success());
         let f = reg.filter.as_ref().unwrap();
         assert!(f.filter(&state, &p, snap.get("n1").unwrap()).is_success());
+        assert_eq!(Arc::strong_count(snap.volumes()), 2, "the cycle reads them");
         reg.reserve.as_ref().unwrap().reserve(&mut state, &p, "n1");
+        assert_eq!(
+            Arc::strong_count(snap.volumes()),
+            1,
+            "the state handed to PreBind does not keep the cycle's volumes"
+        );
         let Reserved(v) = state.read::<Reserved>().unwrap().clone();
         assert_eq!(v.static_bindings.len(), 1);
         assert_eq!(v.static_bindings[0].pv, "pv-n1-small");
