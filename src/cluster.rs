@@ -36,6 +36,7 @@ use crate::queue::{ClusterEvent, PodKey, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
 use crate::snapshot::workloads::{Workload, WorkloadKind};
+use crate::snapshot::volumes::{VolumeKind, VolumeObject};
 
 /// Told when nodes come and go (the Reservation custom resources show `Pending` while
 /// their node is missing).
@@ -59,6 +60,14 @@ pub enum Kind {
     Reservation,
     /// Services, ReplicationControllers, ReplicaSets, StatefulSets (default spreading).
     Workload(WorkloadKind),
+    /// PersistentVolumes.
+    PersistentVolume,
+    /// PersistentVolumeClaims.
+    PersistentVolumeClaim,
+    /// StorageClasses.
+    StorageClass,
+    /// CSINodes.
+    CSINode,
 }
 
 impl Kind {
@@ -70,6 +79,10 @@ impl Kind {
             Kind::Namespace => "Namespace",
             Kind::Reservation => "Reservation",
             Kind::Workload(k) => k.as_str(),
+            Kind::PersistentVolume => "PersistentVolume",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::StorageClass => "StorageClass",
+            Kind::CSINode => "CSINode",
         }
     }
 }
@@ -93,7 +106,16 @@ impl FeedStats {
     /// Registers the counters on `metrics`.
     pub fn register(&self, metrics: &crate::metrics::Metrics) {
         let workloads = WorkloadKind::ALL.map(Kind::Workload);
-        let kinds = [Kind::Node, Kind::Pod, Kind::Namespace, Kind::Reservation];
+        let kinds = [
+            Kind::Node,
+            Kind::Pod,
+            Kind::Namespace,
+            Kind::Reservation,
+            Kind::PersistentVolume,
+            Kind::PersistentVolumeClaim,
+            Kind::StorageClass,
+            Kind::CSINode,
+        ];
         for k in kinds.into_iter().chain(workloads) {
             let l = KindLabel { kind: k.as_str() };
             let _ = self.watch_errors.get_or_create(&l);
@@ -246,6 +268,16 @@ fn key_of(pod: &Pod) -> PodKey {
         pod.metadata.name.clone().unwrap_or_default(),
         pod.metadata.uid.clone().unwrap_or_default(),
     )
+}
+
+/// The feed kind of a volume kind (metric labels).
+pub fn volume_kind(kind: VolumeKind) -> Kind {
+    match kind {
+        VolumeKind::Pv => Kind::PersistentVolume,
+        VolumeKind::Pvc => Kind::PersistentVolumeClaim,
+        VolumeKind::Class => Kind::StorageClass,
+        VolumeKind::CsiNode => Kind::CSINode,
+    }
 }
 
 fn previous_is_none(event: &Option<ClusterEvent>) -> bool {
@@ -595,6 +627,40 @@ impl ClusterState {
             .replace(kind, list);
         self.stats.list(Kind::Workload(kind));
         self.synced.set(&self.synced.workloads[kind as usize]);
+    }
+
+    /// A volume object (PV, claim, storage class, CSINode) was added or changed: the
+    /// snapshot's volumes take it, and unschedulable pods are retried
+    /// ([`ClusterEvent::VolumeChanged`]).
+    pub fn apply_volume(&self, object: VolumeObject) {
+        if object.key().is_empty() || object.key().ends_with('/') {
+            self.stats.bad_object(volume_kind(object.kind()));
+            return;
+        }
+        self.sched().snapshot_mut().volumes_mut().apply(object);
+        self.queue
+            .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+    }
+
+    /// A volume object was deleted (`key`: `namespace/name` for claims, else the name).
+    pub fn delete_volume(&self, kind: VolumeKind, key: &str) {
+        let removed = self.sched().snapshot_mut().volumes_mut().delete(kind, key);
+        if removed {
+            self.queue
+                .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+        }
+    }
+
+    /// A complete list of one volume kind (initial list or re-list): objects of that kind
+    /// not in it are gone.
+    pub fn replace_volumes(&self, kind: VolumeKind, objects: Vec<VolumeObject>) {
+        self.stats.list(volume_kind(kind));
+        self.sched()
+            .snapshot_mut()
+            .volumes_mut()
+            .replace(kind, objects);
+        self.queue
+            .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
     }
 
     /// Number of pods this state queued and still tracks as pending.

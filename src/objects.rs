@@ -1,6 +1,8 @@
 //! Reading Kubernetes objects from YAML or JSON files: what `kubectl get nodes,pods -A -o yaml`
-//! prints (a `v1` `List`), a multi-document YAML stream, or single objects. Errors name the
-//! file, the object (`Pod default/web-1`) and the field.
+//! prints (a `v1` `List`), a multi-document YAML stream, or single objects: Nodes, Pods,
+//! Namespaces, and the volume objects (PersistentVolumes, PersistentVolumeClaims,
+//! StorageClasses, CSINodes). Errors name the file, the object (`Pod default/web-1`) and the
+//! field.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -54,6 +56,9 @@ pub struct Objects {
     /// Services, ReplicationControllers, ReplicaSets and StatefulSets, reduced to what
     /// default topology spreading reads ([`crate::snapshot::workloads`]).
     pub workloads: Vec<Workload>,
+    /// PersistentVolumes, PersistentVolumeClaims, StorageClasses and CSINodes (the
+    /// volume plugins read them).
+    pub volumes: Vec<crate::snapshot::volumes::VolumeObject>,
     /// Kinds that were present but are not used (reported, not fatal).
     pub ignored: Vec<String>,
 }
@@ -315,7 +320,7 @@ impl Reader {
             self.errors.push(
                 FieldError::required(
                     FieldPath::new("kind"),
-                    "missing `kind` (expected Node, Pod, Namespace or List)",
+                    "missing `kind` (expected Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode or List)",
                 )
                 .in_object(object),
             );
@@ -330,7 +335,11 @@ impl Reader {
             | "ServiceList"
             | "ReplicationControllerList"
             | "ReplicaSetList"
-            | "StatefulSetList" => {
+            | "StatefulSetList"
+            | "PersistentVolumeList"
+            | "PersistentVolumeClaimList"
+            | "StorageClassList"
+            | "CSINodeList" => {
                 let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
                 let Value::Array(items) = items else {
                     self.errors.push(
@@ -426,6 +435,12 @@ impl Reader {
             }
             "StatefulSet" => {
                 self.workload(typed::<StatefulSet>(v, &object).map(|o| Workload::stateful_set(&o)))
+            }
+            "PersistentVolume" | "PersistentVolumeClaim" | "StorageClass" | "CSINode" => {
+                match crate::snapshot::volumes::read_object(&kind, v, &object) {
+                    Ok(o) => self.out.volumes.push(o),
+                    Err(e) => self.errors.push(e),
+                }
             }
             other => self
                 .out

@@ -186,6 +186,24 @@ pub fn place_objects(
         let of_kind = cluster.workloads.iter().filter(|w| w.kind == kind).cloned();
         feed.replace_workloads(kind, of_kind.collect());
     }
+    // Volume objects from either file (a pod file may carry its claims).
+    let volumes: Vec<_> = cluster
+        .volumes
+        .iter()
+        .chain(&pods.volumes)
+        .cloned()
+        .collect();
+    if !volumes.is_empty() {
+        use crate::snapshot::volumes::VolumeKind;
+        for kind in [
+            VolumeKind::Class,
+            VolumeKind::Pv,
+            VolumeKind::Pvc,
+            VolumeKind::CsiNode,
+        ] {
+            feed.replace_volumes(kind, volumes.clone());
+        }
+    }
     feed.replace_nodes(cluster.nodes.clone());
     feed.replace_pods(cluster.pods.clone());
     let mut scheduler = engine.scheduler().lock().unwrap_or_else(|e| e.into_inner());

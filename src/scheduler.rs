@@ -7,7 +7,7 @@
 //! forgotten within `assume_ttl` after its bind finished expires, so a lost watch event cannot
 //! leak capacity forever.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use rand::rngs::SmallRng;
 use crate::analytics::UsageView;
 use crate::config::{Config, ConfigError};
 use crate::framework::{CycleState, Decision, Fallback, Framework, Outcome, Status};
+use crate::plugins::volume_binding::{self, Reserved};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::{PodInfo, Snapshot};
 use crate::usage::wait::{Wait, relaxable_rejections, waiting_message};
@@ -34,6 +35,38 @@ pub struct Attempt {
     /// When placed: the pod's builder identity and predicted usage, as recorded for
     /// compensation and history (callers persist the placement in the store with it).
     pub placement: Option<RecentPlacementOf>,
+    /// When placed and some PreBind plugin has work for the pod (VolumeBinding writing
+    /// PV claimRefs): what the binding task runs before the bind.
+    pub pre_bind: Option<PreBind>,
+}
+
+/// The binding cycle's PreBind for one placed pod: the profile's framework and the cycle
+/// state Reserve left (upstream hands the binding cycle the same state).
+pub struct PreBind {
+    frameworks: Arc<[Framework]>,
+    idx: usize,
+    state: CycleState,
+}
+
+impl std::fmt::Debug for PreBind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PreBind({})", self.frameworks[self.idx].profile())
+    }
+}
+
+impl PreBind {
+    /// Runs the PreBind plugins (outside the cycle; may wait, bounded, on the API).
+    pub async fn run(&self, pod: &PodInfo, node: &str) -> Status {
+        self.frameworks[self.idx]
+            .pre_bind(&self.state, pod, node)
+            .await
+    }
+
+    /// Runs Unreserve after a failed PreBind (the scheduler's `forget` restores what was
+    /// assumed in the snapshot).
+    pub fn unreserve(&mut self, pod: &PodInfo, node: &str) {
+        self.frameworks[self.idx].unreserve(&mut self.state, pod, node);
+    }
 }
 
 /// A placement as the scheduler recorded it in the usage context.
@@ -47,9 +80,15 @@ pub struct RecentPlacementOf {
     pub recent: RecentPlacement,
 }
 
+/// What assuming a pod produced: the pod on its node, its recorded placement, and the PVs
+/// chosen for its claims (`namespace/claim` → PV).
+type Assumption = (Arc<PodInfo>, RecentPlacementOf, BTreeMap<String, String>);
+
 struct Assumed {
     node: String,
     uid: String,
+    /// PVs assumed bound to the pod's claims (restored when the pod is forgotten).
+    volumes: Vec<String>,
     /// Set once binding finished; the entry expires at this instant unless confirmed.
     deadline: Option<Instant>,
 }
@@ -217,6 +256,7 @@ impl Scheduler {
                 assumed: None,
                 gated: None,
                 placement: None,
+                pre_bind: None,
             };
         };
         let fw = &self.frameworks[idx];
@@ -238,6 +278,7 @@ impl Scheduler {
                 assumed: None,
                 gated: Some(s),
                 placement: None,
+                pre_bind: None,
             };
         }
         let cycle_state = |fallback: bool| {
@@ -279,15 +320,26 @@ impl Scheduler {
                 assumed: None,
                 gated: None,
                 placement: None,
+                pre_bind: None,
             };
         };
         match self.reserve_and_assume(idx, &mut state, pod, &node) {
-            Ok((assumed, placement)) => Attempt {
-                decision,
-                assumed: Some(assumed),
-                gated: None,
-                placement: Some(placement),
-            },
+            Ok((assumed, placement, volume_bindings)) => {
+                decision.volume_bindings = volume_bindings;
+                let fw = &self.frameworks[idx];
+                let pre_bind = fw.pre_bind_needed(&state, pod, &node).then(|| PreBind {
+                    frameworks: self.frameworks.clone(),
+                    idx,
+                    state,
+                });
+                Attempt {
+                    decision,
+                    assumed: Some(assumed),
+                    gated: None,
+                    placement: Some(placement),
+                    pre_bind,
+                }
+            }
             Err(s) => {
                 decision.outcome = Outcome::Error {
                     message: format!("{} on node {node}: {}", s.plugin, s.message()),
@@ -297,6 +349,7 @@ impl Scheduler {
                     assumed: None,
                     gated: None,
                     placement: None,
+                    pre_bind: None,
                 }
             }
         }
@@ -308,7 +361,7 @@ impl Scheduler {
         state: &mut CycleState,
         pod: &PodInfo,
         node: &str,
-    ) -> Result<(Arc<PodInfo>, RecentPlacementOf), Status> {
+    ) -> Result<Assumption, Status> {
         let fw = &self.frameworks[idx];
         let s = fw.reserve(state, pod, node);
         if !s.is_success() {
@@ -319,6 +372,28 @@ impl Scheduler {
             fw.unreserve(state, pod, node);
             return Err(s);
         }
+        // VolumeBinding's choice is assumed with the pod (upstream's AssumePodVolumes):
+        // the next cycle sees the PVs taken.
+        let (volumes, volume_bindings) = match state.read::<Reserved>() {
+            Some(Reserved(v)) if !v.static_bindings.is_empty() => {
+                let bindings = v
+                    .static_bindings
+                    .iter()
+                    .map(|b| (format!("{}/{}", b.namespace, b.claim), b.pv.clone()))
+                    .collect();
+                match Arc::make_mut(&mut self.snapshot)
+                    .volumes_mut()
+                    .assume(&v.static_bindings)
+                {
+                    Ok(changed) => (changed, bindings),
+                    Err(e) => {
+                        fw.unreserve(state, pod, node);
+                        return Err(Status::error(e).with_plugin(volume_binding::NAME));
+                    }
+                }
+            }
+            _ => (Vec::new(), BTreeMap::new()),
+        };
         let mut bound = (*pod.pod).clone();
         bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
         let info = Arc::new(PodInfo::new(Arc::new(bound)));
@@ -353,10 +428,11 @@ impl Scheduler {
             Assumed {
                 node: node.to_string(),
                 uid: pod.uid.clone(),
+                volumes,
                 deadline: None,
             },
         );
-        Ok((info, placement))
+        Ok((info, placement, volume_bindings))
     }
 
     /// Marks the bind of an assumed pod as finished: from `now`, it expires after the TTL
@@ -376,6 +452,9 @@ impl Scheduler {
     pub fn forget(&mut self, pod: &PodInfo) -> Option<String> {
         let a = self.assumed.remove(&key(pod))?;
         let snapshot = Arc::make_mut(&mut self.snapshot);
+        if !a.volumes.is_empty() {
+            snapshot.volumes_mut().restore(&a.volumes);
+        }
         snapshot.remove_pod(&pod.namespace, &pod.name, &pod.uid);
         snapshot.usage_mut().forget_placement(&a.node, &key(pod));
         Some(a.node)
@@ -392,6 +471,9 @@ impl Scheduler {
         for k in &expired {
             if let (Some(a), Some((ns, name))) = (self.assumed.remove(k), k.split_once('/')) {
                 let snapshot = Arc::make_mut(&mut self.snapshot);
+                if !a.volumes.is_empty() {
+                    snapshot.volumes_mut().restore(&a.volumes);
+                }
                 snapshot.remove_pod(ns, name, &a.uid);
                 snapshot.usage_mut().forget_placement(&a.node, k);
             }

@@ -30,8 +30,11 @@ pub struct LoopStats {
     pub bound: u64,
     /// Cycles that found no node.
     pub unschedulable: u64,
-    /// Binds that failed (the pod was forgotten and requeued).
+    /// Binds that failed (the pod was forgotten and requeued), PreBind failures included.
     pub bind_errors: u64,
+    /// PreBind failures (VolumeBinding could not bind the pod's volumes), each also a bind
+    /// error.
+    pub pre_bind_errors: u64,
     /// Decisions dropped because the observer's channel was full.
     pub decisions_dropped: u64,
     /// Wall time spent in scheduling cycles (not binds).
@@ -45,6 +48,7 @@ impl LoopStats {
         self.bound += other.bound;
         self.unschedulable += other.unschedulable;
         self.bind_errors += other.bind_errors;
+        self.pre_bind_errors += other.pre_bind_errors;
         self.decisions_dropped += other.decisions_dropped;
         self.cycle_time += other.cycle_time;
     }
@@ -197,7 +201,29 @@ impl SchedulingLoop {
         let binder = self.binder.clone();
         let stats = stats.clone();
         let confirm = self.options.confirm_on_bind;
+        let pre_bind = attempt.pre_bind;
         binds.spawn(async move {
+            // PreBind (VolumeBinding's PV writes) before the bind; a failure unreserves,
+            // forgets the assumed pod (and its assumed PVs) and retries it with backoff.
+            if let Some(mut pb) = pre_bind {
+                let s = pb.run(&assumed, &node).await;
+                if !s.is_success() {
+                    tracing::warn!(pod = %pod.key(), node = %node, plugin = s.plugin, error = %s.message(), "PreBind failed; retrying the pod");
+                    pb.unreserve(&assumed, &node);
+                    scheduler
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .forget(&pod);
+                    {
+                        let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
+                        st.bind_errors += 1;
+                        st.pre_bind_errors += 1;
+                    }
+                    let message = format!("running PreBind plugin {:?}: {}", s.plugin, s.message());
+                    queue.add_unschedulable(pod, Failure::error(message));
+                    return;
+                }
+            }
             let status = binder.bind(&assumed, &node, &annotations).await;
             let mut s = scheduler.lock().unwrap_or_else(|e| e.into_inner());
             if status.is_success() {

@@ -124,6 +124,9 @@ pub struct Decision {
     pub notes: Vec<String>,
     /// Set when the usage fallback (`usage.maxWait`) placed the pod.
     pub fallback: Option<Fallback>,
+    /// The PVs VolumeBinding chose for the pod's unbound WaitForFirstConsumer claims
+    /// (`namespace/claim` → PV), set once they are assumed with the pod.
+    pub volume_bindings: std::collections::BTreeMap<String, String>,
     /// Wall-clock time the cycle took (zero unless the caller measured it; the scheduling
     /// loop does). Real time even under a simulated clock: it is what the cycle cost.
     pub cycle_duration: Duration,
@@ -164,6 +167,7 @@ impl Decision {
             },
             notes: Vec::new(),
             fallback: None,
+            volume_bindings: Default::default(),
             cycle_duration: Duration::ZERO,
             decided_at_ms: 0,
             feasible_total: None,
@@ -209,6 +213,7 @@ impl Decision {
             outcome: self.outcome.clone(),
             notes: self.notes.clone(),
             fallback: self.fallback.clone(),
+            volume_bindings: self.volume_bindings.clone(),
             cycle_duration: self.cycle_duration,
             decided_at_ms: self.decided_at_ms,
             feasible_total: Some(self.feasible_count()),
@@ -384,6 +389,7 @@ impl Decision {
             skipped_scores: self.skipped_scores.iter().map(|s| s.to_string()).collect(),
             notes: self.notes.clone(),
             fallback: self.fallback.clone(),
+            volume_bindings: self.volume_bindings.clone(),
             nodes,
             omitted_nodes,
         }
@@ -511,6 +517,10 @@ pub struct Explanation {
     /// Set when the usage fallback (`usage.maxWait`) placed the pod.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub fallback: Option<Fallback>,
+    /// The PVs chosen for the pod's unbound WaitForFirstConsumer claims
+    /// (`namespace/claim` → PV).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty", default)]
+    pub volume_bindings: std::collections::BTreeMap<String, String>,
     /// Every node's verdict, in snapshot order (see `omitted_nodes`).
     pub nodes: Vec<NodeVerdict>,
     /// Nodes left out of `nodes` by [`Decision::explain_at_most`] (stored explanations of
@@ -569,6 +579,9 @@ impl Explanation {
         }
         if let Some(f) = &self.fallback {
             let _ = writeln!(out, "  {}", f.describe());
+        }
+        for (claim, pv) in &self.volume_bindings {
+            let _ = writeln!(out, "  volume binding: claim {claim} → PV {pv}");
         }
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");

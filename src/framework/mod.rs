@@ -260,6 +260,22 @@ pub trait BindPlugin: Plugin {
 /// call of their own: at hundreds of binds a second, a separate patch per pod was a third
 /// of headroom's writes.
 pub type BindAnnotations = std::collections::BTreeMap<String, String>;
+/// PreBind: work that must be done before the pod is bound (upstream's PreBind, e.g.
+/// VolumeBinding writing PV claimRefs and waiting for the claims to be bound). It runs in
+/// the binding task, outside the scheduling cycle, after Reserve and the assume; a
+/// non-success status unreserves, forgets the assumed pod and retries it with backoff.
+pub trait PreBindPlugin: Plugin {
+    /// Upstream's `PreBindPreFlight`: `Skip` when this pod has nothing to do in PreBind
+    /// (the binding task then never calls [`PreBindPlugin::pre_bind`]).
+    fn pre_bind_pre_flight(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// The PreBind call (may wait, bounded, for the API server).
+    fn pre_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status>;
+}
 
 /// PreEnqueue: whether the pod may enter the active queue at all (e.g. scheduling gates).
 pub trait PreEnqueuePlugin: Plugin {
@@ -288,6 +304,8 @@ pub struct Registered {
     pub reserve: Option<Arc<dyn ReservePlugin>>,
     /// Permit, if served.
     pub permit: Option<Arc<dyn PermitPlugin>>,
+    /// PreBind, if served.
+    pub pre_bind: Option<Arc<dyn PreBindPlugin>>,
 }
 
 impl Registered {
@@ -312,6 +330,7 @@ impl std::fmt::Debug for Registered {
             (self.score.is_some(), "Score"),
             (self.reserve.is_some(), "Reserve"),
             (self.permit.is_some(), "Permit"),
+            (self.pre_bind.is_some(), "PreBind"),
         ] {
             if has {
                 points.push(p);

@@ -856,6 +856,32 @@ impl Framework {
         }
     }
 
+    /// Upstream's PreBindPreFlight: whether any PreBind plugin has work for this pod on
+    /// `node` (those that say `Skip` are not called).
+    pub fn pre_bind_needed(&self, state: &CycleState, pod: &PodInfo, node: &str) -> bool {
+        self.plugins.iter().any(|p| {
+            p.pre_bind
+                .as_ref()
+                .is_some_and(|pb| !pb.pre_bind_pre_flight(state, pod, node).is_skip())
+        })
+    }
+
+    /// Runs the PreBind plugins in order (outside the cycle, in the binding task); the
+    /// first non-success status is returned with its plugin.
+    pub async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        for p in &self.plugins {
+            let Some(pb) = &p.pre_bind else { continue };
+            if pb.pre_bind_pre_flight(state, pod, node).is_skip() {
+                continue;
+            }
+            let s = pb.pre_bind(state, pod, node).await;
+            if !s.is_success() {
+                return s.with_plugin(p.name);
+            }
+        }
+        Status::success()
+    }
+
     /// Runs Permit plugins; the first non-success status is returned.
     pub fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         for p in &self.plugins {

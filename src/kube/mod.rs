@@ -36,6 +36,7 @@ pub mod reflect;
 pub mod serve;
 pub mod tls;
 pub mod workloads;
+pub mod volumes;
 
 pub use config::ServeConfig;
 
@@ -63,6 +64,16 @@ pub const API_CALLS: &[(&str, &str, &str)] = &[
     ("apps", "replicasets", "watch"),
     ("apps", "statefulsets", "list"),
     ("apps", "statefulsets", "watch"),
+    ("", "persistentvolumes", "list"),
+    ("", "persistentvolumes", "watch"),
+    ("", "persistentvolumes", "update"),
+    ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "watch"),
+    ("", "persistentvolumeclaims", "update"),
+    ("storage.k8s.io", "storageclasses", "list"),
+    ("storage.k8s.io", "storageclasses", "watch"),
+    ("storage.k8s.io", "csinodes", "list"),
+    ("storage.k8s.io", "csinodes", "watch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
     ("coordination.k8s.io", "leases", "get"),

@@ -1,4 +1,5 @@
-//! Watches (kube-rs `watcher`s) for Nodes, Pods, Namespaces and Reservations: the API
+//! Watches (kube-rs `watcher`s) for Nodes, Pods, Namespaces, Reservations and the volume
+//! objects ([`super::volumes`]): the API
 //! server's cluster feed. Nodes, pods and namespaces go to the engine's
 //! [`ClusterState`](crate::cluster::ClusterState), which applies them to the snapshot and
 //! the queue exactly as it applies a simulated cluster; reservations go to
@@ -52,7 +53,7 @@ impl ObjectKey {
 /// are removed. With `buffered`, the list is instead handed over whole
 /// ([`WatchItem::List`]). Errors are logged and counted; the stream backs off and recovers
 /// itself.
-pub(super) async fn pump<K, F>(
+pub(crate) async fn pump<K, F>(
     kind: Kind,
     api: Api<K>,
     stats: FeedStats,
@@ -198,6 +199,7 @@ pub async fn run(
             .await
         }
     };
+    let volumes = super::volumes::watch(client.clone(), state.clone(), stop.clone());
     let workloads = super::workloads::run(client.clone(), state.clone(), shutdown);
-    futures::join!(nodes, pods, namespaces, reservations, workloads);
+    futures::join!(nodes, pods, namespaces, reservations, workloads, volumes);
 }

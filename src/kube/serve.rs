@@ -359,6 +359,15 @@ impl Cx {
     /// The cluster feed: the watches into the engine's cluster state.
     fn start_feed(&self, running: &mut Running, reservations: Option<Arc<KubeReservations>>) {
         let (client, cluster) = (self.client.clone(), self.engine.cluster().clone());
+        // VolumeBinding's PreBind writes PV claimRefs through this client.
+        self.engine
+            .deps()
+            .volume_binder
+            .set(Arc::new(super::volumes::KubeVolumeBinder::new(
+                client.clone(),
+                self.engine.scheduler().clone(),
+                self.engine.metrics(),
+            )));
         let stop = running.phases.signal(Phase::Intake);
         running.phases.spawn(Phase::Intake, async move {
             reflect::run(client, cluster, reservations, stop).await;

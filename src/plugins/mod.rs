@@ -15,6 +15,10 @@
 //! | NodeAffinity | PreFilter, Filter, PreScore, Score | 2 |
 //! | NodePorts | PreFilter, Filter | |
 //! | NodeResourcesFit | PreFilter, Filter, Score | 1 |
+//! | VolumeRestrictions | PreFilter, Filter | |
+//! | NodeVolumeLimits | PreFilter, Filter, Reserve | |
+//! | VolumeBinding | PreFilter, Filter, Reserve, PreBind | |
+//! | VolumeZone | PreFilter, Filter | |
 //! | PodTopologySpread | PreFilter, Filter, PreScore, Score | 2 |
 //! | InterPodAffinity | PreFilter, Filter, PreScore, Score | 2 |
 //! | NodeResourcesBalancedAllocation | PreScore, Score | 1 |
@@ -38,8 +42,13 @@
 //! the upstream plugins' 1200. With no usage data at all, RealHeadroom skips and History
 //! scores nothing, so headroom decides exactly as kube-scheduler.
 //!
-//! Not implemented (no volumes or dynamic resources in headroom's model): VolumeRestrictions,
-//! NodeVolumeLimits, VolumeBinding, VolumeZone, DynamicResources, DefaultPreemption.
+//! The volume plugins read PersistentVolumes, claims, StorageClasses and CSINodes from the
+//! snapshot ([`crate::snapshot::volumes`]); each skips pods without volumes in PreFilter,
+//! so such pods cost nothing more. VolumeBinding's PreBind writes the chosen PVs'
+//! `claimRef`s under `serve` (through the [`volume_binding::VolumeBinderSlot`] in
+//! [`PluginDeps`]).
+//!
+//! Not implemented: DynamicResources, DefaultPreemption.
 
 pub mod balanced_allocation;
 pub mod history;
@@ -51,6 +60,7 @@ pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_start_rate;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod real_cpu_fit;
 pub mod real_disk_fit;
@@ -62,6 +72,9 @@ pub mod reservation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 mod topology;
+pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -92,6 +105,8 @@ pub struct PluginDeps {
     /// Threads a cycle may use (`scheduler.parallelism`; 0: the machine's cores, at most
     /// 16). Default 1: serial.
     pub parallelism: usize,
+    /// Where `serve` installs VolumeBinding's PreBind writer (empty: nothing to write).
+    pub volume_binder: Arc<volume_binding::VolumeBinderSlot>,
 }
 
 impl PluginDeps {
@@ -103,6 +118,7 @@ impl PluginDeps {
             identity: config.collectors.identity.clone(),
             policy: Arc::new(config.usage.clone()),
             parallelism: config.scheduler.parallelism,
+            volume_binder: Arc::default(),
         }
     }
 
@@ -120,6 +136,7 @@ impl Default for PluginDeps {
             identity: headroom_collectors::IdentityConfig::default(),
             policy: Arc::new(UsagePolicy::default()),
             parallelism: 1,
+            volume_binder: Arc::default(),
         }
     }
 }
@@ -132,3 +149,4 @@ impl std::fmt::Debug for PluginDeps {
             .finish()
     }
 }
+

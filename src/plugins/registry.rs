@@ -42,6 +42,8 @@ pub enum Point {
     Reserve,
     /// Allows, delays or denies the binding.
     Permit,
+    /// Work before the binding, outside the cycle (VolumeBinding's PV writes).
+    PreBind,
 }
 
 impl Point {
@@ -56,6 +58,7 @@ impl Point {
             Point::Score => "Score",
             Point::Reserve => "Reserve",
             Point::Permit => "Permit",
+            Point::PreBind => "PreBind",
         }
     }
 
@@ -70,6 +73,7 @@ impl Point {
             (r.score.is_some(), Point::Score),
             (r.reserve.is_some(), Point::Reserve),
             (r.permit.is_some(), Point::Permit),
+            (r.pre_bind.is_some(), Point::PreBind),
         ]
         .into_iter()
         .filter_map(|(served, p)| served.then_some(p))
@@ -254,6 +258,44 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
             "nodeResourcesFit",
         )),
         factory: |a, _| Ok(node_resources_fit::NodeResourcesFit::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: volume_restrictions::NAME,
+        points: &[PreFilter, Filter],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(volume_restrictions::VolumeRestrictions::new().register()),
+    },
+    KnownPlugin {
+        name: node_volume_limits::NAME,
+        points: &[PreFilter, Filter, Reserve],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(node_volume_limits::NodeVolumeLimits::new().register()),
+    },
+    KnownPlugin {
+        name: volume_binding::NAME,
+        points: &[PreFilter, Filter, Reserve, PreBind],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, deps| {
+            Ok(volume_binding::VolumeBinding::new(deps.volume_binder.clone()).register())
+        },
+    },
+    KnownPlugin {
+        name: volume_zone::NAME,
+        points: &[PreFilter, Filter],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: None,
+        factory: |_, _| Ok(volume_zone::VolumeZone::new().register()),
     },
     KnownPlugin {
         name: pod_topology_spread::NAME,

@@ -20,6 +20,7 @@ use crate::framework::{Code, Decision, Outcome, Status};
 /// | `AssignedPodUpdated` | node-only plugins, `NodePorts` (ports are immutable; a resize can free resources) |
 /// | `UnschedulableTimeout` | — (the periodic flush retries everything that overstayed) |
 /// | `UsageRefreshed` | every plugin but the usage-based ones ([`USAGE_PLUGINS`]): only they read the usage view |
+/// | `VolumeChanged` | every plugin but the volume plugins ([`VOLUME_PLUGINS`]): only they read volumes |
 ///
 /// Pods whose rejection names no plugin, or any plugin outside the table (headroom's own
 /// usage-based plugins, say), move on every event: a needless retry costs one cycle, while a
@@ -45,6 +46,9 @@ pub enum ClusterEvent {
     /// A new usage view was published (the analytics refresh): real usage may have
     /// dropped, and a pod waiting for real room may have reached `usage.maxWait`.
     UsageRefreshed,
+    /// A PersistentVolume, claim, StorageClass or CSINode was added, changed or deleted:
+    /// can cure the volume plugins' rejections (a claim created or bound, a PV released).
+    VolumeChanged,
 }
 
 /// headroom's plugins whose verdict depends on the usage view (or on time, as a start
@@ -54,6 +58,14 @@ pub const USAGE_PLUGINS: &[&str] = &[
     "RealCpuFit",
     "RealDiskFit",
     "NodeStartRate",
+];
+
+/// The volume plugins, whose verdicts depend on PVs, claims, classes and CSINodes.
+pub const VOLUME_PLUGINS: &[&str] = &[
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
 ];
 
 /// Plugins whose verdict depends only on the node and the pod itself, so no change to other
@@ -66,7 +78,7 @@ const NODE_ONLY_PLUGINS: &[&str] = &[
 ];
 
 impl ClusterEvent {
-    pub(crate) const ALL: [ClusterEvent; 7] = [
+    pub(crate) const ALL: [ClusterEvent; 8] = [
         ClusterEvent::NodeAdded,
         ClusterEvent::NodeUpdated,
         ClusterEvent::PodDeleted,
@@ -74,6 +86,7 @@ impl ClusterEvent {
         ClusterEvent::AssignedPodUpdated,
         ClusterEvent::UnschedulableTimeout,
         ClusterEvent::UsageRefreshed,
+        ClusterEvent::VolumeChanged,
     ];
 
     /// Upstream-style label, e.g. `NodeAdd`, for logs and metrics.
@@ -86,6 +99,7 @@ impl ClusterEvent {
             ClusterEvent::AssignedPodUpdated => "AssignedPodUpdate",
             ClusterEvent::UnschedulableTimeout => "UnschedulableTimeout",
             ClusterEvent::UsageRefreshed => "UsageRefresh",
+            ClusterEvent::VolumeChanged => "StorageChange",
         }
     }
 
@@ -102,6 +116,7 @@ impl ClusterEvent {
             }
             ClusterEvent::AssignedPodUpdated => !node_only && plugin != "NodePorts",
             ClusterEvent::UsageRefreshed => USAGE_PLUGINS.contains(&plugin),
+            ClusterEvent::VolumeChanged => VOLUME_PLUGINS.contains(&plugin),
         }
     }
 

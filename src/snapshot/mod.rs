@@ -12,6 +12,7 @@ mod node_info;
 mod pod_info;
 pub mod table;
 pub mod workloads;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -68,6 +69,9 @@ pub struct Snapshot {
     layout: u64,
     /// The usage view resolved by node index, for the view and layout it was built for.
     usage_rows: RowsCache,
+    /// PersistentVolumes, claims, storage classes, CSINodes and the claims assigned pods
+    /// use ([`volumes::Volumes`]).
+    volumes: Arc<volumes::Volumes>,
 }
 
 /// The last [`UsageRows`], rebuilt when the view or the node layout changed.
@@ -142,6 +146,18 @@ impl Snapshot {
         let rows = Arc::new(UsageRows::build(&self.usage.view, &self.names, self.layout));
         *cache = Some(rows.clone());
         rows
+    }
+
+    /// The volume objects (PVs with the scheduler's assumed bindings, claims, classes,
+    /// CSINodes).
+    pub fn volumes(&self) -> &Arc<volumes::Volumes> {
+        &self.volumes
+    }
+
+    /// Mutable volume objects (copied first if a cycle or reader still holds them).
+    pub fn volumes_mut(&mut self) -> &mut volumes::Volumes {
+        self.generation += 1;
+        Arc::make_mut(&mut self.volumes)
     }
 
     /// Increments on every change; recorded in decisions.
@@ -368,6 +384,9 @@ impl Snapshot {
             self.pod_nodes
                 .remove(&pod_key(&p.namespace, &p.name, &p.uid));
             self.pod_index.remove(idx, p);
+            if volumes::has_claims(&p.pod) {
+                Arc::make_mut(&mut self.volumes).count_pod(&p.pod, false);
+            }
         }
         if info.pods_with_affinity > 0 {
             self.nodes_with_affinity_pods -= 1;
@@ -410,6 +429,8 @@ impl Snapshot {
         }
         self.generation += 1;
         self.pod_index.add(idx, &pod);
+        // Only pods with claims touch the volumes (their claims' use counts).
+        let with_claims = volumes::has_claims(&pod.pod).then(|| pod.pod.clone());
         let info = Arc::make_mut(&mut self.nodes[idx as usize]);
         let had_affinity = info.pods_with_affinity > 0;
         info.add_pod(pod);
@@ -418,6 +439,9 @@ impl Snapshot {
         }
         self.table.set_requested(idx as usize, info);
         self.pod_nodes.insert(key, idx);
+        if let Some(p) = with_claims {
+            Arc::make_mut(&mut self.volumes).count_pod(&p, true);
+        }
         true
     }
 
@@ -434,6 +458,9 @@ impl Snapshot {
         }
         self.table.set_requested(idx as usize, info);
         self.pod_index.remove(idx, &pod);
+        if volumes::has_claims(&pod.pod) {
+            Arc::make_mut(&mut self.volumes).count_pod(&pod.pod, false);
+        }
         Some(pod)
     }
 }

@@ -3,7 +3,9 @@
 //! streams of `{"type": ..., "object": ...}` lines, `410 Gone` (as a watch `ERROR` event,
 //! the way the real server reports an expired resourceVersion), `409 Conflict`, `404`,
 //! `pods/binding`, `pods/status` strategic merge of conditions, merge patches, Leases with
-//! optimistic concurrency, `events.k8s.io/v1` Events and the `Reservation` CRD.
+//! optimistic concurrency, `events.k8s.io/v1` Events, the `Reservation` CRD, and the
+//! volume objects (PersistentVolumes and claims, updated with optimistic concurrency as
+//! VolumeBinding's PreBind does; StorageClasses, CSINodes).
 //!
 //! Error bodies are the ones recorded from a real kube-apiserver v1.36
 //! (`tests/fixtures/kube-captures/`). Faults are injected with [`Fake::fail_watches`],
@@ -95,6 +97,10 @@ fn kind_of(resource: &str) -> (&'static str, &'static str) {
         "events" => ("Event", "events.k8s.io/v1"),
         "leases" => ("Lease", "coordination.k8s.io/v1"),
         "reservations" => ("Reservation", "headroom.io/v1alpha1"),
+        "persistentvolumes" => ("PersistentVolume", "v1"),
+        "persistentvolumeclaims" => ("PersistentVolumeClaim", "v1"),
+        "storageclasses" => ("StorageClass", "storage.k8s.io/v1"),
+        "csinodes" => ("CSINode", "storage.k8s.io/v1"),
         _ => ("Unknown", "v1"),
     }
 }

@@ -9,6 +9,7 @@ mod fake;
 mod kubelet;
 mod sections;
 mod spreading;
+mod volumes;
 
 use std::collections::HashSet;
 use std::sync::Arc;
