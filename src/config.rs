@@ -231,6 +231,11 @@ pub struct ProfileConfig {
     /// 100 nodes), scanning round robin from where the previous cycle stopped; `0` is
     /// upstream's default, the adaptive share `50 − nodes/125` % (at least 5 %).
     pub percentage_of_nodes_to_score: u32,
+    /// Not configurable (never read or written): kube-scheduler's in-tree plugins are off
+    /// unless the profile enables them (`plugins: {X: {enabled: true}}`). Set by the
+    /// extender's profile (`serve.extender`), where kube-scheduler has already run them.
+    #[serde(skip)]
+    pub upstream_plugins_off: bool,
 }
 
 impl Default for ProfileConfig {
@@ -240,6 +245,7 @@ impl Default for ProfileConfig {
             plugins: BTreeMap::new(),
             plugin_args: PluginArgs::default(),
             percentage_of_nodes_to_score: 100,
+            upstream_plugins_off: false,
         }
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{PluginArgs, PluginSetting};
+use crate::config::{PluginArgs, PluginSetting, ProfileConfig};
 
 /// The name of the profile extender requests are scheduled with (in decision records).
 pub const EXTENDER_PROFILE: &str = "extender";
@@ -188,6 +188,22 @@ impl Default for ExtenderConfig {
             enabled: true,
             plugins: BTreeMap::new(),
             plugin_args: PluginArgs::default(),
+        }
+    }
+}
+
+impl ExtenderConfig {
+    /// The profile extender requests run: kube-scheduler has already applied its in-tree
+    /// plugins, so those not enabled here are off
+    /// ([`ProfileConfig::upstream_plugins_off`]); headroom's own keep their defaults.
+    pub fn profile(&self) -> ProfileConfig {
+        ProfileConfig {
+            scheduler_name: EXTENDER_PROFILE.to_string(),
+            plugins: self.plugins.clone(),
+            plugin_args: self.plugin_args.clone(),
+            upstream_plugins_off: true,
+            // The extender judges every node kube-scheduler asks about.
+            ..ProfileConfig::default()
         }
     }
 }

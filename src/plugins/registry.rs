@@ -18,10 +18,9 @@
 use serde::de::DeserializeOwned;
 
 use super::*;
-use crate::config::{Config, ConfigError, PluginSetting, ProfileConfig};
+use crate::config::{Config, ConfigError, ProfileConfig};
 use crate::field::{self, ErrorList};
 use crate::framework::{Framework, PluginWeight, Registered};
-use crate::kube::config::{EXTENDER_PROFILE, ExtenderConfig};
 
 /// An extension point a plugin serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -491,7 +490,8 @@ pub fn build_framework_with(
             return Err(at(&format!("profiles[{name}].pluginArgs.{}", spec.key), e));
         }
         let setting = profile.plugins.get(p.name);
-        let enabled = setting.and_then(|s| s.enabled).unwrap_or(p.default_enabled);
+        let default_on = p.default_enabled && !(p.upstream && profile.upstream_plugins_off);
+        let enabled = setting.and_then(|s| s.enabled).unwrap_or(default_on);
         if !enabled {
             continue;
         }
@@ -521,35 +521,6 @@ pub fn build_framework_with(
     Ok(Framework::new(name, registered, &weights)
         .with_percentage_of_nodes_to_score(profile.percentage_of_nodes_to_score)
         .with_parallelism(deps.parallelism))
-}
-
-// Here rather than in `kube::config`: which plugins are in-tree is the registry's to know,
-// and the configuration does not depend on the plugins.
-impl ExtenderConfig {
-    /// The profile extender requests run: every in-tree (`upstream`) plugin not mentioned
-    /// is disabled, as kube-scheduler has already run it; headroom's own plugins keep their
-    /// defaults.
-    pub fn profile(&self) -> ProfileConfig {
-        let e = self;
-        let mut plugins = e.plugins.clone();
-        for p in KNOWN_PLUGINS.iter().filter(|p| p.upstream) {
-            plugins
-                .entry(p.name.to_string())
-                .or_insert_with(|| PluginSetting {
-                    enabled: Some(false),
-                    weight: None,
-                })
-                .enabled
-                .get_or_insert(false);
-        }
-        ProfileConfig {
-            scheduler_name: EXTENDER_PROFILE.to_string(),
-            plugins,
-            plugin_args: e.plugin_args.clone(),
-            // The extender judges every node kube-scheduler asks about.
-            ..ProfileConfig::default()
-        }
-    }
 }
 
 /// Checks what the plugins decide in a configuration: every profile's plugins, weights and
@@ -617,23 +588,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn extender_profile_disables_in_tree_plugins_unless_enabled() {
-        let c: ExtenderConfig =
-            serde_norway::from_str("plugins: {TaintToleration: {weight: 2}}").unwrap();
-        let p = c.profile();
-        for k in KNOWN_PLUGINS.iter().filter(|k| k.upstream) {
-            let s = &p.plugins[k.name];
-            if k.name == "TaintToleration" {
-                // Mentioned without `enabled`: still off (in-tree), weight kept.
-                assert_eq!(s.enabled, Some(false));
-                assert_eq!(s.weight, Some(2));
-            } else {
-                assert_eq!(s.enabled, Some(false), "{}", k.name);
-            }
-        }
-        let c: ExtenderConfig =
-            serde_norway::from_str("plugins: {TaintToleration: {enabled: true}}").unwrap();
-        assert_eq!(c.profile().plugins["TaintToleration"].enabled, Some(true));
+    fn extender_profile_runs_own_plugins_and_in_tree_ones_only_when_enabled() {
+        let names = |yaml: &str| -> Vec<&'static str> {
+            let c: crate::kube::config::ExtenderConfig = serde_norway::from_str(yaml).unwrap();
+            let fw = build_framework(&c.profile()).unwrap();
+            fw.plugins().iter().map(|r| r.name).collect()
+        };
+        let own: Vec<&str> = KNOWN_PLUGINS
+            .iter()
+            .filter(|p| !p.upstream && p.default_enabled)
+            .map(|p| p.name)
+            .collect();
+        // Mentioned without `enabled`: still off (in-tree).
+        assert_eq!(names("plugins: {TaintToleration: {weight: 2}}"), own);
+        let with_taints = names("plugins: {TaintToleration: {enabled: true}}");
+        assert_eq!(with_taints[0], "TaintToleration");
+        assert_eq!(with_taints[1..], own[..]);
+        // The extender's profile is not a configuration field: a regular profile keeps
+        // the in-tree plugins on.
+        assert!(!ProfileConfig::default().upstream_plugins_off);
+        let c = crate::config::Config::from_yaml(
+            "serve: {extender: {plugins: {TaintToleration: {enabled: true}}}}",
+            "t",
+        )
+        .unwrap();
+        assert!(c.to_yaml().find("upstreamPluginsOff").is_none());
     }
 
     #[test]

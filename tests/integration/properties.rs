@@ -335,12 +335,17 @@ proptest! {
 
     #[test]
     fn configs_never_panic(text in mutated(read(&["examples/config.yaml"]))) {
-        match Config::from_yaml(&text, "fuzz.yaml") {
-            // The effective configuration reads back as itself.
+        match headroom::plugins::registry::config_from_yaml(&text, "fuzz.yaml") {
+            // The configuration, and the effective one (plugin args filled in), read back
+            // as themselves.
             Ok(c) => {
                 let again = Config::from_yaml(&c.to_yaml(), "again")
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(again, c);
+                prop_assert_eq!(&again, &c);
+                let effective = headroom::plugins::registry::effective(&c);
+                let again = headroom::plugins::registry::config_from_yaml(&effective.to_yaml(), "again")
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(headroom::plugins::registry::effective(&again), effective);
             }
             Err(e) => {
                 let m = e.to_string();
