@@ -35,8 +35,8 @@ use tokio::sync::Notify;
 use crate::queue::{ClusterEvent, PodKey, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
-use crate::snapshot::workloads::{Workload, WorkloadKind};
 use crate::snapshot::volumes::{VolumeKind, VolumeObject};
+use crate::snapshot::workloads::{Workload, WorkloadKind};
 
 /// Told when nodes come and go (the Reservation custom resources show `Pending` while
 /// their node is missing).

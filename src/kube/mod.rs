@@ -35,8 +35,8 @@ pub mod leader;
 pub mod reflect;
 pub mod serve;
 pub mod tls;
-pub mod workloads;
 pub mod volumes;
+pub mod workloads;
 
 pub use config::ServeConfig;
 

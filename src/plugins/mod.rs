@@ -149,4 +149,3 @@ impl std::fmt::Debug for PluginDeps {
             .finish()
     }
 }
-

@@ -11,8 +11,8 @@ mod index;
 mod node_info;
 mod pod_info;
 pub mod table;
-pub mod workloads;
 pub mod volumes;
+pub mod workloads;
 
 use std::collections::HashMap;
 use std::sync::Arc;
