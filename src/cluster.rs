@@ -56,6 +56,10 @@ pub enum Kind {
     Namespace,
     /// `Reservation` custom resources.
     Reservation,
+    /// PodDisruptionBudgets (preemption).
+    PodDisruptionBudget,
+    /// PriorityClasses.
+    PriorityClass,
 }
 
 impl Kind {
@@ -66,6 +70,8 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Namespace => "Namespace",
             Kind::Reservation => "Reservation",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::PriorityClass => "PriorityClass",
         }
     }
 }
@@ -556,6 +562,53 @@ impl ClusterState {
     pub fn namespaces_listed(&self) {
         self.stats.list(Kind::Namespace);
         self.synced.set(&self.synced.namespaces);
+    }
+
+    /// A PodDisruptionBudget was added or changed.
+    pub fn apply_pdb(&self, pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
+        self.sched().snapshot_mut().policy_mut().upsert_pdb(pdb);
+    }
+
+    /// A PodDisruptionBudget was deleted.
+    pub fn delete_pdb(&self, namespace: &str, name: &str) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .remove_pdb(namespace, name);
+    }
+
+    /// A complete PodDisruptionBudget list.
+    pub fn replace_pdbs(&self, list: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>) {
+        self.sched().snapshot_mut().policy_mut().replace_pdbs(&list);
+        self.stats.list(Kind::PodDisruptionBudget);
+    }
+
+    /// A PriorityClass was added or changed.
+    pub fn apply_priority_class(&self, pc: &k8s_openapi::api::scheduling::v1::PriorityClass) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .upsert_priority_class(pc);
+    }
+
+    /// A PriorityClass was deleted.
+    pub fn delete_priority_class(&self, name: &str) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .remove_priority_class(name);
+    }
+
+    /// A complete PriorityClass list.
+    pub fn replace_priority_classes(
+        &self,
+        list: Vec<k8s_openapi::api::scheduling::v1::PriorityClass>,
+    ) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .replace_priority_classes(&list);
+        self.stats.list(Kind::PriorityClass);
     }
 
     /// Number of pods this state queued and still tracks as pending.

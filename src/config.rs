@@ -279,6 +279,8 @@ pub struct PluginArgs {
     pub real_headroom: crate::plugins::real_headroom::RealHeadroomArgs,
     /// NodeStartRate (at most `maxStarts` per node per `window`).
     pub node_start_rate: crate::plugins::node_start_rate::NodeStartRateArgs,
+    /// DefaultPreemption (`minCandidateNodesPercentage` 10, `minCandidateNodesAbsolute` 100).
+    pub default_preemption: crate::plugins::default_preemption::DefaultPreemptionArgs,
 }
 
 impl Config {

@@ -49,6 +49,10 @@ pub struct Objects {
     pub pods: Vec<Pod>,
     /// Namespaces.
     pub namespaces: Vec<Namespace>,
+    /// PodDisruptionBudgets (`policy/v1`; preemption reads them).
+    pub pdbs: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    /// PriorityClasses (`scheduling.k8s.io/v1`).
+    pub priority_classes: Vec<k8s_openapi::api::scheduling::v1::PriorityClass>,
     /// Kinds that were present but are not used (reported, not fatal).
     pub ignored: Vec<String>,
 }
@@ -404,11 +408,41 @@ impl Reader {
                 }
                 Err(e) => self.errors.push(e),
             },
+            "PodDisruptionBudget" => {
+                match typed::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(v, &object) {
+                    Ok(pdb) => match named(&pdb.metadata) {
+                        Some(e) => self.errors.push(e.in_object(object)),
+                        None => self.out.pdbs.push(pdb),
+                    },
+                    Err(e) => self.errors.push(e),
+                }
+            }
+            "PriorityClass" => {
+                match typed::<k8s_openapi::api::scheduling::v1::PriorityClass>(v, &object) {
+                    Ok(pc) => match named(&pc.metadata) {
+                        Some(e) => self.errors.push(e.in_object(object)),
+                        None => self.out.priority_classes.push(pc),
+                    },
+                    Err(e) => self.errors.push(e),
+                }
+            }
             other => self
                 .out
                 .ignored
                 .push(format!("{} ({})", field::shown(other), describe(&v))),
         }
+    }
+}
+
+/// `metadata.name` must be present (PodDisruptionBudget, PriorityClass): the error when
+/// it is not.
+fn named(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<FieldError> {
+    match meta.name.as_deref() {
+        None | Some("") => Some(FieldError::required(
+            FieldPath::new("metadata").child("name"),
+            "must not be empty",
+        )),
+        Some(_) => None,
     }
 }
 

@@ -242,7 +242,7 @@ impl Scheduler {
         }
         let cycle_state = |fallback: bool| {
             let mut state = CycleState::new(explain);
-            state.write(Wait { waited, fallback });
+            state.write_input(Wait { waited, fallback });
             state
         };
         let (mut decision, mut state) =
@@ -432,7 +432,7 @@ mod tests {
         let b = s.schedule_one(&cpu_pod("b", "3"), None, false);
         assert!(b.decision.node().is_none());
         assert!(
-            matches!(&b.decision.outcome, Outcome::Unschedulable { message } if message == "0/1 nodes are available: 1 Insufficient cpu.")
+            matches!(&b.decision.outcome, Outcome::Unschedulable { message } if message == "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
         );
 
         // A failed bind forgets the pod and frees the node.

@@ -64,6 +64,32 @@ impl Fallback {
     }
 }
 
+/// What a PostFilter plugin (DefaultPreemption) decided when no node fitted: the node the pod
+/// is nominated to (upstream's `status.nominatedNodeName`) and the pods to evict from it so
+/// that the pod fits there.
+#[derive(Debug, Clone)]
+pub struct Nomination {
+    /// The nominated node.
+    pub node: Arc<str>,
+    /// The victims, most important first (higher priority, then earlier start).
+    pub victims: Vec<Arc<crate::snapshot::PodInfo>>,
+    /// How many victims violate a PodDisruptionBudget.
+    pub pdb_violations: usize,
+}
+
+impl Nomination {
+    /// The victims as `namespace/name`, sorted (what `place` prints and the oracle lists).
+    pub fn victim_keys(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .victims
+            .iter()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
 /// One score plugin's column over the feasible nodes.
 #[derive(Debug, Clone)]
 pub struct ScoreColumn {
@@ -133,6 +159,9 @@ pub struct Decision {
     /// The number of feasible nodes when `feasible` holds only some of them (a
     /// [`Decision::summary_only`] copy); `None` in a full record.
     pub feasible_total: Option<usize>,
+    /// Set when no node fitted and a PostFilter plugin (preemption) nominated a node; the
+    /// outcome stays `Unschedulable` (the pod waits for its victims to go).
+    pub nomination: Option<Nomination>,
 }
 
 impl Decision {
@@ -167,6 +196,7 @@ impl Decision {
             cycle_duration: Duration::ZERO,
             decided_at_ms: 0,
             feasible_total: None,
+            nomination: None,
         }
     }
 
@@ -212,6 +242,7 @@ impl Decision {
             cycle_duration: self.cycle_duration,
             decided_at_ms: self.decided_at_ms,
             feasible_total: Some(self.feasible_count()),
+            nomination: self.nomination.clone(),
         }
     }
 
@@ -336,6 +367,12 @@ impl Decision {
             skipped_scores: self.skipped_scores.iter().map(|s| s.to_string()).collect(),
             notes: self.notes.clone(),
             fallback: self.fallback.clone(),
+            nominated_node: self.nomination.as_ref().map(|n| n.node.to_string()),
+            victims: self
+                .nomination
+                .as_ref()
+                .map(Nomination::victim_keys)
+                .unwrap_or_default(),
             nodes,
             omitted_nodes: 0,
         }
@@ -463,6 +500,13 @@ pub struct Explanation {
     /// Set when the usage fallback (`usage.maxWait`) placed the pod.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub fallback: Option<Fallback>,
+    /// The node preemption nominated for the pod (upstream's `status.nominatedNodeName`),
+    /// null when none.
+    #[serde(default)]
+    pub nominated_node: Option<String>,
+    /// The pods preemption evicts for it, `namespace/name`, sorted; empty when none.
+    #[serde(default)]
+    pub victims: Vec<String>,
     /// Every node's verdict, in snapshot order (see `omitted_nodes`).
     pub nodes: Vec<NodeVerdict>,
     /// Nodes left out of `nodes` by [`Explanation::keep_nodes`] (stored explanations of
@@ -542,6 +586,17 @@ impl Explanation {
         }
         if let Some(f) = &self.fallback {
             let _ = writeln!(out, "  {}", f.describe());
+        }
+        if let Some(n) = &self.nominated_node {
+            let _ = writeln!(
+                out,
+                "  preemption: nominated node {n}, victims: {}",
+                if self.victims.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.victims.join(", ")
+                }
+            );
         }
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");

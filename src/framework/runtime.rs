@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 use super::decision::{Decision, Outcome, ScoreColumn};
 use super::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBatch, NodeNames,
-    Registered, ScorePlugin, Status,
+    PostFilterArgs, Registered, ScorePlugin, Status,
 };
 use crate::snapshot::table::flag;
 use crate::snapshot::{NodeIdx, PodInfo, Snapshot};
@@ -372,6 +372,10 @@ impl Framework {
             return (d, state);
         }
         let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            if matches!(d.outcome, Outcome::Unschedulable { .. }) {
+                // Upstream runs PostFilter after a PreFilter rejection too.
+                self.post_filter(pod, snapshot, &state, &mut d, rng);
+            }
             return (d, state);
         };
 
@@ -409,6 +413,18 @@ impl Framework {
             .filter(|(i, _)| !skip_filter[*i])
             .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
             .collect();
+        // Upstream's `evaluateNominatedNode`: a pod nominated by an earlier preemption tries
+        // its nominated node first and takes it, unscored, when it fits.
+        if let Some(idx) = nominated_candidate(pod, snapshot, &candidates) {
+            let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
+            if chunk.error.is_none() && chunk.feasible == [idx] {
+                d.feasible = chunk.feasible;
+                d.outcome = Outcome::Placed {
+                    node: d.node_names[idx as usize].clone(),
+                };
+                return (d, state);
+            }
+        }
         if let Err(message) =
             self.find_feasible(&filters, &state, pod, snapshot, &candidates, &mut d, true)
         {
@@ -423,15 +439,7 @@ impl Framework {
             d.outcome = Outcome::Unschedulable {
                 message: d.fit_error_message(),
             };
-            for p in &self.plugins {
-                if let Some(pf) = &p.post_filter {
-                    let s = pf.post_filter(&state, pod, &d);
-                    if !s.is_success() && !s.reasons.is_empty() {
-                        d.notes
-                            .push(format!("PostFilter {}: {}", p.name, s.message()));
-                    }
-                }
-            }
+            self.post_filter(pod, snapshot, &state, &mut d, rng);
             return (d, state);
         }
         if d.feasible.len() == 1 {
@@ -531,6 +539,117 @@ impl Framework {
             node: d.node_names[d.feasible[pick] as usize].clone(),
         };
         (d, state)
+    }
+
+    /// Upstream's `RunPostFilterPlugins`, run when no node fits: the first success ends it
+    /// (its nomination goes into the record, the message gets no tail); otherwise the
+    /// reasons of every plugin, joined with `, `, become the tail of the FailedScheduling
+    /// message (`... preemption: 0/3 nodes are available: ...`). Nothing runs, and nothing
+    /// is drawn from `rng`, in a profile without PostFilter plugins.
+    fn post_filter<R: Rng + ?Sized>(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        state: &CycleState,
+        d: &mut Decision,
+        rng: &mut R,
+    ) {
+        if !self.plugins.iter().any(|p| p.post_filter.is_some()) {
+            return;
+        }
+        let random = rng.random::<u64>();
+        let mut reasons: Vec<String> = Vec::new();
+        let mut nomination = None;
+        for p in &self.plugins {
+            let Some(pf) = &p.post_filter else { continue };
+            let args = PostFilterArgs {
+                framework: self,
+                state,
+                pod,
+                snapshot,
+                decision: d,
+                random,
+            };
+            let (result, s) = pf.post_filter(&args);
+            if s.is_success() {
+                nomination = result;
+                reasons.clear();
+                break;
+            }
+            reasons.extend(s.reasons.iter().map(|r| r.to_string()));
+            if s.code != Code::Unschedulable {
+                // Unresolvable or an error ends the phase (upstream); an error's message
+                // is still the tail (upstream logs it and keeps the fit error).
+                if s.code == Code::Error {
+                    tracing::warn!(plugin = p.name, pod = %format!("{}/{}", pod.namespace, pod.name), error = %s.message(), "PostFilter failed");
+                }
+                break;
+            }
+        }
+        d.nomination = nomination;
+        if !reasons.is_empty()
+            && let Outcome::Unschedulable { message } = &mut d.outcome
+        {
+            message.push(' ');
+            message.push_str(&reasons.join(", "));
+        }
+    }
+
+    /// Runs every PreFilter, then every Filter, for `pod` on the one node `idx` of
+    /// `snapshot` — a snapshot the caller changed (victims removed, nominated pods added) —
+    /// in a fork of `base` (its inputs only). Upstream's PreFilter extensions
+    /// (AddPod/RemovePod) followed by `RunFilterPluginsWithNominatedPods`; re-running
+    /// PreFilter over the changed snapshot computes the same state. The status is that of
+    /// the first plugin that rejects (success when the pod fits).
+    pub fn filter_node(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        idx: NodeIdx,
+    ) -> Status {
+        if idx as usize >= snapshot.len() {
+            return Status::error(format!("node index {idx} is not in the snapshot"));
+        }
+        let mut state = base.fork();
+        let mut d = Decision::new(
+            &pod.namespace,
+            &pod.name,
+            &pod.uid,
+            &self.profile,
+            snapshot.generation(),
+            snapshot.names(),
+        );
+        let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            return d
+                .pre_filter
+                .pop()
+                .unwrap_or_else(|| Status::error("PreFilter failed"));
+        };
+        if let Some((names, mut restricting)) = restrict
+            && !names.contains(&*snapshot.node(idx).name)
+        {
+            restricting.sort();
+            return Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                restricting.join(" ")
+            ));
+        }
+        let filters: SmallVec<[(&'static str, &dyn FilterPlugin); 16]> = self
+            .plugins
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !skip_filter[*i])
+            .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
+            .collect();
+        let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
+        if let Some((_, name, message)) = chunk.error {
+            return Status::error(message).with_plugin(name);
+        }
+        match chunk.rejected.into_iter().next() {
+            Some((_, s)) => s,
+            None => Status::success(),
+        }
     }
 
     /// How many chunks `len` items split into (one per thread, each ≥ `min_chunk`).
@@ -866,6 +985,24 @@ impl Framework {
     }
 }
 
+/// The node named by the pod's `status.nominatedNodeName`, when it is one of `candidates`
+/// (sorted). A field read per cycle; nothing more for pods that were never nominated.
+fn nominated_candidate(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    candidates: &[NodeIdx],
+) -> Option<NodeIdx> {
+    let name = pod
+        .pod
+        .status
+        .as_ref()?
+        .nominated_node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())?;
+    let idx = snapshot.index_of(name)?;
+    candidates.binary_search(&idx).ok().map(|_| idx)
+}
+
 /// Runs the filters over a range of nodes (index order), block by block (`block` nodes),
 /// each block plugin by plugin over the nodes still feasible.
 fn filter_chunk(
@@ -950,6 +1087,9 @@ impl Framework {
             return d;
         }
         let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            if matches!(d.outcome, Outcome::Unschedulable { .. }) {
+                self.post_filter(pod, snapshot, &state, &mut d, rng);
+            }
             return d;
         };
         let candidates: Vec<NodeIdx> = match &restrict {
@@ -1007,6 +1147,7 @@ impl Framework {
             d.outcome = Outcome::Unschedulable {
                 message: d.fit_error_message(),
             };
+            self.post_filter(pod, snapshot, &state, &mut d, rng);
             return d;
         }
         if d.feasible.len() == 1 {

@@ -14,6 +14,7 @@
 //! | NodeResourcesFit | PreFilter, Filter, Score | 1 |
 //! | PodTopologySpread | PreFilter, Filter, Score | 2 |
 //! | InterPodAffinity | PreFilter, Filter, Score | 2 |
+//! | DefaultPreemption | PostFilter | |
 //! | NodeResourcesBalancedAllocation | Score | 1 |
 //! | ImageLocality | Score | 1 |
 //!
@@ -35,10 +36,16 @@
 //! the upstream plugins' 1200. With no usage data at all, RealHeadroom skips and History
 //! scores nothing, so headroom decides exactly as kube-scheduler.
 //!
+//! DefaultPreemption decides only (node and victims, in the decision record); the caller
+//! acts on it outside the cycle (`serve`: nominatedNodeName, DisruptionTarget, deletion;
+//! `place`: the victims leave the what-if cluster). In extender mode preemption stays
+//! kube-scheduler's.
+//!
 //! Not implemented (no volumes or dynamic resources in headroom's model): VolumeRestrictions,
-//! NodeVolumeLimits, VolumeBinding, VolumeZone, DynamicResources, DefaultPreemption.
+//! NodeVolumeLimits, VolumeBinding, VolumeZone, DynamicResources.
 
 pub mod balanced_allocation;
+pub mod default_preemption;
 pub mod history;
 pub mod image_locality;
 pub mod inter_pod_affinity;
@@ -196,6 +203,12 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         upstream: true,
     },
     KnownPlugin {
+        name: default_preemption::NAME,
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+    },
+    KnownPlugin {
         name: balanced_allocation::NAME,
         weight: 1,
         default_enabled: true,
@@ -287,6 +300,11 @@ fn instantiate(
         }
         inter_pod_affinity::NAME => {
             inter_pod_affinity::InterPodAffinity::new(args.inter_pod_affinity.clone()).register()
+        }
+        default_preemption::NAME => {
+            default_preemption::DefaultPreemption::new(args.default_preemption.clone())
+                .map_err(|e| invalid("defaultPreemption", e))?
+                .register()
         }
         balanced_allocation::NAME => balanced_allocation::BalancedAllocation::new(
             args.node_resources_balanced_allocation.clone(),

@@ -10,6 +10,7 @@
 mod index;
 mod node_info;
 mod pod_info;
+pub mod policy;
 pub mod table;
 
 use std::collections::HashMap;
@@ -64,6 +65,8 @@ pub struct Snapshot {
     layout: u64,
     /// The usage view resolved by node index, for the view and layout it was built for.
     usage_rows: RowsCache,
+    /// PodDisruptionBudgets and PriorityClasses (preemption reads them).
+    policy: Arc<policy::PolicyObjects>,
 }
 
 /// The last [`UsageRows`], rebuilt when the view or the node layout changed.
@@ -404,6 +407,17 @@ impl Snapshot {
         self.table.set_requested(idx as usize, info);
         self.pod_nodes.insert(key, idx);
         true
+    }
+
+    /// PodDisruptionBudgets and PriorityClasses.
+    pub fn policy(&self) -> &policy::PolicyObjects {
+        &self.policy
+    }
+
+    /// Changes the policy objects (copied first when a reader still holds them).
+    pub fn policy_mut(&mut self) -> &mut policy::PolicyObjects {
+        self.generation += 1;
+        Arc::make_mut(&mut self.policy)
     }
 
     /// Removes a pod from whatever node it is on; returns it when found.
