@@ -94,7 +94,14 @@ pub struct FeedStats {
 impl FeedStats {
     /// Registers the counters on `metrics`.
     pub fn register(&self, metrics: &crate::metrics::Metrics) {
-        for k in [Kind::Node, Kind::Pod, Kind::Namespace, Kind::Reservation] {
+        for k in [
+            Kind::Node,
+            Kind::Pod,
+            Kind::Namespace,
+            Kind::Reservation,
+            Kind::PodDisruptionBudget,
+            Kind::PriorityClass,
+        ] {
             let l = KindLabel { kind: k.as_str() };
             let _ = self.watch_errors.get_or_create(&l);
             let _ = self.lists.get_or_create(&l);

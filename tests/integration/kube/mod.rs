@@ -7,6 +7,7 @@ mod deploy;
 mod engine;
 mod fake;
 mod kubelet;
+mod preemption;
 mod sections;
 
 use std::collections::HashSet;
