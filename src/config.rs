@@ -604,6 +604,18 @@ mod tests {
                 "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
                 "pluginArgs.nodeResourcesFit.scoringStrategy.type",
             ),
+            (
+                "profiles: [{pluginArgs: {defaultPreemption: {minCandidateNodesPercentage: 101}}}]",
+                "t: profiles[headroom].pluginArgs.defaultPreemption: minCandidateNodesPercentage: Invalid value: 101: not in valid range [0, 100]",
+            ),
+            (
+                "profiles: [{pluginArgs: {defaultPreemption: {minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 0}}}]",
+                "minCandidateNodesAbsolute: Invalid value: 0: cannot be zero at the same time as minCandidateNodesPercentage",
+            ),
+            (
+                "profiles: [{pluginArgs: {defaultPreemption: {minCandidates: 1}}}]",
+                "t: profiles[0].pluginArgs.defaultPreemption.minCandidates: unknown field",
+            ),
         ];
         for (yaml, field) in cases {
             let err = Config::from_yaml(yaml, "t").unwrap_err().to_string();

@@ -540,6 +540,33 @@ mod tests {
     }
 
     #[test]
+    fn pdbs_and_priority_classes_are_read_from_lists() {
+        let text = r#"{"kind": "List", "items": [
+            {"kind": "PriorityClass", "apiVersion": "scheduling.k8s.io/v1",
+             "metadata": {"name": "high"}, "value": 100000, "preemptionPolicy": "Never"},
+            {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1",
+             "metadata": {"name": "web", "namespace": "default"},
+             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+             "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}
+        ]}"#;
+        let o = Objects::parse(text, "c.json").unwrap();
+        assert_eq!(o.priority_classes.len(), 1);
+        assert_eq!(o.priority_classes[0].value, 100000);
+        assert_eq!(o.pdbs.len(), 1);
+        assert_eq!(
+            o.pdbs[0].status.as_ref().map(|s| s.disruptions_allowed),
+            Some(0)
+        );
+        assert!(o.ignored.is_empty(), "{:?}", o.ignored);
+        let e = errors(
+            r#"{"kind": "List", "items": [{"kind": "PodDisruptionBudget", "metadata": {"namespace": "default"}},
+                {"kind": "PriorityClass", "metadata": {"name": "x"}, "value": "high"}]}"#,
+        );
+        assert!(e.contains("items[0]") && e.contains("metadata.name"), "{e}");
+        assert!(e.contains("items[1]") && e.contains("value"), "{e}");
+    }
+
+    #[test]
     fn names_must_be_present_valid_and_unique() {
         // Regression (issue #15, 8): a Pod without metadata was placed as `default/`, a
         // Node named "" was used, and two Nodes of one name were merged silently.

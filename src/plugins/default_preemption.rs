@@ -277,16 +277,18 @@ impl DefaultPreemption {
         Ok(())
     }
 
-    /// Upstream's `SelectVictimsOnNode`, on `work` (a copy of the snapshot the caller
-    /// restores: every pod removed here is back on its node when this returns).
+    /// Upstream's `SelectVictimsOnNode`, on `work`: a copy of the snapshot made on first
+    /// need (a node with no lower-priority pod costs no copy, so a cluster without
+    /// priorities pays one pass over the pods of the candidate nodes), which this restores:
+    /// every pod removed here is back on its node when it returns.
     fn select_victims(
         &self,
         a: &PostFilterArgs<'_>,
-        work: &mut Snapshot,
+        work: &mut Option<Snapshot>,
         idx: NodeIdx,
         pdbs: &[&Arc<DisruptionBudget>],
     ) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
-        let node = work.node(idx);
+        let node = a.snapshot.node(idx);
         let node_name = node.name.to_string();
         let mut potential: Vec<Arc<PodInfo>> = node
             .pods
@@ -297,6 +299,7 @@ impl DefaultPreemption {
         if potential.is_empty() {
             return Err(Status::unresolvable(NO_VICTIMS));
         }
+        let work = work.get_or_insert_with(|| a.snapshot.clone());
         for p in &potential {
             work.remove_pod(&p.namespace, &p.name, &p.uid);
         }
@@ -352,6 +355,23 @@ fn node_code(a: &PostFilterArgs<'_>, idx: NodeIdx) -> Option<Code> {
         return Some(Code::Success);
     }
     d.absent.as_ref().map(|s| s.code)
+}
+
+/// Every node's status code in the failed cycle's record, by index (one pass).
+fn node_codes(a: &PostFilterArgs<'_>) -> Vec<Option<Code>> {
+    let d = a.decision;
+    let mut codes = vec![d.absent.as_ref().map(|s| s.code); a.snapshot.len()];
+    for (i, s) in &d.rejected {
+        if let Some(c) = codes.get_mut(*i as usize) {
+            *c = Some(s.code);
+        }
+    }
+    for i in &d.feasible {
+        if let Some(c) = codes.get_mut(*i as usize) {
+            *c = Some(Code::Success);
+        }
+    }
+    codes
 }
 
 /// Upstream's `pickOneNodeForPreemption` (no extender score functions): each criterion
@@ -414,8 +434,9 @@ impl PostFilterPlugin for DefaultPreemption {
             return tail(Status::error("no nodes available"));
         }
         // Candidates: nodes the filters found Unschedulable (resolvable by removing pods).
+        let codes = node_codes(a);
         let potential: Vec<NodeIdx> = (0..n as NodeIdx)
-            .filter(|&i| node_code(a, i) == Some(Code::Unschedulable))
+            .filter(|&i| codes[i as usize] == Some(Code::Unschedulable))
             .collect();
         let mut statuses: Vec<(NodeIdx, Status)> = Vec::new();
         let mut fine: Vec<Candidate> = Vec::new();
@@ -424,8 +445,9 @@ impl PostFilterPlugin for DefaultPreemption {
             let pdbs: Vec<&Arc<DisruptionBudget>> = a.snapshot.policy().pdbs().collect();
             let offset = (a.random % potential.len() as u64) as usize;
             let wanted = self.num_candidates(potential.len());
-            // One copy of the snapshot for the whole dry run; each node is restored after.
-            let mut work = a.snapshot.clone();
+            // At most one copy of the snapshot for the whole dry run; each node is
+            // restored after.
+            let mut work: Option<Snapshot> = None;
             for i in 0..potential.len() {
                 let idx = potential[(offset + i) % potential.len()];
                 match self.select_victims(a, &mut work, idx, &pdbs) {
