@@ -496,6 +496,19 @@ impl ClusterState {
     /// A pod was deleted.
     pub fn delete_pod(&self, pod: &Pod) {
         self.delete_pod_key(&key_of(pod));
+        let key = key_of(pod);
+        let mut sched = self.sched();
+        if sched
+            .snapshot()
+            .policy()
+            .is_nominated(&key.namespace, &key.name)
+        {
+            // A deleted pod no longer holds its nominated node.
+            sched
+                .snapshot_mut()
+                .policy_mut()
+                .unnominate(&key.namespace, &key.name);
+        }
     }
 
     fn delete_pod_key(&self, key: &PodKey) {

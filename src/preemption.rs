@@ -92,6 +92,72 @@ fn remove_victims(scheduler: &mut Scheduler, nomination: &Nomination) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::framework::Outcome;
+    use crate::plugins::testutil::{info, node, pod};
+    use crate::snapshot::Snapshot;
+    use serde_json::json;
+
+    fn prio_pod(name: &str, cpu: &str, priority: i32, node: Option<&str>) -> PodInfo {
+        let mut extra = json!({"spec": {"priority": priority,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}});
+        if let Some(n) = node {
+            extra["spec"]["nodeName"] = json!(n);
+            extra["status"] = json!({"phase": "Running", "startTime": "2024-01-01T00:00:00Z"});
+        }
+        info(pod(name, extra))
+    }
+
+    /// Upstream's nominator: a nominated pod holds its node against pods of lower or equal
+    /// priority (not higher) until it is placed there.
+    #[test]
+    fn nominated_pods_hold_their_node() {
+        let mut s = Scheduler::new(&Config::default()).unwrap();
+        let low = prio_pod("low", "3", 100, Some("n1"));
+        *s.snapshot_mut() = Snapshot::build([node("n1", json!({}))], [(*low.pod).clone()]);
+        let a = prio_pod("a", "2", 1000, None);
+        let first = s.schedule_one(&a, None, false).decision;
+        let n = first.nomination.clone().expect("a preempts");
+        assert_eq!(&*n.node, "n1");
+        assert_eq!(n.victim_keys(), ["default/low"]);
+        assert!(
+            matches!(&first.outcome, Outcome::Unschedulable { message } if !message.contains("preemption:"))
+        );
+        // The victim is gone (deleted); `a` has not been retried yet.
+        s.snapshot_mut().remove_pod("default", "low", &low.uid);
+        // b (500 ≤ 1000) would fit alone (4 free) but not beside a's 2 CPUs.
+        let b = s
+            .schedule_one(&prio_pod("b", "3", 500, None), None, true)
+            .decision;
+        assert_eq!(b.node(), None);
+        let Outcome::Unschedulable { message } = &b.outcome else {
+            panic!("{:?}", b.outcome)
+        };
+        assert!(
+            message.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
+            "{message}"
+        );
+        assert!(
+            b.rejected[0]
+                .1
+                .detail
+                .as_deref()
+                .unwrap_or("")
+                .contains("default/a")
+        );
+        // c (2000 > 1000) does not see a's nomination.
+        let c = s.schedule_one(&prio_pod("c", "1", 2000, None), None, false);
+        assert_eq!(c.decision.node(), Some("n1"));
+        // a, retried, takes its node and its nomination is done.
+        let mut retried = (*a.pod).clone();
+        retried
+            .status
+            .get_or_insert_with(Default::default)
+            .nominated_node_name = Some("n1".into());
+        let again = s.schedule_one(&PodInfo::new(Arc::new(retried)), None, false);
+        assert_eq!(again.decision.node(), Some("n1"));
+        assert!(!s.snapshot().policy().has_nominations());
+    }
 
     #[test]
     fn patches_match_upstream() {

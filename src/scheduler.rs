@@ -273,6 +273,23 @@ impl Scheduler {
                 }
             }
         }
+        // Upstream's nominator: a pod preemption nominated counts on its node for pods of
+        // lower or equal priority until it is placed (or deleted).
+        if let Some(n) = &decision.nomination {
+            let node = n.node.to_string();
+            self.snapshot_mut()
+                .policy_mut()
+                .nominate(Arc::new(pod.clone()), &node);
+        } else if decision.node().is_some()
+            && self
+                .snapshot
+                .policy()
+                .is_nominated(&pod.namespace, &pod.name)
+        {
+            self.snapshot_mut()
+                .policy_mut()
+                .unnominate(&pod.namespace, &pod.name);
+        }
         let Some(node) = decision.node().map(str::to_string) else {
             return Attempt {
                 decision,

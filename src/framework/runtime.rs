@@ -417,7 +417,10 @@ impl Framework {
         // its nominated node first and takes it, unscored, when it fits.
         if let Some(idx) = nominated_candidate(pod, snapshot, &candidates) {
             let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
-            if chunk.error.is_none() && chunk.feasible == [idx] {
+            if chunk.error.is_none()
+                && chunk.feasible == [idx]
+                && self.nominated_reject(&state, pod, snapshot, idx).is_none()
+            {
                 d.feasible = chunk.feasible;
                 d.outcome = Outcome::Placed {
                     node: d.node_names[idx as usize].clone(),
@@ -431,6 +434,7 @@ impl Framework {
             d.outcome = Outcome::Error { message };
             return (d, state);
         }
+        self.reject_for_nominated(&state, pod, snapshot, &mut d);
         if explain {
             self.explain_rejections(&filters, &state, pod, snapshot, &mut d);
         }
@@ -601,6 +605,10 @@ impl Framework {
     /// (AddPod/RemovePod) followed by `RunFilterPluginsWithNominatedPods`; re-running
     /// PreFilter over the changed snapshot computes the same state. The status is that of
     /// the first plugin that rejects (success when the pod fits).
+    ///
+    /// Pods nominated to the node with a priority at least the pod's count there, as in
+    /// upstream's `RunFilterPluginsWithNominatedPods`: the pod must fit with them and
+    /// without them.
     pub fn filter_node(
         &self,
         base: &CycleState,
@@ -611,6 +619,78 @@ impl Framework {
         if idx as usize >= snapshot.len() {
             return Status::error(format!("node index {idx} is not in the snapshot"));
         }
+        if let Some(s) = self.nominated_reject(base, pod, snapshot, idx) {
+            return s;
+        }
+        self.filter_node_as_is(base, pod, snapshot, idx)
+    }
+
+    /// The status of node `idx` with the pods nominated to it (priority ≥ the pod's) added,
+    /// when they make it fail; `None` when there are none or the pod still fits. The status
+    /// carries which pods (as its detail: the per-node filters alone would pass the node).
+    fn nominated_reject(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        idx: NodeIdx,
+    ) -> Option<Status> {
+        if !snapshot.policy().has_nominations() {
+            return None;
+        }
+        let node = snapshot.node(idx).name.clone();
+        let nominated = snapshot.policy().nominated_against(&node, pod);
+        if nominated.is_empty() {
+            return None;
+        }
+        let mut with = snapshot.clone();
+        for p in &nominated {
+            with.add_pod(p.clone(), &node);
+        }
+        let s = self.filter_node_as_is(base, pod, &with, idx);
+        if s.is_success() {
+            return None;
+        }
+        let names: Vec<String> = nominated
+            .iter()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .collect();
+        Some(s.with_detail(format!(
+            "with the pod(s) nominated to this node: {}",
+            names.join(", ")
+        )))
+    }
+
+    /// Moves the feasible nodes that fail once the pods nominated to them are counted
+    /// into the rejected ones. Only runs when some pod is nominated somewhere.
+    fn reject_for_nominated(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        d: &mut Decision,
+    ) {
+        if !snapshot.policy().has_nominations() {
+            return;
+        }
+        let mut kept = Vec::with_capacity(d.feasible.len());
+        for idx in std::mem::take(&mut d.feasible) {
+            match self.nominated_reject(state, pod, snapshot, idx) {
+                Some(s) => d.rejected.push((idx, s)),
+                None => kept.push(idx),
+            }
+        }
+        d.feasible = kept;
+    }
+
+    /// [`Framework::filter_node`] without the nominated pods.
+    fn filter_node_as_is(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        idx: NodeIdx,
+    ) -> Status {
         let mut state = base.fork();
         let mut d = Decision::new(
             &pod.namespace,

@@ -92,6 +92,11 @@ pub struct PolicyObjects {
     pdbs: BTreeMap<String, Arc<DisruptionBudget>>,
     /// Priority classes by name.
     priority_classes: BTreeMap<String, PriorityClassInfo>,
+    /// Pods nominated to a node by preemption and not placed yet (upstream's nominator),
+    /// by node name.
+    nominated: BTreeMap<String, Vec<Arc<PodInfo>>>,
+    /// The node each nominated pod is on, by `namespace/name`.
+    nominated_pods: BTreeMap<String, String>,
 }
 
 fn key(namespace: &str, name: &str) -> String {
@@ -157,6 +162,58 @@ impl PolicyObjects {
     pub fn priority_class(&self, name: &str) -> Option<&PriorityClassInfo> {
         self.priority_classes.get(name)
     }
+
+    /// Records that `pod` is nominated to `node` (replacing an earlier nomination).
+    pub fn nominate(&mut self, pod: Arc<PodInfo>, node: &str) {
+        let k = key(&pod.namespace, &pod.name);
+        self.unnominate(&pod.namespace, &pod.name);
+        self.nominated_pods.insert(k, node.to_string());
+        self.nominated
+            .entry(node.to_string())
+            .or_default()
+            .push(pod);
+    }
+
+    /// Forgets a pod's nomination (placed, deleted); true when it had one.
+    pub fn unnominate(&mut self, namespace: &str, name: &str) -> bool {
+        let Some(node) = self.nominated_pods.remove(&key(namespace, name)) else {
+            return false;
+        };
+        if let Some(pods) = self.nominated.get_mut(&node) {
+            pods.retain(|p| !(p.namespace == namespace && p.name == name));
+            if pods.is_empty() {
+                self.nominated.remove(&node);
+            }
+        }
+        true
+    }
+
+    /// Whether any pod is nominated anywhere (the cycle's check before doing any work).
+    pub fn has_nominations(&self) -> bool {
+        !self.nominated_pods.is_empty()
+    }
+
+    /// Whether this pod has a nomination.
+    pub fn is_nominated(&self, namespace: &str, name: &str) -> bool {
+        self.nominated_pods.contains_key(&key(namespace, name))
+    }
+
+    /// The pods nominated to `node` that count against `pod` (upstream's
+    /// `addGENominatedPods`): priority at least the pod's, the pod itself excluded.
+    pub fn nominated_against(&self, node: &str, pod: &PodInfo) -> Vec<Arc<PodInfo>> {
+        self.nominated
+            .get(node)
+            .map(|pods| {
+                pods.iter()
+                    .filter(|p| {
+                        p.priority >= pod.priority
+                            && !(p.namespace == pod.namespace && p.name == pod.name)
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -207,6 +264,49 @@ mod tests {
             "metadata": {"namespace": "default", "name": "none"}, "spec": {}
         })));
         assert!(!none.covers(&pod("default", "web-1", json!({"app": "web"}))));
+    }
+
+    #[test]
+    fn nominations_count_for_lower_or_equal_priority() {
+        let mut p = PolicyObjects::default();
+        let with_priority = |name: &str, prio: i32| {
+            let mut i = pod("default", name, json!({}));
+            i.priority = prio;
+            Arc::new(i)
+        };
+        assert!(!p.has_nominations());
+        p.nominate(with_priority("big", 1000), "n1");
+        assert!(p.has_nominations() && p.is_nominated("default", "big"));
+        let names = |v: Vec<Arc<PodInfo>>| v.iter().map(|x| x.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(p.nominated_against("n1", &with_priority("low", 10))),
+            ["big"]
+        );
+        assert_eq!(
+            names(p.nominated_against("n1", &with_priority("same", 1000))),
+            ["big"]
+        );
+        assert!(
+            p.nominated_against("n1", &with_priority("higher", 1001))
+                .is_empty()
+        );
+        assert!(
+            p.nominated_against("n1", &with_priority("big", 1000))
+                .is_empty()
+        );
+        assert!(
+            p.nominated_against("n2", &with_priority("low", 10))
+                .is_empty()
+        );
+        // A new nomination moves it.
+        p.nominate(with_priority("big", 1000), "n2");
+        assert!(
+            p.nominated_against("n1", &with_priority("low", 10))
+                .is_empty()
+        );
+        assert!(p.unnominate("default", "big"));
+        assert!(!p.unnominate("default", "big"));
+        assert!(!p.has_nominations());
     }
 
     #[test]
