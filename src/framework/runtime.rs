@@ -253,7 +253,8 @@ impl Framework {
 
     /// [`Framework::schedule`] over only the nodes `nodes` (snapshot indices, any order):
     /// the others are neither filtered nor scored and have no verdict in the record. The
-    /// extender evaluates just the nodes kube-scheduler asks about this way.
+    /// extender evaluates just the nodes kube-scheduler asks about this way; PostFilter
+    /// (preemption) does not run: that stays kube-scheduler's.
     pub fn schedule_nodes<R: Rng + ?Sized>(
         &self,
         pod: &PodInfo,
@@ -372,7 +373,7 @@ impl Framework {
             return (d, state);
         }
         let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
-            if matches!(d.outcome, Outcome::Unschedulable { .. }) {
+            if only.is_none() && matches!(d.outcome, Outcome::Unschedulable { .. }) {
                 // Upstream runs PostFilter after a PreFilter rejection too.
                 self.post_filter(pod, snapshot, &state, &mut d, rng);
             }
@@ -443,7 +444,10 @@ impl Framework {
             d.outcome = Outcome::Unschedulable {
                 message: d.fit_error_message(),
             };
-            self.post_filter(pod, snapshot, &state, &mut d, rng);
+            if only.is_none() {
+                // Not for the extender's node subsets: there preemption is kube-scheduler's.
+                self.post_filter(pod, snapshot, &state, &mut d, rng);
+            }
             return (d, state);
         }
         if d.feasible.len() == 1 {
