@@ -275,9 +275,10 @@ impl Scheduler {
         }
         // Upstream's nominator: a pod preemption nominated counts on its node for pods of
         // lower or equal priority until it is placed (or deleted).
-        if let Some(n) = &decision.nomination {
+        if let Some(n) = &mut decision.nomination {
             let node = n.node.to_string();
-            self.snapshot_mut()
+            n.cleared = self
+                .snapshot_mut()
                 .policy_mut()
                 .nominate(Arc::new(pod.clone()), &node);
         } else if decision.node().is_some()

@@ -75,6 +75,10 @@ pub struct Nomination {
     pub victims: Vec<Arc<crate::snapshot::PodInfo>>,
     /// How many victims violate a PodDisruptionBudget.
     pub pdb_violations: usize,
+    /// Lower-priority pods that were nominated to the same node and lose that nomination
+    /// (filled by the scheduler after the cycle; `serve` clears their
+    /// `status.nominatedNodeName`).
+    pub cleared: Vec<Arc<crate::snapshot::PodInfo>>,
 }
 
 impl Nomination {

@@ -3,7 +3,8 @@
 //! message `<scheduler>: preempting to accommodate a higher priority pod`) is patched into
 //! its `pods/status`, then the pod is deleted, and a `Preempted` event is recorded on it. The
 //! preemptor's `status.nominatedNodeName` goes out with its FailedScheduling condition (the
-//! reporter, [`super::events`]).
+//! reporter, [`super::events`]); lower-priority pods nominated to the same node have theirs
+//! cleared first.
 //!
 //! It runs in the reporter's task, after the cycle, never inside it. Every call is bounded
 //! by `serve.requestTimeout`; a victim already gone (`404`) counts as done; other failures
@@ -63,9 +64,9 @@ pub enum PreemptError {
     /// The API server refused or failed.
     #[error("{step} of victim {victim}: {source}")]
     Api {
-        /// `DisruptionTarget patch` or `delete`.
+        /// `DisruptionTarget patch`, `delete` or `nominatedNodeName clearing`.
         step: &'static str,
-        /// `namespace/name`.
+        /// `namespace/name` (of the victim, or of the pod whose nomination is cleared).
         victim: String,
         /// The client's error.
         source: kube::Error,
@@ -95,6 +96,14 @@ pub async fn actuate(
     stats.nominations.inc();
     let (ns, name, uid) = preemptor;
     let mut errors = Vec::new();
+    for p in &nomination.cleared {
+        // Upstream's `clearNominatedNodeName` for lower-priority pods nominated there.
+        if let Err(e) = clear_nomination(client, timeout, p).await {
+            stats.failures.inc();
+            tracing::warn!(pod = %format!("{}/{}", p.namespace, p.name), error = %e, "clearing nominatedNodeName failed");
+            errors.push(e);
+        }
+    }
     for v in &nomination.victims {
         match evict(client, timeout, scheduler_name, v).await {
             Ok(()) => {
@@ -127,6 +136,32 @@ pub fn preempted_event(victim: &PodInfo, preemptor_uid: &str, node: &str) -> Eve
         reason: "Preempted",
         action: "Preempting",
         note: format!("Preempted by pod {preemptor_uid} on node {node}"),
+    }
+}
+
+async fn clear_nomination(
+    client: &Client,
+    timeout: std::time::Duration,
+    p: &PodInfo,
+) -> Result<(), PreemptError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &p.namespace);
+    let step = "nominatedNodeName clearing";
+    let victim = format!("{}/{}", p.namespace, p.name);
+    let patch = serde_json::json!({"status": {"nominatedNodeName": null}});
+    match tokio::time::timeout(
+        timeout,
+        api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(patch)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+        Ok(Err(source)) => Err(PreemptError::Api {
+            step,
+            victim,
+            source,
+        }),
+        Err(_) => Err(PreemptError::Timeout { step, victim }),
     }
 }
 

@@ -496,6 +496,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 node: a.snapshot.names()[best.node as usize].clone(),
                 victims: best.victims.clone(),
                 pdb_violations: best.pdb_violations,
+                cleared: Vec::new(),
             }),
             Status::success(),
         )

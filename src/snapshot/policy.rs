@@ -163,15 +163,31 @@ impl PolicyObjects {
         self.priority_classes.get(name)
     }
 
-    /// Records that `pod` is nominated to `node` (replacing an earlier nomination).
-    pub fn nominate(&mut self, pod: Arc<PodInfo>, node: &str) {
+    /// Records that `pod` is nominated to `node` (replacing an earlier nomination). Pods
+    /// of lower priority nominated to the same node lose their nomination (upstream's
+    /// executor clears their `nominatedNodeName`): they are returned.
+    pub fn nominate(&mut self, pod: Arc<PodInfo>, node: &str) -> Vec<Arc<PodInfo>> {
         let k = key(&pod.namespace, &pod.name);
         self.unnominate(&pod.namespace, &pod.name);
+        let lower: Vec<Arc<PodInfo>> = self
+            .nominated
+            .get(node)
+            .map(|pods| {
+                pods.iter()
+                    .filter(|p| p.priority < pod.priority)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for p in &lower {
+            self.unnominate(&p.namespace, &p.name);
+        }
         self.nominated_pods.insert(k, node.to_string());
         self.nominated
             .entry(node.to_string())
             .or_default()
             .push(pod);
+        lower
     }
 
     /// Forgets a pod's nomination (placed, deleted); true when it had one.
@@ -298,7 +314,13 @@ mod tests {
             p.nominated_against("n2", &with_priority("low", 10))
                 .is_empty()
         );
+        // A higher-priority nomination to the same node clears the lower one.
+        let cleared = p.nominate(with_priority("bigger", 5000), "n1");
+        assert_eq!(names(cleared), ["big"]);
+        assert!(!p.is_nominated("default", "big"));
+        assert!(p.unnominate("default", "bigger"));
         // A new nomination moves it.
+        p.nominate(with_priority("big", 1000), "n1");
         p.nominate(with_priority("big", 1000), "n2");
         assert!(
             p.nominated_against("n1", &with_priority("low", 10))
