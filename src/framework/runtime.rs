@@ -415,8 +415,13 @@ impl Framework {
             .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
             .collect();
         // Upstream's `evaluateNominatedNode`: a pod nominated by an earlier preemption tries
-        // its nominated node first and takes it, unscored, when it fits.
-        if let Some(idx) = nominated_candidate(pod, snapshot, &candidates) {
+        // its nominated node first and takes it, unscored, when it fits. (Not for the
+        // extender's node subsets: kube-scheduler does that itself.)
+        if let Some(idx) = only
+            .is_none()
+            .then(|| nominated_candidate(pod, snapshot, &candidates))
+            .flatten()
+        {
             let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
             if chunk.error.is_none()
                 && chunk.feasible == [idx]
