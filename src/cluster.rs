@@ -68,6 +68,10 @@ pub enum Kind {
     StorageClass,
     /// CSINodes.
     CSINode,
+    /// PodDisruptionBudgets (preemption).
+    PodDisruptionBudget,
+    /// PriorityClasses.
+    PriorityClass,
 }
 
 impl Kind {
@@ -83,6 +87,8 @@ impl Kind {
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::StorageClass => "StorageClass",
             Kind::CSINode => "CSINode",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::PriorityClass => "PriorityClass",
         }
     }
 }
@@ -115,6 +121,8 @@ impl FeedStats {
             Kind::PersistentVolumeClaim,
             Kind::StorageClass,
             Kind::CSINode,
+            Kind::PodDisruptionBudget,
+            Kind::PriorityClass,
         ];
         for k in kinds.into_iter().chain(workloads) {
             let l = KindLabel { kind: k.as_str() };
@@ -524,6 +532,19 @@ impl ClusterState {
     /// A pod was deleted.
     pub fn delete_pod(&self, pod: &Pod) {
         self.delete_pod_key(&key_of(pod));
+        let key = key_of(pod);
+        let mut sched = self.sched();
+        if sched
+            .snapshot()
+            .policy()
+            .is_nominated(&key.namespace, &key.name)
+        {
+            // A deleted pod no longer holds its nominated node.
+            sched
+                .snapshot_mut()
+                .policy_mut()
+                .unnominate(&key.namespace, &key.name);
+        }
     }
 
     fn delete_pod_key(&self, key: &PodKey) {
@@ -661,6 +682,53 @@ impl ClusterState {
             .replace(kind, objects);
         self.queue
             .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+    }
+
+    /// A PodDisruptionBudget was added or changed.
+    pub fn apply_pdb(&self, pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
+        self.sched().snapshot_mut().policy_mut().upsert_pdb(pdb);
+    }
+
+    /// A PodDisruptionBudget was deleted.
+    pub fn delete_pdb(&self, namespace: &str, name: &str) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .remove_pdb(namespace, name);
+    }
+
+    /// A complete PodDisruptionBudget list.
+    pub fn replace_pdbs(&self, list: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>) {
+        self.sched().snapshot_mut().policy_mut().replace_pdbs(&list);
+        self.stats.list(Kind::PodDisruptionBudget);
+    }
+
+    /// A PriorityClass was added or changed.
+    pub fn apply_priority_class(&self, pc: &k8s_openapi::api::scheduling::v1::PriorityClass) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .upsert_priority_class(pc);
+    }
+
+    /// A PriorityClass was deleted.
+    pub fn delete_priority_class(&self, name: &str) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .remove_priority_class(name);
+    }
+
+    /// A complete PriorityClass list.
+    pub fn replace_priority_classes(
+        &self,
+        list: Vec<k8s_openapi::api::scheduling::v1::PriorityClass>,
+    ) {
+        self.sched()
+            .snapshot_mut()
+            .policy_mut()
+            .replace_priority_classes(&list);
+        self.stats.list(Kind::PriorityClass);
     }
 
     /// Number of pods this state queued and still tracks as pending.

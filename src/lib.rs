@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod objects;
 pub mod place;
 pub mod plugins;
+pub mod preemption;
 pub mod quantity;
 pub mod queue;
 pub mod reservation;

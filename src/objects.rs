@@ -59,6 +59,10 @@ pub struct Objects {
     /// PersistentVolumes, PersistentVolumeClaims, StorageClasses and CSINodes (the
     /// volume plugins read them).
     pub volumes: Vec<crate::snapshot::volumes::VolumeObject>,
+    /// PodDisruptionBudgets (`policy/v1`; preemption reads them).
+    pub pdbs: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    /// PriorityClasses (`scheduling.k8s.io/v1`).
+    pub priority_classes: Vec<k8s_openapi::api::scheduling::v1::PriorityClass>,
     /// Kinds that were present but are not used (reported, not fatal).
     pub ignored: Vec<String>,
 }
@@ -336,6 +340,8 @@ impl Reader {
             | "ReplicationControllerList"
             | "ReplicaSetList"
             | "StatefulSetList"
+            | "PodDisruptionBudgetList"
+            | "PriorityClassList"
             | "PersistentVolumeList"
             | "PersistentVolumeClaimList"
             | "StorageClassList"
@@ -442,6 +448,24 @@ impl Reader {
                     Err(e) => self.errors.push(e),
                 }
             }
+            "PodDisruptionBudget" => {
+                match typed::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(v, &object) {
+                    Ok(pdb) => match named(&pdb.metadata) {
+                        Some(e) => self.errors.push(e.in_object(object)),
+                        None => self.out.pdbs.push(pdb),
+                    },
+                    Err(e) => self.errors.push(e),
+                }
+            }
+            "PriorityClass" => {
+                match typed::<k8s_openapi::api::scheduling::v1::PriorityClass>(v, &object) {
+                    Ok(pc) => match named(&pc.metadata) {
+                        Some(e) => self.errors.push(e.in_object(object)),
+                        None => self.out.priority_classes.push(pc),
+                    },
+                    Err(e) => self.errors.push(e),
+                }
+            }
             other => self
                 .out
                 .ignored
@@ -457,6 +481,18 @@ impl Reader {
             Ok(w) => self.out.workloads.push(w),
             Err(e) => self.errors.push(e),
         }
+    }
+}
+
+/// `metadata.name` must be present (PodDisruptionBudget, PriorityClass): the error when
+/// it is not.
+fn named(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<FieldError> {
+    match meta.name.as_deref() {
+        None | Some("") => Some(FieldError::required(
+            FieldPath::new("metadata").child("name"),
+            "must not be empty",
+        )),
+        Some(_) => None,
     }
 }
 
@@ -567,6 +603,33 @@ mod tests {
             Err(LoadError::Invalid(list)) => list.to_string(),
             other => panic!("{text}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn pdbs_and_priority_classes_are_read_from_lists() {
+        let text = r#"{"kind": "List", "items": [
+            {"kind": "PriorityClass", "apiVersion": "scheduling.k8s.io/v1",
+             "metadata": {"name": "high"}, "value": 100000, "preemptionPolicy": "Never"},
+            {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1",
+             "metadata": {"name": "web", "namespace": "default"},
+             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+             "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}
+        ]}"#;
+        let o = Objects::parse(text, "c.json").unwrap();
+        assert_eq!(o.priority_classes.len(), 1);
+        assert_eq!(o.priority_classes[0].value, 100000);
+        assert_eq!(o.pdbs.len(), 1);
+        assert_eq!(
+            o.pdbs[0].status.as_ref().map(|s| s.disruptions_allowed),
+            Some(0)
+        );
+        assert!(o.ignored.is_empty(), "{:?}", o.ignored);
+        let e = errors(
+            r#"{"kind": "List", "items": [{"kind": "PodDisruptionBudget", "metadata": {"namespace": "default"}},
+                {"kind": "PriorityClass", "metadata": {"name": "x"}, "value": "high"}]}"#,
+        );
+        assert!(e.contains("items[0]") && e.contains("metadata.name"), "{e}");
+        assert!(e.contains("items[1]") && e.contains("value"), "{e}");
     }
 
     #[test]

@@ -206,12 +206,19 @@ pub fn place_objects(
     }
     feed.replace_nodes(cluster.nodes.clone());
     feed.replace_pods(cluster.pods.clone());
+    feed.replace_pdbs(cluster.pdbs.clone());
+    feed.replace_priority_classes(cluster.priority_classes.clone());
     let mut scheduler = engine.scheduler().lock().unwrap_or_else(|e| e.into_inner());
     let mut results = Vec::new();
     for pod in &pods.pods {
         let info = PodInfo::new(Arc::new(pod.clone()));
         let attempt = scheduler.schedule_one(&info, options.profile.as_deref(), true);
-        results.push(attempt.decision.explain());
+        results.push(crate::preemption::place_after_preemption(
+            &mut scheduler,
+            pod,
+            attempt.decision,
+            options.profile.as_deref(),
+        ));
     }
     let mut ignored = cluster.ignored.clone();
     ignored.extend(pods.ignored.iter().cloned());

@@ -283,7 +283,7 @@ impl Scheduler {
         }
         let cycle_state = |fallback: bool| {
             let mut state = CycleState::new(explain);
-            state.write(Wait { waited, fallback });
+            state.write_input(Wait { waited, fallback });
             state
         };
         let (mut decision, mut state) =
@@ -313,6 +313,24 @@ impl Scheduler {
                     message.push_str(&waiting_message(max_wait));
                 }
             }
+        }
+        // Upstream's nominator: a pod preemption nominated counts on its node for pods of
+        // lower or equal priority until it is placed (or deleted).
+        if let Some(n) = &mut decision.nomination {
+            let node = n.node.to_string();
+            n.cleared = self
+                .snapshot_mut()
+                .policy_mut()
+                .nominate(Arc::new(pod.clone()), &node);
+        } else if decision.node().is_some()
+            && self
+                .snapshot
+                .policy()
+                .is_nominated(&pod.namespace, &pod.name)
+        {
+            self.snapshot_mut()
+                .policy_mut()
+                .unnominate(&pod.namespace, &pod.name);
         }
         let Some(node) = decision.node().map(str::to_string) else {
             return Attempt {
@@ -514,7 +532,7 @@ mod tests {
         let b = s.schedule_one(&cpu_pod("b", "3"), None, false);
         assert!(b.decision.node().is_none());
         assert!(
-            matches!(&b.decision.outcome, Outcome::Unschedulable { message } if message == "0/1 nodes are available: 1 Insufficient cpu.")
+            matches!(&b.decision.outcome, Outcome::Unschedulable { message } if message == "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
         );
 
         // A failed bind forgets the pod and frees the node.

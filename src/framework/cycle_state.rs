@@ -7,6 +7,8 @@ use std::any::{Any, TypeId};
 #[derive(Default)]
 pub struct CycleState {
     slots: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
+    /// How to copy the inputs written with [`CycleState::write_input`] into a fork.
+    inputs: Vec<fn(&CycleState, &mut CycleState)>,
     /// Notes for the decision record (ignored annotations, degraded data), copied into
     /// [`Decision::notes`](super::Decision::notes) at the end of the cycle.
     pub notes: Vec<String>,
@@ -20,9 +22,33 @@ impl CycleState {
     pub fn new(explain: bool) -> CycleState {
         CycleState {
             slots: Vec::new(),
+            inputs: Vec::new(),
             notes: Vec::new(),
             explain,
         }
+    }
+
+    /// Stores a value the caller knows before the cycle (how long the pod waited...):
+    /// unlike plugin state, it is copied into [`CycleState::fork`]s.
+    pub fn write_input<T: Any + Send + Sync + Clone>(&mut self, value: T) {
+        self.write(value);
+        self.inputs.push(|from, to| {
+            if let Some(v) = from.read::<T>() {
+                to.write_input(v.clone());
+            }
+        });
+    }
+
+    /// A fresh state holding only the inputs of this one (no plugin state, no notes, not
+    /// explaining): what PostFilter re-runs PreFilter and Filter in when it evaluates a node
+    /// with pods removed (upstream clones the state and replays PreFilter extensions; a
+    /// fresh PreFilter over the changed snapshot computes the same).
+    pub fn fork(&self) -> CycleState {
+        let mut out = CycleState::new(false);
+        for copy in &self.inputs {
+            copy(self, &mut out);
+        }
+        out
     }
 
     /// Leaves a note for the decision record (deduplicated).
@@ -77,5 +103,17 @@ mod tests {
         assert_eq!(s.read::<String>().map(String::as_str), Some("x"));
         *s.read_mut::<u32>().unwrap() += 1;
         assert_eq!(s.read::<u32>(), Some(&8));
+    }
+
+    #[test]
+    fn fork_keeps_inputs_only() {
+        let mut s = CycleState::new(true);
+        s.write_input(3u64);
+        s.write(String::from("plugin state"));
+        let f = s.fork();
+        assert_eq!(f.read::<u64>(), Some(&3));
+        assert!(f.read::<String>().is_none());
+        assert!(!f.explain);
+        assert_eq!(f.fork().read::<u64>(), Some(&3));
     }
 }

@@ -64,6 +64,36 @@ impl Fallback {
     }
 }
 
+/// What a PostFilter plugin (DefaultPreemption) decided when no node fitted: the node the pod
+/// is nominated to (upstream's `status.nominatedNodeName`) and the pods to evict from it so
+/// that the pod fits there.
+#[derive(Debug, Clone)]
+pub struct Nomination {
+    /// The nominated node.
+    pub node: Arc<str>,
+    /// The victims, most important first (higher priority, then earlier start).
+    pub victims: Vec<Arc<crate::snapshot::PodInfo>>,
+    /// How many victims violate a PodDisruptionBudget.
+    pub pdb_violations: usize,
+    /// Lower-priority pods that were nominated to the same node and lose that nomination
+    /// (filled by the scheduler after the cycle; `serve` clears their
+    /// `status.nominatedNodeName`).
+    pub cleared: Vec<Arc<crate::snapshot::PodInfo>>,
+}
+
+impl Nomination {
+    /// The victims as `namespace/name`, sorted (what `place` prints and the oracle lists).
+    pub fn victim_keys(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .victims
+            .iter()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
 /// One score plugin's column over the feasible nodes.
 #[derive(Debug, Clone)]
 pub struct ScoreColumn {
@@ -136,6 +166,9 @@ pub struct Decision {
     /// The number of feasible nodes when `feasible` holds only some of them (a
     /// [`Decision::summary_only`] copy); `None` in a full record.
     pub feasible_total: Option<usize>,
+    /// Set when no node fitted and a PostFilter plugin (preemption) nominated a node; the
+    /// outcome stays `Unschedulable` (the pod waits for its victims to go).
+    pub nomination: Option<Nomination>,
 }
 
 impl Decision {
@@ -171,6 +204,7 @@ impl Decision {
             cycle_duration: Duration::ZERO,
             decided_at_ms: 0,
             feasible_total: None,
+            nomination: None,
         }
     }
 
@@ -217,6 +251,7 @@ impl Decision {
             cycle_duration: self.cycle_duration,
             decided_at_ms: self.decided_at_ms,
             feasible_total: Some(self.feasible_count()),
+            nomination: self.nomination.clone(),
         }
     }
 
@@ -390,6 +425,12 @@ impl Decision {
             notes: self.notes.clone(),
             fallback: self.fallback.clone(),
             volume_bindings: self.volume_bindings.clone(),
+            nominated_node: self.nomination.as_ref().map(|n| n.node.to_string()),
+            victims: self
+                .nomination
+                .as_ref()
+                .map(Nomination::victim_keys)
+                .unwrap_or_default(),
             nodes,
             omitted_nodes,
         }
@@ -521,6 +562,13 @@ pub struct Explanation {
     /// (`namespace/claim` → PV).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty", default)]
     pub volume_bindings: std::collections::BTreeMap<String, String>,
+    /// The node preemption nominated for the pod (upstream's `status.nominatedNodeName`),
+    /// null when none.
+    #[serde(default)]
+    pub nominated_node: Option<String>,
+    /// The pods preemption evicts for it, `namespace/name`, sorted; empty when none.
+    #[serde(default)]
+    pub victims: Vec<String>,
     /// Every node's verdict, in snapshot order (see `omitted_nodes`).
     pub nodes: Vec<NodeVerdict>,
     /// Nodes left out of `nodes` by [`Decision::explain_at_most`] (stored explanations of
@@ -582,6 +630,17 @@ impl Explanation {
         }
         for (claim, pv) in &self.volume_bindings {
             let _ = writeln!(out, "  volume binding: claim {claim} → PV {pv}");
+        }
+        if let Some(n) = &self.nominated_node {
+            let _ = writeln!(
+                out,
+                "  preemption: nominated node {n}, victims: {}",
+                if self.victims.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.victims.join(", ")
+                }
+            );
         }
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");

@@ -2,7 +2,7 @@
 //! the runtime that runs a profile's plugins over a snapshot and produces a [`Decision`].
 //!
 //! Extension points, in cycle order (as upstream's): PreFilter → Filter (per node) →
-//! PostFilter (only when no node fits; a hook) → PreScore → Score (per feasible node) →
+//! PostFilter (only when no node fits: preemption) → PreScore → Score (per feasible node) →
 //! NormalizeScore → weights → host selection → Reserve/Unreserve → Permit → Bind.
 //!
 //! Filters and scores are synchronous and pure over an immutable [`Snapshot`]: no I/O happens
@@ -31,7 +31,7 @@ mod status;
 use std::sync::Arc;
 
 pub use cycle_state::CycleState;
-pub use decision::{Decision, Fallback, Outcome};
+pub use decision::{Decision, Fallback, Nomination, Outcome};
 pub use runtime::{
     DEFAULT_MIN_CHUNK, FILTER_BLOCK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
     MIN_FEASIBLE_NODES_TO_FIND, PluginWeight, default_parallelism,
@@ -159,10 +159,30 @@ impl NodeBatch {
     }
 }
 
-/// Runs when no node fits (upstream's preemption point). A hook: headroom does not preempt.
+/// What a PostFilter plugin is handed when no node fits.
+pub struct PostFilterArgs<'a> {
+    /// The profile's framework: preemption re-runs its PreFilter and Filter plugins over a
+    /// snapshot with pods removed ([`Framework::filter_node`]).
+    pub framework: &'a Framework,
+    /// The cycle's state (its inputs are forked for the re-runs).
+    pub state: &'a CycleState,
+    /// The pod that fits nowhere.
+    pub pod: &'a PodInfo,
+    /// The snapshot the cycle read.
+    pub snapshot: &'a Snapshot,
+    /// The record of the failed cycle: each node's status (upstream's `NodeToStatus`).
+    pub decision: &'a Decision,
+    /// A number drawn from the scheduler's random generator for this call (where a dry run
+    /// starts, upstream's random offset), so that runs stay reproducible per seed.
+    pub random: u64,
+}
+
+/// Runs when no node fits (upstream's PostFilter point, where preemption happens). A
+/// success with a [`Nomination`] ends the PostFilter phase; rejections' reasons are joined
+/// into the tail of the FailedScheduling message, as upstream's `RunPostFilterPlugins`.
 pub trait PostFilterPlugin: Plugin {
-    /// The PostFilter call; the default says nothing can be done.
-    fn post_filter(&self, state: &CycleState, pod: &PodInfo, decision: &Decision) -> Status;
+    /// The PostFilter call: the nomination (if any) and the status.
+    fn post_filter(&self, args: &PostFilterArgs<'_>) -> (Option<Nomination>, Status);
 }
 
 /// Runs once per pod before scoring, over the feasible nodes; `Skip` drops the plugin's Score.

@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 use super::decision::{Decision, Outcome, ScoreColumn};
 use super::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBatch, NodeNames,
-    Registered, ScorePlugin, Status,
+    PostFilterArgs, Registered, ScorePlugin, Status,
 };
 use crate::snapshot::table::flag;
 use crate::snapshot::{NodeIdx, PodInfo, Snapshot};
@@ -257,7 +257,8 @@ impl Framework {
 
     /// [`Framework::schedule`] over only the nodes `nodes` (snapshot indices, any order):
     /// the others are neither filtered nor scored and have no verdict in the record. The
-    /// extender evaluates just the nodes kube-scheduler asks about this way.
+    /// extender evaluates just the nodes kube-scheduler asks about this way; PostFilter
+    /// (preemption) does not run: that stays kube-scheduler's.
     pub fn schedule_nodes<R: Rng + ?Sized>(
         &self,
         pod: &PodInfo,
@@ -376,6 +377,10 @@ impl Framework {
             return (d, state);
         }
         let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            if only.is_none() && matches!(d.outcome, Outcome::Unschedulable { .. }) {
+                // Upstream runs PostFilter after a PreFilter rejection too.
+                self.post_filter(pod, snapshot, &state, &mut d, rng);
+            }
             return (d, state);
         };
 
@@ -413,12 +418,33 @@ impl Framework {
             .filter(|(i, _)| !skip_filter[*i])
             .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
             .collect();
+        // Upstream's `evaluateNominatedNode`: a pod nominated by an earlier preemption tries
+        // its nominated node first and takes it, unscored, when it fits. (Not for the
+        // extender's node subsets: kube-scheduler does that itself.)
+        if let Some(idx) = only
+            .is_none()
+            .then(|| nominated_candidate(pod, snapshot, &candidates))
+            .flatten()
+        {
+            let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
+            if chunk.error.is_none()
+                && chunk.feasible == [idx]
+                && self.nominated_reject(&state, pod, snapshot, idx).is_none()
+            {
+                d.feasible = chunk.feasible;
+                d.outcome = Outcome::Placed {
+                    node: d.node_names[idx as usize].clone(),
+                };
+                return (d, state);
+            }
+        }
         if let Err(message) =
             self.find_feasible(&filters, &state, pod, snapshot, &candidates, &mut d, true)
         {
             d.outcome = Outcome::Error { message };
             return (d, state);
         }
+        self.reject_for_nominated(&state, pod, snapshot, &mut d);
         if explain {
             self.explain_rejections(&filters, &state, pod, snapshot, &mut d);
         }
@@ -427,14 +453,9 @@ impl Framework {
             d.outcome = Outcome::Unschedulable {
                 message: d.fit_error_message(),
             };
-            for p in &self.plugins {
-                if let Some(pf) = &p.post_filter {
-                    let s = pf.post_filter(&state, pod, &d);
-                    if !s.is_success() && !s.reasons.is_empty() {
-                        d.notes
-                            .push(format!("PostFilter {}: {}", p.name, s.message()));
-                    }
-                }
+            if only.is_none() {
+                // Not for the extender's node subsets: there preemption is kube-scheduler's.
+                self.post_filter(pod, snapshot, &state, &mut d, rng);
             }
             return (d, state);
         }
@@ -535,6 +556,193 @@ impl Framework {
             node: d.node_names[d.feasible[pick] as usize].clone(),
         };
         (d, state)
+    }
+
+    /// Upstream's `RunPostFilterPlugins`, run when no node fits: the first success ends it
+    /// (its nomination goes into the record, the message gets no tail); otherwise the
+    /// reasons of every plugin, joined with `, `, become the tail of the FailedScheduling
+    /// message (`... preemption: 0/3 nodes are available: ...`). Nothing runs, and nothing
+    /// is drawn from `rng`, in a profile without PostFilter plugins.
+    fn post_filter<R: Rng + ?Sized>(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        state: &CycleState,
+        d: &mut Decision,
+        rng: &mut R,
+    ) {
+        if !self.plugins.iter().any(|p| p.post_filter.is_some()) {
+            return;
+        }
+        let random = rng.random::<u64>();
+        let mut reasons: Vec<String> = Vec::new();
+        let mut nomination = None;
+        for p in &self.plugins {
+            let Some(pf) = &p.post_filter else { continue };
+            let args = PostFilterArgs {
+                framework: self,
+                state,
+                pod,
+                snapshot,
+                decision: d,
+                random,
+            };
+            let (result, s) = pf.post_filter(&args);
+            if s.is_success() {
+                nomination = result;
+                reasons.clear();
+                break;
+            }
+            reasons.extend(s.reasons.iter().map(|r| r.to_string()));
+            if s.code != Code::Unschedulable {
+                // Unresolvable or an error ends the phase (upstream); an error's message
+                // is still the tail (upstream logs it and keeps the fit error).
+                if s.code == Code::Error {
+                    tracing::warn!(plugin = p.name, pod = %format!("{}/{}", pod.namespace, pod.name), error = %s.message(), "PostFilter failed");
+                }
+                break;
+            }
+        }
+        d.nomination = nomination;
+        if !reasons.is_empty()
+            && let Outcome::Unschedulable { message } = &mut d.outcome
+        {
+            message.push(' ');
+            message.push_str(&reasons.join(", "));
+        }
+    }
+
+    /// Runs every PreFilter, then every Filter, for `pod` on the one node `idx` of
+    /// `snapshot` — a snapshot the caller changed (victims removed, nominated pods added) —
+    /// in a fork of `base` (its inputs only). Upstream's PreFilter extensions
+    /// (AddPod/RemovePod) followed by `RunFilterPluginsWithNominatedPods`; re-running
+    /// PreFilter over the changed snapshot computes the same state. The status is that of
+    /// the first plugin that rejects (success when the pod fits).
+    ///
+    /// Pods nominated to the node with a priority at least the pod's count there, as in
+    /// upstream's `RunFilterPluginsWithNominatedPods`: the pod must fit with them and
+    /// without them.
+    pub fn filter_node(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        idx: NodeIdx,
+    ) -> Status {
+        if idx as usize >= snapshot.len() {
+            return Status::error(format!("node index {idx} is not in the snapshot"));
+        }
+        if let Some(s) = self.nominated_reject(base, pod, snapshot, idx) {
+            return s;
+        }
+        self.filter_node_as_is(base, pod, snapshot, idx)
+    }
+
+    /// The status of node `idx` with the pods nominated to it (priority ≥ the pod's) added,
+    /// when they make it fail; `None` when there are none or the pod still fits. The status
+    /// carries which pods (as its detail: the per-node filters alone would pass the node).
+    fn nominated_reject(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        idx: NodeIdx,
+    ) -> Option<Status> {
+        if !snapshot.policy().has_nominations() {
+            return None;
+        }
+        let node = snapshot.node(idx).name.clone();
+        let nominated = snapshot.policy().nominated_against(&node, pod);
+        if nominated.is_empty() {
+            return None;
+        }
+        let mut with = snapshot.clone();
+        for p in &nominated {
+            with.add_pod(p.clone(), &node);
+        }
+        let s = self.filter_node_as_is(base, pod, &with, idx);
+        if s.is_success() {
+            return None;
+        }
+        let names: Vec<String> = nominated
+            .iter()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .collect();
+        Some(s.with_detail(format!(
+            "with the pod(s) nominated to this node: {}",
+            names.join(", ")
+        )))
+    }
+
+    /// Moves the feasible nodes that fail once the pods nominated to them are counted
+    /// into the rejected ones. Only runs when some pod is nominated somewhere.
+    fn reject_for_nominated(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        d: &mut Decision,
+    ) {
+        if !snapshot.policy().has_nominations() {
+            return;
+        }
+        let mut kept = Vec::with_capacity(d.feasible.len());
+        for idx in std::mem::take(&mut d.feasible) {
+            match self.nominated_reject(state, pod, snapshot, idx) {
+                Some(s) => d.rejected.push((idx, s)),
+                None => kept.push(idx),
+            }
+        }
+        d.feasible = kept;
+    }
+
+    /// [`Framework::filter_node`] without the nominated pods.
+    fn filter_node_as_is(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        idx: NodeIdx,
+    ) -> Status {
+        let mut state = base.fork();
+        let mut d = Decision::new(
+            &pod.namespace,
+            &pod.name,
+            &pod.uid,
+            &self.profile,
+            snapshot.generation(),
+            snapshot.names(),
+        );
+        let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            return d
+                .pre_filter
+                .pop()
+                .unwrap_or_else(|| Status::error("PreFilter failed"));
+        };
+        if let Some((names, mut restricting)) = restrict
+            && !names.contains(&*snapshot.node(idx).name)
+        {
+            restricting.sort();
+            return Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                restricting.join(" ")
+            ));
+        }
+        let filters: SmallVec<[(&'static str, &dyn FilterPlugin); 16]> = self
+            .plugins
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !skip_filter[*i])
+            .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
+            .collect();
+        let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
+        if let Some((_, name, message)) = chunk.error {
+            return Status::error(message).with_plugin(name);
+        }
+        match chunk.rejected.into_iter().next() {
+            Some((_, s)) => s,
+            None => Status::success(),
+        }
     }
 
     /// How many chunks `len` items split into (one per thread, each ≥ `min_chunk`).
@@ -896,6 +1104,24 @@ impl Framework {
     }
 }
 
+/// The node named by the pod's `status.nominatedNodeName`, when it is one of `candidates`
+/// (sorted). A field read per cycle; nothing more for pods that were never nominated.
+fn nominated_candidate(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    candidates: &[NodeIdx],
+) -> Option<NodeIdx> {
+    let name = pod
+        .pod
+        .status
+        .as_ref()?
+        .nominated_node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())?;
+    let idx = snapshot.index_of(name)?;
+    candidates.binary_search(&idx).ok().map(|_| idx)
+}
+
 /// Runs the filters over a range of nodes (index order), block by block (`block` nodes),
 /// each block plugin by plugin over the nodes still feasible.
 fn filter_chunk(
@@ -980,6 +1206,9 @@ impl Framework {
             return d;
         }
         let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+            if matches!(d.outcome, Outcome::Unschedulable { .. }) {
+                self.post_filter(pod, snapshot, &state, &mut d, rng);
+            }
             return d;
         };
         let candidates: Vec<NodeIdx> = match &restrict {
@@ -1037,6 +1266,7 @@ impl Framework {
             d.outcome = Outcome::Unschedulable {
                 message: d.fit_error_message(),
             };
+            self.post_filter(pod, snapshot, &state, &mut d, rng);
             return d;
         }
         if d.feasible.len() == 1 {

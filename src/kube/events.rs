@@ -486,6 +486,8 @@ pub struct ReporterStats {
     pub failed: Counter,
     /// Condition and annotation patches skipped because binds were waiting (binds first).
     pub dropped: Counter,
+    /// Preemption's calls (victims' DisruptionTarget patches and deletions).
+    pub preemption: super::preempt::PreemptStats,
 }
 
 impl ReporterStats {
@@ -520,6 +522,7 @@ impl ReporterStats {
         ] {
             metrics.register(name, help, c.clone());
         }
+        self.preemption.register(metrics);
     }
 }
 
@@ -663,11 +666,31 @@ impl Reporter {
             ..Default::default()
         };
         self.recorder.record(failed_scheduling(regarding, &message));
-        if st.conditions.get(&d.uid) == Some(&message) || self.yield_to_binds() {
+        // Preemption: the victims go first (upstream's executor runs before the failure
+        // handler writes the condition), whatever the API's load: the pod cannot be placed
+        // until they are gone.
+        let mut dedupe = message.clone();
+        if let Some(n) = &d.nomination {
+            super::preempt::actuate(
+                &self.client,
+                &self.recorder,
+                &self.stats.preemption,
+                self.config.request_timeout,
+                &d.profile,
+                (&d.namespace, &d.name, &d.uid),
+                n,
+            )
+            .await;
+            dedupe.push_str(&format!("\nnominated: {}", n.node));
+        }
+        if st.conditions.get(&d.uid) == Some(&dedupe) || self.yield_to_binds() {
             return;
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &d.namespace);
-        let patch = unschedulable_condition(reason, &message, now);
+        let mut patch = unschedulable_condition(reason, &message, now);
+        if let Some(n) = &d.nomination {
+            patch["status"]["nominatedNodeName"] = json!(n.node.as_ref());
+        }
         let res = tokio::time::timeout(
             self.config.request_timeout,
             api.patch_status(&d.name, &PatchParams::default(), &Patch::Strategic(patch)),
@@ -676,7 +699,7 @@ impl Reporter {
         match res {
             Ok(Ok(_)) => {
                 self.stats.conditions.inc();
-                st.conditions.insert(d.uid.clone(), message);
+                st.conditions.insert(d.uid.clone(), dedupe);
             }
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
             Ok(Err(e)) => {

@@ -32,6 +32,7 @@ pub mod events;
 pub mod extender;
 pub mod flow;
 pub mod leader;
+pub mod preempt;
 pub mod reflect;
 pub mod serve;
 pub mod tls;
@@ -54,6 +55,7 @@ pub const API_CALLS: &[(&str, &str, &str)] = &[
     ("", "pods", "patch"),
     ("", "pods/binding", "create"),
     ("", "pods/status", "patch"),
+    ("", "pods", "delete"),
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
     ("", "services", "list"),
@@ -74,6 +76,10 @@ pub const API_CALLS: &[(&str, &str, &str)] = &[
     ("storage.k8s.io", "storageclasses", "watch"),
     ("storage.k8s.io", "csinodes", "list"),
     ("storage.k8s.io", "csinodes", "watch"),
+    ("policy", "poddisruptionbudgets", "list"),
+    ("policy", "poddisruptionbudgets", "watch"),
+    ("scheduling.k8s.io", "priorityclasses", "list"),
+    ("scheduling.k8s.io", "priorityclasses", "watch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
     ("coordination.k8s.io", "leases", "get"),

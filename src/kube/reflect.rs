@@ -1,6 +1,7 @@
-//! Watches (kube-rs `watcher`s) for Nodes, Pods, Namespaces, Reservations and the volume
-//! objects ([`super::volumes`]): the API
-//! server's cluster feed. Nodes, pods and namespaces go to the engine's
+//! Watches (kube-rs `watcher`s) for Nodes, Pods, Namespaces, PodDisruptionBudgets,
+//! PriorityClasses, Reservations and the volume objects ([`super::volumes`]): the API
+//! server's cluster feed. Nodes, pods, namespaces and the policy objects preemption reads
+//! go to the engine's
 //! [`ClusterState`](crate::cluster::ClusterState), which applies them to the snapshot and
 //! the queue exactly as it applies a simulated cluster; reservations go to
 //! [`KubeReservations`](super::crd::KubeReservations).
@@ -14,6 +15,8 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -199,7 +202,50 @@ pub async fn run(
             .await
         }
     };
+    let s = state.clone();
+    let pdbs = pump::<PodDisruptionBudget, _>(
+        Kind::PodDisruptionBudget,
+        Api::all(client.clone()),
+        state.stats.clone(),
+        // Few objects, replaced wholesale on a (re-)list.
+        true,
+        move |item| match item {
+            WatchItem::List(l) => s.replace_pdbs(l),
+            WatchItem::Listed(_) => {}
+            WatchItem::Apply(o) => s.apply_pdb(&o),
+            WatchItem::Delete(o) => s.delete_pdb(
+                o.metadata.namespace.as_deref().unwrap_or(""),
+                o.metadata.name.as_deref().unwrap_or(""),
+            ),
+        },
+        shutdown(),
+    );
+    let s = state.clone();
+    let priority_classes = pump::<PriorityClass, _>(
+        Kind::PriorityClass,
+        Api::all(client.clone()),
+        state.stats.clone(),
+        true,
+        move |item| match item {
+            WatchItem::List(l) => s.replace_priority_classes(l),
+            WatchItem::Listed(_) => {}
+            WatchItem::Apply(o) => s.apply_priority_class(&o),
+            WatchItem::Delete(o) => {
+                s.delete_priority_class(o.metadata.name.as_deref().unwrap_or(""))
+            }
+        },
+        shutdown(),
+    );
     let volumes = super::volumes::watch(client.clone(), state.clone(), stop.clone());
     let workloads = super::workloads::run(client.clone(), state.clone(), shutdown);
-    futures::join!(nodes, pods, namespaces, reservations, workloads, volumes);
+    futures::join!(
+        nodes,
+        pods,
+        namespaces,
+        reservations,
+        pdbs,
+        priority_classes,
+        workloads,
+        volumes
+    );
 }

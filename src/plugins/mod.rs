@@ -21,6 +21,7 @@
 //! | VolumeZone | PreFilter, Filter | |
 //! | PodTopologySpread | PreFilter, Filter, PreScore, Score | 2 |
 //! | InterPodAffinity | PreFilter, Filter, PreScore, Score | 2 |
+//! | DefaultPreemption | PostFilter | |
 //! | NodeResourcesBalancedAllocation | PreScore, Score | 1 |
 //! | ImageLocality | PreScore, Score | 1 |
 //!
@@ -48,9 +49,15 @@
 //! `claimRef`s under `serve` (through the [`volume_binding::VolumeBinderSlot`] in
 //! [`PluginDeps`]).
 //!
-//! Not implemented: DynamicResources, DefaultPreemption.
+//! DefaultPreemption decides only (node and victims, in the decision record); the caller
+//! acts on it outside the cycle (`serve`: nominatedNodeName, DisruptionTarget, deletion;
+//! `place`: the victims leave the what-if cluster). In extender mode preemption stays
+//! kube-scheduler's.
+//!
+//! Not implemented: DynamicResources.
 
 pub mod balanced_allocation;
+pub mod default_preemption;
 pub mod history;
 pub mod image_locality;
 pub mod inter_pod_affinity;

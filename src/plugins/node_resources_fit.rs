@@ -540,6 +540,9 @@ impl FilterPlugin for NodeResourcesFit {
         let used = &node.requested;
         let mut reasons = crate::framework::Reasons::new();
         let mut details: Vec<String> = Vec::new();
+        // Upstream's `InsufficientResource.Unresolvable`: the pod asks for more than the
+        // node has at all, so preemption cannot help there.
+        let mut unresolvable = false;
         if node.pods.len() as i64 + 1 > alloc.pods {
             reasons.push(Cow::Borrowed(REASON_TOO_MANY_PODS));
             if state.explain {
@@ -550,6 +553,7 @@ impl FilterPlugin for NodeResourcesFit {
             let mut check =
                 |name: &'static str, want: i64, a: i64, u: i64, fmt: fn(i64) -> String| {
                     if want > 0 && want > a - u {
+                        unresolvable |= want > a;
                         reasons.push(Cow::Borrowed(name));
                         if state.explain {
                             details.push(format!(
@@ -589,6 +593,7 @@ impl FilterPlugin for NodeResourcesFit {
                 }
                 let free = node.allocatable.scalar(name) - node.requested.scalar(name);
                 if *want > free {
+                    unresolvable |= *want > node.allocatable.scalar(name);
                     reasons.push(Cow::Owned(format!("Insufficient {name}")));
                     if state.explain {
                         details.push(format!("{name}: requested {want}, free {free}"));
@@ -600,7 +605,11 @@ impl FilterPlugin for NodeResourcesFit {
             return Status::success();
         }
         Status {
-            code: crate::framework::Code::Unschedulable,
+            code: if unresolvable {
+                crate::framework::Code::UnschedulableAndUnresolvable
+            } else {
+                crate::framework::Code::Unschedulable
+            },
             reasons,
             plugin: "",
             detail: (!details.is_empty()).then(|| details.join("; ")),
@@ -643,12 +652,14 @@ impl FilterPlugin for NodeResourcesFit {
                 return None;
             }
             let mut reasons = Reasons::new();
+            let mut unresolvable = false;
             if u[res::PODS] + 1 > a[res::PODS] {
                 reasons.push(Cow::Borrowed(REASON_TOO_MANY_PODS));
             }
             if checked {
                 for k in [res::CPU, res::MEMORY, res::EPHEMERAL_STORAGE] {
                     if want[k] > 0 && want[k] > a[k] - u[k] {
+                        unresolvable |= want[k] > a[k];
                         reasons.push(Cow::Borrowed(INSUFFICIENT[k]));
                     }
                 }
@@ -657,13 +668,18 @@ impl FilterPlugin for NodeResourcesFit {
                     for (name, want) in &scalars {
                         let free = node.allocatable.scalar(name) - node.requested.scalar(name);
                         if *want > free {
+                            unresolvable |= *want > node.allocatable.scalar(name);
                             reasons.push(Cow::Owned(format!("Insufficient {name}")));
                         }
                     }
                 }
             }
             (!reasons.is_empty()).then_some(Status {
-                code: Code::Unschedulable,
+                code: if unresolvable {
+                    Code::UnschedulableAndUnresolvable
+                } else {
+                    Code::Unschedulable
+                },
                 reasons,
                 plugin: "",
                 detail: None,
@@ -870,8 +886,24 @@ mod tests {
                 ],
             ),
         ];
-        for (requests, want) in cases {
+        // Upstream's `Unresolvable`: more than the node's allocatable at all (preemption
+        // cannot help); "small" is full (2 pods, 2 CPUs, no GPU), "big" has 6 CPUs, 12Gi
+        // and one GPU free of 8, 16Gi and 2.
+        use Code::{Unschedulable as U, UnschedulableAndUnresolvable as UU};
+        let codes: [[Option<Code>; 2]; 5] = [
+            [Some(U), None],
+            [Some(UU), Some(U)],
+            [Some(UU), None],
+            [Some(UU), Some(U)],
+            [Some(UU), None],
+        ];
+        for ((requests, want), want_codes) in cases.into_iter().zip(codes) {
             let got = filter_all(&fit(), &snap(), &info(req_pod("p", None, requests.clone())));
+            let got_codes: Vec<Option<Code>> = got
+                .iter()
+                .map(|(_, s)| (!s.is_success()).then_some(s.code))
+                .collect();
+            assert_eq!(got_codes, want_codes, "{requests}");
             let reasons: Vec<Vec<String>> = got
                 .iter()
                 .map(|(_, s)| s.reasons.iter().map(|r| r.to_string()).collect())
@@ -879,7 +911,6 @@ mod tests {
             assert_eq!(reasons, want, "{requests}");
             for (_, s) in &got {
                 if !s.is_success() {
-                    assert_eq!(s.code, Code::Unschedulable);
                     assert!(s.detail.is_some(), "explain mode attaches numbers");
                 }
             }

@@ -319,6 +319,17 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         factory: |a, _| Ok(inter_pod_affinity::InterPodAffinity::new(a.decode()?).register()),
     },
     KnownPlugin {
+        name: default_preemption::NAME,
+        points: &[PostFilter],
+        weight: 0,
+        default_enabled: true,
+        upstream: true,
+        args: Some(ArgsSpec::of::<default_preemption::DefaultPreemptionArgs>(
+            "defaultPreemption",
+        )),
+        factory: |a, _| Ok(default_preemption::DefaultPreemption::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
         name: balanced_allocation::NAME,
         points: &[PreScore, Score],
         weight: 1,
@@ -629,6 +640,18 @@ mod tests {
             (
                 "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: Fastest}}}}]",
                 "t: profiles[headroom].pluginArgs.nodeResourcesFit.scoringStrategy.type: unsupported value \"Fastest\"",
+            ),
+            (
+                "profiles: [{pluginArgs: {defaultPreemption: {minCandidateNodesPercentage: 101}}}]",
+                "t: profiles[headroom].pluginArgs.defaultPreemption.minCandidateNodesPercentage: 101 is not in 0..=100",
+            ),
+            (
+                "profiles: [{pluginArgs: {defaultPreemption: {minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 0}}}]",
+                "t: profiles[headroom].pluginArgs.defaultPreemption.minCandidateNodesPercentage: cannot be zero at the same time as minCandidateNodesAbsolute, got 0",
+            ),
+            (
+                "profiles: [{pluginArgs: {defaultPreemption: {minCandidates: 1}}}]",
+                "t: profiles[headroom].pluginArgs.defaultPreemption.minCandidates: unknown field",
             ),
             (
                 "profiles: [{pluginArgs: {interPodAffinity: {hardPodAffinityWeight: 500}}}]",

@@ -792,7 +792,9 @@ mod tests {
         };
         assert_eq!(
             message,
-            &format!("0/3 nodes are available: 3 {ERR_REASON_BIND_CONFLICT}.")
+            &format!(
+                "0/3 nodes are available: 3 {ERR_REASON_BIND_CONFLICT}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+            )
         );
         assert_eq!(s.forget(&first).as_deref(), Some("n2"));
         assert!(!s.snapshot().volumes().is_assumed("pv-n2"));

@@ -10,6 +10,7 @@
 mod index;
 mod node_info;
 mod pod_info;
+pub mod policy;
 pub mod table;
 pub mod volumes;
 pub mod workloads;
@@ -72,6 +73,8 @@ pub struct Snapshot {
     /// PersistentVolumes, claims, storage classes, CSINodes and the claims assigned pods
     /// use ([`volumes::Volumes`]).
     volumes: Arc<volumes::Volumes>,
+    /// PodDisruptionBudgets and PriorityClasses (preemption reads them).
+    policy: Arc<policy::PolicyObjects>,
 }
 
 /// The last [`UsageRows`], rebuilt when the view or the node layout changed.
@@ -443,6 +446,17 @@ impl Snapshot {
             Arc::make_mut(&mut self.volumes).count_pod(&p, true);
         }
         true
+    }
+
+    /// PodDisruptionBudgets and PriorityClasses.
+    pub fn policy(&self) -> &policy::PolicyObjects {
+        &self.policy
+    }
+
+    /// Changes the policy objects (copied first when a reader still holds them).
+    pub fn policy_mut(&mut self) -> &mut policy::PolicyObjects {
+        self.generation += 1;
+        Arc::make_mut(&mut self.policy)
     }
 
     /// Removes a pod from whatever node it is on; returns it when found.

@@ -590,3 +590,105 @@ fn serve_flags_apply_before_validation() {
     assert!(stderr(&o).contains("missing.kubeconfig"), "{}", stderr(&o));
     assert_ne!(o.status.code(), Some(0));
 }
+
+/// `place` with preemption, text and JSON: the victims leave the what-if cluster and the pod
+/// is placed (exit 0) on the nominated node; a PodDisruptionBudget in the cluster file
+/// steers the choice; `preemptionPolicy: Never` nominates nothing (exit 3).
+#[test]
+fn place_preempts_lower_priority_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = |name: &str, node: &str, start: &str| {
+        format!(
+            r#"{{"kind": "Pod", "metadata": {{"name": "{name}", "namespace": "default", "labels": {{"app": "{name}"}}}},
+               "spec": {{"nodeName": "{node}", "priority": 100, "containers": [{{"name": "c",
+                 "resources": {{"requests": {{"cpu": "3"}}}}}}]}},
+               "status": {{"phase": "Running", "startTime": "{start}"}}}}"#
+        )
+    };
+    let node = |name: &str| {
+        format!(
+            r#"{{"kind": "Node", "metadata": {{"name": "{name}"}},
+               "status": {{"allocatable": {{"cpu": "4", "memory": "8Gi", "pods": "110"}}}}}}"#
+        )
+    };
+    let pdb = r#"{"kind": "PodDisruptionBudget", "apiVersion": "policy/v1",
+        "metadata": {"name": "low-b", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "low-b"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}"#;
+    let cluster = |with_pdb: bool| {
+        let mut items = vec![
+            node("node-a"),
+            node("node-b"),
+            running("low-a", "node-a", "2024-01-01T00:00:01Z"),
+            running("low-b", "node-b", "2024-01-01T00:00:09Z"),
+        ];
+        if with_pdb {
+            items.push(pdb.to_string());
+        }
+        format!(r#"{{"kind": "List", "items": [{}]}}"#, items.join(","))
+    };
+    let pod = |never: bool| {
+        format!(
+            r#"{{"kind": "Pod", "metadata": {{"name": "urgent", "namespace": "default"}},
+               "spec": {{"priority": 100000, {}"containers": [{{"name": "c",
+                 "resources": {{"requests": {{"cpu": "2"}}}}}}]}}}}"#,
+            if never {
+                r#""preemptionPolicy": "Never", "#
+            } else {
+                ""
+            }
+        )
+    };
+    let plain = write(&dir, "plain.json", &cluster(false));
+    let guarded = write(&dir, "guarded.json", &cluster(true));
+    let urgent = write(&dir, "urgent.json", &pod(false));
+    let polite = write(&dir, "polite.json", &pod(true));
+    let json_of = |cluster: &str, pod: &str| {
+        let o = run(&[
+            "place",
+            "--cluster",
+            cluster,
+            "--pod",
+            pod,
+            "--output",
+            "json",
+        ]);
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        (o.status.code(), v[0].clone())
+    };
+    // Latest start wins without a budget: low-b goes.
+    let (code, r) = json_of(&plain, &urgent);
+    assert_eq!(code, Some(0), "{r}");
+    assert_eq!(r["node"], "node-b", "{r}");
+    assert_eq!(r["nominatedNode"], "node-b", "{r}");
+    assert_eq!(r["victims"], serde_json::json!(["default/low-b"]), "{r}");
+    // The budget protects low-b: low-a goes.
+    let (code, r) = json_of(&guarded, &urgent);
+    assert_eq!(code, Some(0), "{r}");
+    assert_eq!(r["node"], "node-a", "{r}");
+    assert_eq!(r["victims"], serde_json::json!(["default/low-a"]), "{r}");
+    // Never: nothing nominated, upstream's tail.
+    let (code, r) = json_of(&plain, &polite);
+    assert_eq!(code, Some(3), "{r}");
+    assert!(r["nominatedNode"].is_null(), "{r}");
+    assert_eq!(r["victims"], serde_json::json!([]), "{r}");
+    assert_eq!(
+        r["message"],
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
+    );
+    // Text output names the nominated node and the victims.
+    let o = run(&["place", "--cluster", &guarded, "--pod", &urgent]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("placed on node-a"), "{text}");
+    assert!(
+        text.contains("preemption: nominated node node-a, victims: default/low-a"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "first attempt (before preemption): 0/2 nodes are available: 2 Insufficient cpu."
+        ),
+        "{text}"
+    );
+}

@@ -56,7 +56,7 @@ fn seed_002_reservation_acceptance() {
     assert_eq!(d[0]["placed"], false);
     assert_eq!(
         d[0]["message"],
-        "0/3 nodes are available: 1 node(s) didn't have enough free resources after reservations, 2 Insufficient cpu."
+        "0/3 nodes are available: 1 node(s) didn't have enough free resources after reservations, 2 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
     );
     let w1 = verdict(&d[0], "worker-1");
     assert_eq!(w1["plugin"], "Reservation");

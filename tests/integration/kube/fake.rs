@@ -101,6 +101,8 @@ fn kind_of(resource: &str) -> (&'static str, &'static str) {
         "persistentvolumeclaims" => ("PersistentVolumeClaim", "v1"),
         "storageclasses" => ("StorageClass", "storage.k8s.io/v1"),
         "csinodes" => ("CSINode", "storage.k8s.io/v1"),
+        "poddisruptionbudgets" => ("PodDisruptionBudget", "policy/v1"),
+        "priorityclasses" => ("PriorityClass", "scheduling.k8s.io/v1"),
         _ => ("Unknown", "v1"),
     }
 }
@@ -301,6 +303,20 @@ impl Fake {
                 name.to_string(),
             ))
             .cloned()
+    }
+
+    /// Every version an object had (each write, the deletion last), oldest first.
+    pub fn history(&self, resource: &str, namespace: &str, name: &str) -> Vec<Value> {
+        self.lock()
+            .log
+            .iter()
+            .filter(|c| {
+                c.resource == resource
+                    && c.namespace == namespace
+                    && c.object["metadata"]["name"] == name
+            })
+            .map(|c| c.object.clone())
+            .collect()
     }
 
     /// Every object of a resource.

@@ -7,6 +7,7 @@ mod deploy;
 mod engine;
 mod fake;
 mod kubelet;
+mod preemption;
 mod sections;
 mod spreading;
 mod volumes;
@@ -136,7 +137,8 @@ async fn kube_serve_binds_ours_ignores_others_writes_events_and_unblocks_on_node
         .await;
     let p1_node = fake.node_of("default", "p1").unwrap();
     assert!(p1_node == "node-a" || p1_node == "node-b");
-    let msg = "0/2 nodes are available: 2 Insufficient cpu.";
+    // 64 CPUs exceed both nodes' allocatable: preemption cannot help (upstream's tail).
+    let msg = "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
     fake.wait_for(15, "huge's PodScheduled=False", |f| {
         condition(f, "huge").is_some()
     })

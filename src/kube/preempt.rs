@@ -1,0 +1,207 @@
+//! Preemption's API calls under `serve` (upstream's `preemption.Executor`): for each victim
+//! of a [`Nomination`], the `DisruptionTarget` condition (reason `PreemptionByScheduler`,
+//! message `<scheduler>: preempting to accommodate a higher priority pod`) is patched into
+//! its `pods/status`, then the pod is deleted, and a `Preempted` event is recorded on it. The
+//! preemptor's `status.nominatedNodeName` goes out with its FailedScheduling condition (the
+//! reporter, [`super::events`]); lower-priority pods nominated to the same node have theirs
+//! cleared first.
+//!
+//! It runs in the reporter's task, after the cycle, never inside it. Every call is bounded
+//! by `serve.requestTimeout`; a victim already gone (`404`) counts as done; other failures
+//! are logged and counted (`headroom_preemption_failures_total`) and the next victims are
+//! still tried: the preemptor is retried anyway, and preempts again if it still does not fit.
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use prometheus_client::metrics::counter::Counter;
+
+use super::events::{EventSpec, Recorder};
+use crate::framework::Nomination;
+use crate::preemption::disruption_target_patch;
+use crate::snapshot::PodInfo;
+
+/// Counters of preemption's API calls (`headroom_preemption_*_total` once
+/// [`registered`](PreemptStats::register)). Cheap to clone: the fields are handles.
+#[derive(Debug, Default, Clone)]
+pub struct PreemptStats {
+    /// Nominations acted on.
+    pub nominations: Counter,
+    /// Victims deleted (or found already gone).
+    pub victims_deleted: Counter,
+    /// Failed condition patches or deletions (each also logged).
+    pub failures: Counter,
+}
+
+impl PreemptStats {
+    /// Registers the counters on `metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        for (name, help, c) in [
+            (
+                "headroom_preemption_nominations",
+                "Preemptions acted on (a node nominated, its victims evicted)",
+                &self.nominations,
+            ),
+            (
+                "headroom_preemption_victims_deleted",
+                "Preemption victims deleted (or already gone)",
+                &self.victims_deleted,
+            ),
+            (
+                "headroom_preemption_failures",
+                "Preemption API calls (DisruptionTarget patch, delete) that failed",
+                &self.failures,
+            ),
+        ] {
+            metrics.register(name, help, c.clone());
+        }
+    }
+}
+
+/// What went wrong with one victim.
+#[derive(Debug, thiserror::Error)]
+pub enum PreemptError {
+    /// The API server refused or failed.
+    #[error("{step} of victim {victim}: {source}")]
+    Api {
+        /// `DisruptionTarget patch`, `delete` or `nominatedNodeName clearing`.
+        step: &'static str,
+        /// `namespace/name` (of the victim, or of the pod whose nomination is cleared).
+        victim: String,
+        /// The client's error.
+        source: kube::Error,
+    },
+    /// No answer within `serve.requestTimeout`.
+    #[error("{step} of victim {victim}: timed out")]
+    Timeout {
+        /// `DisruptionTarget patch` or `delete`.
+        step: &'static str,
+        /// `namespace/name`.
+        victim: String,
+    },
+}
+
+/// Evicts the victims of `nomination` for `preemptor` (scheduled by `scheduler_name`):
+/// patch, delete, event, victim by victim. Returns the failures (already logged and
+/// counted).
+pub async fn actuate(
+    client: &Client,
+    recorder: &Recorder,
+    stats: &PreemptStats,
+    timeout: std::time::Duration,
+    scheduler_name: &str,
+    preemptor: (&str, &str, &str),
+    nomination: &Nomination,
+) -> Vec<PreemptError> {
+    stats.nominations.inc();
+    let (ns, name, uid) = preemptor;
+    let mut errors = Vec::new();
+    for p in &nomination.cleared {
+        // Upstream's `clearNominatedNodeName` for lower-priority pods nominated there.
+        if let Err(e) = clear_nomination(client, timeout, p).await {
+            stats.failures.inc();
+            tracing::warn!(pod = %format!("{}/{}", p.namespace, p.name), error = %e, "clearing nominatedNodeName failed");
+            errors.push(e);
+        }
+    }
+    for v in &nomination.victims {
+        match evict(client, timeout, scheduler_name, v).await {
+            Ok(()) => {
+                stats.victims_deleted.inc();
+                recorder.record(preempted_event(v, uid, &nomination.node));
+                tracing::info!(preemptor = %format!("{ns}/{name}"), victim = %format!("{}/{}", v.namespace, v.name), node = %nomination.node, "preempted");
+            }
+            Err(e) => {
+                stats.failures.inc();
+                tracing::warn!(preemptor = %format!("{ns}/{name}"), error = %e, "preemption failed");
+                errors.push(e);
+            }
+        }
+    }
+    errors
+}
+
+/// Upstream's `Preempted` event on the victim.
+pub fn preempted_event(victim: &PodInfo, preemptor_uid: &str, node: &str) -> EventSpec {
+    EventSpec {
+        regarding: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(victim.namespace.clone()),
+            name: Some(victim.name.clone()),
+            uid: (!victim.uid.is_empty()).then(|| victim.uid.clone()),
+            ..Default::default()
+        },
+        type_: "Normal",
+        reason: "Preempted",
+        action: "Preempting",
+        note: format!("Preempted by pod {preemptor_uid} on node {node}"),
+    }
+}
+
+async fn clear_nomination(
+    client: &Client,
+    timeout: std::time::Duration,
+    p: &PodInfo,
+) -> Result<(), PreemptError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &p.namespace);
+    let step = "nominatedNodeName clearing";
+    let victim = format!("{}/{}", p.namespace, p.name);
+    let patch = serde_json::json!({"status": {"nominatedNodeName": null}});
+    match tokio::time::timeout(
+        timeout,
+        api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(patch)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+        Ok(Err(source)) => Err(PreemptError::Api {
+            step,
+            victim,
+            source,
+        }),
+        Err(_) => Err(PreemptError::Timeout { step, victim }),
+    }
+}
+
+async fn evict(
+    client: &Client,
+    timeout: std::time::Duration,
+    scheduler_name: &str,
+    v: &PodInfo,
+) -> Result<(), PreemptError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &v.namespace);
+    let victim = format!("{}/{}", v.namespace, v.name);
+    let patch = disruption_target_patch(scheduler_name, &super::rfc3339(super::now_ms()));
+    let step = "DisruptionTarget patch";
+    match tokio::time::timeout(
+        timeout,
+        api.patch_status(&v.name, &PatchParams::default(), &Patch::Strategic(patch)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {}
+        // Already gone: nothing left to do (upstream returns as well).
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => return Ok(()),
+        Ok(Err(source)) => {
+            return Err(PreemptError::Api {
+                step,
+                victim,
+                source,
+            });
+        }
+        Err(_) => return Err(PreemptError::Timeout { step, victim }),
+    }
+    let step = "delete";
+    match tokio::time::timeout(timeout, api.delete(&v.name, &DeleteParams::default())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+        Ok(Err(source)) => Err(PreemptError::Api {
+            step,
+            victim,
+            source,
+        }),
+        Err(_) => Err(PreemptError::Timeout { step, victim }),
+    }
+}
