@@ -100,8 +100,14 @@ spec:
   priorityClassName: high
   containers: [{name: c, image: pause, resources: {requests: {cpu: "2"}}}]
 EOF
-wait_for 60 "urgent bound" bash -c "[ -n \"\$($K get pod urgent -o jsonpath='{.spec.nodeName}')\" ]"
-echo "urgent: nominatedNodeName '$($K get pod urgent -o jsonpath='{.status.nominatedNodeName}')', bound to '$($K get pod urgent -o jsonpath='{.spec.nodeName}')'"
+nominated=""
+for _ in $(seq 600); do
+  st=$($K get pod urgent -o jsonpath='{.status.nominatedNodeName}/{.spec.nodeName}')
+  [ -z "$nominated" ] && [ "${st%%/*}" != "" ] && nominated=${st%%/*}
+  [ -n "${st#*/}" ] && break
+  sleep 0.1
+done
+echo "urgent: nominatedNodeName seen '$nominated', bound to '$($K get pod urgent -o jsonpath='{.spec.nodeName}')'"
 echo "pods left: $($K get pods -o jsonpath='{range .items[*]}{.metadata.name}@{.spec.nodeName} {end}')"
 $K get events.events.k8s.io -o jsonpath='{range .items[*]}{.reason}: {.regarding.name}: {.note}{"\n"}{end}' | grep -E "Preempted|FailedScheduling|Scheduled" | sed 's/^/event /'
 
@@ -154,4 +160,4 @@ $K patch pvc data-0 --subresource=status --type=merge -p '{"status":{"phase":"Bo
 $K patch pv pv-1 --subresource=status --type=merge -p '{"status":{"phase":"Bound"}}' >/dev/null
 wait_for 60 "db-0 bound" bash -c "[ -n \"\$($K get pod db-0 -o jsonpath='{.spec.nodeName}')\" ]"
 echo "db-0 bound to '$($K get pod db-0 -o jsonpath='{.spec.nodeName}')' (pv-1 is pinned to node-1)"
-curl -s http://127.0.0.1:10281/metrics | grep -E "^headroom_(volume_binding|preemption)[a-z_]*" | sed 's/^/metric /'
+curl -s http://127.0.0.1:10381/metrics | grep -E "^headroom_(volume_binding|preemption)[a-z_]*" | sed 's/^/metric /'
