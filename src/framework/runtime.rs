@@ -279,6 +279,18 @@ impl Framework {
         (d, state)
     }
 
+    /// An empty decision record of this profile for `pod` over `snapshot`.
+    fn blank_decision(&self, pod: &PodInfo, snapshot: &Snapshot) -> Decision {
+        Decision::new(
+            &pod.namespace,
+            &pod.name,
+            &pod.uid,
+            &self.profile,
+            snapshot.generation(),
+            snapshot.names(),
+        )
+    }
+
     /// Decision record, cycle state, and the early outcomes (unreadable pod, no nodes).
     fn start(
         &self,
@@ -286,14 +298,7 @@ impl Framework {
         snapshot: &Snapshot,
         state: CycleState,
     ) -> (Decision, CycleState) {
-        let mut d = Decision::new(
-            &pod.namespace,
-            &pod.name,
-            &pod.uid,
-            &self.profile,
-            snapshot.generation(),
-            snapshot.names(),
-        );
+        let mut d = self.blank_decision(pod, snapshot);
         if let Some(err) = &pod.error {
             d.outcome = Outcome::Error {
                 message: format!(
@@ -705,14 +710,7 @@ impl Framework {
         idx: NodeIdx,
     ) -> Status {
         let mut state = base.fork();
-        let mut d = Decision::new(
-            &pod.namespace,
-            &pod.name,
-            &pod.uid,
-            &self.profile,
-            snapshot.generation(),
-            snapshot.names(),
-        );
+        let mut d = self.blank_decision(pod, snapshot);
         let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
             return d
                 .pre_filter

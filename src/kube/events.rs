@@ -438,14 +438,11 @@ pub fn bind_annotator(config: &ServeConfig) -> Option<crate::scheduling_loop::Bi
 /// The decision summary annotation: chosen node, the best totals, how fresh the usage
 /// data was, and the usage fallback when it placed the pod.
 pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serde_json::Value {
-    let mut top: Vec<(i64, &str)> = d
-        .feasible
-        .iter()
-        .zip(d.totals.iter())
-        .map(|(idx, t)| (*t, d.node_names[*idx as usize].as_ref()))
+    let top: Vec<(i64, &str)> = d
+        .best_nodes(3)
+        .into_iter()
+        .map(|(t, idx)| (t, d.node_names[idx as usize].as_ref()))
         .collect();
-    top.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-    top.truncate(3);
     let node = d.node().unwrap_or("");
     let usage_json = if usage.view.generated_ms > 0 {
         let node_age = usage
