@@ -117,12 +117,7 @@ impl NodeVolumeLimits {
         out: &mut HashMap<String, String>,
     ) -> Result<(), Status> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        for v in pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_deref())
-            .unwrap_or(&[])
-        {
+        for v in crate::snapshot::volumes::pod_volumes(pod) {
             let Some(name) = claim_name(pod, v) else {
                 continue;
             };

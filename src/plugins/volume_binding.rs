@@ -205,12 +205,7 @@ impl PreFilterPlugin for VolumeBinding {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Status, Option<NodeNames>) {
-        let vols = pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_deref())
-            .unwrap_or(&[]);
+        let vols = crate::snapshot::volumes::pod_volumes(&pod.pod);
         let store = snapshot.volumes();
         let mut names = Vec::new();
         for v in vols {

@@ -61,13 +61,6 @@ impl Plugin for VolumeRestrictions {
     }
 }
 
-fn volumes(pod: &Pod) -> &[Volume] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or(&[])
-}
-
 /// Upstream's `needsRestrictionsCheck`.
 fn needs_check(v: &Volume) -> bool {
     v.gce_persistent_disk.is_some()
@@ -79,36 +72,38 @@ fn needs_check(v: &Volume) -> bool {
 /// Upstream's `isVolumeConflict`: `v` against every volume of `existing`.
 fn conflicts(v: &Volume, existing: &Pod) -> bool {
     let ro = |r: Option<bool>| r.unwrap_or(false);
-    volumes(existing).iter().any(|e| {
-        if let (Some(a), Some(b)) = (&v.gce_persistent_disk, &e.gce_persistent_disk)
-            && a.pd_name == b.pd_name
-            && !(ro(a.read_only) && ro(b.read_only))
-        {
-            return true;
-        }
-        if let (Some(a), Some(b)) = (&v.aws_elastic_block_store, &e.aws_elastic_block_store)
-            && a.volume_id == b.volume_id
-        {
-            return true;
-        }
-        if let (Some(a), Some(b)) = (&v.iscsi, &e.iscsi)
-            && a.iqn == b.iqn
-            && !(ro(a.read_only) && ro(b.read_only))
-        {
-            return true;
-        }
-        if let (Some(a), Some(b)) = (&v.rbd, &e.rbd) {
-            let overlap = a.monitors.iter().any(|m| b.monitors.contains(m));
-            if overlap
-                && a.pool.as_deref().unwrap_or("rbd") == b.pool.as_deref().unwrap_or("rbd")
-                && a.image == b.image
+    crate::snapshot::volumes::pod_volumes(existing)
+        .iter()
+        .any(|e| {
+            if let (Some(a), Some(b)) = (&v.gce_persistent_disk, &e.gce_persistent_disk)
+                && a.pd_name == b.pd_name
                 && !(ro(a.read_only) && ro(b.read_only))
             {
                 return true;
             }
-        }
-        false
-    })
+            if let (Some(a), Some(b)) = (&v.aws_elastic_block_store, &e.aws_elastic_block_store)
+                && a.volume_id == b.volume_id
+            {
+                return true;
+            }
+            if let (Some(a), Some(b)) = (&v.iscsi, &e.iscsi)
+                && a.iqn == b.iqn
+                && !(ro(a.read_only) && ro(b.read_only))
+            {
+                return true;
+            }
+            if let (Some(a), Some(b)) = (&v.rbd, &e.rbd) {
+                let overlap = a.monitors.iter().any(|m| b.monitors.contains(m));
+                if overlap
+                    && a.pool.as_deref().unwrap_or("rbd") == b.pool.as_deref().unwrap_or("rbd")
+                    && a.image == b.image
+                    && !(ro(a.read_only) && ro(b.read_only))
+                {
+                    return true;
+                }
+            }
+            false
+        })
 }
 
 impl PreFilterPlugin for VolumeRestrictions {
@@ -118,7 +113,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Status, Option<NodeNames>) {
-        let vols = volumes(&pod.pod);
+        let vols = crate::snapshot::volumes::pod_volumes(&pod.pod);
         if vols.is_empty() {
             return (Status::skip(), None);
         }
@@ -161,7 +156,10 @@ impl FilterPlugin for VolumeRestrictions {
             return Status::error(format!("cannot read {NAME:?} PreFilter state"));
         };
         if st.check_disks {
-            for v in volumes(&pod.pod).iter().filter(|v| needs_check(v)) {
+            for v in crate::snapshot::volumes::pod_volumes(&pod.pod)
+                .iter()
+                .filter(|v| needs_check(v))
+            {
                 if let Some(other) = node.pods.iter().find(|p| conflicts(v, &p.pod)) {
                     let s = Status::unschedulable(ERR_REASON_DISK_CONFLICT);
                     return if state.explain {

@@ -91,12 +91,7 @@ impl PreFilterPlugin for VolumeZone {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Status, Option<NodeNames>) {
-        let vols = pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_deref())
-            .unwrap_or(&[]);
+        let vols = crate::snapshot::volumes::pod_volumes(&pod.pod);
         let store = snapshot.volumes();
         let mut topologies = Vec::new();
         for v in vols {

@@ -357,12 +357,7 @@ impl Volumes {
     /// Counts (`add`) or uncounts an assigned pod's claims.
     pub(crate) fn count_pod(&mut self, pod: &Pod, add: bool) {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        for v in pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_deref())
-            .unwrap_or(&[])
-        {
+        for v in pod_volumes(pod) {
             let Some(claim) = claim_name(pod, v) else {
                 continue;
             };
@@ -415,12 +410,17 @@ pub fn claim_name(pod: &Pod, v: &Volume) -> Option<String> {
         .map(|_| format!("{}-{}", pod.metadata.name.as_deref().unwrap_or(""), v.name))
 }
 
-/// Whether the pod has any volume backed by a claim (the volume plugins skip pods without).
-pub fn has_claims(pod: &Pod) -> bool {
+/// The pod's volumes (`spec.volumes`; none when absent).
+pub fn pod_volumes(pod: &Pod) -> &[k8s_openapi::api::core::v1::Volume] {
     pod.spec
         .as_ref()
         .and_then(|s| s.volumes.as_deref())
         .unwrap_or(&[])
+}
+
+/// Whether the pod has any volume backed by a claim (the volume plugins skip pods without).
+pub fn has_claims(pod: &Pod) -> bool {
+    pod_volumes(pod)
         .iter()
         .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
 }
