@@ -209,16 +209,26 @@ pub struct Synced {
     namespaces: AtomicBool,
     /// Per [`WorkloadKind`] (in [`WorkloadKind::ALL`] order).
     workloads: [AtomicBool; 4],
+    /// Per [`VolumeKind`] (in declaration order): a pod's claims are judged against the
+    /// listed PVs, never against a volume state still loading.
+    volumes: [AtomicBool; 4],
+    /// PodDisruptionBudgets, PriorityClasses: preemption must not pick victims while the
+    /// budgets protecting them are unknown.
+    policy: [AtomicBool; 2],
     changed: Notify,
 }
 
 impl Synced {
-    /// All of nodes, pods, namespaces and the workload kinds have been listed once.
+    /// Every kind the scheduler reads has been listed once (nodes, pods, namespaces, the
+    /// workload kinds, the volume kinds, PodDisruptionBudgets and PriorityClasses), as
+    /// kube-scheduler waits for its informers.
     pub fn all(&self) -> bool {
         self.nodes.load(Ordering::SeqCst)
             && self.pods.load(Ordering::SeqCst)
             && self.namespaces.load(Ordering::SeqCst)
             && self.workloads.iter().all(|w| w.load(Ordering::SeqCst))
+            && self.volumes.iter().all(|w| w.load(Ordering::SeqCst))
+            && self.policy.iter().all(|w| w.load(Ordering::SeqCst))
     }
 
     /// Waits until [`all`](Self::all).
@@ -676,6 +686,7 @@ impl ClusterState {
     /// not in it are gone.
     pub fn replace_volumes(&self, kind: VolumeKind, objects: Vec<VolumeObject>) {
         self.stats.list(volume_kind(kind));
+        self.synced.set(&self.synced.volumes[kind as usize]);
         self.sched()
             .snapshot_mut()
             .volumes_mut()
@@ -701,6 +712,7 @@ impl ClusterState {
     pub fn replace_pdbs(&self, list: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>) {
         self.sched().snapshot_mut().policy_mut().replace_pdbs(&list);
         self.stats.list(Kind::PodDisruptionBudget);
+        self.synced.set(&self.synced.policy[0]);
     }
 
     /// A PriorityClass was added or changed.
@@ -729,6 +741,7 @@ impl ClusterState {
             .policy_mut()
             .replace_priority_classes(&list);
         self.stats.list(Kind::PriorityClass);
+        self.synced.set(&self.synced.policy[1]);
     }
 
     /// Number of pods this state queued and still tracks as pending.

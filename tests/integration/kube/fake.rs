@@ -9,7 +9,7 @@
 //!
 //! Error bodies are the ones recorded from a real kube-apiserver v1.36
 //! (`tests/fixtures/kube-captures/`). Faults are injected with [`Fake::fail_watches`],
-//! [`Fake::expire_watches`], [`Fake::fail_bindings`], [`Fake::throttle_bindings`],
+//! [`Fake::expire_watches`], [`Fake::forbid`], [`Fake::fail_bindings`], [`Fake::throttle_bindings`],
 //! [`Fake::binding_latency`], [`Fake::answer_late`] and [`Fake::steal_next_binding`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -60,6 +60,9 @@ struct Inner {
     log: Vec<Change>,
     compacted: u64,
     fail_watches: u32,
+    /// Resources whose list and watch are refused with 403 (as for a ClusterRole that
+    /// lacks them).
+    forbidden: std::collections::HashSet<String>,
     fail_bindings: u32,
     throttle_bindings: (u32, u32),
     binding_latency: Duration,
@@ -334,6 +337,16 @@ impl Fake {
         self.lock().fail_watches = n;
     }
 
+    /// Lists and watches of `resource` are refused with 403 until [`Fake::allow`].
+    pub fn forbid(&self, resource: &str) {
+        self.lock().forbidden.insert(resource.to_string());
+    }
+
+    /// Undoes [`Fake::forbid`].
+    pub fn allow(&self, resource: &str) {
+        self.lock().forbidden.remove(resource);
+    }
+
     /// Compacts history (every resourceVersion seen so far becomes too old: watches
     /// resuming from them get 410 Gone) and closes open watches.
     pub fn expire_watches(&self) {
@@ -541,6 +554,23 @@ async fn handle(
         }
     };
     let ns = t.namespace.clone().unwrap_or_default();
+    if matches!(verb, "list" | "watch") && fake.lock().forbidden.contains(&t.resource) {
+        // The real server's words for a service account without the grant.
+        let group = if t.group.is_empty() {
+            ""
+        } else {
+            t.group.as_str()
+        };
+        return status(
+            403,
+            "Forbidden",
+            &format!(
+                "{} is forbidden: User \"system:serviceaccount:kube-system:headroom\" cannot {verb} resource \"{}\" in API group \"{group}\" at the cluster scope",
+                t.resource, t.resource
+            ),
+            Some(json!({"kind": t.resource})),
+        );
+    }
     match (verb, t.sub.as_deref()) {
         ("watch", _) => watch(&fake, &t, &q).await,
         ("list", _) => {

@@ -244,3 +244,41 @@ async fn kube_volume_binding_selects_a_node_for_provisioning() {
     s.stop().await;
     assert_calls_allowed(&fake);
 }
+
+/// Scheduling waits until every kind the scheduler reads has been listed once (as
+/// kube-scheduler waits for its informers): while claims cannot be listed, `/readyz` says
+/// 503 and a pod with a claim is not judged against a volume state still loading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_scheduling_waits_for_the_volume_lists() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-b", "4"));
+    fake.put(
+        "storageclasses",
+        json!({"metadata": {"name": "local-wffc"}, "provisioner": "kubernetes.io/no-provisioner",
+               "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"}),
+    );
+    fake.put("persistentvolumes", pv("pv-c", "node-b", Some("data-1")));
+    fake.put("persistentvolumeclaims", pvc("data-1", Some("pv-c")));
+    fake.put("pods", pod_with("pinned", "data-1"));
+    fake.forbid("persistentvolumeclaims");
+    let s = serve(&fake, BASE, "a").await;
+    let http = reqwest::Client::new();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ready = http.get(s.url("/readyz")).send().await.unwrap().status();
+    assert_eq!(ready.as_u16(), 503);
+    assert_eq!(
+        fake.node_of("default", "pinned"),
+        None,
+        "scheduled before the claims were listed"
+    );
+    fake.allow("persistentvolumeclaims");
+    fake.wait_for(20, "pinned bound once the claims are listed", |f| {
+        f.node_of("default", "pinned").is_some()
+    })
+    .await;
+    assert_eq!(fake.node_of("default", "pinned").as_deref(), Some("node-b"));
+    let ready = http.get(s.url("/readyz")).send().await.unwrap().status();
+    assert_eq!(ready.as_u16(), 200);
+    s.stop().await;
+}
