@@ -113,6 +113,15 @@ pub fn default_parallelism() -> usize {
         .min(16)
 }
 
+/// The status of nodes a PreFilter restricted away (upstream's message, plugins sorted).
+fn restricted_away(mut restricting: Vec<&'static str>) -> Status {
+    restricting.sort();
+    Status::unresolvable(format!(
+        "node(s) didn't satisfy plugin(s) [{}]",
+        restricting.join(" ")
+    ))
+}
+
 /// What filtering one chunk of nodes found.
 struct FilterChunk {
     feasible: Vec<NodeIdx>,
@@ -279,6 +288,20 @@ impl Framework {
         (d, state)
     }
 
+    /// The Filter plugins that run for this pod (those whose PreFilter did not skip), in
+    /// profile order.
+    fn active_filters(
+        &self,
+        skip_filter: &[bool],
+    ) -> SmallVec<[(&'static str, &dyn FilterPlugin); 16]> {
+        self.plugins
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !skip_filter[*i])
+            .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
+            .collect()
+    }
+
     /// An empty decision record of this profile for `pod` over `snapshot`.
     fn blank_decision(&self, pod: &PodInfo, snapshot: &Snapshot) -> Decision {
         Decision::new(
@@ -403,12 +426,8 @@ impl Framework {
             }
             None => (0..snapshot.len() as NodeIdx).collect(),
         };
-        if let Some((names, mut restricting)) = restrict {
-            restricting.sort();
-            d.absent = Some(Status::unresolvable(format!(
-                "node(s) didn't satisfy plugin(s) [{}]",
-                restricting.join(" ")
-            )));
+        if let Some((names, restricting)) = restrict {
+            d.absent = Some(restricted_away(restricting));
             let mut allowed: Vec<NodeIdx> =
                 names.iter().filter_map(|n| snapshot.index_of(n)).collect();
             allowed.sort_unstable();
@@ -416,13 +435,7 @@ impl Framework {
         }
 
         // Filter.
-        let filters: SmallVec<[(&'static str, &dyn FilterPlugin); 16]> = self
-            .plugins
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !skip_filter[*i])
-            .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
-            .collect();
+        let filters = self.active_filters(&skip_filter);
         // Upstream's `evaluateNominatedNode`: a pod nominated by an earlier preemption tries
         // its nominated node first and takes it, unscored, when it fits. (Not for the
         // extender's node subsets: kube-scheduler does that itself.)
@@ -717,22 +730,12 @@ impl Framework {
                 .pop()
                 .unwrap_or_else(|| Status::error("PreFilter failed"));
         };
-        if let Some((names, mut restricting)) = restrict
+        if let Some((names, restricting)) = restrict
             && !names.contains(&*snapshot.node(idx).name)
         {
-            restricting.sort();
-            return Status::unresolvable(format!(
-                "node(s) didn't satisfy plugin(s) [{}]",
-                restricting.join(" ")
-            ));
+            return restricted_away(restricting);
         }
-        let filters: SmallVec<[(&'static str, &dyn FilterPlugin); 16]> = self
-            .plugins
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !skip_filter[*i])
-            .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
-            .collect();
+        let filters = self.active_filters(&skip_filter);
         let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
         if let Some((_, name, message)) = chunk.error {
             return Status::error(message).with_plugin(name);
@@ -1212,25 +1215,14 @@ impl Framework {
         let candidates: Vec<NodeIdx> = match &restrict {
             None => (0..snapshot.len() as NodeIdx).collect(),
             Some((names, restricting)) => {
-                let mut restricting = restricting.clone();
-                restricting.sort();
-                d.absent = Some(Status::unresolvable(format!(
-                    "node(s) didn't satisfy plugin(s) [{}]",
-                    restricting.join(" ")
-                )));
+                d.absent = Some(restricted_away(restricting.clone()));
                 let mut v: Vec<NodeIdx> =
                     names.iter().filter_map(|n| snapshot.index_of(n)).collect();
                 v.sort_unstable();
                 v
             }
         };
-        let filters: Vec<(&'static str, &dyn FilterPlugin)> = self
-            .plugins
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !skip_filter[*i])
-            .filter_map(|(_, p)| p.filter.as_deref().map(|f| (p.name, f)))
-            .collect();
+        let filters = self.active_filters(&skip_filter);
         'nodes: for idx in candidates {
             let node = snapshot.node(idx);
             if let Some(err) = &node.error {

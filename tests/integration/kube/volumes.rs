@@ -43,6 +43,13 @@ fn pvc(name: &str, volume: Option<&str>) -> Value {
     v
 }
 
+/// The local WaitForFirstConsumer StorageClass the claims name (no provisioner; the API
+/// server defaults `reclaimPolicy` to Delete).
+fn local_wffc() -> Value {
+    json!({"metadata": {"name": "local-wffc"}, "provisioner": "kubernetes.io/no-provisioner",
+           "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"})
+}
+
 fn pod_with(name: &str, claim: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "default"},
            "spec": {"schedulerName": "headroom", "containers": [
@@ -59,11 +66,7 @@ async fn kube_volume_binding_writes_claim_ref_waits_for_the_claim_and_binds_in_p
     for n in ["node-a", "node-b", "node-c"] {
         fake.put("nodes", node(n, "4"));
     }
-    fake.put(
-        "storageclasses",
-        json!({"metadata": {"name": "local-wffc"}, "provisioner": "kubernetes.io/no-provisioner",
-               "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"}),
-    );
+    fake.put("storageclasses", local_wffc());
     // An unbound WaitForFirstConsumer claim with one matching PV, on node-b.
     fake.put("persistentvolumes", pv("pv-b", "node-b", None));
     fake.put("persistentvolumeclaims", pvc("data-0", None));
@@ -147,11 +150,7 @@ async fn kube_volume_binding_retries_the_pod_when_the_claim_ref_is_reset() {
     fake.put("namespaces", namespace("default"));
     fake.put("nodes", node("node-a", "4"));
     fake.put("nodes", node("node-b", "4"));
-    fake.put(
-        "storageclasses",
-        json!({"metadata": {"name": "local-wffc"}, "provisioner": "kubernetes.io/no-provisioner",
-               "volumeBindingMode": "WaitForFirstConsumer"}),
-    );
+    fake.put("storageclasses", local_wffc());
     fake.put("persistentvolumes", pv("pv-a", "node-a", None));
     fake.put("persistentvolumeclaims", pvc("data-0", None));
     fake.put("pods", pod_with("wffc", "data-0"));
@@ -253,11 +252,7 @@ async fn kube_scheduling_waits_for_the_volume_lists() {
     let fake = Fake::start().await;
     fake.put("namespaces", namespace("default"));
     fake.put("nodes", node("node-b", "4"));
-    fake.put(
-        "storageclasses",
-        json!({"metadata": {"name": "local-wffc"}, "provisioner": "kubernetes.io/no-provisioner",
-               "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"}),
-    );
+    fake.put("storageclasses", local_wffc());
     fake.put("persistentvolumes", pv("pv-c", "node-b", Some("data-1")));
     fake.put("persistentvolumeclaims", pvc("data-1", Some("pv-c")));
     fake.put("pods", pod_with("pinned", "data-1"));
