@@ -9,6 +9,11 @@
 //! parsing, the cycle over the asked nodes, result building) and one with TaintToleration
 //! and NodeResourcesFit enabled, a stand-in for a profile with two per-node plugins.
 //!
+//! `exchange/*` is the same pair as kube-scheduler makes it: JSON bodies (the pod and the
+//! names, as kube-scheduler's `ExtenderArgs`) through the axum router, decoded, answered
+//! and encoded — everything but the socket. `prioritize` follows `filter` for the same pod
+//! with the names that passed, so it is answered from the filter's cycle.
+//!
 //! Run: `cargo bench --bench extender` (numbers in benches/README.md). Besides criterion's
 //! estimates it prints p50/p99 over 500 timed pairs.
 
@@ -36,6 +41,7 @@ fn state(extra: &str) -> (ExtenderState, ExtenderArgs) {
         framework: Arc::new(fw),
         snapshot: Arc::new(move || snap.clone()),
         binder: None,
+        recent: Default::default(),
     };
     let args = ExtenderArgs {
         pod: Some(synthetic::plain_pod("bench")),
@@ -78,6 +84,78 @@ fn percentiles(name: &str, state: &ExtenderState, args: &ExtenderArgs) {
     );
 }
 
+/// One filter + prioritize exchange through the router, with JSON bodies; returns the
+/// number of priorities answered.
+async fn exchange(router: &axum::Router, pod: &serde_json::Value, names: &[String]) -> usize {
+    use tower::ServiceExt;
+    let call = |verb: &str, names: &[String]| {
+        let body =
+            serde_json::to_vec(&serde_json::json!({"Pod": pod, "NodeNames": names})).expect("json");
+        axum::http::Request::post(format!("/extender/{verb}"))
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body))
+            .expect("request")
+    };
+    let read = |r: axum::response::Response| async move {
+        let bytes = axum::body::to_bytes(r.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        serde_json::from_slice::<serde_json::Value>(&bytes).expect("json answer")
+    };
+    let f = read(
+        router
+            .clone()
+            .oneshot(call("filter", names))
+            .await
+            .expect("filter"),
+    )
+    .await;
+    let passed: Vec<String> = serde_json::from_value(f["NodeNames"].clone()).expect("NodeNames");
+    let p = read(
+        router
+            .clone()
+            .oneshot(call("prioritize", &passed))
+            .await
+            .expect("prioritize"),
+    )
+    .await;
+    p.as_array().map_or(0, Vec::len)
+}
+
+fn exchanges(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let (state, args) = state("{}");
+    let router = headroom::kube::extender::router(state);
+    let pod = serde_json::to_value(args.pod.as_ref().expect("pod")).expect("pod json");
+    let all = args.node_names.clone().unwrap_or_default();
+    let mut group = c.benchmark_group("exchange");
+    group.sample_size(20);
+    // 500: kube-scheduler's default sampling at 5,000 nodes finds 10 % feasible nodes and
+    // hands those to the extender; 5,000: percentageOfNodesToScore 100.
+    for n in [500usize, 5_000] {
+        let names = &all[..n];
+        let mut t: Vec<f64> = (0..300)
+            .map(|_| {
+                let s = Instant::now();
+                black_box(rt.block_on(exchange(&router, &pod, names)));
+                s.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        t.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "extender exchange, own plugins, {n} names, JSON through the router: p50 {:.3} ms, p99 {:.3} ms",
+            t[t.len() / 2],
+            t[t.len() * 99 / 100]
+        );
+        group.bench_function(format!("own-plugins/{n}"), |b| {
+            b.iter(|| rt.block_on(exchange(&router, &pod, black_box(names))))
+        });
+    }
+    group.finish();
+}
+
 fn extender(c: &mut Criterion) {
     let mut group = c.benchmark_group("extender-5000");
     group.sample_size(20);
@@ -95,5 +173,5 @@ fn extender(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, extender);
+criterion_group!(benches, extender, exchanges);
 criterion_main!(benches);

@@ -224,6 +224,7 @@ fn extender_state() -> Option<&'static crate::kube::extender::ExtenderState> {
                 framework: Arc::new(fw),
                 snapshot: Arc::new(move || snap.clone()),
                 binder: None,
+                recent: Default::default(),
             })
         })
         .as_ref()

@@ -106,6 +106,70 @@ pub struct Scheduler {
     assumed: HashMap<String, Assumed>,
     assume_ttl: Duration,
     deps: PluginDeps,
+    /// Changes that had to copy the whole snapshot because a reader still held it
+    /// (`headroom_scheduler_snapshot_copies_total`): each costs O(nodes + pods).
+    snapshot_copies: prometheus_client::metrics::counter::Counter,
+}
+
+/// A copy of the scheduler's snapshot for readers outside the scheduling cycle that must
+/// not hold the scheduler's lock (the extender's requests), refreshed at most once per
+/// `max_age`, and only when the snapshot changed since.
+///
+/// Why a copy: a reader holding the scheduler's own `Arc<Snapshot>` makes the next change
+/// (a watch event, an assumed pod) copy the whole snapshot under the lock — O(nodes + pods)
+/// per change while the reader holds it, which under the extender's steady requests was
+/// nearly every change. A copy taken here costs the same once per `max_age` at most, and a
+/// request never waits for a cycle. The price is staleness of up to `max_age`.
+pub struct ReadCopy {
+    scheduler: Arc<std::sync::Mutex<Scheduler>>,
+    max_age: Duration,
+    slot: std::sync::Mutex<Option<(Arc<Snapshot>, u64, Instant)>>,
+}
+
+impl ReadCopy {
+    /// Copies of `scheduler`'s snapshot at most `max_age` old.
+    pub fn new(scheduler: Arc<std::sync::Mutex<Scheduler>>, max_age: Duration) -> ReadCopy {
+        ReadCopy {
+            scheduler,
+            max_age,
+            slot: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The copy, refreshed first when it is older than `max_age` and the scheduler's
+    /// snapshot has changed since it was taken.
+    pub fn current(&self) -> Arc<Snapshot> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((copy, _, taken)) = &*slot
+            && taken.elapsed() < self.max_age
+        {
+            return copy.clone();
+        }
+        let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = s.snapshot.generation();
+        if let Some((copy, g, taken)) = &mut *slot
+            && *g == generation
+        {
+            *taken = Instant::now();
+            return copy.clone();
+        }
+        // A deep copy: the scheduler's own Arc stays unshared, so its changes stay cheap.
+        let copy = Arc::new(Snapshot::clone(&s.snapshot));
+        drop(s);
+        *slot = Some((copy.clone(), generation, Instant::now()));
+        copy
+    }
+}
+
+/// `Arc::make_mut`, counting the copies it makes.
+fn make_mut<'a>(
+    snapshot: &'a mut Arc<Snapshot>,
+    copies: &prometheus_client::metrics::counter::Counter,
+) -> &'a mut Snapshot {
+    if Arc::strong_count(snapshot) > 1 {
+        copies.inc();
+    }
+    Arc::make_mut(snapshot)
 }
 
 fn key(p: &PodInfo) -> String {
@@ -137,6 +201,7 @@ impl Scheduler {
             assumed: HashMap::new(),
             assume_ttl: Duration::from_secs(30),
             deps: deps.clone(),
+            snapshot_copies: Default::default(),
         })
     }
 
@@ -150,9 +215,16 @@ impl Scheduler {
         self.snapshot.clone()
     }
 
-    /// Mutable access for cluster events (node/pod add, update, delete).
+    /// Mutable access for cluster events (node/pod add, update, delete). Copies the whole
+    /// snapshot when a reader still holds it (counted in [`Scheduler::snapshot_copies`]):
+    /// readers outside the cycle should hold it briefly, or not at all.
     pub fn snapshot_mut(&mut self) -> &mut Snapshot {
-        Arc::make_mut(&mut self.snapshot)
+        make_mut(&mut self.snapshot, &self.snapshot_copies)
+    }
+
+    /// The counter of whole-snapshot copies (a handle: register it on the metrics).
+    pub fn snapshot_copies(&self) -> prometheus_client::metrics::counter::Counter {
+        self.snapshot_copies.clone()
     }
 
     /// Replaces the snapshot wholesale (e.g. after a re-list).
@@ -181,6 +253,11 @@ impl Scheduler {
         if self.snapshot.usage().now_ms != now_ms {
             self.snapshot_mut().usage_mut().now_ms = now_ms;
         }
+    }
+
+    /// The usage policy the real-usage plugins judge by (staleness, headroom).
+    pub fn usage_policy(&self) -> &crate::usage::UsagePolicy {
+        &self.deps.policy
     }
 
     /// The profile names.
@@ -399,7 +476,7 @@ impl Scheduler {
                     .iter()
                     .map(|b| (format!("{}/{}", b.namespace, b.claim), b.pv.clone()))
                     .collect();
-                match Arc::make_mut(&mut self.snapshot)
+                match make_mut(&mut self.snapshot, &self.snapshot_copies)
                     .volumes_mut()
                     .assume(&v.static_bindings)
                 {
@@ -431,7 +508,7 @@ impl Scheduler {
         // A bare pod's identity is its own name: remembering a history for it would only
         // grow the map.
         let builder = (!usage.builder.is_pod()).then_some(usage.builder.as_str());
-        let snapshot = Arc::make_mut(&mut self.snapshot);
+        let snapshot = self.snapshot_mut();
         snapshot.add_pod(info.clone(), node);
         snapshot
             .usage_mut()
@@ -469,7 +546,7 @@ impl Scheduler {
     /// The bind failed: the pod leaves its node. Returns the node it had been assumed on.
     pub fn forget(&mut self, pod: &PodInfo) -> Option<String> {
         let a = self.assumed.remove(&key(pod))?;
-        let snapshot = Arc::make_mut(&mut self.snapshot);
+        let snapshot = self.snapshot_mut();
         if !a.volumes.is_empty() {
             snapshot.volumes_mut().restore(&a.volumes);
         }
@@ -488,7 +565,7 @@ impl Scheduler {
             .collect();
         for k in &expired {
             if let (Some(a), Some((ns, name))) = (self.assumed.remove(k), k.split_once('/')) {
-                let snapshot = Arc::make_mut(&mut self.snapshot);
+                let snapshot = self.snapshot_mut();
                 if !a.volumes.is_empty() {
                     snapshot.volumes_mut().restore(&a.volumes);
                 }
@@ -510,6 +587,54 @@ mod tests {
     use super::*;
     use crate::plugins::testutil::*;
     use serde_json::json;
+
+    /// The extender's copy never shares the scheduler's own snapshot, so changes after it
+    /// copy nothing; within `max_age` readers get the same copy, and after a change past
+    /// it a fresh one.
+    #[test]
+    fn read_copies_leave_the_schedulers_snapshot_unshared() {
+        let mut s = Scheduler::new(&Config::default()).unwrap();
+        *s.snapshot_mut() = Snapshot::build([node("n1", json!({}))], []);
+        let copies = s.snapshot_copies();
+        let sched = Arc::new(std::sync::Mutex::new(s));
+        let long = ReadCopy::new(sched.clone(), Duration::from_secs(3600));
+        let first = long.current();
+        assert!(
+            Arc::ptr_eq(&first, &long.current()),
+            "within max_age: the same copy"
+        );
+        let mut s = sched.lock().unwrap();
+        s.schedule_one(&cpu_pod("a", "1"), None, false);
+        assert_eq!(copies.get(), 0, "the reader's copy is its own");
+        // A reader of the scheduler's own Arc does make the next change copy (counted).
+        let held = s.snapshot();
+        s.snapshot_mut()
+            .upsert_node(Arc::new(node("n2", json!({}))));
+        assert_eq!(copies.get(), 1);
+        drop((held, s));
+        let fresh = ReadCopy::new(sched.clone(), Duration::ZERO);
+        let c1 = fresh.current();
+        assert_eq!(c1.len(), 2);
+        assert_eq!(
+            c1.get("n1").unwrap().pods.len(),
+            1,
+            "the assumed pod is in the copy"
+        );
+        assert!(
+            Arc::ptr_eq(&c1, &fresh.current()),
+            "unchanged: the copy is kept"
+        );
+        sched.lock().unwrap().snapshot_mut().remove_node("n2");
+        assert_eq!(fresh.current().len(), 1, "changed: copied again");
+        assert!(
+            Arc::ptr_eq(&first, &long.current()),
+            "still within its max_age"
+        );
+        assert!(
+            first.get("n1").unwrap().pods.is_empty(),
+            "taken before the pod"
+        );
+    }
 
     fn cpu_pod(name: &str, cpu: &str) -> PodInfo {
         info(pod(

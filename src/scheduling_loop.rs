@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinSet;
 
+use crate::api::DecisionInputs;
 use crate::framework::{BindAnnotations, BindPlugin, Decision};
 use crate::queue::{Failure, PodKey, QueuedPodInfo, SchedulingQueue};
 use crate::scheduler::Scheduler;
@@ -177,9 +178,16 @@ impl SchedulingLoop {
                 (Some(annotate), Some(_)) => annotate(&attempt.decision, &snapshot),
                 _ => BindAnnotations::new(),
             };
-            (attempt, annotations)
+            // What the decision log shows besides the record, read here from the snapshot
+            // the cycle saw: reading it later (the sink) would take this lock again and,
+            // while holding the snapshot, make the next assume copy all of it.
+            let inputs = self.decisions.as_ref().map(|_| {
+                let builder = attempt.placement.as_ref().map(|p| p.builder.to_string());
+                DecisionInputs::at_decision(&attempt.decision, builder, &snapshot, s.usage_policy())
+            });
+            (attempt, annotations, inputs)
         };
-        let (attempt, annotations) = attempt;
+        let (attempt, annotations, inputs) = attempt;
         {
             let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
             st.attempts += 1;
@@ -187,7 +195,7 @@ impl SchedulingLoop {
         }
         let node = attempt.decision.node().map(str::to_string);
         let failure = Failure::from(&attempt.decision);
-        self.publish(attempt.decision, stats);
+        self.publish(attempt.decision, inputs.unwrap_or_default(), stats);
         let (Some(node), Some(assumed)) = (node, attempt.assumed) else {
             stats
                 .lock()
@@ -248,9 +256,9 @@ impl SchedulingLoop {
         });
     }
 
-    fn publish(&self, decision: Decision, stats: &Mutex<LoopStats>) {
+    fn publish(&self, decision: Decision, inputs: DecisionInputs, stats: &Mutex<LoopStats>) {
         if let Some(tx) = &self.decisions
-            && tx.send(decision).is_err()
+            && tx.send(decision, inputs).is_err()
         {
             stats
                 .lock()
@@ -382,9 +390,9 @@ mod tests {
             let _ = stop_rx.await;
         }));
 
-        let first = rx.recv().await.unwrap();
+        let first = rx.recv().await.unwrap().decision;
         assert_eq!((first.name.as_str(), first.node()), ("a", Some("n1")));
-        let second = rx.recv().await.unwrap();
+        let second = rx.recv().await.unwrap().decision;
         assert_eq!(second.name, "b");
         assert!(
             second.node().is_none(),
@@ -405,7 +413,7 @@ mod tests {
             0
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let third = rx.recv().await.unwrap();
+        let third = rx.recv().await.unwrap().decision;
         assert_eq!((third.name.as_str(), third.node()), ("a", Some("n1")));
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
@@ -421,7 +429,7 @@ mod tests {
             .snapshot_mut()
             .upsert_node(Arc::new(node("n2", json!({}))));
         queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
-        let fourth = rx.recv().await.unwrap();
+        let fourth = rx.recv().await.unwrap().decision;
         assert_eq!((fourth.name.as_str(), fourth.node()), ("b", Some("n2")));
 
         stop_tx.send(()).unwrap();

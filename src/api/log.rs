@@ -35,8 +35,10 @@ impl Default for LogLimits {
 }
 
 /// The inputs behind a decision that the decision record itself does not carry, captured
-/// when the decision was logged: the pod's builder and its profile, the age of the usage
-/// view, and the chosen node's measured usage.
+/// by the scheduling loop right after the cycle, from the snapshot the cycle read
+/// ([`DecisionInputs::at_decision`]): the pod's builder and its profile, the age of the
+/// usage view, and the chosen node's measured usage. The decision sink only adds
+/// `warm_cache` (from the store).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionInputs {
@@ -56,6 +58,44 @@ pub struct DecisionInputs {
     /// The chosen node's measured usage at decision time.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub chosen_node: Option<NodeInputs>,
+}
+
+impl DecisionInputs {
+    /// The inputs of `decision` as its cycle saw them: computed under the scheduler's lock
+    /// from the snapshot the cycle read (with the pod already assumed on its node), so
+    /// nobody reads the snapshot again after the cycle. `builder` is the placed pod's
+    /// builder identity as the scheduler recorded the placement; `policy` judges
+    /// staleness and headroom as the scheduler does.
+    pub fn at_decision(
+        decision: &Decision,
+        builder: Option<String>,
+        snapshot: &crate::snapshot::Snapshot,
+        policy: &crate::usage::UsagePolicy,
+    ) -> DecisionInputs {
+        let usage = snapshot.usage();
+        let view = &usage.view;
+        let now = usage.now_ms;
+        let stale_ms = i64::try_from(policy.stale_after.as_millis()).unwrap_or(i64::MAX);
+        let chosen_node = decision.node().and_then(|node| {
+            let u = view.node(node)?;
+            let n = snapshot.get(node)?;
+            let age_ms = now.saturating_sub(u.newest_ms).max(0);
+            Some(NodeInputs {
+                usage: u.clone(),
+                headroom: Headroom::of(n, usage, policy),
+                age_seconds: age_ms as f64 / 1000.0,
+                stale: age_ms > stale_ms,
+            })
+        });
+        DecisionInputs {
+            profile: builder.as_deref().and_then(|b| view.builder(b).cloned()),
+            builder,
+            warm_cache: None,
+            usage_view_age_seconds: (view.generated_ms > 0)
+                .then(|| now.saturating_sub(view.generated_ms).max(0) as f64 / 1000.0),
+            chosen_node,
+        }
+    }
 }
 
 /// A node's measured usage as a decision saw it.

@@ -56,7 +56,6 @@ pub use sink::{
 };
 
 use crate::analytics::UsageView;
-use crate::framework::Decision;
 use crate::metrics::Metrics;
 use crate::queue::{PendingPod, QueueLengths, SchedulingQueue};
 use crate::scheduler::Scheduler;
@@ -153,9 +152,6 @@ impl QueueView for SchedulingQueue {
 /// The clock the API judges freshness by, ms since the epoch.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
-/// The pod's builder identity for a decision, when the owner can tell (it has the pod).
-pub type BuilderOf = Arc<dyn Fn(&Decision) -> Option<String> + Send + Sync>;
-
 /// Wall-clock time, ms since the epoch.
 pub fn wall_clock_ms() -> i64 {
     SystemTime::now()
@@ -181,7 +177,6 @@ pub struct ApiState {
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
     clock: Clock,
-    builder_of: Option<BuilderOf>,
     runs_cache: Arc<Mutex<Option<RunsCache>>>,
     advice: Arc<crate::advice::AdviceConfig>,
     identity: Arc<headroom_collectors::IdentityConfig>,
@@ -212,7 +207,6 @@ impl ApiState {
             metrics,
             ready: Arc::new(AtomicBool::new(false)),
             clock: Arc::new(wall_clock_ms),
-            builder_of: None,
             runs_cache: Arc::new(Mutex::new(None)),
             advice: Arc::new(crate::advice::AdviceConfig::default()),
             identity: Arc::new(headroom_collectors::IdentityConfig::default()),
@@ -274,13 +268,6 @@ impl ApiState {
         self
     }
 
-    /// Tells the decision sink each decided pod's builder (for profiles in `/explain` and
-    /// the warm-cache placement counter).
-    pub fn with_builder_of(mut self, builder_of: BuilderOf) -> ApiState {
-        self.builder_of = Some(builder_of);
-        self
-    }
-
     /// Marks the server ready (`/readyz` answers 200) or not (503).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
@@ -319,10 +306,6 @@ impl ApiState {
     /// The current usage view: the one in the scheduler's snapshot.
     pub fn usage_view(&self) -> Arc<UsageView> {
         self.snapshot().usage().view.clone()
-    }
-
-    fn builder_of(&self, d: &Decision) -> Option<String> {
-        self.builder_of.as_ref().and_then(|f| f(d))
     }
 
     /// Sets every gauge from the current state (snapshot, usage view, queue, store,

@@ -15,12 +15,9 @@ use headroom_storage::{DecisionKey, Store};
 use tokio::sync::mpsc;
 
 use super::ApiState;
-use super::log::{DecisionInputs, LoggedDecision, NodeInputs};
-use crate::analytics::UsageView;
+use super::log::{DecisionInputs, LoggedDecision};
 use crate::framework::Decision;
 use crate::metrics::PlacementCache;
-use crate::snapshot::Snapshot;
-use crate::usage::Headroom;
 
 /// Decisions taken from the channel per batch.
 const BATCH: usize = 64;
@@ -36,7 +33,7 @@ const BATCH: usize = 64;
 /// (it says so in a note).
 #[derive(Clone, Debug)]
 pub struct DecisionSender {
-    tx: mpsc::Sender<Arc<Decision>>,
+    tx: mpsc::Sender<Decided>,
     queued_bytes: Arc<AtomicUsize>,
     max_bytes: usize,
 }
@@ -44,8 +41,18 @@ pub struct DecisionSender {
 /// The sink's side of the decision channel ([`decision_channel`]).
 #[derive(Debug)]
 pub struct DecisionReceiver {
-    rx: mpsc::Receiver<Arc<Decision>>,
+    rx: mpsc::Receiver<Decided>,
     queued_bytes: Arc<AtomicUsize>,
+}
+
+/// A decision with the inputs its cycle saw ([`DecisionInputs::at_decision`]): what the
+/// scheduling loop hands the sink, so the sink never reads the scheduler's snapshot.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    /// The record.
+    pub decision: Decision,
+    /// Builder, profile, usage view age and the chosen node's usage, at decision time.
+    pub inputs: DecisionInputs,
 }
 
 /// Why [`DecisionSender::send`] did not queue a record.
@@ -81,7 +88,7 @@ pub const SUMMARY_NOTE: &str =
 impl DecisionSender {
     /// Queues a record without waiting: whole while the queued bytes are under the budget,
     /// else as its summary; returns whether it was a summary.
-    pub fn send(&self, decision: Decision) -> Result<bool, SendError> {
+    pub fn send(&self, decision: Decision, inputs: DecisionInputs) -> Result<bool, SendError> {
         let mut bytes = super::log::approx_bytes(&decision);
         let mut summarized = false;
         let record = if self.queued_bytes.load(Ordering::Relaxed) + bytes > self.max_bytes {
@@ -94,7 +101,10 @@ impl DecisionSender {
             decision
         };
         self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
-        match self.tx.try_send(Arc::new(record)) {
+        match self.tx.try_send(Decided {
+            decision: record,
+            inputs,
+        }) {
             Ok(()) => Ok(summarized),
             Err(e) => {
                 self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
@@ -115,30 +125,30 @@ impl DecisionSender {
 impl DecisionReceiver {
     /// Takes up to `limit` records into `buffer`; 0 once every sender is gone and the
     /// channel is empty.
-    pub async fn recv_many(&mut self, buffer: &mut Vec<Arc<Decision>>, limit: usize) -> usize {
+    pub async fn recv_many(&mut self, buffer: &mut Vec<Decided>, limit: usize) -> usize {
         let start = buffer.len();
         let n = self.rx.recv_many(buffer, limit).await;
         let bytes: usize = buffer[start..]
             .iter()
-            .map(|d| super::log::approx_bytes(d))
+            .map(|d| super::log::approx_bytes(&d.decision))
             .sum();
         self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         n
     }
 
     /// Takes one record; `None` once every sender is gone and the channel is empty.
-    pub async fn recv(&mut self) -> Option<Arc<Decision>> {
+    pub async fn recv(&mut self) -> Option<Decided> {
         let d = self.rx.recv().await?;
         self.queued_bytes
-            .fetch_sub(super::log::approx_bytes(&d), Ordering::Relaxed);
+            .fetch_sub(super::log::approx_bytes(&d.decision), Ordering::Relaxed);
         Some(d)
     }
 
     /// Takes one record if one is queued now.
-    pub fn try_recv(&mut self) -> Option<Arc<Decision>> {
+    pub fn try_recv(&mut self) -> Option<Decided> {
         let d = self.rx.try_recv().ok()?;
         self.queued_bytes
-            .fetch_sub(super::log::approx_bytes(&d), Ordering::Relaxed);
+            .fetch_sub(super::log::approx_bytes(&d.decision), Ordering::Relaxed);
         Some(d)
     }
 
@@ -176,7 +186,7 @@ pub async fn run_decision_sink(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> SinkReport {
     let mut report = SinkReport::default();
-    let mut batch: Vec<Arc<Decision>> = Vec::with_capacity(BATCH);
+    let mut batch: Vec<Decided> = Vec::with_capacity(BATCH);
     tokio::pin!(shutdown);
     let mut closing = false;
     loop {
@@ -198,38 +208,30 @@ pub async fn run_decision_sink(
             break;
         }
         report.decisions += batch.len() as u64;
-        let view = state.usage_view();
         let now = state.now_ms();
-        // Once per batch: the snapshot source may be the scheduler's lock, which the loop
-        // holds during every cycle.
-        let snapshot = batch
-            .iter()
-            .any(|d| d.node().is_some())
-            .then(|| state.snapshot());
         let mut logged = Vec::with_capacity(batch.len());
-        for d in batch.drain(..) {
+        for Decided {
+            decision: d,
+            inputs,
+        } in batch.drain(..)
+        {
             state.metrics().observe_decision(&d, d.cycle_duration);
             if let Some(f) = &forward
                 && f.try_send(Arc::new(d.summary_only())).is_err()
             {
                 report.forward_dropped += 1;
             }
-            let builder = d.node().and_then(|_| state.builder_of(&d));
-            let inputs = inputs(&state, &d, builder, &view, snapshot.as_deref(), now);
             let decided_at_ms = if d.decided_at_ms > 0 {
                 d.decided_at_ms
             } else {
                 now
             };
             logged.push(Arc::new(LoggedDecision {
-                decision: d,
+                decision: Arc::new(d),
                 decided_at_ms,
                 inputs,
             }));
         }
-        // Not across the store write: while a reader holds the snapshot, the scheduler's
-        // next change (an assumed pod) has to copy it.
-        drop(snapshot);
         let caches = match state.store().cloned() {
             Some(store) => {
                 let records = logged.clone();
@@ -269,38 +271,6 @@ pub async fn run_decision_sink(
         state.metrics().set_decision_log(entries, bytes);
     }
     report
-}
-
-fn inputs(
-    state: &ApiState,
-    d: &Decision,
-    builder: Option<String>,
-    view: &UsageView,
-    snapshot: Option<&Snapshot>,
-    now: i64,
-) -> DecisionInputs {
-    let policy = state.policy();
-    let stale_ms = i64::try_from(policy.stale_after.as_millis()).unwrap_or(i64::MAX);
-    let chosen_node = d.node().and_then(|node| {
-        let u = view.node(node)?;
-        let snapshot = snapshot?;
-        let n = snapshot.get(node)?;
-        let age_ms = now.saturating_sub(u.newest_ms).max(0);
-        Some(NodeInputs {
-            usage: u.clone(),
-            headroom: Headroom::of(n, snapshot.usage(), policy),
-            age_seconds: age_ms as f64 / 1000.0,
-            stale: age_ms > stale_ms,
-        })
-    });
-    DecisionInputs {
-        profile: builder.as_deref().and_then(|b| view.builder(b).cloned()),
-        builder,
-        warm_cache: None,
-        usage_view_age_seconds: (view.generated_ms > 0)
-            .then(|| now.saturating_sub(view.generated_ms).max(0) as f64 / 1000.0),
-        chosen_node,
-    }
 }
 
 /// Writes the batch to the store; returns per record whether its chosen node was in its
@@ -376,15 +346,18 @@ mod tests {
     async fn the_byte_budget_turns_records_into_summaries() {
         let one = super::super::log::approx_bytes(&big(1_000));
         let (tx, mut rx) = decision_channel(3, one + one / 2);
-        assert_eq!(tx.send(big(1_000)), Ok(false));
+        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(false));
         assert_eq!(tx.queued_bytes(), one);
-        assert_eq!(tx.send(big(1_000)), Ok(true));
+        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(true));
         assert!(tx.queued_bytes() < one + one / 10);
-        assert_eq!(tx.send(big(1_000)), Ok(true));
-        assert_eq!(tx.send(big(1_000)), Err(SendError::Full));
+        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(true));
+        assert_eq!(
+            tx.send(big(1_000), DecisionInputs::default()),
+            Err(SendError::Full)
+        );
         let whole = rx.recv().await.unwrap();
-        assert_eq!(whole.feasible.len(), 1_000);
-        let summary = rx.recv().await.unwrap();
+        assert_eq!(whole.decision.feasible.len(), 1_000);
+        let summary = rx.recv().await.unwrap().decision;
         assert_eq!(summary.feasible.len(), 3);
         assert_eq!(summary.feasible_count(), 1_000);
         assert!(summary.notes.iter().any(|n| n == SUMMARY_NOTE));
@@ -392,7 +365,7 @@ mod tests {
         assert_eq!(rx.recv_many(&mut rest, 8).await, 1);
         assert_eq!(tx.queued_bytes(), 0);
         // Room again: whole records.
-        assert_eq!(tx.send(big(1_000)), Ok(false));
+        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(false));
         drop(tx);
         assert!(rx.recv().await.is_some());
         assert!(rx.recv().await.is_none());

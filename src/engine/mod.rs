@@ -171,8 +171,13 @@ impl Engine {
             config.scheduler.queue(),
             scheduler.pre_enqueue_fn(),
         ));
-        let scheduler = Arc::new(Mutex::new(scheduler));
         let metrics = Arc::new(Metrics::new(MetricsOptions::default()));
+        metrics.register(
+            "headroom_scheduler_snapshot_copies",
+            "Changes to the scheduler's snapshot that copied all of it because a reader held it",
+            scheduler.snapshot_copies(),
+        );
+        let scheduler = Arc::new(Mutex::new(scheduler));
         let feed = FeedStats::default();
         feed.register(&metrics);
         let names: HashSet<String> = if parts.schedule {
@@ -270,7 +275,6 @@ impl Engine {
     /// The inspection API's state over this engine: its scheduler's snapshot, queue,
     /// store, decision log, metrics, clock and usage policy.
     pub fn api_state(&self) -> ApiState {
-        let sched = self.scheduler.clone();
         let identity = self.deps.identity.clone();
         let state = ApiState::new(self.scheduler.clone(), self.metrics.clone());
         let state = match &self.store {
@@ -282,21 +286,7 @@ impl Engine {
             .with_decision_log(self.log.clone())
             .with_clock(self.clock.as_fn())
             .with_policy(self.deps.policy.clone())
-            .with_advice(self.config.advice.clone(), identity.clone())
-            .with_builder_of(Arc::new(move |d: &Decision| {
-                // The decided pod is in the snapshot (assumed or bound) when it was placed.
-                let snap = sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot();
-                let idx = snap.node_of_pod(&d.namespace, &d.name, &d.uid)?;
-                let pod = snap
-                    .node(idx)
-                    .pods
-                    .iter()
-                    .find(|p| p.name == d.name && p.namespace == d.namespace)?
-                    .clone();
-                Some(
-                    headroom_collectors::builder_identity(&pod.pod.metadata, &identity).to_string(),
-                )
-            }))
+            .with_advice(self.config.advice.clone(), identity)
     }
 
     /// The scheduling loop over this engine's scheduler and queue, binding with `binder`

@@ -16,7 +16,7 @@
 //! patched only when its message changes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -32,7 +32,6 @@ use tokio::time::Instant;
 use super::bind::BindOutcome;
 use super::config::{EventsConfig, ServeConfig};
 use crate::framework::{Decision, Fallback, Outcome};
-use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
 use crate::usage::UsageContext;
 
@@ -532,8 +531,6 @@ pub struct Reporter {
     pub recorder: Recorder,
     /// The store (placement history); `None` without one.
     pub store: Option<headroom_storage::Store>,
-    /// The scheduler, for the usage context the summary reports.
-    pub scheduler: Arc<Mutex<Scheduler>>,
     /// The serve settings (annotations).
     pub config: ServeConfig,
     /// How pods map to builders (for the placement history).
@@ -564,8 +561,9 @@ const MAX_PARKED: usize = 10_000;
 /// What the reporter keeps between messages.
 #[derive(Default)]
 struct ReporterState {
-    /// Decision summaries of placed pods whose bind outcome has not arrived, by uid.
-    summaries: HashMap<String, serde_json::Value>,
+    /// Placed pods whose bind outcome has not arrived, by uid: the usage fallback that
+    /// placed each, if any (the `Scheduled` event names it).
+    placed: HashMap<String, Option<Fallback>>,
     /// The last `PodScheduled=False` message written per uid (patched only on change).
     conditions: HashMap<String, String>,
     /// Successful bind outcomes that arrived before their decision, by uid. Decisions
@@ -608,7 +606,7 @@ impl Reporter {
                 Ok(d) => self.on_decision(&d, &mut st).await,
                 Err(o) => {
                     let waiting = o.result.is_ok()
-                        && !st.summaries.contains_key(&o.pod.uid)
+                        && !st.placed.contains_key(&o.pod.uid)
                         && st.parked.len() < MAX_PARKED;
                     if waiting {
                         st.parked.insert(o.pod.uid.clone(), o);
@@ -618,8 +616,8 @@ impl Reporter {
                 }
             }
             // Bound the dedupe maps: losing them costs one redundant write per pod.
-            if st.summaries.len() > 100_000 {
-                st.summaries.clear();
+            if st.placed.len() > 100_000 {
+                st.placed.clear();
             }
             if st.conditions.len() > 100_000 {
                 st.conditions.clear();
@@ -635,17 +633,9 @@ impl Reporter {
         let now = super::now_ms();
         let (reason, message) = match &d.outcome {
             Outcome::Placed { .. } => {
-                // The snapshot briefly (an Arc), not a copy of its usage context: the
-                // summary reads a few entries of it. Dropped at once, so the scheduler's
-                // next change need not copy the snapshot.
-                let snapshot = self
-                    .scheduler
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .snapshot();
-                let summary = decision_summary(d, snapshot.usage(), now);
-                drop(snapshot);
-                st.summaries.insert(d.uid.clone(), summary);
+                // The decision summary went with the binding (computed in the cycle); the
+                // event needs only the fallback, which the record carries.
+                st.placed.insert(d.uid.clone(), d.fallback.clone());
                 if let Some(o) = st.parked.remove(&d.uid) {
                     self.on_outcome(o, st).await;
                 }
@@ -711,7 +701,7 @@ impl Reporter {
     }
 
     async fn on_outcome(&self, o: BindOutcome, st: &mut ReporterState) {
-        let summary = st.summaries.remove(&o.pod.uid);
+        let fallback = st.placed.remove(&o.pod.uid).flatten();
         if let Err(e) = &o.result {
             let mut text = e.to_string();
             if let Some(first) = text.get_mut(0..1) {
@@ -722,10 +712,6 @@ impl Reporter {
             return;
         }
         st.conditions.remove(&o.pod.uid);
-        let fallback = summary
-            .as_ref()
-            .and_then(|s| s.get("fallback"))
-            .and_then(|f| serde_json::from_value::<Fallback>(f.clone()).ok());
         self.recorder
             .record(scheduled(&o.pod, &o.node, fallback.as_ref()));
         let builder = headroom_collectors::builder_identity(&o.pod.pod.metadata, &self.identity);

@@ -46,6 +46,12 @@ use serde::{Deserialize, Serialize};
 use crate::framework::{BoxFuture, Code, Decision, Framework, Outcome, Status};
 use crate::snapshot::{PodInfo, Snapshot};
 
+/// How stale the extender's copy of the cluster may be (see
+/// [`ReadCopy`](crate::scheduler::ReadCopy)): at most one copy of the snapshot per 100 ms
+/// under load, and pods bound in the last 100 ms may be missing from what a request sees
+/// (the watch itself lags by about as much).
+pub const EXTENDER_SNAPSHOT_MAX_AGE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The highest score an extender may give (`extenderv1.MaxExtenderPriority`).
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;
 
@@ -180,6 +186,49 @@ pub struct ExtenderState {
     pub snapshot: SnapshotSource,
     /// The binder for `/extender/bind`; `None` answers bind with an error.
     pub binder: Option<Arc<dyn ExtenderBinder>>,
+    /// The latest evaluations by pod uid: kube-scheduler calls `prioritize` right after
+    /// `filter` for the same pod, with a subset of the nodes `filter` judged, so the scores
+    /// `filter`'s cycle computed answer it without a second cycle.
+    pub recent: Arc<RecentEvaluations>,
+}
+
+/// How many pods' evaluations [`RecentEvaluations`] keeps (kube-scheduler schedules one
+/// pod at a time; a few spare slots cover retries and a second scheduler profile).
+const RECENT_PODS: usize = 16;
+
+/// How long an evaluation answers `prioritize` (kube-scheduler calls it within
+/// milliseconds of `filter`; an older one is recomputed on the current snapshot).
+const RECENT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The last few pods' evaluations, newest last (see [`ExtenderState::recent`]).
+#[derive(Default)]
+pub struct RecentEvaluations(
+    std::sync::Mutex<std::collections::VecDeque<(String, Arc<Evaluated>)>>,
+);
+
+impl RecentEvaluations {
+    fn get(&self, uid: &str) -> Option<Arc<Evaluated>> {
+        if uid.is_empty() {
+            return None;
+        }
+        let q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter()
+            .rev()
+            .find(|(u, e)| u == uid && e.at.elapsed() < RECENT_MAX_AGE)
+            .map(|(_, e)| e.clone())
+    }
+
+    fn put(&self, uid: &str, ev: Arc<Evaluated>) {
+        if uid.is_empty() {
+            return;
+        }
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        q.retain(|(u, _)| u != uid);
+        if q.len() >= RECENT_PODS {
+            q.pop_front();
+        }
+        q.push_back((uid.to_string(), ev));
+    }
 }
 
 /// Reads a request body of the Go type `kind` (`ExtenderArgs`, `ExtenderBindingArgs`), or
@@ -263,11 +312,26 @@ fn request(args: ExtenderArgs) -> Result<Request, ExtenderError> {
     })
 }
 
-/// What one evaluation found, per candidate name.
-struct Evaluated {
+/// What one evaluation found: the decision over the asked nodes of `snapshot`.
+pub struct Evaluated {
     decision: Decision,
-    /// Candidate name → index in the snapshot evaluated (None: unknown to the cache).
+    /// The snapshot evaluated (names resolve to indices there).
     snapshot: Arc<Snapshot>,
+    /// Which snapshot nodes were asked about (dense by index).
+    asked: Vec<bool>,
+    /// When it was computed.
+    at: std::time::Instant,
+}
+
+impl Evaluated {
+    /// Whether every name was judged here (unknown names count: they score 0 either way).
+    fn covers(&self, names: &[String]) -> bool {
+        names.iter().all(|n| {
+            self.snapshot
+                .index_of(n)
+                .is_none_or(|i| self.asked.get(i as usize).copied().unwrap_or(false))
+        })
+    }
 }
 
 impl ExtenderState {
@@ -300,19 +364,29 @@ impl ExtenderState {
             .iter()
             .filter_map(|n| snapshot.index_of(n))
             .collect();
+        let mut asked_set = vec![false; snapshot.len()];
+        for i in &asked {
+            asked_set[*i as usize] = true;
+        }
         // Host selection is kube-scheduler's job here; the seed only feeds the tie-breaker
         // of a decision nobody acts on.
         let mut rng = SmallRng::seed_from_u64(0);
         let (decision, _) = self
             .framework
             .schedule_nodes(&req.pod, &snapshot, &asked, &mut rng, false);
-        Evaluated { decision, snapshot }
+        Evaluated {
+            decision,
+            snapshot,
+            asked: asked_set,
+            at: std::time::Instant::now(),
+        }
     }
 
     /// `/filter`: which candidates pass headroom's filters.
     pub fn filter(&self, args: ExtenderArgs) -> Result<ExtenderFilterResult, ExtenderError> {
         let req = request(args)?;
-        let ev = self.evaluate(&req);
+        let ev = Arc::new(self.evaluate(&req));
+        self.recent.put(&req.pod.uid, ev.clone());
         let mut result = ExtenderFilterResult::default();
         if let Outcome::Error { message } = &ev.decision.outcome
             && ev.decision.feasible.is_empty()
@@ -369,7 +443,17 @@ impl ExtenderState {
     /// `/prioritize`: a 0..=10 score per candidate, in request order.
     pub fn prioritize(&self, args: ExtenderArgs) -> Result<Vec<HostPriority>, ExtenderError> {
         let req = request(args)?;
-        let ev = self.evaluate(&req);
+        let ev = match self.recent.get(&req.pod.uid) {
+            Some(ev) if ev.covers(&req.names) => ev,
+            _ => Arc::new(self.evaluate(&req)),
+        };
+        Ok(priorities(&ev, req.names))
+    }
+}
+
+/// The 0..=10 score of each name from an evaluation (0 for names it did not find feasible).
+fn priorities(ev: &Evaluated, names: Vec<String>) -> Vec<HostPriority> {
+    {
         let d = &ev.decision;
         let total_weight: i64 = d.scores.iter().map(|c| c.weight).sum();
         // Dense by snapshot index: one slot per node, no hashing per candidate.
@@ -381,8 +465,7 @@ impl ExtenderState {
                 }
             }
         }
-        Ok(req
-            .names
+        names
             .into_iter()
             .map(|host| {
                 let score = ev
@@ -392,7 +475,7 @@ impl ExtenderState {
                     .map_or(0, |t| scale(t, total_weight));
                 HostPriority { host, score }
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -525,6 +608,7 @@ mod tests {
             framework: Arc::new(fw),
             snapshot: Arc::new(move || snap.clone()),
             binder: None,
+            recent: Default::default(),
         };
         let mut names = known.clone();
         names.insert(1, "x".to_string());
@@ -552,6 +636,71 @@ mod tests {
                 score: 0
             }
         );
+    }
+
+    /// kube-scheduler's `prioritize` right after `filter` for the same pod reuses the
+    /// filter's cycle (no second snapshot read), with the scores a fresh cycle gives; nodes
+    /// the filter did not judge, or another pod, get a cycle of their own.
+    #[test]
+    fn prioritize_reuses_the_filters_evaluation() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (nodes, pods) = crate::synthetic::cluster(20, 3, 7);
+        let names: Vec<String> = nodes
+            .iter()
+            .map(|n| n.metadata.name.clone().unwrap_or_default())
+            .collect();
+        let snap = Arc::new(Snapshot::build(nodes, pods));
+        let reads = Arc::new(AtomicUsize::new(0));
+        let cfg: super::super::config::ExtenderConfig = serde_norway::from_str(
+            "plugins: {NodeResourcesFit: {enabled: true}, TaintToleration: {enabled: true}}",
+        )
+        .unwrap();
+        let fw = Arc::new(
+            crate::plugins::build_framework_with(
+                &cfg.profile(),
+                &crate::plugins::PluginDeps::default(),
+            )
+            .unwrap(),
+        );
+        let state = |reads: Arc<AtomicUsize>| {
+            let snap = snap.clone();
+            ExtenderState {
+                framework: fw.clone(),
+                snapshot: Arc::new(move || {
+                    reads.fetch_add(1, Ordering::SeqCst);
+                    snap.clone()
+                }),
+                binder: None,
+                recent: Default::default(),
+            }
+        };
+        let args = |pod: &str, names: &[String]| ExtenderArgs {
+            pod: Some(crate::synthetic::plain_pod(pod)),
+            nodes: None,
+            node_names: Some(names.to_vec()),
+        };
+        let st = state(reads.clone());
+        let asked = &names[..15];
+        let passed = st.filter(args("p", asked)).unwrap().node_names.unwrap();
+        assert!(passed.len() > 5, "{passed:?}");
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        let reused = st.prioritize(args("p", &passed)).unwrap();
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "answered from the filter's cycle"
+        );
+        let fresh = state(Arc::new(AtomicUsize::new(0)))
+            .prioritize(args("p", &passed))
+            .unwrap();
+        assert_eq!(reused, fresh);
+        assert!(reused.iter().any(|h| h.score > 0));
+        // A node the filter was not asked about: a cycle of its own.
+        st.prioritize(args("p", &names[14..16])).unwrap();
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        // Another pod: likewise.
+        st.prioritize(args("q", &passed)).unwrap();
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
     }
 
     #[test]

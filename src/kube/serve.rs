@@ -403,7 +403,6 @@ impl Cx {
             client: self.client.clone(),
             recorder,
             store: Some(store.clone()),
-            scheduler: self.engine.scheduler().clone(),
             config: self.serve.clone(),
             identity: self.engine.config().collectors.identity.clone(),
             stats: stats.clone(),
@@ -473,9 +472,13 @@ impl Cx {
                 &self.serve.extender.profile(),
                 self.engine.deps(),
             )?);
-            let sched = self.engine.scheduler().clone();
-            let snapshot: extender::SnapshotSource =
-                Arc::new(move || sched.lock().unwrap_or_else(|e| e.into_inner()).snapshot());
+            // A copy at most EXTENDER_SNAPSHOT_MAX_AGE old: requests take no scheduler lock
+            // and never hold the scheduler's own snapshot (see `ReadCopy`).
+            let copy = crate::scheduler::ReadCopy::new(
+                self.engine.scheduler().clone(),
+                extender::EXTENDER_SNAPSHOT_MAX_AGE,
+            );
+            let snapshot: extender::SnapshotSource = Arc::new(move || copy.current());
             let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
                 self.client.clone(),
                 None,
@@ -486,6 +489,7 @@ impl Cx {
                 framework,
                 snapshot,
                 binder: Some(binder),
+                recent: Default::default(),
             }))
         } else {
             None

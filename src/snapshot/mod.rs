@@ -132,8 +132,10 @@ impl Snapshot {
         &self.usage
     }
 
-    /// Mutable usage context (copied first if a cycle or reader still holds it).
+    /// Mutable usage context (copied first if a cycle or reader still holds it). Counts as
+    /// a change ([`Snapshot::generation`]), as every other mutation does.
     pub fn usage_mut(&mut self) -> &mut UsageContext {
+        self.generation += 1;
         Arc::make_mut(&mut self.usage)
     }
 

@@ -70,7 +70,7 @@ pub enum Error {
     },
     /// A stored value failed its checksum or could not be decoded (found while reading
     /// an open store, e.g. by a query).
-    #[error("corrupt {what}: {detail}")]
+    #[error("corrupt {what}, the store is damaged: {detail}")]
     CorruptValue {
         /// What was being read, naming its key or series (e.g. `chunk of series 3
         /// mem{pod="a"} starting at 1700000000000 ms`).
