@@ -107,6 +107,17 @@ fn snapshot_update(c: &mut Criterion) {
             snap.remove_pod("default", "churn", "uid-churn").unwrap();
         })
     });
+    // What one change costs when a reader still holds the scheduler's snapshot (the copy
+    // `Arc::make_mut` makes; `headroom_scheduler_snapshot_copies_total` counts them), and
+    // what one extender `ReadCopy` refresh costs.
+    group.sample_size(10);
+    for nodes in [5_000usize, 15_000] {
+        let (n, p) = synthetic::cluster(nodes, 2, 42);
+        let snap = Snapshot::build(n, p);
+        group.bench_function(format!("copy ({nodes} nodes, {} pods)", nodes * 2), |b| {
+            b.iter(|| std::hint::black_box(snap.clone()))
+        });
+    }
     group.finish();
 }
 

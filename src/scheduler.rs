@@ -112,52 +112,70 @@ pub struct Scheduler {
 }
 
 /// A copy of the scheduler's snapshot for readers outside the scheduling cycle that must
-/// not hold the scheduler's lock (the extender's requests), refreshed at most once per
-/// `max_age`, and only when the snapshot changed since.
+/// not hold the scheduler's lock (the extender's requests), refreshed only when the
+/// snapshot changed since and the copy is older than its budget allows.
 ///
 /// Why a copy: a reader holding the scheduler's own `Arc<Snapshot>` makes the next change
-/// (a watch event, an assumed pod) copy the whole snapshot under the lock — O(nodes + pods)
-/// per change while the reader holds it, which under the extender's steady requests was
-/// nearly every change. A copy taken here costs the same once per `max_age` at most, and a
-/// request never waits for a cycle. The price is staleness of up to `max_age`.
+/// (a watch event, an assumed pod) copy the whole snapshot under the lock, O(nodes + pods),
+/// whenever the two overlap. Here the copying is explicit and bounded: a refresh is due
+/// once the copy is older than `COPY_BUDGET` times what the last copy took (3 ms at 5,000
+/// nodes: at most every 60 ms), and never sooner than `min_age` — so copies cost at most
+/// about 1/`COPY_BUDGET` of a core whatever the cluster's size, and a request never waits
+/// for a cycle. The price is staleness of up to that age.
 pub struct ReadCopy {
     scheduler: Arc<std::sync::Mutex<Scheduler>>,
-    max_age: Duration,
-    slot: std::sync::Mutex<Option<(Arc<Snapshot>, u64, Instant)>>,
+    min_age: Duration,
+    slot: std::sync::Mutex<Option<Copied>>,
 }
 
+/// The copy a [`ReadCopy`] hands out, and what it cost.
+struct Copied {
+    snapshot: Arc<Snapshot>,
+    generation: u64,
+    taken: Instant,
+    took: Duration,
+}
+
+/// How many times its own cost a copy must age before the next ([`ReadCopy`]).
+const COPY_BUDGET: u32 = 20;
+
 impl ReadCopy {
-    /// Copies of `scheduler`'s snapshot at most `max_age` old.
-    pub fn new(scheduler: Arc<std::sync::Mutex<Scheduler>>, max_age: Duration) -> ReadCopy {
+    /// Copies of `scheduler`'s snapshot, each kept at least `min_age`.
+    pub fn new(scheduler: Arc<std::sync::Mutex<Scheduler>>, min_age: Duration) -> ReadCopy {
         ReadCopy {
             scheduler,
-            max_age,
+            min_age,
             slot: std::sync::Mutex::new(None),
         }
     }
 
-    /// The copy, refreshed first when it is older than `max_age` and the scheduler's
-    /// snapshot has changed since it was taken.
+    /// The copy, refreshed first when it is due and the scheduler's snapshot has changed.
     pub fn current(&self) -> Arc<Snapshot> {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((copy, _, taken)) = &*slot
-            && taken.elapsed() < self.max_age
+        if let Some(c) = &*slot
+            && c.taken.elapsed() < self.min_age.max(c.took * COPY_BUDGET)
         {
-            return copy.clone();
+            return c.snapshot.clone();
         }
         let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
         let generation = s.snapshot.generation();
-        if let Some((copy, g, taken)) = &mut *slot
-            && *g == generation
+        if let Some(c) = &mut *slot
+            && c.generation == generation
         {
-            *taken = Instant::now();
-            return copy.clone();
+            c.taken = Instant::now();
+            return c.snapshot.clone();
         }
         // A deep copy: the scheduler's own Arc stays unshared, so its changes stay cheap.
-        let copy = Arc::new(Snapshot::clone(&s.snapshot));
+        let started = Instant::now();
+        let snapshot = Arc::new(Snapshot::clone(&s.snapshot));
         drop(s);
-        *slot = Some((copy.clone(), generation, Instant::now()));
-        copy
+        *slot = Some(Copied {
+            snapshot: snapshot.clone(),
+            generation,
+            taken: Instant::now(),
+            took: started.elapsed(),
+        });
+        snapshot
     }
 }
 
@@ -625,6 +643,8 @@ mod tests {
             "unchanged: the copy is kept"
         );
         sched.lock().unwrap().snapshot_mut().remove_node("n2");
+        // Past the copy's budget (20 times what copying two nodes took: microseconds).
+        std::thread::sleep(Duration::from_millis(50));
         assert_eq!(fresh.current().len(), 1, "changed: copied again");
         assert!(
             Arc::ptr_eq(&first, &long.current()),

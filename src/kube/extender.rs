@@ -46,11 +46,11 @@ use serde::{Deserialize, Serialize};
 use crate::framework::{BoxFuture, Code, Decision, Framework, Outcome, Status};
 use crate::snapshot::{PodInfo, Snapshot};
 
-/// How stale the extender's copy of the cluster may be (see
-/// [`ReadCopy`](crate::scheduler::ReadCopy)): at most one copy of the snapshot per 100 ms
-/// under load, and pods bound in the last 100 ms may be missing from what a request sees
-/// (the watch itself lags by about as much).
-pub const EXTENDER_SNAPSHOT_MAX_AGE: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long the extender's copy of the cluster is kept at least (see
+/// [`ReadCopy`](crate::scheduler::ReadCopy), which also keeps it for 20 times what copying
+/// took): pods bound in the last few tens of milliseconds may be missing from what a
+/// request sees (the watch itself lags by about as much).
+pub const EXTENDER_SNAPSHOT_MIN_AGE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The highest score an extender may give (`extenderv1.MaxExtenderPriority`).
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;

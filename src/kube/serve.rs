@@ -472,11 +472,11 @@ impl Cx {
                 &self.serve.extender.profile(),
                 self.engine.deps(),
             )?);
-            // A copy at most EXTENDER_SNAPSHOT_MAX_AGE old: requests take no scheduler lock
-            // and never hold the scheduler's own snapshot (see `ReadCopy`).
+            // A copy refreshed within a CPU budget: requests take no scheduler lock and
+            // never hold the scheduler's own snapshot (see `ReadCopy`).
             let copy = crate::scheduler::ReadCopy::new(
                 self.engine.scheduler().clone(),
-                extender::EXTENDER_SNAPSHOT_MAX_AGE,
+                extender::EXTENDER_SNAPSHOT_MIN_AGE,
             );
             let snapshot: extender::SnapshotSource = Arc::new(move || copy.current());
             let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
