@@ -21,7 +21,7 @@ use crate::plugins::volume_binding::{self, Reserved};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::{PodInfo, Snapshot};
 use crate::usage::wait::{Wait, relaxable_rejections, waiting_message};
-use crate::usage::{PodUsage, RecentPlacement, cycle_usage};
+use crate::usage::{PodUsage, RecentPlacement, release_cycle_usage};
 
 /// What happened to a pod in one `schedule_one` call.
 #[derive(Debug)]
@@ -512,9 +512,14 @@ impl Scheduler {
         let info = Arc::new(PodInfo::new(Arc::new(bound)));
         // The pod's predicted usage counts on the node until its metrics show it
         // (compensation), and the node joins the builder's history at once.
-        let usage = cycle_usage(state).map_or_else(
+        // Taken out of the cycle state, not read: the state would otherwise keep the
+        // snapshot's usage context shared, and recording the placement below would copy it.
+        let usage = release_cycle_usage(state).map_or_else(
             || PodUsage::of(pod, &self.snapshot, &self.deps.policy, &self.deps.identity),
-            |u| u.pod.clone(),
+            |u| match Arc::try_unwrap(u) {
+                Ok(u) => u.pod,
+                Err(u) => u.pod.clone(),
+            },
         );
         let recent = RecentPlacement {
             pod: key(pod),

@@ -86,6 +86,13 @@ impl CycleState {
             .find(|(t, _)| *t == id)
             .and_then(|(_, v)| v.downcast_mut::<T>())
     }
+
+    /// Takes a value out of the state (`None` when none was written).
+    pub fn take<T: Any + Send + Sync>(&mut self) -> Option<T> {
+        let id = TypeId::of::<T>();
+        let i = self.slots.iter().position(|(t, _)| *t == id)?;
+        self.slots.swap_remove(i).1.downcast::<T>().ok().map(|b| *b)
+    }
 }
 
 #[cfg(test)]

@@ -427,7 +427,7 @@ pub fn bind_annotator(config: &ServeConfig) -> Option<crate::scheduling_loop::Bi
             let summary = decision_summary(d, usage, usage.now_ms);
             crate::framework::BindAnnotations::from([(
                 DECISION_ANNOTATION.to_string(),
-                summary.to_string(),
+                serde_json::to_string(&summary).unwrap_or_default(),
             )])
         });
         annotate
@@ -435,37 +435,80 @@ pub fn bind_annotator(config: &ServeConfig) -> Option<crate::scheduling_loop::Bi
 }
 
 /// The decision summary annotation: chosen node, the best totals, how fresh the usage
-/// data was, and the usage fallback when it placed the pod.
-pub fn decision_summary(d: &Decision, usage: &UsageContext, now_ms: i64) -> serde_json::Value {
-    let top: Vec<(i64, &str)> = d
+/// data was, and the usage fallback when it placed the pod. Serialised straight from
+/// borrowed fields (it is built for every binding, in the cycle's critical section).
+pub fn decision_summary<'a>(
+    d: &'a Decision,
+    usage: &UsageContext,
+    now_ms: i64,
+) -> DecisionSummary<'a> {
+    let top = d
         .best_nodes(3)
         .into_iter()
-        .map(|(t, idx)| (t, d.node_names[idx as usize].as_ref()))
+        .map(|(score, idx)| TopNode {
+            node: d.node_names[idx as usize].as_ref(),
+            score,
+        })
         .collect();
-    let node = d.node().unwrap_or("");
-    let usage_json = if usage.view.generated_ms > 0 {
-        let node_age = usage
+    let usage = (usage.view.generated_ms > 0).then(|| SummaryUsage {
+        view_age_seconds: (now_ms - usage.view.generated_ms).max(0) / 1000,
+        node_sample_age_seconds: usage
             .view
-            .node(node)
-            .map(|n| (now_ms - n.newest_ms).max(0) / 1000);
-        json!({"viewAgeSeconds": (now_ms - usage.view.generated_ms).max(0) / 1000,
-               "nodeSampleAgeSeconds": node_age})
-    } else {
-        serde_json::Value::Null
-    };
-    let mut summary = json!({
-        "node": node,
-        "profile": d.profile,
-        "at": super::rfc3339(now_ms),
-        "nodes": d.num_nodes(),
-        "feasibleNodes": d.feasible_count(),
-        "top": top.iter().map(|(t, n)| json!({"node": n, "score": t})).collect::<Vec<_>>(),
-        "usage": usage_json,
+            .node(d.node().unwrap_or(""))
+            .map(|n| (now_ms - n.newest_ms).max(0) / 1000),
     });
-    if let (Some(f), Some(o)) = (&d.fallback, summary.as_object_mut()) {
-        o.insert("fallback".into(), json!(f));
+    DecisionSummary {
+        node: d.node().unwrap_or(""),
+        profile: &d.profile,
+        at: super::rfc3339(now_ms),
+        nodes: d.num_nodes(),
+        feasible_nodes: d.feasible_count(),
+        top,
+        usage,
+        fallback: d.fallback.as_ref(),
     }
-    summary
+}
+
+/// The `headroom.io/decision` annotation's JSON ([`decision_summary`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionSummary<'a> {
+    /// The chosen node.
+    pub node: &'a str,
+    /// The profile that decided.
+    pub profile: &'a str,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Nodes in the snapshot.
+    pub nodes: usize,
+    /// Nodes that passed every filter.
+    pub feasible_nodes: usize,
+    /// The three best nodes and their totals.
+    pub top: Vec<TopNode<'a>>,
+    /// How old the usage view and the chosen node's newest sample were (null without a view).
+    pub usage: Option<SummaryUsage>,
+    /// The usage fallback, when it placed the pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<&'a Fallback>,
+}
+
+/// One of a [`DecisionSummary`]'s best nodes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TopNode<'a> {
+    /// Node name.
+    pub node: &'a str,
+    /// Weighted total.
+    pub score: i64,
+}
+
+/// A [`DecisionSummary`]'s data ages.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryUsage {
+    /// Seconds since the usage view was computed.
+    pub view_age_seconds: i64,
+    /// Seconds since the chosen node's newest sample (null when the view lacks the node).
+    pub node_sample_age_seconds: Option<i64>,
 }
 
 /// Counters of the reporter (`headroom_reporter_*_total` once
@@ -801,9 +844,14 @@ mod tests {
         assert!(slim.scores.is_empty() && slim.feasible.len() == 3);
         assert_eq!((slim.feasible_count(), d.feasible_count()), (1500, 1500));
         let usage = crate::usage::UsageContext::default();
-        let full = decision_summary(&d, &usage, 1_000);
-        assert_eq!(decision_summary(&slim, &usage, 1_000), full);
+        let full = serde_json::to_value(decision_summary(&d, &usage, 1_000)).unwrap();
+        assert_eq!(
+            serde_json::to_value(decision_summary(&slim, &usage, 1_000)).unwrap(),
+            full
+        );
         assert_eq!(full["feasibleNodes"], 1500);
+        assert_eq!(full["usage"], serde_json::Value::Null);
+        assert!(full.get("fallback").is_none());
         assert_eq!(full["top"][0], json!({"node": "n0699", "score": 699}));
         assert_eq!(full["top"][1], json!({"node": "n1399", "score": 699}));
         assert!(crate::api::approx_bytes(&slim) * 20 < crate::api::approx_bytes(&d));

@@ -28,7 +28,7 @@ pub use policy::{
 };
 pub use predict::{
     Calibration, CycleUsage, PodUsage, Prediction, Source, calibrate, cycle_usage, cycle_usage_ref,
-    pod_usage,
+    pod_usage, release_cycle_usage,
 };
 pub use wait::{Wait, fallback_active};
 
