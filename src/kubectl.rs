@@ -238,9 +238,10 @@ fn nodes_text(body: &str) -> String {
     let Ok(v) = serde_json::from_str::<Value>(body) else {
         return body.to_string();
     };
-    let nodes = match v {
-        Value::Array(list) => list,
-        one => vec![one],
+    // `/nodes` is `{"nodes": [...], ...}`; `/nodes/{name}` one node.
+    let nodes = match v.get("nodes") {
+        Some(Value::Array(list)) => list.clone(),
+        _ => vec![v],
     };
     let mut out = format!(
         "{:<28} {:>5} {:>15} {:>15} {:>19} {:>19} {}\n",
