@@ -84,8 +84,8 @@ check() {
       and (.config.Labels["org.opencontainers.image.source"] | length > 0)
       and (.config.Labels["org.opencontainers.image.licenses"] | length > 0)' >/dev/null ||
     { echo "image config is not as expected:"; echo "$config"; return 1; }
-  skopeo inspect "oci:$layout:$version" |
-    jq -r '"layers: \(.LayersData | map(.Size) | add) bytes compressed"'
+  skopeo inspect --raw "oci:$layout:$version" |
+    jq -r '"layers: \(.layers | map(.size) | add) bytes compressed"'
   echo "archive: $(stat -c %s "$archive") bytes ($archive)"
 
   echo "==> run it in its own root filesystem (read-only, uid $uid)"
