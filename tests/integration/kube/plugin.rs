@@ -168,3 +168,97 @@ fn kubectl_headroom_reaches_the_api_through_the_service_proxy() {
         fake.calls()
     );
 }
+
+/// `serve.viewerListen` end to end: `kubectl headroom explain` through the fake's service
+/// proxy reaches a real `serve`'s viewer listener, which answers the read-only routes
+/// without credentials (the proxy forwards none) and nothing else, while the inspection
+/// API and the extender still refuse an unauthenticated caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_headroom_reaches_serves_read_only_viewer_listener() {
+    use headroom::config::Config;
+    use headroom::kube::serve::{ServeOptions, run};
+    let fake = Fake::start().await;
+    fake.put("namespaces", super::namespace("default"));
+    fake.put("nodes", super::node("node-a", "4"));
+    fake.put("pods", super::pod("p", "headroom", "1"));
+    fake.add_token("t-viewer", "alice", &[]);
+    let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  viewerListen: 127.0.0.1:0\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n";
+    let mut opts = ServeOptions::new(Config::from_yaml(yaml, "t").unwrap(), fake.client("a"));
+    opts.store = Some(
+        headroom_storage::Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap(),
+    );
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+    opts.bound = Some(bound_tx);
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(run(opts, async {
+        let _ = stop_rx.await;
+    }));
+    let bound = tokio::time::timeout(std::time::Duration::from_secs(10), bound_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    let viewer = bound.viewer.expect("viewerListen bound");
+    fake.wait_for(15, "p bound", |f| f.node_of("default", "p").is_some())
+        .await;
+    let plain = reqwest::Client::new();
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let v = |p: &str| format!("http://{viewer}{p}");
+    assert_eq!(
+        status(plain.get(v("/explain/default/p")).send().await.unwrap()),
+        200
+    );
+    assert_eq!(status(plain.get(v("/nodes")).send().await.unwrap()), 200);
+    assert_eq!(status(plain.get(v("/healthz")).send().await.unwrap()), 200);
+    // Nothing but reads: no metrics, no extender.
+    assert_eq!(status(plain.get(v("/metrics")).send().await.unwrap()), 404);
+    let filter = plain
+        .post(v("/extender/filter"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(matches!(status(filter), 404 | 405));
+    // The authenticated listeners still want credentials.
+    let tls = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let api = format!("https://{}/explain/default/p", bound.api);
+    assert_eq!(status(tls.get(api).send().await.unwrap()), 401);
+    let ext = format!("https://{}/extender/filter", bound.extender);
+    assert_eq!(status(tls.post(ext).body("{}").send().await.unwrap()), 401);
+
+    // The plugin, through the proxy, to this viewer.
+    fake.put("services", service("headroom-system"));
+    fake.route_service(
+        "headroom-system",
+        "headroom",
+        "viewer",
+        &format!("http://{viewer}"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kc = kubeconfig(dir.path(), &fake.url());
+    let bin = plugin(dir.path());
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&bin)
+            .args(["explain", "default/p", "--kubeconfig"])
+            .arg(&kc)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("pod default/p") && out.contains("node-a"),
+        "{out}"
+    );
+    let _ = stop.send(());
+    let _ = handle.await;
+}
