@@ -90,7 +90,7 @@ pub enum PluginError {
     },
     /// RBAC denies the user `get services/proxy`.
     #[error(
-        "forbidden: you may not get services/proxy {service} in {namespace} (bind the ClusterRole headroom-viewer, deploy/viewer-rbac.yaml): {message}"
+        "forbidden: you may not get services/proxy {service} in {namespace} (bind the ClusterRole headroom-kubectl-viewer in that namespace, deploy/viewer-rbac.yaml): {message}"
     )]
     Forbidden {
         /// The namespace.
@@ -157,7 +157,7 @@ async fn client(cli: &PluginCli) -> Result<kube::Client, PluginError> {
         ..Default::default()
     };
     let bad = |e: &dyn std::fmt::Display| PluginError::Kubeconfig(e.to_string());
-    let config = match &cli.kubeconfig {
+    let mut config = match &cli.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .map_err(|e| bad(&format_args!("{}: {e}", path.display())))?;
@@ -169,6 +169,9 @@ async fn client(cli: &PluginCli) -> Result<kube::Client, PluginError> {
             .await
             .map_err(|e| bad(&e))?,
     };
+    // kube-rs would retry 503 (the proxy's "no endpoints available") for a long while; the
+    // user wants the answer now (seen on a real API server).
+    config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| bad(&e))
 }
 

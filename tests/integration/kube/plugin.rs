@@ -138,6 +138,18 @@ fn kubectl_headroom_reaches_the_api_through_the_service_proxy() {
     let o = run(&["nodes", "-n", "elsewhere"], true);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 
+    // A port with no endpoints: the API server's 503 at once (no client-side retries; the
+    // real kube-apiserver answered this way on the kit).
+    let started = std::time::Instant::now();
+    let o = run(&["--port", "nope", "nodes"], true);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("the API server answered 503: no endpoints available"),
+        "{}",
+        text(&o)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
     // --context: the other context's API server is down.
     let o = run(&["--context", "broken", "queue"], true);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -155,7 +167,7 @@ fn kubectl_headroom_reaches_the_api_through_the_service_proxy() {
     let o = run(&["explain", "ci/build-a-0"], true);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("you may not get services/proxy headroom in headroom-system")
+        text(&o).contains("you may not get services/proxy headroom in headroom-system (bind the ClusterRole headroom-kubectl-viewer")
             && text(&o).contains("User \"alice\""),
         "{}",
         text(&o)
