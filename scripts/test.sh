@@ -12,6 +12,11 @@ need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-node-exporter >/dev/null 2>&1 || need+=(prometheus-node-exporter)
 command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
+# The OCI image is assembled and inspected without a daemon or a registry (scripts/image.sh).
+command -v umoci >/dev/null 2>&1 || need+=(umoci)
+command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+command -v jq >/dev/null 2>&1 || need+=(jq)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing ${need[*]} (apt-get)"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -20,6 +25,7 @@ if [ ${#need[@]} -gt 0 ]; then
   # --no-install-recommends: no services are started or needed beyond the two binaries.
   $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
@@ -33,3 +39,9 @@ if command -v cargo-nextest >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast
 fi
+
+# The image: built from scratch with the `image` cargo profile, then started in its own
+# read-only root filesystem as uid 65532 (`serve --help`, a short simulate, the plugin name).
+echo "==> OCI image: scripts/image.sh build + check"
+bash scripts/image.sh build
+$SUDO bash scripts/image.sh check

@@ -428,11 +428,7 @@ fn fetch_api(
     access: &Access,
 ) -> Result<String, ExplainError> {
     let base = server.trim_end_matches('/');
-    let format = match output {
-        Output::Text => "text",
-        Output::Json => "json",
-    };
-    let url = format!("{base}{path}?format={format}");
+    let url = format!("{base}{path}?format={}", format_param(output));
     let parsed = reqwest::Url::parse(&url).map_err(|e| ExplainError::BadServer {
         url: server.to_string(),
         reason: e.to_string(),
@@ -462,24 +458,39 @@ fn fetch_api(
             request = request.bearer_auth(t);
         }
         let response = request.send().await.map_err(unreachable)?;
-        let status = response.status();
+        let status = response.status().as_u16();
         let body = response.text().await.map_err(unreachable)?;
-        if status.is_success() {
-            return Ok(body);
-        }
-        // The API's errors are `{"error": "..."}`; anything else is shown as it came.
-        let message = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-            .unwrap_or_else(|| body.trim().to_string());
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(ExplainError::NotFound(message));
-        }
-        Err(ExplainError::Server {
-            url: url.clone(),
-            status: status.as_u16(),
-            message,
-        })
+        api_answer(&url, status, body)
+    })
+}
+
+/// The `format` query parameter of the inspection API for `output`.
+pub(crate) fn format_param(output: Output) -> &'static str {
+    match output {
+        Output::Text => "text",
+        Output::Json => "json",
+    }
+}
+
+/// What the inspection API's answer means for `explain`/`advice` (and `kubectl headroom`,
+/// which reaches the same API through the API server): the body on success, else the
+/// error, with 404 as [`ExplainError::NotFound`] (exit 3).
+pub(crate) fn api_answer(url: &str, status: u16, body: String) -> Result<String, ExplainError> {
+    if (200..300).contains(&status) {
+        return Ok(body);
+    }
+    // The API's errors are `{"error": "..."}`; anything else is shown as it came.
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or_else(|| body.trim().to_string());
+    if status == 404 {
+        return Err(ExplainError::NotFound(message));
+    }
+    Err(ExplainError::Server {
+        url: url.to_string(),
+        status,
+        message,
     })
 }
 
@@ -493,7 +504,7 @@ fn run_explain(pod: &str, server: &str, output: Output, access: &Access) -> Exit
 
 /// Prints what `explain`/`advice` fetched (ending in a newline), or the error with its
 /// exit code.
-fn print_fetched(fetched: Result<String, ExplainError>) -> ExitCode {
+pub(crate) fn print_fetched(fetched: Result<String, ExplainError>) -> ExitCode {
     match fetched {
         Ok(body) => {
             print!("{body}");

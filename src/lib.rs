@@ -32,6 +32,7 @@ pub mod field;
 pub mod framework;
 pub mod fuzzing;
 pub mod kube;
+pub mod kubectl;
 pub mod metrics;
 pub mod objects;
 pub mod place;

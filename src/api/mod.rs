@@ -382,8 +382,16 @@ pub fn routes(state: ApiState) -> Router {
     routes_with(state, false)
 }
 
-fn routes_with(state: ApiState, health: bool) -> Router {
-    let r = Router::new()
+/// The routes that read decisions and state, without `/metrics` and the probes: what
+/// `serve.viewerListen` serves to `kubectl headroom` through the API server's service proxy.
+pub fn viewer_routes(state: ApiState) -> Router {
+    inspection_routes()
+        .fallback(system::not_found)
+        .with_state(state)
+}
+
+fn inspection_routes() -> Router<ApiState> {
+    Router::new()
         .route("/explain", get(explain::by_query))
         .route("/explain/{namespace}/{pod}", get(explain::by_pod))
         .route("/nodes", get(nodes::list))
@@ -392,7 +400,10 @@ fn routes_with(state: ApiState, health: bool) -> Router {
         .route("/builders/{*id}", get(builders::one))
         .route("/queue", get(queue::pending))
         .route("/advice", get(advice::advice))
-        .route("/metrics", get(system::metrics));
+}
+
+fn routes_with(state: ApiState, health: bool) -> Router {
+    let r = inspection_routes().route("/metrics", get(system::metrics));
     let r = if health {
         r.route("/healthz", get(system::healthz))
             .route("/readyz", get(system::readyz))

@@ -36,6 +36,13 @@ pub struct ServeConfig {
     /// Address of the inspection API's listener: `/explain`, `/nodes`, `/builders`,
     /// `/queue`, `/metrics`, `/healthz`, `/readyz`. Default `0.0.0.0:10261`.
     pub api_listen: String,
+    /// Address of the read-only viewer listener for `kubectl headroom`, which reaches it
+    /// through the API server's service proxy (`get services/proxy` in RBAC decides who may).
+    /// The proxy drops the caller's credentials, so this listener is plain HTTP without
+    /// authentication and serves only the inspection routes that read (`/explain`,
+    /// `/nodes`, `/builders`, `/queue`, `/advice`), never the extender nor `/metrics`;
+    /// restrict it to the control plane with a NetworkPolicy. Default none (off).
+    pub viewer_listen: Option<String>,
     /// Who may call the listeners: TLS, client certificates or TokenReview,
     /// SubjectAccessReview (default), or `mode: none` on loopback only; see
     /// `src/kube/auth.rs`.
@@ -88,6 +95,7 @@ impl Default for ServeConfig {
         ServeConfig {
             listen: "0.0.0.0:10260".to_string(),
             api_listen: "0.0.0.0:10261".to_string(),
+            viewer_listen: None,
             security: super::auth::SecurityConfig::default(),
             schedule: true,
             leader_election: LeaderElectionConfig::default(),
@@ -287,6 +295,14 @@ impl ServeConfig {
                 format!("{:?} is not an address like 0.0.0.0:10261", self.api_listen),
             ));
         };
+        if let Some(v) = &self.viewer_listen
+            && v.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(invalid(
+                "viewerListen",
+                format!("{v:?} is not an address like 0.0.0.0:10262"),
+            ));
+        }
         if let Err((field, message)) = self
             .security
             .validate(&[("listen", listen), ("apiListen", api_listen)])

@@ -99,6 +99,8 @@ pub struct Bound {
     pub extender: SocketAddr,
     /// The inspection API's listener (and probes).
     pub api: SocketAddr,
+    /// The read-only viewer listener (`serve.viewerListen`), if configured.
+    pub viewer: Option<SocketAddr>,
 }
 
 /// What a `serve` run did.
@@ -167,6 +169,34 @@ pub fn compose_router(extender: Option<Router>, health: Health, extra: Option<Ro
         app = app.merge(x);
     }
     app
+}
+
+/// Serves `app` (the read-only inspection routes) on `addr` in plain HTTP without
+/// authentication: the API server's service proxy, which has checked the caller's
+/// `services/proxy` grant, does not forward credentials (see `serve.viewerListen`).
+async fn serve_viewer(running: &mut Running, addr: &str, app: Router) -> Result<SocketAddr> {
+    let listen_error = |source| Error::Listen {
+        addr: addr.to_string(),
+        source,
+    };
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| Error::Task(format!("serve.viewerListen: bad address {addr:?}")))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(listen_error)?;
+    let local = listener.local_addr().map_err(listen_error)?;
+    tracing::info!(%local, "serving the read-only viewer on http (for kubectl headroom)");
+    let stop = running.phases.stopped(Phase::Intake);
+    running.phases.spawn(Phase::Intake, async move {
+        let r = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await;
+        if let Err(e) = r {
+            tracing::error!(error = %e, "viewer listener failed");
+        }
+    });
+    Ok(local)
 }
 
 impl From<EngineError> for Error {
@@ -500,6 +530,11 @@ impl Cx {
         };
         let api_state = self.engine.api_state();
         api_state.set_ready(true);
+        let viewer_app = compose_router(
+            None,
+            health.clone(),
+            Some(crate::api::viewer_routes(api_state.clone())),
+        );
         let api_routes = crate::api::routes(api_state);
         let api_app = compose_router(
             None,
@@ -565,10 +600,15 @@ impl Cx {
                 }),
             }
         }
+        let viewer = match &self.serve.viewer_listen {
+            Some(addr) => Some(serve_viewer(running, addr, viewer_app).await?),
+            None => None,
+        };
         if let Some(tx) = bound {
             let _ = tx.send(Bound {
                 extender: bound_at[0],
                 api: bound_at[1],
+                viewer,
             });
         }
         Ok(())

@@ -71,6 +71,8 @@ struct Inner {
     max_bindings_in_flight: u32,
     black_hole: bool,
     tokens: HashMap<String, (String, Vec<String>)>,
+    /// Service proxy backends: (namespace, service, port name) -> base URL.
+    backends: HashMap<(String, String, String), String>,
     grants: Vec<(String, String, String)>,
     steal_next_binding: Option<String>,
     bindings: Vec<BindingSeen>,
@@ -388,6 +390,16 @@ impl Fake {
         let _ = self.drop_watches.send(());
     }
 
+    /// The service proxy (`/api/v1/namespaces/NS/services/SCHEME:NAME:PORT/proxy/...`)
+    /// forwards to `url` for this Service port, as the real server forwards to its
+    /// endpoints (the Service object itself must exist too: put it).
+    pub fn route_service(&self, namespace: &str, service: &str, port: &str, url: &str) {
+        self.lock().backends.insert(
+            (namespace.into(), service.into(), port.into()),
+            url.to_string(),
+        );
+    }
+
     /// A bearer token `TokenReview` authenticates as `user` in `groups`.
     pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
         self.lock().tokens.insert(
@@ -516,6 +528,9 @@ async fn handle(
 ) -> Response {
     if fake.lock().black_hole {
         return std::future::pending().await;
+    }
+    if let Some(r) = service_proxy(&fake, &uri, &headers).await {
+        return r;
     }
     let Some(t) = parse_path(uri.path()) else {
         return status(
@@ -980,4 +995,78 @@ where
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(f(tx));
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// `GET /api/v1/namespaces/NS/services/[SCHEME:]NAME[:PORT]/proxy/PATH`, as kube-apiserver
+/// answers it: 403 when `services/proxy` is forbidden ([`Fake::forbid`]), 404 for a Service
+/// that does not exist, 503 when it has no endpoints, else the backend's answer, fetched
+/// without the caller's `Authorization` (the real server drops it after authenticating).
+async fn service_proxy(fake: &Fake, uri: &Uri, headers: &HeaderMap) -> Option<Response> {
+    let rest = uri.path().strip_prefix("/api/v1/namespaces/")?;
+    let (ns, rest) = rest.split_once("/services/")?;
+    let (spec, path) = rest.split_once("/proxy")?;
+    let mut parts = spec.split(':').collect::<Vec<_>>();
+    if parts.len() == 3 {
+        parts.remove(0);
+    }
+    let (name, port) = (parts[0], parts.get(1).copied().unwrap_or(""));
+    let user = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|t| fake.lock().tokens.get(t).map(|(u, _)| u.clone()))
+        .unwrap_or_else(|| "system:anonymous".into());
+    fake.lock()
+        .calls
+        .push((String::new(), "services/proxy".into(), "get".into()));
+    if fake.lock().forbidden.contains("services/proxy") {
+        return Some(status(
+            403,
+            "Forbidden",
+            &format!(
+                "services \"{name}\" is forbidden: User \"{user}\" cannot get resource \"services/proxy\" in API group \"\" in the namespace \"{ns}\""
+            ),
+            Some(json!({"name": name, "kind": "services"})),
+        ));
+    }
+    if fake.get("services", ns, name).is_none() {
+        return Some(status(
+            404,
+            "NotFound",
+            &format!("services \"{name}\" not found"),
+            Some(json!({"name": name, "kind": "services"})),
+        ));
+    }
+    let backend = fake
+        .lock()
+        .backends
+        .get(&(ns.to_string(), name.to_string(), port.to_string()))
+        .cloned();
+    let Some(base) = backend else {
+        return Some(status(
+            503,
+            "ServiceUnavailable",
+            &format!("no endpoints available for service \"{name}\""),
+            None,
+        ));
+    };
+    let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let answer = async {
+        let r = reqwest::get(format!("{base}{path}{query}")).await?;
+        let code = r.status().as_u16();
+        Ok::<_, reqwest::Error>((code, r.bytes().await?))
+    };
+    Some(match answer.await {
+        Ok((code, body)) => Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap(),
+        Err(e) => status(
+            503,
+            "ServiceUnavailable",
+            &format!("error trying to reach service: {e}"),
+            None,
+        ),
+    })
 }
