@@ -1179,3 +1179,56 @@ async fn run_policy(
     r.finish();
     Ok(r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each policy's profile: headroom's own plugins off except under `headroom`, the
+    /// peer's plugin on (its weight kept from the configuration), Trimaran without
+    /// BalancedAllocation.
+    #[test]
+    fn peer_policies_switch_their_plugin_on_and_headrooms_off() {
+        let base = Config::from_yaml("profiles: [{plugins: {Dynamic: {weight: 5}}}]", "t").unwrap();
+        let names = |p: Policy| -> Vec<&'static str> {
+            let c = p.config(&base);
+            crate::plugins::build_framework(&c.profiles[0])
+                .unwrap()
+                .plugins()
+                .iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        let peers = crate::plugins::peers::PLUGINS;
+        for (p, on) in [
+            (Policy::TrimaranTlp, "TargetLoadPacking"),
+            (Policy::TrimaranLvrb, "LoadVariationRiskBalancing"),
+            (Policy::Koordinator, "LoadAwareScheduling"),
+            (Policy::Crane, "Dynamic"),
+        ] {
+            let n = names(p);
+            assert!(n.contains(&on), "{p:?}: {n:?}");
+            assert!(
+                !n.contains(&"RealMemoryFit") && !n.contains(&"History"),
+                "{p:?}"
+            );
+            assert_eq!(n.iter().filter(|x| peers.contains(x)).count(), 1, "{p:?}");
+            assert_eq!(
+                n.contains(&"NodeResourcesBalancedAllocation"),
+                !p.as_str().starts_with("trimaran"),
+                "{p:?}"
+            );
+            assert!(crate::plugins::peers::enabled_in(&p.config(&base)));
+        }
+        assert!(names(Policy::Headroom).contains(&"RealHeadroom"));
+        assert!(!crate::plugins::peers::enabled_in(
+            &Policy::Requests.config(&base)
+        ));
+        let c = Policy::Crane.config(&base);
+        assert_eq!(c.profiles[0].plugins["Dynamic"].weight, Some(5));
+        for p in Policy::ALL {
+            let parsed = <Policy as clap::ValueEnum>::from_str(p.as_str(), false).unwrap();
+            assert_eq!(parsed, p);
+        }
+    }
+}
