@@ -37,7 +37,7 @@ use crate::framework::{
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::UsageContext;
 
-use super::peers::{self, Load};
+use super::peers::{self, Ctx, Load};
 
 /// Plugin name.
 pub const NAME: &str = "Dynamic";
@@ -166,8 +166,6 @@ impl Default for DynamicArgs {
 pub struct Dynamic {
     args: DynamicArgs,
 }
-
-struct Ctx(Arc<UsageContext>);
 
 fn metric(name: &str) -> Result<(bool, Stat, u64), String> {
     METRICS
@@ -322,16 +320,16 @@ impl PreFilterPlugin for Dynamic {
         _pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Status, Option<NodeNames>) {
-        state.write(Ctx(snapshot.usage().clone()));
+        Ctx::keep(state, snapshot);
         (Status::success(), None)
     }
 }
 
 impl FilterPlugin for Dynamic {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        match state.read::<Ctx>() {
-            Some(Ctx(ctx)) => self.filter_node(ctx, pod, node),
-            None => Status::error("Dynamic: PreFilter did not run"),
+        match Ctx::of(state, NAME) {
+            Ok(ctx) => self.filter_node(ctx, pod, node),
+            Err(s) => s,
         }
     }
 }
@@ -344,7 +342,7 @@ impl PreScorePlugin for Dynamic {
         snapshot: &Snapshot,
         _feasible: &[NodeIdx],
     ) -> Status {
-        state.write(Ctx(snapshot.usage().clone()));
+        Ctx::keep(state, snapshot);
         Status::success()
     }
 }
@@ -355,14 +353,12 @@ impl ScorePlugin for Dynamic {
     }
 
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Ctx(ctx) = state
-            .read::<Ctx>()
-            .ok_or_else(|| Status::error("Dynamic: PreScore did not run"))?;
+        let ctx = Ctx::of(state, NAME)?;
         Ok(self.score_node(ctx, node).0)
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let Ctx(ctx) = state.read::<Ctx>()?;
+        let ctx = Ctx::of(state, NAME).ok()?;
         let (s, hot) = self.score_node(ctx, node);
         Some(format!(
             "windowed usage score, hot value {hot} (−{}) → {s}",

@@ -47,7 +47,7 @@ use crate::framework::{
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::UsageContext;
 
-use super::peers::{self, Load};
+use super::peers::{self, Ctx, Load};
 
 /// Plugin name.
 pub const NAME: &str = "LoadAwareScheduling";
@@ -193,8 +193,6 @@ pub struct LoadAwareScheduling {
     weights: Vec2,
     factors: Vec2,
 }
-
-struct Ctx(Arc<UsageContext>);
 
 fn pair(m: &ResourceMap, what: &str) -> Result<Vec2, String> {
     if let Some(k) = m.keys().find(|k| *k != "cpu" && *k != "memory") {
@@ -447,16 +445,16 @@ impl PreFilterPlugin for LoadAwareScheduling {
         _pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (Status, Option<NodeNames>) {
-        state.write(Ctx(snapshot.usage().clone()));
+        Ctx::keep(state, snapshot);
         (Status::success(), None)
     }
 }
 
 impl FilterPlugin for LoadAwareScheduling {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        match state.read::<Ctx>() {
-            Some(Ctx(ctx)) => self.filter_node(ctx, pod, node),
-            None => Status::error("LoadAwareScheduling: PreFilter did not run"),
+        match Ctx::of(state, NAME) {
+            Ok(ctx) => self.filter_node(ctx, pod, node),
+            Err(s) => s,
         }
     }
 }
@@ -469,7 +467,7 @@ impl PreScorePlugin for LoadAwareScheduling {
         snapshot: &Snapshot,
         _feasible: &[NodeIdx],
     ) -> Status {
-        state.write(Ctx(snapshot.usage().clone()));
+        Ctx::keep(state, snapshot);
         Status::success()
     }
 }
@@ -480,14 +478,12 @@ impl ScorePlugin for LoadAwareScheduling {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Ctx(ctx) = state
-            .read::<Ctx>()
-            .ok_or_else(|| Status::error("LoadAwareScheduling: PreScore did not run"))?;
+        let ctx = Ctx::of(state, NAME)?;
         Ok(self.score_node(ctx, pod, node))
     }
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let Ctx(ctx) = state.read::<Ctx>()?;
+        let ctx = Ctx::of(state, NAME).ok()?;
         let load = peers::load(ctx, &node.name)?;
         let est = self.estimated(ctx, &load, self.score_basis, pod, node)?;
         Some(format!(

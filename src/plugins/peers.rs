@@ -39,6 +39,27 @@ pub fn enabled_in(config: &crate::config::Config) -> bool {
     config.profiles.iter().any(|p| on(&p.plugins)) || on(&config.serve.extender.plugins)
 }
 
+/// The usage context a peer plugin's PreFilter or PreScore keeps for its per-node calls
+/// (one slot shared by the peers: the same snapshot's context).
+pub struct Ctx(pub std::sync::Arc<UsageContext>);
+
+impl Ctx {
+    /// Keeps the snapshot's usage context in the cycle state.
+    pub fn keep(state: &mut crate::framework::CycleState, snapshot: &crate::snapshot::Snapshot) {
+        state.write(Ctx(snapshot.usage().clone()));
+    }
+
+    /// The kept context; an error naming `plugin` when its PreFilter/PreScore did not run.
+    pub fn of<'a>(
+        state: &'a crate::framework::CycleState,
+        plugin: &str,
+    ) -> Result<&'a UsageContext, crate::framework::Status> {
+        state.read::<Ctx>().map(|c| &*c.0).ok_or_else(|| {
+            crate::framework::Status::error(format!("{plugin}: PreFilter/PreScore did not run"))
+        })
+    }
+}
+
 /// A node's load over the peers' windows: its newest sample's time and the windows.
 #[derive(Debug)]
 pub struct Load<'a> {

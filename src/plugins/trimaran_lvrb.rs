@@ -28,7 +28,7 @@ use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlug
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::UsageContext;
 
-use super::peers;
+use super::peers::{self, Ctx};
 use super::trimaran_tlp::WINDOW_S;
 
 /// Plugin name.
@@ -94,8 +94,6 @@ pub fn compute_score(rs: ResourceStats, margin: f64, sensitivity: f64) -> f64 {
 pub struct LoadVariationRiskBalancing {
     args: LoadVariationRiskBalancingArgs,
 }
-
-struct Ctx(Arc<UsageContext>);
 
 impl LoadVariationRiskBalancing {
     /// Creates the plugin from checked args.
@@ -184,7 +182,7 @@ impl PreScorePlugin for LoadVariationRiskBalancing {
         snapshot: &Snapshot,
         _feasible: &[NodeIdx],
     ) -> Status {
-        state.write(Ctx(snapshot.usage().clone()));
+        Ctx::keep(state, snapshot);
         Status::success()
     }
 }
@@ -195,16 +193,14 @@ impl ScorePlugin for LoadVariationRiskBalancing {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Ctx(ctx) = state
-            .read::<Ctx>()
-            .ok_or_else(|| Status::error("LoadVariationRiskBalancing: PreScore did not run"))?;
+        let ctx = Ctx::of(state, NAME)?;
         Ok(self
             .stats(ctx, pod, node)
             .map_or(0, |(c, m)| self.score_of(c, m)))
     }
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let Ctx(ctx) = state.read::<Ctx>()?;
+        let ctx = Ctx::of(state, NAME).ok()?;
         let Some((c, m)) = self.stats(ctx, pod, node) else {
             return Some("no usage for the node: minimum score (Trimaran)".into());
         };

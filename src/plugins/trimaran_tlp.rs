@@ -33,7 +33,7 @@ use crate::quantity::Quantity;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::UsageContext;
 
-use super::peers;
+use super::peers::{self, Ctx};
 
 /// Plugin name.
 pub const NAME: &str = "TargetLoadPacking";
@@ -80,8 +80,6 @@ pub struct TargetLoadPacking {
     default_milli: i64,
     multiplier: f64,
 }
-
-struct Ctx(Arc<UsageContext>);
 
 impl TargetLoadPacking {
     /// Creates the plugin from checked args.
@@ -190,7 +188,7 @@ impl PreScorePlugin for TargetLoadPacking {
         snapshot: &Snapshot,
         _feasible: &[NodeIdx],
     ) -> Status {
-        state.write(Ctx(snapshot.usage().clone()));
+        Ctx::keep(state, snapshot);
         Status::success()
     }
 }
@@ -201,14 +199,12 @@ impl ScorePlugin for TargetLoadPacking {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Ctx(ctx) = state
-            .read::<Ctx>()
-            .ok_or_else(|| Status::error("TargetLoadPacking: PreScore did not run"))?;
+        let ctx = Ctx::of(state, NAME)?;
         Ok(self.judge(ctx, pod, node).map_or(0, |(_, s)| s))
     }
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let Ctx(ctx) = state.read::<Ctx>()?;
+        let ctx = Ctx::of(state, NAME).ok()?;
         Some(match self.judge(ctx, pod, node) {
             Some((u, _)) => format!(
                 "predicted CPU {u:.1} % of capacity (15-min mean + pod + pods placed since the last sample) against target {} %",
