@@ -88,15 +88,13 @@ async fn placed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn koordinator_load_aware_filter_under_serve() {
     let (a, b) = ((3.0, 2.0 * GI), (0.5, 2.0 * GI));
-    let on = profile(", LoadAwareScheduling: {enabled: true}");
-    assert_eq!(
-        placed(&on, a, b, &[("node-b", "2")], None).await.as_deref(),
-        Some("node-b")
-    );
+    let got = with_and_without("LoadAwareScheduling", a, b, &[("node-b", "2")], None).await;
+    assert_eq!(got, both("node-b", "node-a"));
     // node-b full by requests: at the default 65 % node-a is rejected too, and the pod
     // waits; with the user's own threshold (80 %), node-a's 75 % + the pod's estimate
     // passes.
     let full = [("node-b", "3950m")];
+    let on = profile(", LoadAwareScheduling: {enabled: true}");
     assert_eq!(placed(&on, a, b, &full, None).await, None);
     let tuned = profile_with(
         ", LoadAwareScheduling: {enabled: true}",
@@ -106,31 +104,32 @@ async fn koordinator_load_aware_filter_under_serve() {
         placed(&tuned, a, b, &full, None).await.as_deref(),
         Some("node-a")
     );
-    let off = profile("");
-    assert_eq!(
-        placed(&off, a, b, &[("node-b", "2")], None)
-            .await
-            .as_deref(),
-        Some("node-a")
-    );
+}
+
+/// Where the pod goes with `plugin` enabled, and without it (requests alone decide).
+async fn with_and_without(
+    plugin: &str,
+    a: (f64, f64),
+    b: (f64, f64),
+    existing: &[(&str, &str)],
+    limit: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let on = profile(&format!(", {plugin}: {{enabled: true}}"));
+    let with = placed(&on, a, b, existing, limit).await;
+    let without = placed(&profile(""), a, b, existing, limit).await;
+    (with, without)
+}
+
+fn both(a: &str, b: &str) -> (Option<String>, Option<String>) {
+    (Some(a.to_string()), Some(b.to_string()))
 }
 
 /// crane's filter: node-a's 5-minute CPU mean, 0.75, is above 0.65.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crane_dynamic_filter_under_serve() {
     let (a, b) = ((3.0, 2.0 * GI), (0.5, 2.0 * GI));
-    let on = profile(", Dynamic: {enabled: true}");
-    assert_eq!(
-        placed(&on, a, b, &[("node-b", "2")], None).await.as_deref(),
-        Some("node-b")
-    );
-    let off = profile("");
-    assert_eq!(
-        placed(&off, a, b, &[("node-b", "2")], None)
-            .await
-            .as_deref(),
-        Some("node-a")
-    );
+    let got = with_and_without("Dynamic", a, b, &[("node-b", "2")], None).await;
+    assert_eq!(got, both("node-b", "node-a"));
 }
 
 /// Trimaran's LoadVariationRiskBalancing: node-a's 90 % CPU outweighs node-b's 1 core of
@@ -138,18 +137,8 @@ async fn crane_dynamic_filter_under_serve() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trimaran_lvrb_score_under_serve() {
     let (a, b) = ((3.6, 2.0 * GI), (0.2, 2.0 * GI));
-    let on = profile(", LoadVariationRiskBalancing: {enabled: true}");
-    assert_eq!(
-        placed(&on, a, b, &[("node-b", "1")], None).await.as_deref(),
-        Some("node-b")
-    );
-    let off = profile("");
-    assert_eq!(
-        placed(&off, a, b, &[("node-b", "1")], None)
-            .await
-            .as_deref(),
-        Some("node-a")
-    );
+    let got = with_and_without("LoadVariationRiskBalancing", a, b, &[("node-b", "1")], None).await;
+    assert_eq!(got, both("node-b", "node-a"));
 }
 
 /// Trimaran's TargetLoadPacking packs: node-a at 15 % plus the pod's 1-CPU limit reaches
@@ -157,10 +146,7 @@ async fn trimaran_lvrb_score_under_serve() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trimaran_tlp_score_under_serve() {
     let (a, b) = ((0.6, 2.0 * GI), (0.0, 2.0 * GI));
-    let on = profile(", TargetLoadPacking: {enabled: true}");
-    let got = placed(&on, a, b, &[("node-a", "500m")], Some("1")).await;
-    assert_eq!(got.as_deref(), Some("node-a"));
-    let off = profile("");
-    let got = placed(&off, a, b, &[("node-a", "500m")], Some("1")).await;
-    assert_eq!(got.as_deref(), Some("node-b"));
+    let existing = [("node-a", "500m")];
+    let got = with_and_without("TargetLoadPacking", a, b, &existing, Some("1")).await;
+    assert_eq!(got, both("node-a", "node-b"));
 }
