@@ -81,7 +81,8 @@ pub enum Command {
         /// The scenario (YAML).
         scenario: PathBuf,
         /// Policies to run, comma-separated: headroom (the configuration as given),
-        /// requests (kube-scheduler's request-based default, the baseline).
+        /// requests (kube-scheduler's request-based default, the baseline), and the peers
+        /// trimaran-tlp, trimaran-lvrb, koordinator, crane (README: *The peers*).
         #[arg(long, value_enum, value_delimiter = ',', default_value = "headroom")]
         policy: Vec<crate::simulate::Policy>,
         /// Run headroom and the requests baseline on the same arrivals.

@@ -15,6 +15,7 @@
 pub mod nodes;
 pub mod profiles;
 pub mod samples;
+pub mod windows;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,6 +32,7 @@ pub use nodes::{NodeParams, NodeSamples, NodeUsage, Stat, node_usage};
 pub use profiles::{
     BuilderProfile, PerRun, Percentiles, ProfileParams, RunColumns, builder_profiles,
 };
+pub use windows::{NodeWindows, WindowStat};
 
 /// The interpolation of every quantile in this module: linear between the two nearest
 /// ranks, at position `(n − 1) · q` of the sorted values (NumPy's default, Hyndman–Fan
@@ -81,6 +83,11 @@ pub struct AnalyticsConfig {
     /// Quantile of node usage over `nodeWindow`, in `[0, 1]`; free disk uses `1 − q`.
     /// Default `0.95`.
     pub node_quantile: f64,
+    /// Whether the view also holds every node's usage over the peers' windows
+    /// ([`windows`]: 5 minutes to a day). Not configured: the engine sets it when a profile
+    /// enables a peer plugin, so that only they pay for a day of samples per refresh.
+    #[serde(skip)]
+    pub peer_windows: bool,
 }
 
 impl Default for AnalyticsConfig {
@@ -92,6 +99,7 @@ impl Default for AnalyticsConfig {
             per_run: PerRun::P95,
             node_window: Duration::from_secs(120),
             node_quantile: 0.95,
+            peer_windows: false,
         }
     }
 }
@@ -124,6 +132,9 @@ pub struct UsageView {
     /// Placement history by builder: the nodes it was placed on, most recent first (the
     /// History plugin's fallback when the pod carries no history annotation).
     pub placements: HashMap<String, Vec<String>>,
+    /// Node usage over the peers' windows by node name (empty unless
+    /// [`AnalyticsConfig::peer_windows`]).
+    pub windows: HashMap<String, NodeWindows>,
 }
 
 impl UsageView {
@@ -161,6 +172,11 @@ pub fn compute(store: &Store, config: &AnalyticsConfig, now_ms: i64) -> Result<U
         builders: builder_profiles(store, &profile)?,
         nodes: node_usage(store, &node)?,
         placements: store.placement_histories()?.into_iter().collect(),
+        windows: if config.peer_windows {
+            windows::node_windows(store, now_ms)?
+        } else {
+            HashMap::new()
+        },
     })
 }
 

@@ -157,8 +157,11 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Builds the engine: validates `config`, builds the profiles with their plugin
     /// dependencies, the queue, the cluster state and the metrics.
-    pub fn new(config: Config, parts: Parts) -> Result<Arc<Engine>, EngineError> {
+    pub fn new(mut config: Config, parts: Parts) -> Result<Arc<Engine>, EngineError> {
         config.validate()?;
+        // Only the peers' plugins read the long windows; without them no refresh reads a
+        // day of samples.
+        config.analytics.peer_windows |= crate::plugins::peers::enabled_in(&config);
         crate::plugins::validate_config(&config)?;
         let reservations = parts
             .reservations

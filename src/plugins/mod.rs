@@ -37,6 +37,18 @@
 //! | History | PreScore, Score | 10 | on |
 //! | RealHeadroom | PreScore, Score | 7 | on |
 //!
+//! and the peers' plugins, each a faithful copy of another load-aware scheduler's, fed by
+//! headroom's usage view ([`peers`] says how each metric is derived), for users migrating
+//! with their tuning and for `simulate`/`sweep`'s policies `trimaran-tlp`, `trimaran-lvrb`,
+//! `koordinator` and `crane`:
+//!
+//! | plugin | extension points | weight | default |
+//! |---|---|---|---|
+//! | TargetLoadPacking | PreScore, Score | 1 | off (Trimaran) |
+//! | LoadVariationRiskBalancing | PreScore, Score | 1 | off (Trimaran) |
+//! | LoadAwareScheduling | PreFilter, Filter, PreScore, Score | 1 | off (Koordinator) |
+//! | Dynamic | PreFilter, Filter, PreScore, Score | 3 | off (crane) |
+//!
 //! The default weights reproduce seed 000's balance: History scores at most 30 and
 //! RealHeadroom at most 100, so with weights 10 and 7 their maxima are 300 and 700 —
 //! history up to 30 %, real resources up to 70 % of headroom's own 1000 points, next to
@@ -57,10 +69,12 @@
 //! Not implemented: DynamicResources.
 
 pub mod balanced_allocation;
+pub mod crane_dynamic;
 pub mod default_preemption;
 pub mod history;
 pub mod image_locality;
 pub mod inter_pod_affinity;
+pub mod load_aware;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -68,6 +82,7 @@ pub mod node_resources_fit;
 pub mod node_start_rate;
 pub mod node_unschedulable;
 pub mod node_volume_limits;
+pub mod peers;
 pub mod pod_topology_spread;
 pub mod real_cpu_fit;
 pub mod real_disk_fit;
@@ -79,6 +94,8 @@ pub mod reservation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 mod topology;
+pub mod trimaran_lvrb;
+pub mod trimaran_tlp;
 pub mod volume_binding;
 pub mod volume_restrictions;
 pub mod volume_zone;

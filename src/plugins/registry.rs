@@ -418,6 +418,51 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         )),
         factory: |a, deps| Ok(real_headroom::RealHeadroom::new(a.decode()?, deps)?.register()),
     },
+    // The peers' plugins (off by default), last: every other filter's reason comes first.
+    KnownPlugin {
+        name: trimaran_tlp::NAME,
+        points: &[PreScore, Score],
+        weight: 1,
+        default_enabled: false,
+        upstream: false,
+        args: Some(ArgsSpec::of::<trimaran_tlp::TargetLoadPackingArgs>(
+            "targetLoadPacking",
+        )),
+        factory: |a, _| Ok(trimaran_tlp::TargetLoadPacking::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: trimaran_lvrb::NAME,
+        points: &[PreScore, Score],
+        weight: 1,
+        default_enabled: false,
+        upstream: false,
+        args: Some(
+            ArgsSpec::of::<trimaran_lvrb::LoadVariationRiskBalancingArgs>(
+                "loadVariationRiskBalancing",
+            ),
+        ),
+        factory: |a, _| Ok(trimaran_lvrb::LoadVariationRiskBalancing::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: load_aware::NAME,
+        points: &[PreFilter, Filter, PreScore, Score],
+        weight: 1,
+        default_enabled: false,
+        upstream: false,
+        args: Some(ArgsSpec::of::<load_aware::LoadAwareSchedulingArgs>(
+            "loadAwareScheduling",
+        )),
+        factory: |a, _| Ok(load_aware::LoadAwareScheduling::new(a.decode()?)?.register()),
+    },
+    KnownPlugin {
+        name: crane_dynamic::NAME,
+        points: &[PreFilter, Filter, PreScore, Score],
+        weight: 3,
+        default_enabled: false,
+        upstream: false,
+        args: Some(ArgsSpec::of::<crane_dynamic::DynamicArgs>("dynamic")),
+        factory: |a, _| Ok(crane_dynamic::Dynamic::new(a.decode()?)?.register()),
+    },
 ];
 
 /// Looks a plugin up by name.

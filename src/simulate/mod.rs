@@ -62,37 +62,90 @@ pub enum Error {
 
 /// Which scheduling policy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Policy {
     /// The configuration as given (headroom's real-usage plugins on).
     Headroom,
     /// Request-based only: every headroom plugin disabled (kube-scheduler's default).
     Requests,
+    /// Trimaran's TargetLoadPacking as scheduler-plugins' `manifests/trimaran/
+    /// scheduler-config.yaml` runs it: kube-scheduler's plugins without
+    /// NodeResourcesBalancedAllocation, plus TargetLoadPacking (weight 1). headroom cannot
+    /// switch off NodeResourcesFit's score alone (its filter is needed), so its
+    /// LeastAllocated score stays, at weight 1, where Trimaran's manifest disables it.
+    TrimaranTlp,
+    /// Trimaran's LoadVariationRiskBalancing, in the same profile as `trimaran-tlp`.
+    TrimaranLvrb,
+    /// Koordinator's LoadAwareScheduling next to kube-scheduler's plugins, weight 1 (as
+    /// koordinator's `config/manager/scheduler-config.yaml` enables it).
+    Koordinator,
+    /// crane's Dynamic next to kube-scheduler's plugins, weight 3 (crane's
+    /// `deploy/manifests/dynamic/scheduler-config.yaml`).
+    Crane,
 }
 
 impl Policy {
+    /// Every policy, in the order reports list them.
+    pub const ALL: [Policy; 6] = [
+        Policy::Headroom,
+        Policy::Requests,
+        Policy::TrimaranTlp,
+        Policy::TrimaranLvrb,
+        Policy::Koordinator,
+        Policy::Crane,
+    ];
+
     /// Its name.
     pub fn as_str(self) -> &'static str {
         match self {
             Policy::Headroom => "headroom",
             Policy::Requests => "requests",
+            Policy::TrimaranTlp => "trimaran-tlp",
+            Policy::TrimaranLvrb => "trimaran-lvrb",
+            Policy::Koordinator => "koordinator",
+            Policy::Crane => "crane",
         }
     }
 
-    /// The configuration this policy runs with.
+    /// The peer plugins this policy switches on (none for `headroom` and `requests`), and
+    /// the upstream ones it switches off.
+    fn peer(self) -> (&'static [&'static str], &'static [&'static str]) {
+        use crate::plugins::{balanced_allocation, crane_dynamic, load_aware};
+        use crate::plugins::{trimaran_lvrb, trimaran_tlp};
+        match self {
+            Policy::Headroom | Policy::Requests => (&[], &[]),
+            Policy::TrimaranTlp => (&[trimaran_tlp::NAME], &[balanced_allocation::NAME]),
+            Policy::TrimaranLvrb => (&[trimaran_lvrb::NAME], &[balanced_allocation::NAME]),
+            Policy::Koordinator => (&[load_aware::NAME], &[]),
+            Policy::Crane => (&[crane_dynamic::NAME], &[]),
+        }
+    }
+
+    /// The configuration this policy runs with: `headroom` the configuration as given;
+    /// every other one with headroom's own plugins off, and a peer's plugin on (with the
+    /// configuration's `pluginArgs` for it, its defaults otherwise).
     pub fn config(self, base: &Config) -> Config {
         let mut c = base.clone();
-        if self == Policy::Requests {
-            for p in &mut c.profiles {
-                for k in KNOWN_PLUGINS.iter().filter(|k| !k.upstream) {
-                    p.plugins.insert(
-                        k.name.to_string(),
-                        PluginSetting {
-                            enabled: Some(false),
-                            weight: None,
-                        },
-                    );
-                }
+        if self == Policy::Headroom {
+            return c;
+        }
+        let (on, off) = self.peer();
+        // Only `enabled` changes: a weight the configuration gives a peer is kept.
+        let set = |p: &mut crate::config::ProfileConfig, name: &str, enabled: bool| {
+            p.plugins
+                .entry(name.to_string())
+                .or_insert(PluginSetting {
+                    enabled: None,
+                    weight: None,
+                })
+                .enabled = Some(enabled);
+        };
+        for p in &mut c.profiles {
+            for k in KNOWN_PLUGINS.iter().filter(|k| !k.upstream) {
+                set(p, k.name, false);
+            }
+            for name in off.iter().chain(on) {
+                set(p, name, on.contains(name));
             }
         }
         c
@@ -1125,4 +1178,57 @@ async fn run_policy(
     r.fallback_placements = engine.metrics().fallback_placements();
     r.finish();
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each policy's profile: headroom's own plugins off except under `headroom`, the
+    /// peer's plugin on (its weight kept from the configuration), Trimaran without
+    /// BalancedAllocation.
+    #[test]
+    fn peer_policies_switch_their_plugin_on_and_headrooms_off() {
+        let base = Config::from_yaml("profiles: [{plugins: {Dynamic: {weight: 5}}}]", "t").unwrap();
+        let names = |p: Policy| -> Vec<&'static str> {
+            let c = p.config(&base);
+            crate::plugins::build_framework(&c.profiles[0])
+                .unwrap()
+                .plugins()
+                .iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        let peers = crate::plugins::peers::PLUGINS;
+        for (p, on) in [
+            (Policy::TrimaranTlp, "TargetLoadPacking"),
+            (Policy::TrimaranLvrb, "LoadVariationRiskBalancing"),
+            (Policy::Koordinator, "LoadAwareScheduling"),
+            (Policy::Crane, "Dynamic"),
+        ] {
+            let n = names(p);
+            assert!(n.contains(&on), "{p:?}: {n:?}");
+            assert!(
+                !n.contains(&"RealMemoryFit") && !n.contains(&"History"),
+                "{p:?}"
+            );
+            assert_eq!(n.iter().filter(|x| peers.contains(x)).count(), 1, "{p:?}");
+            assert_eq!(
+                n.contains(&"NodeResourcesBalancedAllocation"),
+                !p.as_str().starts_with("trimaran"),
+                "{p:?}"
+            );
+            assert!(crate::plugins::peers::enabled_in(&p.config(&base)));
+        }
+        assert!(names(Policy::Headroom).contains(&"RealHeadroom"));
+        assert!(!crate::plugins::peers::enabled_in(
+            &Policy::Requests.config(&base)
+        ));
+        let c = Policy::Crane.config(&base);
+        assert_eq!(c.profiles[0].plugins["Dynamic"].weight, Some(5));
+        for p in Policy::ALL {
+            let parsed = <Policy as clap::ValueEnum>::from_str(p.as_str(), false).unwrap();
+            assert_eq!(parsed, p);
+        }
+    }
 }

@@ -7,6 +7,7 @@ mod deploy;
 mod engine;
 mod fake;
 mod kubelet;
+mod peers;
 mod plugin;
 mod preemption;
 mod sections;

@@ -21,10 +21,10 @@ use super::kubelet::{FakeKubelet, collectors_yaml};
 use super::{Running, namespace, node, pod};
 
 /// Every serve run here: no leader election, no reservations, loopback, fast events.
-const SERVE_BASE: &str = "scheduler: {seed: 3}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n";
+pub(super) const SERVE_BASE: &str = "scheduler: {seed: 3}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n";
 
 /// `base` with `section` merged over it (both YAML).
-fn config(base: &str, section: &str) -> Config {
+pub(super) fn config(base: &str, section: &str) -> Config {
     let mut v: Value = serde_norway::from_str(base).unwrap();
     let s: Value = serde_norway::from_str(section).unwrap();
     if !s.is_null() {
@@ -33,7 +33,7 @@ fn config(base: &str, section: &str) -> Config {
     Config::from_yaml(&serde_norway::to_string(&v).unwrap(), "test").expect("test config")
 }
 
-async fn start(fake: &Fake, config: Config, store: Option<Store>) -> Running {
+pub(super) async fn start(fake: &Fake, config: Config, store: Option<Store>) -> Running {
     let mut opts = ServeOptions::new(config, fake.client("a"));
     opts.store =
         Some(store.unwrap_or_else(|| Store::open_temporary(StoreConfig::default()).unwrap()));
@@ -55,7 +55,7 @@ async fn start(fake: &Fake, config: Config, store: Option<Store>) -> Running {
 }
 
 /// Polls `f` every 100 ms for at most `secs`; whether it became true.
-async fn within(secs: f64, mut f: impl FnMut() -> bool) -> bool {
+pub(super) async fn within(secs: f64, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     loop {
         if f() {
@@ -68,7 +68,7 @@ async fn within(secs: f64, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-async fn get_json(url: &str) -> Value {
+pub(super) async fn get_json(url: &str) -> Value {
     let body = reqwest::get(url).await.unwrap().text().await.unwrap();
     serde_json::from_str(&body).unwrap_or(Value::String(body))
 }
