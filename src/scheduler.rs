@@ -513,7 +513,9 @@ impl Scheduler {
         // The pod's predicted usage counts on the node until its metrics show it
         // (compensation), and the node joins the builder's history at once.
         // Taken out of the cycle state, not read: the state would otherwise keep the
-        // snapshot's usage context shared, and recording the placement below would copy it.
+        // snapshot's usage context shared, and recording the placement below would copy it
+        // (the peer plugins keep the same context for their per-node calls).
+        drop(state.take::<crate::plugins::peers::Ctx>());
         let usage = release_cycle_usage(state).map_or_else(
             || PodUsage::of(pod, &self.snapshot, &self.deps.policy, &self.deps.identity),
             |u| match Arc::try_unwrap(u) {
