@@ -6,8 +6,8 @@
 # CMD [serve]. The binary is the glibc one with exactly the shared libraries `ldd` lists and
 # the dynamic loader beside it (musl targets are not installable here).
 #
-#   bash scripts/image.sh build    # -> target/image/oci (OCI layout, tag VERSION) and
-#                                  #    target/image/headroom-VERSION.oci.tar (oci-archive)
+#   bash scripts/image.sh build    # -> target/oci-image/oci (OCI layout, tag VERSION) and
+#                                  #    target/oci-image/headroom-VERSION.oci.tar (oci-archive)
 #   bash scripts/image.sh check    # inspect it, then run it in its own root filesystem:
 #                                  # read-only root, uid 65532, `serve --help`, a short simulate
 #
@@ -19,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-out=target/image
+# Not target/image: that is where cargo's `image` profile puts the binary.
+out=target/oci-image
 layout=$out/oci
 archive=$out/headroom-$version.oci.tar
 uid=65532
