@@ -182,6 +182,9 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Log format and verbosity (the sources' failures are logged on stderr).
+        #[command(flatten)]
+        log: crate::logging::LogArgs,
     },
     /// List the series in the store: `metric{labels}`, last value and its age.
     ///
@@ -308,6 +311,9 @@ pub struct ServeArgs {
     /// Extender only: do not schedule pods ourselves (sets serve.schedule to false).
     #[arg(long)]
     pub extender_only: bool,
+    /// Log format and verbosity.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 /// Where `headroom explain` looks for the API when no `--server` is given.
@@ -865,6 +871,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         data_dir,
         no_leader_election,
         extender_only,
+        log,
     } = args;
     // Validated once the flags are applied: they win over the file (and `--listen
     // 127.0.0.1:…` is what makes `serve.security.mode: none` acceptable).
@@ -916,13 +923,10 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    if let Err(e) = crate::logging::init(&log) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -1114,7 +1118,14 @@ pub fn run(cli: Cli) -> ExitCode {
             config,
             data_dir,
             output,
-        } => run_collect(once, &config, data_dir.as_deref(), output),
+            log,
+        } => {
+            if let Err(e) = crate::logging::init(&log) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            run_collect(once, &config, data_dir.as_deref(), output)
+        }
         Command::Series {
             selector,
             data_dir,

@@ -33,6 +33,7 @@ pub mod framework;
 pub mod fuzzing;
 pub mod kube;
 pub mod kubectl;
+pub mod logging;
 pub mod metrics;
 pub mod objects;
 pub mod place;

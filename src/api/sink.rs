@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use super::ApiState;
 use super::log::{DecisionInputs, LoggedDecision};
 use crate::framework::Decision;
+use crate::logging::Repeated;
 use crate::metrics::PlacementCache;
 
 /// Decisions taken from the channel per batch.
@@ -187,6 +188,7 @@ pub async fn run_decision_sink(
 ) -> SinkReport {
     let mut report = SinkReport::default();
     let mut batch: Vec<Decided> = Vec::with_capacity(BATCH);
+    let store_failures = Arc::new(Repeated::default());
     tokio::pin!(shutdown);
     let mut closing = false;
     loop {
@@ -236,7 +238,10 @@ pub async fn run_decision_sink(
             Some(store) => {
                 let records = logged.clone();
                 let metrics = state.metrics().clone();
-                match tokio::task::spawn_blocking(move || persist(&store, &records)).await {
+                let (failures, now) = (store_failures.clone(), crate::logging::now());
+                match tokio::task::spawn_blocking(move || persist(&store, &records, &failures, now))
+                    .await
+                {
                     Ok((caches, stored, errors)) => {
                         report.stored += stored;
                         report.store_errors += errors;
@@ -278,7 +283,14 @@ pub async fn run_decision_sink(
 /// Node verdicts a stored explanation keeps at most (chosen, best feasible, then rejected).
 pub const STORED_NODES: usize = 100;
 
-fn persist(store: &Store, records: &[Arc<LoggedDecision>]) -> (Vec<Option<bool>>, u64, u64) {
+///
+/// A full disk fails every write: `failures` keeps that to a warning per interval.
+fn persist(
+    store: &Store,
+    records: &[Arc<LoggedDecision>],
+    failures: &Repeated,
+    now: std::time::Instant,
+) -> (Vec<Option<bool>>, u64, u64) {
     let mut caches = Vec::with_capacity(records.len());
     let (mut stored, mut errors) = (0u64, 0u64);
     for r in records {
@@ -286,7 +298,9 @@ fn persist(store: &Store, records: &[Arc<LoggedDecision>]) -> (Vec<Option<bool>>
             (Some(node), Some(builder)) => match store.placement_history(builder) {
                 Ok(history) => Some(history.iter().any(|n| n == node)),
                 Err(e) => {
-                    tracing::warn!(error = %e, builder, "reading placement history failed");
+                    if let Some(held_back) = failures.failure(now) {
+                        tracing::warn!(error = %e, builder, held_back, "reading placement history failed");
+                    }
                     errors += 1;
                     None
                 }
@@ -308,9 +322,16 @@ fn persist(store: &Store, records: &[Arc<LoggedDecision>]) -> (Vec<Option<bool>>
             .map_err(|e| e.to_string())
             .and_then(|bytes| store.put_decision(&key, &bytes).map_err(|e| e.to_string()));
         match written {
-            Ok(()) => stored += 1,
+            Ok(()) => {
+                stored += 1;
+                if let Some(held_back) = failures.success() {
+                    tracing::info!(held_back, "storing decisions works again");
+                }
+            }
             Err(e) => {
-                tracing::warn!(error = %e, pod = %format!("{}/{}", key.namespace, key.name), "storing a decision failed");
+                if let Some(held_back) = failures.failure(now) {
+                    tracing::warn!(error = %e, pod = %format!("{}/{}", key.namespace, key.name), held_back, "storing a decision failed");
+                }
                 errors += 1;
             }
         }

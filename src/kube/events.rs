@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use super::bind::BindOutcome;
 use super::config::{EventsConfig, ServeConfig};
 use crate::framework::{Decision, Fallback, Outcome};
+use crate::logging::Repeated;
 use crate::snapshot::PodInfo;
 use crate::usage::UsageContext;
 
@@ -125,9 +126,18 @@ pub struct EventStats {
     pub dropped: Counter,
     /// API errors.
     pub failed: Counter,
+    /// Keeps the failures' warnings to one per interval (an API server refusing events
+    /// would otherwise get one line per pod).
+    pub warnings: Repeated,
 }
 
 impl EventStats {
+    /// Counts a failed write; `Some(held_back)` when it is to be logged (see [`Repeated`]).
+    fn failure(&self) -> Option<u64> {
+        self.failed.inc();
+        self.warnings.failure(crate::logging::now())
+    }
+
     /// (created, series updates, aggregated, dropped, failed).
     pub fn get(&self) -> (u64, u64, u64, u64, u64) {
         (
@@ -369,8 +379,9 @@ pub async fn run_event_writer(
                 );
             }
             Err(e) => {
-                stats.failed.inc();
-                tracing::warn!(error = %e, reason = ev.reason, "writing an event failed");
+                if let Some(held_back) = stats.failure() {
+                    tracing::warn!(error = %e, reason = ev.reason, held_back, "writing an event failed");
+                }
             }
         }
     }
@@ -399,8 +410,9 @@ async fn write_series(
             stats.series_updates.inc();
         }
         Err(e) => {
-            stats.failed.inc();
-            tracing::warn!(error = %e, event = %s.name, "updating an event series failed");
+            if let Some(held_back) = stats.failure() {
+                tracing::warn!(error = %e, event = %s.name, held_back, "updating an event series failed");
+            }
         }
     }
 }
@@ -521,15 +533,25 @@ pub struct ReporterStats {
     pub annotations: Counter,
     /// Placements recorded in the store's history.
     pub placements: Counter,
-    /// Failed writes (API or store), each also logged.
+    /// Failed writes (API or store), logged at most once per interval with the number
+    /// held back.
     pub failed: Counter,
     /// Condition and annotation patches skipped because binds were waiting (binds first).
     pub dropped: Counter,
     /// Preemption's calls (victims' DisruptionTarget patches and deletions).
     pub preemption: super::preempt::PreemptStats,
+    /// Keeps the failures' warnings to one per interval: a full disk under the store or an
+    /// API server refusing patches fails once per pod.
+    pub warnings: Arc<Repeated>,
 }
 
 impl ReporterStats {
+    /// Counts a failed write; `Some(held_back)` when it is to be logged (see [`Repeated`]).
+    fn failure(&self) -> Option<u64> {
+        self.failed.inc();
+        self.warnings.failure(crate::logging::now())
+    }
+
     /// Registers the counters on `metrics`.
     pub fn register(&self, metrics: &crate::metrics::Metrics) {
         for (name, help, c) in [
@@ -695,6 +717,8 @@ impl Reporter {
             uid: (!d.uid.is_empty()).then(|| d.uid.clone()),
             ..Default::default()
         };
+        // kube-scheduler logs this at -v 2 ("Unable to schedule pod; no fit; waiting").
+        tracing::debug!(pod = %format!("{}/{}", d.namespace, d.name), reason, %message, "unable to schedule the pod");
         self.recorder.record(failed_scheduling(regarding, &message));
         // Preemption: the victims go first (upstream's executor runs before the failure
         // handler writes the condition), whatever the API's load: the pod cannot be placed
@@ -733,12 +757,14 @@ impl Reporter {
             }
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
             Ok(Err(e)) => {
-                self.stats.failed.inc();
-                tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), error = %e, "patching the PodScheduled condition failed");
+                if let Some(held_back) = self.stats.failure() {
+                    tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), error = %e, held_back, "patching the PodScheduled condition failed");
+                }
             }
             Err(_) => {
-                self.stats.failed.inc();
-                tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), "patching the PodScheduled condition timed out");
+                if let Some(held_back) = self.stats.failure() {
+                    tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), held_back, "patching the PodScheduled condition timed out");
+                }
             }
         }
     }
@@ -755,6 +781,8 @@ impl Reporter {
             return;
         }
         st.conditions.remove(&o.pod.uid);
+        // kube-scheduler logs this at -v 2 ("Successfully bound pod to node").
+        tracing::debug!(pod = %o.pod.key(), node = %o.node, "bound the pod to its node");
         self.recorder
             .record(scheduled(&o.pod, &o.node, fallback.as_ref()));
         let builder = headroom_collectors::builder_identity(&o.pod.pod.metadata, &self.identity);
@@ -775,12 +803,14 @@ impl Reporter {
                     history = h;
                 }
                 Ok(Err(e)) => {
-                    self.stats.failed.inc();
-                    tracing::warn!(%builder, error = %e, "recording the placement failed");
+                    if let Some(held_back) = self.stats.failure() {
+                        tracing::warn!(%builder, error = %e, held_back, "recording the placement failed");
+                    }
                 }
                 Err(e) => {
-                    self.stats.failed.inc();
-                    tracing::warn!(%builder, error = %e, "recording the placement: task failed");
+                    if let Some(held_back) = self.stats.failure() {
+                        tracing::warn!(%builder, error = %e, held_back, "recording the placement: task failed");
+                    }
                 }
             }
         }
@@ -806,12 +836,14 @@ impl Reporter {
                 self.stats.annotations.inc();
             }
             Ok(Err(e)) => {
-                self.stats.failed.inc();
-                tracing::warn!(pod = %o.pod.key(), error = %e, "annotating the pod failed");
+                if let Some(held_back) = self.stats.failure() {
+                    tracing::warn!(pod = %o.pod.key(), error = %e, held_back, "annotating the pod failed");
+                }
             }
             Err(_) => {
-                self.stats.failed.inc();
-                tracing::warn!(pod = %o.pod.key(), "annotating the pod timed out");
+                if let Some(held_back) = self.stats.failure() {
+                    tracing::warn!(pod = %o.pod.key(), held_back, "annotating the pod timed out");
+                }
             }
         }
     }

@@ -256,7 +256,8 @@ async fn kube_serve_flushes_and_applies_retention_to_its_store() {
     );
 }
 
-fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
+/// A kubeconfig for the fake API server at `server` (no credentials).
+pub(super) fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");
     let mut f = std::fs::File::create(&path).unwrap();
     write!(

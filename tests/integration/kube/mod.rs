@@ -7,6 +7,7 @@ mod deploy;
 mod engine;
 mod fake;
 mod kubelet;
+mod logs;
 mod peers;
 mod plugin;
 mod preemption;

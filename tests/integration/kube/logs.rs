@@ -1,0 +1,227 @@
+//! `headroom serve`'s logs, from the real binary against the fake API server: the JSON and
+//! text formats, `-v`, no colour when stderr is not a terminal, and a failure that repeats
+//! once per pod (the store's disk full) summarised rather than logged per pod.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::engine::kubeconfig;
+use super::fake::Fake;
+use super::{namespace, node};
+
+/// A free loopback port (bound, read and released: the child binds it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `headroom serve` against `fake`, single replica, with `extra` flags; stderr to `log`.
+/// With `tmpfs_mib`, the store's directory is a tmpfs of that size in a private mount
+/// namespace (`unshare`), so the disk fills as decisions are stored.
+fn spawn_serve(
+    dir: &Path,
+    fake: &Fake,
+    api_port: u16,
+    tmpfs_mib: Option<u32>,
+    extra: &[&str],
+) -> Child {
+    let kc = kubeconfig(dir, &fake.url());
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "serve: {security: {mode: none}, leaderElection: {enabled: false}, reservations: {enabled: false}, events: {qps: 1000, burst: 1000}}\n",
+    )
+    .unwrap();
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let bin = crate::headroom().get_program().to_owned();
+    let mut args: Vec<String> = [
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push("--api-listen".into());
+    args.push(format!("127.0.0.1:{api_port}"));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut cmd = match tmpfs_mib {
+        Some(mib) => {
+            let mut c = Command::new("unshare");
+            c.args(["--user", "--map-root-user", "--mount", "sh", "-c"])
+                .arg(format!(
+                    "mount -t tmpfs -o size={mib}m tmpfs \"$0\" && exec \"$@\""
+                ))
+                .arg(&data)
+                .arg(bin)
+                .args(&args);
+            c
+        }
+        None => {
+            let mut c = Command::new(bin);
+            c.args(&args);
+            c
+        }
+    };
+    let log = std::fs::File::create(dir.join("stderr.log")).unwrap();
+    cmd.env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start headroom serve")
+}
+
+/// SIGTERM, then the exit status within 30 s.
+fn stop(mut child: Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    for _ in 0..300 {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("serve did not stop within 30 s of SIGTERM");
+}
+
+fn farm(fake: &Fake, pods: usize) {
+    fake.put("namespaces", namespace("default"));
+    for i in 0..8 {
+        fake.put("nodes", node(&format!("node-{i}"), "64"));
+    }
+    for i in 0..pods {
+        let mut p = super::pod(&format!("p{i}"), "headroom", "10m");
+        p["spec"]["containers"][0]["resources"]["requests"]["memory"] = "16Mi".into();
+        fake.put("pods", p);
+    }
+}
+
+async fn wait_bound(fake: &Fake, pods: usize) {
+    fake.wait_for(120, "every pod bound", |f| {
+        (0..pods).all(|i| f.node_of("default", &format!("p{i}")).is_some())
+    })
+    .await;
+}
+
+async fn metric(port: u16, name: &str) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+/// The disk under the store fills while 600 pods are scheduled: every pod is still bound,
+/// the metric counts every failed write, and the log has one JSON warning for them (all
+/// within one 30 s interval) instead of one per pod. `-v 2` adds a debug line per bind, as
+/// kube-scheduler's `-v 2` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_json_logs_summarise_a_full_disk() {
+    const PODS: usize = 600;
+    let fake = Fake::start().await;
+    farm(&fake, PODS);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = spawn_serve(
+        dir.path(),
+        &fake,
+        port,
+        Some(2),
+        &["--log-format", "json", "-v", "2"],
+    );
+    wait_bound(&fake, PODS).await;
+    let failed = metric(port, "headroom_api_decision_store_errors_total").await;
+    let status = stop(child);
+    let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        failed >= 50.0,
+        "the 2 MiB disk should fill: {failed} failed writes\n{log}"
+    );
+    let mut lines = Vec::new();
+    for l in log
+        .lines()
+        .filter(|l| !l.starts_with("headroom serve stopped"))
+    {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"));
+        for key in ["timestamp", "level", "message", "target"] {
+            assert!(v[key].is_string(), "no {key}: {l}");
+        }
+        lines.push(v);
+    }
+    let store_warnings: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["message"] == "storing a decision failed")
+        .collect();
+    assert!(
+        !store_warnings.is_empty() && store_warnings.len() <= 2,
+        "{} store warnings for {failed} failures:\n{log}",
+        store_warnings.len()
+    );
+    let w = store_warnings[0];
+    assert_eq!(w["level"], "WARN");
+    assert!(w["pod"].as_str().unwrap().starts_with("default/p"), "{w}");
+    assert_eq!(w["held_back"], 0, "{w}");
+    assert!(
+        w["error"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device"),
+        "{w}"
+    );
+    let binds = lines
+        .iter()
+        .filter(|v| v["message"] == "bound the pod to its node" && v["level"] == "DEBUG")
+        .count();
+    assert_eq!(binds, PODS, "a debug line per bind at -v 2:\n{log}");
+}
+
+/// Text logs on a pipe carry no colour escapes; the default verbosity has no debug lines;
+/// a bad `RUST_LOG` is refused with exit 2 and its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_text_logs_have_no_colour_off_a_terminal() {
+    let fake = Fake::start().await;
+    farm(&fake, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let child = spawn_serve(dir.path(), &fake, free_port(), None, &[]);
+    wait_bound(&fake, 3).await;
+    let status = stop(child);
+    let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour escapes in a log file:\n{log}"
+    );
+    assert!(log.contains(" INFO "), "{log}");
+    assert!(!log.contains("DEBUG"), "{log}");
+    assert!(!log.trim_start().starts_with('{'), "{log}");
+
+    let o = crate::headroom()
+        .args(["serve", "--kubeconfig", "/nonexistent"])
+        .env("RUST_LOG", "headroom=loud")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("RUST_LOG: invalid filter"), "{err}");
+}
