@@ -123,38 +123,7 @@ pub enum Command {
     /// policy, and whether headroom meets issue #17's targets against the request
     /// baseline. Exit code 0 when every run accounted for every pod (3 otherwise; with
     /// --check-targets also when a target is missed), 2 on bad input.
-    Sweep {
-        /// The family (YAML).
-        family: PathBuf,
-        /// Configuration file (default: built-in defaults).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// Generated farms (default: the family's `farms`); included scenarios always run.
-        #[arg(long)]
-        farms: Option<usize>,
-        /// Seeds per farm, 1..=N (default: the family's `seeds`).
-        #[arg(long)]
-        seeds: Option<usize>,
-        /// Simulations at once (default: the number of CPUs).
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// Act on the descheduling advice in every run (see `simulate --act-on-advice`).
-        #[arg(long)]
-        act_on_advice: bool,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
-        /// Also write an SVG plot of the key metrics per farm and policy.
-        #[arg(long, value_name = "FILE")]
-        plot: Option<PathBuf>,
-        /// Exit 3 when a target is missed.
-        #[arg(long)]
-        check_targets: bool,
-        /// Write every farm's scenario here (`<farm>.yaml`, for `headroom simulate`) and
-        /// exit without running them.
-        #[arg(long, value_name = "DIR")]
-        write_farms: Option<PathBuf>,
-    },
+    Sweep(SweepArgs),
     /// Validate a configuration file and print the effective configuration.
     CheckConfig {
         /// The YAML configuration file.
@@ -747,18 +716,49 @@ fn run_simulate(
     }
 }
 
-/// `headroom sweep`'s flags.
-struct SweepArgs {
-    family: PathBuf,
-    config: Option<PathBuf>,
-    farms: Option<usize>,
-    seeds: Option<usize>,
-    jobs: Option<usize>,
-    act_on_advice: bool,
-    output: Output,
-    plot: Option<PathBuf>,
-    check_targets: bool,
-    write_farms: Option<PathBuf>,
+/// The flags of `headroom sweep`.
+#[derive(Debug, clap::Args)]
+pub struct SweepArgs {
+    /// The family (YAML).
+    pub family: PathBuf,
+    /// Configuration file (default: built-in defaults).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Generated farms (default: the family's `farms`); included scenarios always run.
+    #[arg(long)]
+    pub farms: Option<usize>,
+    /// Seeds per farm, 1..=N (default: the family's `seeds`).
+    #[arg(long)]
+    pub seeds: Option<usize>,
+    /// Simulations at once (default: the number of CPUs).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Act on the descheduling advice in every run (see `simulate --act-on-advice`).
+    #[arg(long)]
+    pub act_on_advice: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Also write an SVG plot of the key metrics per farm and policy.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Exit 3 when a target is missed.
+    #[arg(long)]
+    pub check_targets: bool,
+    /// Write every farm's scenario here (`<farm>.yaml`, for `headroom simulate`) and
+    /// exit without running them.
+    #[arg(long, value_name = "DIR")]
+    pub write_farms: Option<PathBuf>,
+    /// Policies to run on the same arrivals, comma-separated: headroom, requests, and the
+    /// peers trimaran-tlp, trimaran-lvrb, koordinator, crane (README: *The peers*). The
+    /// targets compare headroom with requests (and with the peers that run).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "headroom,requests"
+    )]
+    pub policy: Vec<crate::simulate::Policy>,
 }
 
 fn run_sweep(a: SweepArgs) -> ExitCode {
@@ -781,9 +781,24 @@ fn run_sweep(a: SweepArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut policies: Vec<crate::simulate::Policy> = Vec::new();
+    for p in &a.policy {
+        if !policies.contains(p) {
+            policies.push(*p);
+        }
+    }
+    let compared = [
+        crate::simulate::Policy::Headroom,
+        crate::simulate::Policy::Requests,
+    ];
+    if a.check_targets && !compared.iter().all(|p| policies.contains(p)) {
+        eprintln!("error: --check-targets needs --policy to include headroom and requests");
+        return ExitCode::from(2);
+    }
     let mut options = SweepOptions {
         farms: a.farms,
         seeds: a.seeds,
+        policies,
         act_on_advice: a.act_on_advice,
         progress: true,
         ..SweepOptions::default()
@@ -1074,29 +1089,7 @@ pub fn run(cli: Cli) -> ExitCode {
             serve,
             act_on_advice,
         ),
-        Command::Sweep {
-            family,
-            config,
-            farms,
-            seeds,
-            jobs,
-            act_on_advice,
-            output,
-            plot,
-            check_targets,
-            write_farms,
-        } => run_sweep(SweepArgs {
-            family,
-            config,
-            farms,
-            seeds,
-            jobs,
-            act_on_advice,
-            output,
-            plot,
-            check_targets,
-            write_farms,
-        }),
+        Command::Sweep(args) => run_sweep(args),
         Command::CheckConfig { file } => match crate::plugins::registry::load_config(&file) {
             Ok(c) => {
                 println!("# {}: valid; effective configuration:", file.display());

@@ -541,6 +541,71 @@ fn sweep_small_family_meets_the_targets() {
     assert!(err.contains("nodes.count"), "{err}");
 }
 
+/// Issue #21's report: `sweep --policy` runs headroom, the request baseline and the four
+/// peers on the same arrivals and reports every metric for each (one farm, one seed: the
+/// small family with all six policies in CI); `--check-targets` without the baseline is
+/// refused.
+#[test]
+fn sweep_runs_all_six_policies_side_by_side() {
+    let family = repo("examples/families/small.yaml");
+    let family = family.to_str().unwrap();
+    let six = [
+        "headroom",
+        "requests",
+        "trimaran-tlp",
+        "trimaran-lvrb",
+        "koordinator",
+        "crane",
+    ];
+    let o = run(&[
+        "sweep",
+        family,
+        "--farms",
+        "1",
+        "--seeds",
+        "1",
+        "--policy",
+        &six.join(","),
+        "--output",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&o.stderr));
+    });
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(v["simulations"], 6, "{v}");
+    let metrics = v["metrics"].as_array().unwrap();
+    for policy in six {
+        for metric in [
+            "warmRate",
+            "oomKills",
+            "nodeHoursMemoryAbove90",
+            "timeToScheduleP99S",
+        ] {
+            let m = metrics
+                .iter()
+                .find(|m| m["metric"] == metric && m["policy"] == policy)
+                .unwrap_or_else(|| panic!("no {metric} for {policy}: {v}"));
+            assert!(m["mean"].is_number(), "{m}");
+        }
+    }
+    let o = run(&[
+        "sweep",
+        family,
+        "--policy",
+        "headroom,crane",
+        "--check-targets",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--check-targets needs --policy"), "{err}");
+}
+
 /// A workload's `schedulerName` picks the profile that decides its pods (as a pod's
 /// `spec.schedulerName` does under `serve`); a name no profile has is an error naming the
 /// field, not pods left pending.
