@@ -302,6 +302,21 @@ impl Scheduler {
         })
     }
 
+    /// Which events may undo each plugin's rejections, from every profile's plugins'
+    /// declarations ([`Plugin::events_to_register`](crate::framework::Plugin::events_to_register)):
+    /// what the queue needs to move only the pods an event may help.
+    pub fn queueing_hints(&self) -> crate::framework::QueueingHints {
+        let mut hints = crate::framework::QueueingHints::default();
+        for fw in self.frameworks.iter() {
+            for r in fw.plugins() {
+                if let Some(events) = r.events_to_register() {
+                    hints.insert(r.name, events);
+                }
+            }
+        }
+        hints
+    }
+
     /// The framework of a profile (`None` picks the first).
     pub fn framework(&self, profile: Option<&str>) -> Option<&Framework> {
         match profile {
@@ -384,7 +399,7 @@ impl Scheduler {
         let (mut decision, mut state) =
             fw.schedule_in(pod, &self.snapshot, &mut self.rng, cycle_state(false));
         if matches!(decision.outcome, Outcome::Unschedulable { .. }) {
-            let relaxable = relaxable_rejections(&decision);
+            let relaxable = relaxable_rejections(fw, &decision);
             let max_wait = self.deps.policy.max_wait;
             if !relaxable.is_empty() {
                 if waited >= max_wait {

@@ -173,6 +173,7 @@ impl Engine {
         let queue = Arc::new(SchedulingQueue::with_pre_enqueue(
             config.scheduler.queue(),
             scheduler.pre_enqueue_fn(),
+            scheduler.queueing_hints(),
         ));
         let metrics = Arc::new(Metrics::new(MetricsOptions::default()));
         metrics.register(

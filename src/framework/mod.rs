@@ -25,6 +25,7 @@ mod cycle_state;
 pub mod decision;
 #[cfg(test)]
 mod equivalence;
+mod events;
 mod runtime;
 mod status;
 
@@ -32,6 +33,7 @@ use std::sync::Arc;
 
 pub use cycle_state::CycleState;
 pub use decision::{Decision, Fallback, Nomination, Outcome};
+pub use events::{ClusterEvent, ClusterEvents, QueueingHints};
 pub use runtime::{
     DEFAULT_MIN_CHUNK, FILTER_BLOCK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
     MIN_FEASIBLE_NODES_TO_FIND, PluginWeight, default_parallelism,
@@ -49,6 +51,20 @@ pub const MIN_NODE_SCORE: i64 = 0;
 pub trait Plugin: Send + Sync {
     /// The plugin's name, as used in profiles and decision records.
     fn name(&self) -> &'static str;
+
+    /// The cluster events that may undo this plugin's rejections (upstream's
+    /// `EventsToRegister`): the queue moves a pod it rejected only on these. Default:
+    /// [`ClusterEvents::OBJECTS`], every change to nodes and pods.
+    fn events_to_register(&self) -> ClusterEvents {
+        ClusterEvents::OBJECTS
+    }
+
+    /// Whether the usage fallback (`usage.maxWait`) lets every node through this plugin's
+    /// Filter once a pod has waited long enough (the real memory and CPU fits: room that
+    /// only other pods finishing can give).
+    fn relaxed_by_usage_fallback(&self) -> bool {
+        false
+    }
 }
 
 /// Node names a PreFilter restricts the cycle to (upstream's `PreFilterResult`).
@@ -335,6 +351,31 @@ impl Registered {
             name,
             ..Default::default()
         }
+    }
+
+    /// The plugin behind the points that can reject a pod (Filter, else PreFilter, else
+    /// PreEnqueue), if it serves any.
+    fn rejecting(&self) -> Option<&dyn Plugin> {
+        if let Some(p) = &self.filter {
+            return Some(p.as_ref() as &dyn Plugin);
+        }
+        if let Some(p) = &self.pre_filter {
+            return Some(p.as_ref() as &dyn Plugin);
+        }
+        self.pre_enqueue.as_ref().map(|p| p.as_ref() as &dyn Plugin)
+    }
+
+    /// The events that may undo this plugin's rejections ([`Plugin::events_to_register`]);
+    /// `None` for a plugin that rejects nothing.
+    pub fn events_to_register(&self) -> Option<ClusterEvents> {
+        self.rejecting().map(|p| p.events_to_register())
+    }
+
+    /// Whether the usage fallback relaxes this plugin's Filter.
+    pub fn relaxed_by_usage_fallback(&self) -> bool {
+        self.filter
+            .as_ref()
+            .is_some_and(|p| p.relaxed_by_usage_fallback())
     }
 }
 

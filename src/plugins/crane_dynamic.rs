@@ -311,6 +311,12 @@ impl Plugin for Dynamic {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Filters on the usage view's windows: a refresh may bring a node under them.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS
+            .with(crate::framework::ClusterEvent::UsageRefreshed)
+    }
 }
 
 impl PreFilterPlugin for Dynamic {

@@ -436,6 +436,13 @@ impl Plugin for LoadAwareScheduling {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Filters on the usage view (Koordinator's NodeMetric): a refresh may lower a node's
+    /// load below the thresholds.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS
+            .with(crate::framework::ClusterEvent::UsageRefreshed)
+    }
 }
 
 impl PreFilterPlugin for LoadAwareScheduling {

@@ -187,6 +187,11 @@ impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Only the node's labels decide: a node joining or changing.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::NODE_ONLY
+    }
 }
 
 impl PreFilterPlugin for NodeAffinity {

@@ -34,6 +34,11 @@ impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Only the node's name decides: a node joining or changing.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::NODE_ONLY
+    }
 }
 
 impl FilterPlugin for NodeName {

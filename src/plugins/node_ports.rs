@@ -38,6 +38,13 @@ impl Plugin for NodePorts {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Ports are immutable: only a pod leaving frees one.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS
+            .without(crate::framework::ClusterEvent::AssignedPodAdded)
+            .without(crate::framework::ClusterEvent::AssignedPodUpdated)
+    }
 }
 
 impl PreFilterPlugin for NodePorts {

@@ -519,6 +519,12 @@ impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// A pod bound elsewhere only takes resources; a deletion or a resize down frees them.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS
+            .without(crate::framework::ClusterEvent::AssignedPodAdded)
+    }
 }
 
 impl PreFilterPlugin for NodeResourcesFit {

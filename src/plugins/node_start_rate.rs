@@ -76,6 +76,12 @@ impl Plugin for NodeStartRate {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Its window moves with time, which a usage refresh marks.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS
+            .with(crate::framework::ClusterEvent::UsageRefreshed)
+    }
 }
 
 impl PreFilterPlugin for NodeStartRate {

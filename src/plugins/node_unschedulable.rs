@@ -40,6 +40,11 @@ impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Only the node's cordon decides: a node joining or changing (uncordon).
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::NODE_ONLY
+    }
 }
 
 impl FilterPlugin for NodeUnschedulable {

@@ -187,6 +187,11 @@ impl Plugin for NodeVolumeLimits {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Reads volumes, claims, classes and CSINodes: their changes may cure it.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS.with(crate::framework::ClusterEvent::VolumeChanged)
+    }
 }
 
 /// The volumes store, read once per cycle.

@@ -60,6 +60,16 @@ impl Plugin for RealDiskFit {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Reads the usage view: a refresh may show the room.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS
+            .with(crate::framework::ClusterEvent::UsageRefreshed)
+    }
+
+    fn relaxed_by_usage_fallback(&self) -> bool {
+        <Self as super::real_fit::RealFit>::RELAXED_BY_FALLBACK
+    }
 }
 
 impl PreFilterPlugin for RealDiskFit {

@@ -119,6 +119,11 @@ impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Only the node's taints decide: a node joining or changing.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::NODE_ONLY
+    }
 }
 
 impl FilterPlugin for TaintToleration {

@@ -144,6 +144,11 @@ impl Plugin for VolumeBinding {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Reads volumes, claims, classes and CSINodes: their changes may cure it.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS.with(crate::framework::ClusterEvent::VolumeChanged)
+    }
 }
 
 /// Upstream's `MatchTopologySelectorTerms` (no terms: everything).

@@ -59,6 +59,11 @@ impl Plugin for VolumeRestrictions {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Reads volumes, claims, classes and CSINodes: their changes may cure it.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS.with(crate::framework::ClusterEvent::VolumeChanged)
+    }
 }
 
 /// Upstream's `needsRestrictionsCheck`.

@@ -72,6 +72,11 @@ impl Plugin for VolumeZone {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// Reads volumes, claims, classes and CSINodes: their changes may cure it.
+    fn events_to_register(&self) -> crate::framework::ClusterEvents {
+        crate::framework::ClusterEvents::OBJECTS.with(crate::framework::ClusterEvent::VolumeChanged)
+    }
 }
 
 /// Upstream's `LabelZonesToSet`: `a__b__c`; an empty element is an error (the label is

@@ -39,11 +39,11 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub use crate::framework::{ClusterEvent, ClusterEvents, QueueingHints};
 pub use config::QueueConfig;
-pub use event::{ClusterEvent, Failure, FailureKind, USAGE_PLUGINS};
+pub use event::{Failure, FailureKind};
 pub use sort::{PodKey, QueueSort, QueuedPodInfo, queue_sort_less};
 
-use event::EventSet;
 use sort::ActiveOrd;
 
 use crate::framework::Status;
@@ -170,7 +170,7 @@ struct Entry {
 struct InFlight {
     info: QueuedPodInfo,
     /// Events seen while the pod was being scheduled.
-    events: EventSet,
+    events: ClusterEvents,
     /// The pod was updated meanwhile (`info` holds the new version).
     updated: bool,
     /// The pod was deleted meanwhile: a requeue must drop it.
@@ -194,6 +194,8 @@ struct Inner {
 pub struct SchedulingQueue {
     config: QueueConfig,
     pre_enqueue: PreEnqueueFn,
+    /// Which events may undo which plugin's rejections (the plugins' own declarations).
+    hints: QueueingHints,
     inner: Mutex<Inner>,
     /// Wakes waiting `pop`s (and the flush loop) after any change that may give them work.
     notify: Notify,
@@ -209,17 +211,25 @@ impl fmt::Debug for SchedulingQueue {
 }
 
 impl SchedulingQueue {
-    /// A queue whose PreEnqueue check is [`scheduling_gates`].
+    /// A queue whose PreEnqueue check is [`scheduling_gates`], without queueing hints (every
+    /// event retries every unschedulable pod).
     pub fn new(config: QueueConfig) -> Self {
-        Self::with_pre_enqueue(config, Arc::new(scheduling_gates))
+        Self::with_pre_enqueue(config, Arc::new(scheduling_gates), QueueingHints::default())
     }
 
     /// A queue with a custom PreEnqueue check (e.g. a profile's
-    /// [`Framework::pre_enqueue`](crate::framework::Framework::pre_enqueue)).
-    pub fn with_pre_enqueue(config: QueueConfig, pre_enqueue: PreEnqueueFn) -> Self {
+    /// [`Framework::pre_enqueue`](crate::framework::Framework::pre_enqueue)) and the
+    /// plugins' queueing hints (the scheduler's
+    /// [`queueing_hints`](crate::scheduler::Scheduler::queueing_hints)).
+    pub fn with_pre_enqueue(
+        config: QueueConfig,
+        pre_enqueue: PreEnqueueFn,
+        hints: QueueingHints,
+    ) -> Self {
         SchedulingQueue {
             config,
             pre_enqueue,
+            hints,
             inner: Mutex::new(Inner::default()),
             notify: Notify::new(),
         }
@@ -386,7 +396,7 @@ impl SchedulingQueue {
             key,
             InFlight {
                 info: info.clone(),
-                events: EventSet::default(),
+                events: ClusterEvents::default(),
                 updated: false,
                 deleted: false,
             },
@@ -397,7 +407,7 @@ impl SchedulingQueue {
     /// Requeues a pod after a failed attempt (upstream's `AddUnschedulableIfNotPresent`):
     /// - an [error](FailureKind::Error) goes to backoff;
     /// - an unschedulable pod goes to backoff when something that may help happened while it
-    ///   was in flight (a [`ClusterEvent`] that [may help](ClusterEvent::may_help) its
+    ///   was in flight (a [`ClusterEvent`] that [may help](QueueingHints::may_help) its
     ///   rejectors, or an update of the pod), else to the unschedulable pods.
     ///
     /// The pod's timestamp restarts now (the backoff and the unschedulable timeout run from
@@ -422,7 +432,7 @@ impl SchedulingQueue {
                 let helped = f.updated
                     || f.events
                         .iter()
-                        .any(|e| e.may_help(failure.plugins.iter().copied()));
+                        .any(|e| self.hints.may_help(e, failure.plugins.iter().copied()));
                 (f.info, helped)
             }
             None => (
@@ -462,7 +472,7 @@ impl SchedulingQueue {
         self.lock().in_flight.remove(key);
     }
 
-    /// A cluster event happened: moves the unschedulable pods it [may help](ClusterEvent::may_help)
+    /// A cluster event happened: moves the unschedulable pods it [may help](QueueingHints::may_help)
     /// to backoff or active, and remembers the event for pods in flight. Returns how many pods
     /// moved.
     ///
@@ -482,7 +492,7 @@ impl SchedulingQueue {
             .iter()
             .filter(|k| {
                 let e = &inner.pods[*k];
-                event.may_help(e.rejectors.iter().copied())
+                self.hints.may_help(event, e.rejectors.iter().copied())
             })
             .cloned()
             .collect();

@@ -46,8 +46,15 @@ fn key(name: &str) -> PodKey {
     PodKey::new("ns", name, format!("uid-{name}"))
 }
 
+/// The hints of the default profile's plugins, as the engine gives them to its queue.
+fn hints() -> QueueingHints {
+    crate::scheduler::Scheduler::new(&crate::config::Config::default())
+        .unwrap()
+        .queueing_hints()
+}
+
 fn queue() -> SchedulingQueue {
-    SchedulingQueue::new(QueueConfig::default())
+    SchedulingQueue::with_pre_enqueue(QueueConfig::default(), Arc::new(scheduling_gates), hints())
 }
 
 fn popped_name(q: &SchedulingQueue) -> Option<String> {
@@ -354,7 +361,7 @@ async fn custom_pre_enqueue_is_rechecked_on_update_and_timeout() {
                 .then(|| Status::unresolvable("closed"))
         })
     };
-    let q = SchedulingQueue::with_pre_enqueue(QueueConfig::default(), check);
+    let q = SchedulingQueue::with_pre_enqueue(QueueConfig::default(), check, hints());
     assert_eq!(q.add(pod("p", 0)), Some(SubQueue::Gated));
     advance(Duration::from_secs(300)).await;
     assert_eq!(q.flush(), 0, "still closed");
@@ -631,15 +638,19 @@ fn failure_from_status_and_event_rules() {
     let f = Failure::from(no_fit("NodePorts"));
     assert_eq!(f.kind, FailureKind::Unschedulable);
     assert_eq!(f.plugins.iter().copied().collect::<Vec<_>>(), ["NodePorts"]);
-    assert!(!ClusterEvent::AssignedPodUpdated.may_help(["NodePorts"]));
-    assert!(ClusterEvent::AssignedPodUpdated.may_help(["NodeResourcesFit"]));
-    assert!(ClusterEvent::PodDeleted.may_help(["NodeAffinity", "NodePorts"]));
-    assert!(ClusterEvent::PodDeleted.may_help(std::iter::empty::<&str>()));
-    assert!(ClusterEvent::NodeAdded.may_help(["TaintToleration"]));
+    let h = hints();
+    assert!(!h.may_help(ClusterEvent::AssignedPodUpdated, ["NodePorts"]));
+    assert!(h.may_help(ClusterEvent::AssignedPodUpdated, ["NodeResourcesFit"]));
+    assert!(h.may_help(ClusterEvent::PodDeleted, ["NodeAffinity", "NodePorts"]));
+    assert!(h.may_help(ClusterEvent::PodDeleted, std::iter::empty::<&str>()));
+    assert!(h.may_help(ClusterEvent::NodeAdded, ["TaintToleration"]));
     // A new usage view can only cure the usage-based plugins' rejections.
-    assert!(ClusterEvent::UsageRefreshed.may_help(["RealMemoryFit"]));
-    assert!(ClusterEvent::UsageRefreshed.may_help(["NodeResourcesFit", "RealCpuFit"]));
-    assert!(!ClusterEvent::UsageRefreshed.may_help(["NodeResourcesFit"]));
+    assert!(h.may_help(ClusterEvent::UsageRefreshed, ["RealMemoryFit"]));
+    assert!(h.may_help(
+        ClusterEvent::UsageRefreshed,
+        ["NodeResourcesFit", "RealCpuFit"]
+    ));
+    assert!(!h.may_help(ClusterEvent::UsageRefreshed, ["NodeResourcesFit"]));
 }
 
 #[test]
@@ -678,7 +689,8 @@ fn failure_from_decision_blames_every_rejecting_plugin() {
         f.message
     );
     // Freed resources may help: one plugin is curable by a pod deletion.
-    assert!(ClusterEvent::PodDeleted.may_help(f.plugins.iter().copied()));
+    let h = hints();
+    assert!(h.may_help(ClusterEvent::PodDeleted, f.plugins.iter().copied()));
     d.outcome = Outcome::Error {
         message: "plugin failed".to_string(),
     };

@@ -851,14 +851,20 @@ mod tests {
     #[test]
     fn volume_events_retry_only_volume_rejections() {
         use crate::queue::ClusterEvent;
+        let h = crate::scheduler::Scheduler::new(&crate::config::Config::default())
+            .unwrap()
+            .queueing_hints();
         for p in [
             "VolumeBinding",
             "VolumeRestrictions",
             "VolumeZone",
             "NodeVolumeLimits",
         ] {
-            assert!(ClusterEvent::VolumeChanged.may_help([p]), "{p}");
+            assert!(h.may_help(ClusterEvent::VolumeChanged, [p]), "{p}");
         }
-        assert!(!ClusterEvent::VolumeChanged.may_help(["NodeResourcesFit", "TaintToleration"]));
+        assert!(!h.may_help(
+            ClusterEvent::VolumeChanged,
+            ["NodeResourcesFit", "TaintToleration"]
+        ));
     }
 }

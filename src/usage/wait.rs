@@ -5,30 +5,24 @@
 //! the pod has waited since its first attempt (the queue's `initial_attempt_timestamp`,
 //! handed over by the scheduling loop) and whether the fallback applies to this cycle. The
 //! fallback applies only when a normal cycle found no node, some node was rejected by a
-//! relaxable real filter ([`RELAXABLE`]) and the pod has waited at least `maxWait`: the
-//! scheduler then runs the cycle again with [`Wait::fallback`] set, in which those filters
+//! relaxable real filter (one whose
+//! [`relaxed_by_usage_fallback`](crate::framework::Plugin::relaxed_by_usage_fallback) is
+//! true: RealMemoryFit and RealCpuFit; disk holds and reservations are promises to other
+//! pods) and the pod has waited at least `maxWait`: the scheduler then runs the cycle again with [`Wait::fallback`] set, in which those filters
 //! let every node through (the verdict they would have given stays visible in the detail)
 //! and History stays out of the score, so RealHeadroom sends the pod to the least-hot node
 //! that fits by requests. No I/O, no clock: the wait is measured by the caller.
 
 use std::time::Duration;
 
-use crate::framework::{CycleState, Decision, Status};
-
-/// The real filters the fallback relaxes: memory and CPU, which a waiting build can only
-/// get from other pods finishing. Disk holds (RealDiskFit) and reservations are promises
-/// to other pods and are never relaxed.
-pub const RELAXABLE: &[&str] = &[
-    crate::plugins::real_memory_fit::NAME,
-    crate::plugins::real_cpu_fit::NAME,
-];
+use crate::framework::{CycleState, Decision, Framework, Status};
 
 /// What the scheduler tells a cycle about the pod's wait (a [`CycleState`] slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Wait {
     /// Time since the pod's first scheduling attempt (zero on the first attempt).
     pub waited: Duration,
-    /// The usage fallback applies to this cycle: the [`RELAXABLE`] filters let every node
+    /// The usage fallback applies to this cycle: the relaxable filters let every node
     /// through.
     pub fallback: bool,
 }
@@ -53,11 +47,13 @@ pub fn relaxed(rejected: Status, explain: bool) -> Status {
     }
 }
 
-/// The relaxable plugins that rejected some node in `d`, in [`RELAXABLE`] order.
-pub fn relaxable_rejections(d: &Decision) -> Vec<&'static str> {
-    RELAXABLE
+/// The plugins of `fw` the fallback relaxes that rejected some node in `d`, in profile
+/// order.
+pub fn relaxable_rejections(fw: &Framework, d: &Decision) -> Vec<&'static str> {
+    fw.plugins()
         .iter()
-        .copied()
+        .filter(|r| r.relaxed_by_usage_fallback())
+        .map(|r| r.name)
         .filter(|p| d.rejected.iter().any(|(_, s)| s.plugin == *p))
         .collect()
 }
