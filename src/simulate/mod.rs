@@ -237,6 +237,10 @@ struct WorkloadNums {
     req_cpu: f64,
     req_mem: f64,
     disk: f64,
+    /// Its pods fit no node the farm ever has by their requests (CPU, memory, disk on one
+    /// node): pending under every policy, counted apart from the pods a policy left
+    /// pending.
+    infeasible: bool,
 }
 
 #[derive(Clone)]
@@ -366,20 +370,36 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
         let start = nodes.len();
         nodes.extend(make_nodes(spec, &format!("nodes[{i}]"), start)?);
     }
+    // Every node the farm has or gains (events' addNodes), as (CPU, memory, disk).
+    let mut shapes: Vec<(f64, f64, f64)> = nodes.iter().map(|n| (n.cpu, n.mem, n.disk)).collect();
+    for (i, e) in s.events.iter().enumerate() {
+        if let Some(spec) = &e.add_nodes {
+            let added = make_nodes(spec, &format!("events[{i}].addNodes"), nodes.len())?;
+            shapes.extend(added.iter().map(|n| (n.cpu, n.mem, n.disk)));
+        }
+    }
     let mut workloads = Vec::new();
     let mut arrivals = Vec::new();
     let end_ms = s.duration.as_millis() as i64;
     for (wi, w) in s.workloads.iter().enumerate() {
         let f = |k: &str| format!("workloads[{wi}].{k}");
+        let (req_cpu, req_mem) = (
+            amount(&w.requests.cpu, &f("requests.cpu"))?,
+            amount(&w.requests.memory, &f("requests.memory"))?,
+        );
+        let disk = w
+            .disk
+            .as_ref()
+            .map(|d| amount(d, &f("disk")))
+            .transpose()?
+            .unwrap_or(0.0);
         workloads.push(WorkloadNums {
-            req_cpu: amount(&w.requests.cpu, &f("requests.cpu"))?,
-            req_mem: amount(&w.requests.memory, &f("requests.memory"))?,
-            disk: w
-                .disk
-                .as_ref()
-                .map(|d| amount(d, &f("disk")))
-                .transpose()?
-                .unwrap_or(0.0),
+            req_cpu,
+            req_mem,
+            disk,
+            infeasible: !shapes
+                .iter()
+                .any(|&(c, m, d)| req_cpu <= c && req_mem <= m && disk <= d),
         });
         let draw = |r: [f64; 2], rng: &mut SmallRng| r[0] + (r[1] - r[0]) * rng.random::<f64>();
         match w.kind {
@@ -1167,7 +1187,16 @@ async fn run_policy(
     engine.flush_store().await?;
     r.running_end = running_pods.len();
     r.retries_pending_end = retries.len();
-    r.pending_end = engine.queue().len().total();
+    // Pods that fit no node by requests wait under every policy: not the policy's doing.
+    r.infeasible_end = arrived_at
+        .values()
+        .filter(|(_, a)| plan.workloads[a.workload].infeasible)
+        .count();
+    r.pending_end = engine
+        .queue()
+        .len()
+        .total()
+        .saturating_sub(r.infeasible_end);
     r.warm_running = running_pods.values().filter(|p| p.warm).count();
     r.decision_wall_s = sched_wall.as_secs_f64();
     if let Some(a) = attached {

@@ -21,8 +21,11 @@ pub struct PolicyReport {
     pub completed: usize,
     /// Pods running at the end.
     pub running_end: usize,
-    /// Pods still pending at the end.
+    /// Pods still pending at the end that some node of the farm could hold by requests.
     pub pending_end: usize,
+    /// Pods still pending at the end that fit no node the farm ever has by their requests
+    /// (CPU, memory and disk on one node): the same under every policy, so not a loss.
+    pub infeasible_end: usize,
     /// Pods taken off their node: lost with a removed node, OOM-killed builds, evicted
     /// and moved pods. Each is submitted again by its controller (a build's Job after its
     /// backoff: 10 s doubling to 6 min), unless its build gave up (`buildsFailed`) or still
@@ -144,6 +147,7 @@ impl PolicyReport {
             completed: 0,
             running_end: 0,
             pending_end: 0,
+            infeasible_end: 0,
             lost_and_resubmitted: 0,
             resubmitted: 0,
             builds_failed: 0,
@@ -259,7 +263,11 @@ impl PolicyReport {
     /// or waiting for its retry.
     pub fn no_pod_lost(&self) -> bool {
         self.arrived
-            == self.completed + self.running_end + self.pending_end + self.lost_and_resubmitted
+            == self.completed
+                + self.running_end
+                + self.pending_end
+                + self.infeasible_end
+                + self.lost_and_resubmitted
             && self.lost_and_resubmitted
                 == self.resubmitted + self.builds_failed + self.retries_pending_end
     }
@@ -323,6 +331,9 @@ impl Report {
             ("placed", |r| r.placed.to_string()),
             ("completed", |r| r.completed.to_string()),
             ("pending at end", |r| r.pending_end.to_string()),
+            ("infeasible at end (fit no node)", |r| {
+                r.infeasible_end.to_string()
+            }),
             ("unschedulable attempts", |r| {
                 r.unschedulable_attempts.to_string()
             }),

@@ -186,6 +186,13 @@ const METRICS: &[Metric] = &[
         get: |r| r.pending_end as f64,
         unit: Unit::Count,
     },
+    Metric {
+        key: "infeasibleEnd",
+        label: "fit no node (every policy)",
+        higher_is_better: false,
+        get: |r| r.infeasible_end as f64,
+        unit: Unit::Count,
+    },
 ];
 
 /// One simulation of the sweep.

@@ -645,6 +645,11 @@ fn workloads_are_decided_by_the_profile_they_name() {
     ]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["policies"][0]["placed"], 0, "{v}");
+    // Issue #21: pods that fit no node of the farm are counted apart, not as pods the
+    // policy left pending; every pod is still accounted for (exit 0).
+    assert_eq!(v["policies"][0]["infeasibleEnd"], 3, "{v}");
+    assert_eq!(v["policies"][0]["pendingEnd"], 0, "{v}");
+    assert_eq!(o.status.code(), Some(0));
     let bad = scenario("nope");
     let o = run(&[
         "simulate",
