@@ -1,0 +1,752 @@
+//! One policy's run on the [`Engine`], driven by hand on simulated time: [`run_policy`] sets
+//! the engine up and [`Sim`] plays the ticks, one method per step of a tick, in the order
+//! they happen — events, Job retries, arrivals, completions, demand, what overcommit costs,
+//! usage samples, the engine's timers, scheduling.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::{
+    ApiHook, Arrival, BACKOFF_LIMIT, DISK_FILL_MS, Error, Kill, MAX_RETRY_DELAY_MS, NodeState,
+    Options, Plan, Policy, PolicyReport, RAMP_MS, RETRY_DELAY_MS, Running, Scenario, SimBinder,
+    amount, attach, make_nodes, plan, pod_of, scenario, start_after, summary,
+};
+use crate::clock::{Clock, ManualTime};
+use crate::cluster::ClusterState;
+use crate::config::Config;
+use crate::engine::{Drive, Engine, Parts};
+use crate::reservation::InMemoryReservations;
+use crate::scheduling_loop::SchedulingLoop;
+use crate::usage::file::UsageFile;
+use headroom_storage::{Labels, RunRecord, SeriesId, Store};
+
+/// Runs one policy on the [`Engine`], driven by hand on simulated time: per step, the
+/// cluster changes go through the engine's cluster state (as watch events would), node
+/// samples go into its store, and the engine's refresh, maintenance, queue flushes and
+/// housekeeping run at the simulated instants their timers would fire under `serve`;
+/// then the real scheduling loop runs until the queue settles. Runs on a paused tokio
+/// clock if the caller's runtime is paused (the CLI builds one), so the queue's backoffs
+/// follow simulated time.
+pub(super) async fn run_policy(
+    s: &Scenario,
+    base: &Config,
+    policy: Policy,
+    seed: u64,
+    data_dir: Option<PathBuf>,
+    options: &Options,
+    hook: Option<ApiHook>,
+) -> Result<PolicyReport, Error> {
+    let mut config = policy.config(base);
+    // Ties between equally scored nodes are broken by the simulation's seed too, or two
+    // runs of one seed would differ.
+    config.scheduler.seed = config.scheduler.seed.or(Some(seed));
+    let scheduler_names = scheduler_names(s, &config)?;
+    let plan = plan(s, seed)?;
+    let store = match &data_dir {
+        Some(d) => Store::open(d, config.storage.clone())?,
+        None => Store::open_temporary(config.storage.clone())?,
+    };
+    let epoch = start_after(&store)?;
+    let reservations = UsageFile {
+        reservations: s.reservations.clone(),
+        ..UsageFile::default()
+    }
+    .resolve(epoch)
+    .map_err(|(field, message)| scenario::Error::Invalid {
+        path: "scenario".into(),
+        field,
+        message,
+    })?
+    .reservations;
+    let (clock, time) = Clock::manual(epoch);
+    let mut parts = Parts::new(clock, store.clone());
+    parts.reservations = Some(Arc::new(InMemoryReservations::new(reservations)));
+    parts.explain = hook.is_some();
+    let refresh_ms = config.analytics.refresh_interval.as_millis().max(1) as i64;
+    let timers = Timers {
+        refresh_ms,
+        maintenance_ms: config.storage.maintenance_interval.as_millis().max(1) as i64,
+        cooldown_ms: config.analytics.node_window.as_millis() as i64 + refresh_ms,
+    };
+    let engine = Engine::new(config, parts)?;
+    let running = engine.start(Drive::Manual, None)?;
+    let attached = hook.map(|h| attach(h, &engine)).transpose()?;
+    let fixed = Fixed {
+        policy,
+        seed,
+        epoch,
+        scheduler_names,
+        timers,
+        act_on_advice: options.act_on_advice,
+    };
+    let mut sim = Sim::new(s, plan, store, engine.clone(), fixed)?;
+    let ticks = (s.duration.as_millis() as i64 / sim.step_ms) as usize;
+    let bar = options.progress.then(|| {
+        let b = indicatif::ProgressBar::new(ticks as u64);
+        b.set_message(policy.as_str());
+        b
+    });
+    for tick in 0..=ticks {
+        let rel = tick as i64 * sim.step_ms;
+        sim.tick(&time, rel).await?;
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        tokio::time::advance(s.step).await;
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let mut r = sim.end().await?;
+    if let Some(a) = attached {
+        a.state.metrics().set_queue_lengths(&engine.queue().len());
+    }
+    // The decision sink drains; the store's last flush.
+    running.stop().await;
+    r.fallback_placements = engine.metrics().fallback_placements();
+    r.finish();
+    Ok(r)
+}
+
+/// Each workload's profile: its `schedulerName`, else the first profile's. A name no
+/// profile has would leave its pods pending forever, as `serve` would (they are not ours):
+/// an error naming the field.
+fn scheduler_names(s: &Scenario, config: &Config) -> Result<Vec<String>, Error> {
+    let first_profile = config
+        .profiles
+        .first()
+        .map(|p| p.scheduler_name.clone())
+        .unwrap_or_default();
+    let mut names = Vec::with_capacity(s.workloads.len());
+    for (i, w) in s.workloads.iter().enumerate() {
+        let name = w
+            .scheduler_name
+            .clone()
+            .unwrap_or_else(|| first_profile.clone());
+        if !config.profiles.iter().any(|p| p.scheduler_name == name) {
+            let known: Vec<&str> = config
+                .profiles
+                .iter()
+                .map(|p| p.scheduler_name.as_str())
+                .collect();
+            return Err(Error::Scenario(scenario::Error::Invalid {
+                path: "scenario".into(),
+                field: format!("workloads[{i}].schedulerName"),
+                message: format!(
+                    "no profile named {name:?} in the configuration (profiles: {})",
+                    known.join(", ")
+                ),
+            }));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The engine's timed work, in milliseconds of simulated time.
+struct Timers {
+    /// The analytics refresh (and the advice on its view).
+    refresh_ms: i64,
+    /// The store's maintenance.
+    maintenance_ms: i64,
+    /// How long a node acted on by the advice is left alone: until its windowed usage no
+    /// longer shows the pods that left.
+    cooldown_ms: i64,
+}
+
+/// What the run is, besides the scenario, its plan, store and engine.
+struct Fixed {
+    policy: Policy,
+    /// The simulation's seed (the pods' usage draws).
+    seed: u64,
+    /// The run's first instant, ms since the Unix epoch.
+    epoch: i64,
+    /// Each workload's profile.
+    scheduler_names: Vec<String>,
+    timers: Timers,
+    /// `--act-on-advice`.
+    act_on_advice: bool,
+}
+
+/// One policy's simulation: what is fixed for the run, and what each tick changes.
+struct Sim<'a> {
+    s: &'a Scenario,
+    plan: Plan,
+    store: Store,
+    engine: Arc<Engine>,
+    cluster: Arc<ClusterState>,
+    binder: Arc<SimBinder>,
+    lp: SchedulingLoop,
+    fixed: Fixed,
+    step_ms: i64,
+    eviction_threshold: f64,
+    /// The scenario's events other than bursts (planned as arrivals), by time.
+    events: Vec<&'a scenario::Event>,
+    next_event: usize,
+    next_arrival: usize,
+    next_refresh: i64,
+    next_maintenance: i64,
+    r: PolicyReport,
+    nodes: Vec<NodeState>,
+    node_series: HashMap<String, [SeriesId; 4]>,
+    /// Ordered, so float sums (and so the report) are identical run to run.
+    running_pods: BTreeMap<String, Running>,
+    /// Pods submitted and not placed yet: when they arrived, and what they are.
+    arrived_at: HashMap<String, (i64, Arrival)>,
+    /// The nodes each builder ran on.
+    history: HashMap<(usize, usize), HashSet<String>>,
+    resubmits: usize,
+    /// Nodes the advice acted on, left alone until then.
+    cooldown: HashMap<String, i64>,
+    /// Pods to submit again at an instant: (due ms, arrival, name of the pod it replaces).
+    retries: Vec<(i64, Arrival, String)>,
+    sched_wall: Duration,
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        s: &'a Scenario,
+        plan: Plan,
+        store: Store,
+        engine: Arc<Engine>,
+        fixed: Fixed,
+    ) -> Result<Sim<'a>, Error> {
+        let cluster = engine.cluster().clone();
+        let binder = Arc::new(SimBinder {
+            cluster: cluster.clone(),
+            clock: engine.clock().clone(),
+            bound: std::sync::Mutex::new(Vec::new()),
+        });
+        let lp = engine.scheduling_loop(binder.clone(), false, None);
+        let nodes = plan.nodes.clone();
+        for n in &nodes {
+            cluster.apply_node(n.object.clone());
+        }
+        let mut events: Vec<&scenario::Event> =
+            s.events.iter().filter(|e| e.burst.is_none()).collect();
+        events.sort_by_key(|e| e.at);
+        Ok(Sim {
+            eviction_threshold: amount(
+                &s.overcommit.eviction_threshold,
+                "overcommit.evictionThreshold",
+            )?,
+            step_ms: s.step.as_millis() as i64,
+            next_maintenance: fixed.timers.maintenance_ms,
+            r: PolicyReport::new(fixed.policy),
+            s,
+            plan,
+            store,
+            engine,
+            cluster,
+            binder,
+            lp,
+            fixed,
+            events,
+            next_event: 0,
+            next_arrival: 0,
+            next_refresh: 0,
+            nodes,
+            node_series: HashMap::new(),
+            running_pods: BTreeMap::new(),
+            arrived_at: HashMap::new(),
+            history: HashMap::new(),
+            resubmits: 0,
+            cooldown: HashMap::new(),
+            retries: Vec::new(),
+            sched_wall: Duration::ZERO,
+        })
+    }
+
+    /// One tick at `rel` ms into the run.
+    async fn tick(&mut self, time: &ManualTime, rel: i64) -> Result<(), Error> {
+        let now = self.fixed.epoch + rel;
+        time.set(now);
+        self.engine.housekeeping();
+        self.apply_events(rel, now)?;
+        self.resubmit_due(now)?;
+        self.arrive(rel)?;
+        self.complete(now)?;
+        let demand = self.demand(now);
+        let (share, victims) = self.overcommit(&demand);
+        for (k, kill) in victims {
+            self.take_off(k, kill, now)?;
+        }
+        self.sample(now, &share)?;
+        self.timers(rel, now).await?;
+        self.engine.flush_queue();
+        self.schedule(now).await;
+        let pending = self.engine.queue().len().total();
+        let mem = self.r.tick_mean_mem();
+        self.r.series.push((rel as f64 / 3_600_000.0, mem, pending));
+        Ok(())
+    }
+
+    /// Submits `a`'s pod as `name`, with its profile.
+    fn submit(&self, a: &Arrival, name: &str) -> Result<(), Error> {
+        self.cluster.apply_pod(pod_of(
+            self.s,
+            &self.plan,
+            a,
+            name,
+            &self.fixed.scheduler_names[a.workload],
+        )?);
+        Ok(())
+    }
+
+    /// Submits a pod again (a controller's new pod for a lost one), as `{old}-r{n}`.
+    fn resubmit(&mut self, a: Arrival, old: &str, now: i64) -> Result<(), Error> {
+        self.resubmits += 1;
+        let pname = format!("{old}-r{}", self.resubmits);
+        let key = format!("{}/{pname}", self.s.workloads[a.workload].namespace);
+        self.arrived_at.insert(key, (now, a.clone()));
+        self.r.arrived += 1;
+        self.r.resubmitted += 1;
+        self.submit(&a, &pname)
+    }
+
+    /// Takes pod `k` off its node for `kill`: a service or database OOM-killed restarts in
+    /// place; anything else leaves (a build fails and its pipeline runs it again from
+    /// scratch; an evicted or moved pod's controller makes a new one) and is submitted
+    /// again for the scheduler to place anew.
+    fn take_off(&mut self, k: String, kill: Kill, now: i64) -> Result<(), Error> {
+        let Some(mut p) = self.running_pods.remove(&k) else {
+            return Ok(());
+        };
+        match kill {
+            Kill::Oom => self.r.oom_kills += 1,
+            Kill::Evicted => self.r.evictions += 1,
+            Kill::Moved => self.r.advice_moves += 1,
+        }
+        if kill == Kill::Oom && p.arrival.builder.is_none() {
+            // restartPolicy Always: its memory builds up again from nothing.
+            p.start_ms = now;
+            p.now_mem = 0.0;
+            self.running_pods.insert(k, p);
+            return Ok(());
+        }
+        self.cluster.delete_pod(&p.pod);
+        self.r.lost_and_resubmitted += 1;
+        if let Some(b) = p.arrival.builder {
+            self.r.build_ms_lost += (now - p.start_ms) as f64;
+            // The collectors saw the run until it ended: its samples are a run record like
+            // any other (profiles learn from failed runs).
+            if !p.mem.is_empty() {
+                let builder = format!("{}-b{b}", self.s.workloads[p.arrival.workload].name);
+                self.store.put_run(&builder, &run_record(&p, now))?;
+            }
+        }
+        let mut again = p.arrival.clone();
+        if again.builder.is_some() {
+            // Its Job makes a new pod after a backoff, until backoffLimit.
+            again.restarts += 1;
+            if again.restarts > BACKOFF_LIMIT {
+                self.r.builds_failed += 1;
+            } else {
+                let delay =
+                    (RETRY_DELAY_MS << (again.restarts - 1).min(16)).min(MAX_RETRY_DELAY_MS);
+                self.retries.push((now + delay, again, p.name.clone()));
+            }
+        } else {
+            // A ReplicaSet replaces its pod at once.
+            self.retries.push((now, again, p.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// The scenario's events due by `rel`: cordons, nodes added and removed (a removed
+    /// node's pods are lost; their controllers make new ones).
+    fn apply_events(&mut self, rel: i64, now: i64) -> Result<(), Error> {
+        while self.next_event < self.events.len()
+            && self.events[self.next_event].at.as_millis() as i64 <= rel
+        {
+            let e = self.events[self.next_event];
+            self.next_event += 1;
+            if let Some(name) = e.cordon.as_ref().or(e.uncordon.as_ref()) {
+                if let Some(n) = self.nodes.iter_mut().find(|n| &n.name == name) {
+                    n.object
+                        .spec
+                        .get_or_insert_with(Default::default)
+                        .unschedulable = Some(e.cordon.is_some());
+                    self.cluster.apply_node(n.object.clone());
+                }
+            } else if let Some(spec) = &e.add_nodes {
+                for n in make_nodes(spec, "events.addNodes", 0)? {
+                    if self.nodes.iter().any(|x| x.name == n.name) {
+                        continue;
+                    }
+                    self.cluster.apply_node(n.object.clone());
+                    self.nodes.push(n);
+                }
+            } else if let Some(name) = &e.remove_node {
+                self.nodes.retain(|n| &n.name != name);
+                let lost: Vec<String> = self
+                    .running_pods
+                    .iter()
+                    .filter(|(_, p)| &p.node == name)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in lost {
+                    if let Some(p) = self.running_pods.remove(&k) {
+                        self.cluster.delete_pod(&p.pod);
+                        self.r.lost_and_resubmitted += 1;
+                        self.resubmit(p.arrival, &p.name, now)?;
+                    }
+                }
+                self.cluster.delete_node(name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Pods their controllers make again (Job retries after their backoff).
+    fn resubmit_due(&mut self, now: i64) -> Result<(), Error> {
+        self.retries.sort_by_key(|(due, a, _)| (*due, a.seq));
+        while self.retries.first().is_some_and(|(due, _, _)| *due <= now) {
+            let (_, a, old) = self.retries.remove(0);
+            self.resubmit(a, &old, now)?;
+        }
+        Ok(())
+    }
+
+    /// The planned arrivals up to `rel`.
+    fn arrive(&mut self, rel: i64) -> Result<(), Error> {
+        while self.next_arrival < self.plan.arrivals.len()
+            && self.plan.arrivals[self.next_arrival].at_ms <= rel
+        {
+            let a = self.plan.arrivals[self.next_arrival].clone();
+            self.next_arrival += 1;
+            let w = &self.s.workloads[a.workload];
+            let name = format!("{}-{}", w.name, a.seq);
+            self.arrived_at.insert(
+                format!("{}/{name}", w.namespace),
+                (self.fixed.epoch + a.at_ms, a.clone()),
+            );
+            self.r.arrived += 1;
+            self.submit(&a, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Completions: the pod leaves the cluster; its run is recorded as the collectors' run
+    /// detection would record it.
+    fn complete(&mut self, now: i64) -> Result<(), Error> {
+        let done: Vec<String> = self
+            .running_pods
+            .iter()
+            .filter(|(_, p)| p.end_ms.is_some_and(|e| e <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &done {
+            let Some(p) = self.running_pods.remove(k) else {
+                continue;
+            };
+            self.cluster.delete_pod(&p.pod);
+            self.r.completed += 1;
+            if let Some(b) = p.arrival.builder {
+                let builder = format!("{}-b{b}", self.s.workloads[p.arrival.workload].name);
+                self.store.put_run(&builder, &run_record(&p, now))?;
+                self.store.record_placement(&builder, &p.node)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What each pod demands this step (its rng draws do not depend on what happens to
+    /// other pods, so policies stay comparable), summed per node: (CPU, memory).
+    fn demand(&mut self, now: i64) -> HashMap<String, (f64, f64)> {
+        let mut demand: HashMap<String, (f64, f64)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), (0.0, 0.0)))
+            .collect();
+        for p in self.running_pods.values_mut() {
+            let w = &self.s.workloads[p.arrival.workload];
+            let n = &self.plan.workloads[p.arrival.workload];
+            let age = (now - p.start_ms) as f64;
+            let jitter = |rng: &mut SmallRng| 1.0 + w.noise * (2.0 * rng.random::<f64>() - 1.0);
+            p.now_cpu = n.req_cpu * p.arrival.cpu_factor * jitter(&mut p.rng);
+            p.now_mem = n.req_mem
+                * p.arrival.mem_factor
+                * (age / RAMP_MS).clamp(0.1, 1.0)
+                * (1.0 + (jitter(&mut p.rng) - 1.0) * 0.3);
+            p.now_disk = n.disk * (age / DISK_FILL_MS).clamp(0.05, 1.0);
+            if let Some(u) = demand.get_mut(p.node.as_str()) {
+                u.0 += p.now_cpu;
+                u.1 += p.now_mem;
+            }
+        }
+        demand
+    }
+
+    /// What overcommit costs: the CPU share each node can give, and the pods the kernel
+    /// (OOM) and the kubelet (eviction) take out.
+    fn overcommit(
+        &self,
+        demand: &HashMap<String, (f64, f64)>,
+    ) -> (HashMap<String, f64>, Vec<(String, Kill)>) {
+        let oc = &self.s.overcommit;
+        let mut share = HashMap::new();
+        let mut victims = Vec::new();
+        for n in &self.nodes {
+            let (cpu, mem) = demand[n.name.as_str()];
+            let avail = (n.cpu - n.sys_cpu).max(0.0);
+            if oc.cpu_contention && cpu > avail && cpu > 0.0 {
+                share.insert(n.name.clone(), avail / cpu);
+            }
+            let mut total = n.sys_mem + mem;
+            let over = oc.oom_kill && total > n.mem;
+            let pressure = oc.eviction && n.mem - total < self.eviction_threshold;
+            if !over && !pressure {
+                continue;
+            }
+            // (key, memory, request) of the pods on the node.
+            let mut on: Vec<(&String, f64, f64)> = self
+                .running_pods
+                .iter()
+                .filter(|(_, p)| p.node == n.name)
+                .map(|(k, p)| {
+                    (
+                        k,
+                        p.now_mem,
+                        self.plan.workloads[p.arrival.workload].req_mem,
+                    )
+                })
+                .collect();
+            if over {
+                // The kernel: highest oom_score first — memory in thousandths of the node
+                // plus the Burstable adjustment 1000 − 1000 × request / capacity.
+                let score = |m: f64, req: f64| {
+                    1000.0 * m / n.mem + (1000.0 - 1000.0 * req / n.mem).clamp(2.0, 999.0)
+                };
+                on.sort_by(|a, b| {
+                    score(b.1, b.2)
+                        .total_cmp(&score(a.1, a.2))
+                        .then(a.0.cmp(b.0))
+                });
+                while total > n.mem && !on.is_empty() {
+                    let (k, m, _) = on.remove(0);
+                    total -= m;
+                    victims.push((k.clone(), Kill::Oom));
+                }
+            }
+            if oc.eviction && n.mem - total < self.eviction_threshold && !on.is_empty() {
+                // The kubelet: one pod per pass, pods above their requests first, the most
+                // above first.
+                on.sort_by(|a, b| {
+                    let above = |x: &(&String, f64, f64)| x.1 > x.2;
+                    above(b)
+                        .cmp(&above(a))
+                        .then((b.1 - b.2).total_cmp(&(a.1 - a.2)))
+                        .then(a.0.cmp(b.0))
+                });
+                victims.push((on[0].0.clone(), Kill::Evicted));
+            }
+        }
+        (share, victims)
+    }
+
+    /// Usage samples: what each node really uses this step, after the kills and within the
+    /// CPU each pod could get, into the store and the report; contention stretches the
+    /// builds' run time.
+    fn sample(&mut self, now: i64, share: &HashMap<String, f64>) -> Result<(), Error> {
+        let step_ms = self.step_ms;
+        let mut node_use: HashMap<&str, (f64, f64, f64)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0)))
+            .collect();
+        for p in self.running_pods.values_mut() {
+            let f = share.get(p.node.as_str()).copied().unwrap_or(1.0);
+            let cpu = p.now_cpu * f;
+            p.cpu.push(cpu);
+            p.mem.push(p.now_mem);
+            if let Some(u) = node_use.get_mut(p.node.as_str()) {
+                u.0 += cpu;
+                u.1 += p.now_mem;
+                u.2 += p.now_disk;
+            }
+            if f < 1.0
+                && let Some(end) = p.end_ms
+            {
+                // Over the next step the build does `f` steps' worth of work.
+                let left = (end - now) as f64;
+                let work = step_ms as f64 * f;
+                let new_end = if left <= work {
+                    now + (left / f) as i64
+                } else {
+                    end + (step_ms as f64 * (1.0 - f)) as i64
+                };
+                self.r.build_ms_slowed += (new_end - end) as f64;
+                p.end_ms = Some(new_end);
+            }
+        }
+        let busy_nodes: HashSet<&str> = self
+            .running_pods
+            .values()
+            .map(|p| p.node.as_str())
+            .collect();
+        let mut mem_utils = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            let (cpu, mem, disk) = node_use[n.name.as_str()];
+            let cpu = cpu.min(n.cpu);
+            let ids = match self.node_series.get(&n.name) {
+                Some(ids) => *ids,
+                None => {
+                    let l = Labels::new([("node", n.name.as_str())])?;
+                    let ids = [
+                        self.store.series_id("node_cpu_usage_cores", &l)?,
+                        self.store.series_id("node_memory_working_set_bytes", &l)?,
+                        self.store.series_id("node_fs_available_bytes", &l)?,
+                        self.store.series_id("node_fs_capacity_bytes", &l)?,
+                    ];
+                    self.node_series.insert(n.name.clone(), ids);
+                    ids
+                }
+            };
+            self.store.append_many(&[
+                (ids[0], now, cpu),
+                (ids[1], now, mem),
+                (ids[2], now, (n.disk - disk).max(0.0)),
+                (ids[3], now, n.disk),
+            ])?;
+            let (cu, mu) = (cpu / n.cpu.max(1e-9), mem / n.mem.max(1e-9));
+            self.r
+                .observe_node(cu, mu, step_ms, busy_nodes.contains(n.name.as_str()));
+            mem_utils.push(mu);
+        }
+        self.r.observe_spread(&mut mem_utils);
+        Ok(())
+    }
+
+    /// The engine's timed work, at the simulated instants its timers would fire; the
+    /// descheduling advice on each fresh view, as `/advice` would serve it, acted on if
+    /// asked. A node acted on is left alone until its windowed usage no longer shows the
+    /// pods that left (the advice cannot know they left).
+    async fn timers(&mut self, rel: i64, now: i64) -> Result<(), Error> {
+        if rel >= self.next_maintenance {
+            self.engine.maintain_store().await?;
+            self.next_maintenance = rel + self.fixed.timers.maintenance_ms;
+        }
+        if rel < self.next_refresh {
+            return Ok(());
+        }
+        self.engine.refresh_usage().await?;
+        self.next_refresh = rel + self.fixed.timers.refresh_ms;
+        let advice = self.engine.advice();
+        self.r.advice_hot_node_ms +=
+            advice.hot_nodes.len() as f64 * self.fixed.timers.refresh_ms as f64;
+        if !self.fixed.act_on_advice {
+            return Ok(());
+        }
+        for hot in &advice.hot_nodes {
+            if self.cooldown.get(&hot.node).is_some_and(|t| *t > now) || hot.moves.is_empty() {
+                continue;
+            }
+            for m in &hot.moves {
+                self.take_off(m.pod.clone(), Kill::Moved, now)?;
+            }
+            self.cooldown
+                .insert(hot.node.clone(), now + self.fixed.timers.cooldown_ms);
+        }
+        Ok(())
+    }
+
+    /// Schedules everything that is due, then starts the pods bound: time to schedule,
+    /// warm-cache placements (a builder back on a node it ran on) and their speed-up.
+    async fn schedule(&mut self, now: i64) {
+        let stats = self.lp.run_until_settled().await;
+        self.r.attempts += stats.attempts as usize;
+        self.r.unschedulable_attempts += stats.unschedulable as usize;
+        self.sched_wall += stats.cycle_time;
+        for (key, node, pod) in self.binder.take() {
+            let Some((at, a)) = self.arrived_at.remove(&key) else {
+                continue;
+            };
+            self.r.placed += 1;
+            self.r.latencies_s.push((now - at) as f64 / 1000.0);
+            let mut warm = false;
+            if let Some(b) = a.builder {
+                let seen = self.history.entry((a.workload, b)).or_default();
+                if !seen.is_empty() {
+                    self.r.repeat_placements += 1;
+                    warm = seen.contains(&node);
+                    if warm {
+                        self.r.warm_placements += 1;
+                    }
+                }
+                seen.insert(node.clone());
+            }
+            let speedup = self.s.workloads[a.workload].warm_speedup;
+            let end_ms = a.base_ms.map(|base| {
+                let speed = if warm { 1.0 - speedup } else { 1.0 };
+                if warm {
+                    self.r.build_ms_saved += base as f64 * speedup;
+                }
+                self.r.build_ms_planned += base as f64 * speed;
+                now + (base as f64 * speed) as i64
+            });
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let rng = SmallRng::seed_from_u64(
+                self.fixed.seed ^ (a.seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            );
+            self.running_pods.insert(
+                key,
+                Running {
+                    rng,
+                    arrival: a,
+                    name,
+                    node,
+                    pod,
+                    start_ms: now,
+                    end_ms,
+                    warm,
+                    cpu: Vec::new(),
+                    mem: Vec::new(),
+                    now_cpu: 0.0,
+                    now_mem: 0.0,
+                    now_disk: 0.0,
+                },
+            );
+        }
+    }
+
+    /// The store's last flush and what is left at the end.
+    async fn end(self) -> Result<PolicyReport, Error> {
+        self.engine.flush_store().await?;
+        let mut r = self.r;
+        r.running_end = self.running_pods.len();
+        r.retries_pending_end = self.retries.len();
+        // Pods that fit no node by requests wait under every policy: not the policy's doing.
+        r.infeasible_end = self
+            .arrived_at
+            .values()
+            .filter(|(_, a)| self.plan.workloads[a.workload].infeasible)
+            .count();
+        r.pending_end = self
+            .engine
+            .queue()
+            .len()
+            .total()
+            .saturating_sub(r.infeasible_end);
+        r.warm_running = self.running_pods.values().filter(|p| p.warm).count();
+        r.decision_wall_s = self.sched_wall.as_secs_f64();
+        Ok(r)
+    }
+}
+
+/// A pod's run as the collectors' run detection records it, ended at `end_ms`.
+fn run_record(p: &Running, end_ms: i64) -> RunRecord {
+    RunRecord {
+        pod_uid: format!("sim-{}", p.name),
+        node: p.node.clone(),
+        start_ms: p.start_ms,
+        end_ms,
+        cpu: summary(&p.cpu),
+        memory: summary(&p.mem),
+    }
+}
