@@ -7,7 +7,7 @@ use axum::response::Response;
 
 use super::{Page, age, bytes, load_class};
 use crate::advice::HotNode;
-use crate::api::ApiState;
+use crate::api::{ApiState, DecisionLog};
 
 /// `GET /ui/advice`.
 pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
@@ -29,12 +29,12 @@ pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
         p.h.raw("<p class=\"note\">No node runs hot.</p>");
     }
     for n in &a.hot_nodes {
-        hot_node(&mut p, n);
+        hot_node(&mut p, n, state.decisions());
     }
     p.finish(StatusCode::OK)
 }
 
-fn hot_node(p: &mut Page, n: &HotNode) {
+fn hot_node(p: &mut Page, n: &HotNode, decisions: &DecisionLog) {
     p.h.raw("<h2>").text(&n.node).raw("</h2><p>");
     let used = n.memory_percent / 100.0;
     p.h.bar(
@@ -57,13 +57,19 @@ fn hot_node(p: &mut Page, n: &HotNode) {
     p.h.raw("<table><tr><th>pod</th><th>builder</th><th>frees</th><th>running</th>")
         .raw("<th>restart cost</th><th>to</th><th>its memory after</th></tr>");
     for m in &n.moves {
-        let href = match m.pod.split_once('/') {
-            Some((ns, name)) => p.pod_href(ns, name),
-            None => p.href("ui/pods"),
-        };
-        p.h.raw("<tr><td>")
-            .link(&href, &m.pod)
-            .raw("</td>")
+        p.h.raw("<tr><td>");
+        // A link only where there is a decision to show: the pods advice moves have often
+        // run for long, past the decision log's memory.
+        match m.pod.split_once('/') {
+            Some((ns, name)) if decisions.by_pod(ns, name).is_some() => {
+                let href = p.pod_href(ns, name);
+                p.h.link(&href, &m.pod);
+            }
+            _ => {
+                p.h.text(&m.pod);
+            }
+        }
+        p.h.raw("</td>")
             .td(&m.builder)
             .td(format_args!(
                 "{} ({})",

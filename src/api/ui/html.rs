@@ -74,6 +74,11 @@ impl Html {
         self.el("td", v)
     }
 
+    /// `<td class="nw">text</td>`: a cell that does not wrap (names, times).
+    pub(super) fn td_nw(&mut self, v: impl Display) -> &mut Html {
+        self.raw("<td class=\"nw\">").text(v).raw("</td>")
+    }
+
     /// `<a href="href">text</a>`; `href` is escaped as an attribute value.
     pub(super) fn link(&mut self, href: &str, v: impl Display) -> &mut Html {
         self.raw("<a href=\"")
@@ -91,12 +96,13 @@ impl Html {
         } else {
             0.0
         };
-        self.raw("<span class=\"bar\"><span class=\"fill ")
+        self.raw("<span class=\"bl\"><span class=\"bar\"><span class=\"fill ")
             .raw(class)
             .raw("\" style=\"width:")
             .text(format_args!("{pct:.1}"))
             .raw("%\"></span></span> ")
-            .text(label);
+            .text(label)
+            .raw("</span>");
     }
 
     /// The document.

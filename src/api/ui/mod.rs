@@ -92,6 +92,7 @@ tr.chosen td{background:#e6f4ea;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .bar{display:inline-block;width:120px;height:10px;background:#e4e7ec;border-radius:3px;vertical-align:middle;overflow:hidden}
 .fill{display:block;height:100%}
+.bl,.nw{white-space:nowrap}td a{white-space:nowrap}
 .ok{background:#3a9d5d}.warn{background:#e0a100}.hot{background:#d64545}.score{background:#3b6fd4}.req{background:#8a94a6}
 .tag{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;font-weight:600}
 .placed{background:#d7f0de;color:#1e6b37}.unschedulable{background:#fde2e1;color:#a12622}.error{background:#fdebd0;color:#8a5300}
@@ -99,7 +100,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .muted{color:#6b7385}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;background:#fff;padding:10px 14px;box-shadow:0 1px 2px #0002}
 dt{font-weight:600}dd{margin:0}
-small.score{display:block;white-space:nowrap}
+small.sc{display:block;white-space:nowrap;font-size:12px}
 "#;
 
 impl Page {

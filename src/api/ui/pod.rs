@@ -12,6 +12,7 @@ use axum::response::Response;
 use super::{Page, age, bytes, error_page, load_class, when};
 use crate::api::explain::{Key, lookup};
 use crate::api::{ApiError, ApiState, DecisionInputs, ExplainResponse};
+use crate::framework::Code;
 use crate::framework::decision::{Explanation, NodeVerdict};
 
 /// At most this many node rows: beyond, the JSON has them all.
@@ -35,9 +36,10 @@ pub(super) async fn page(
     let mut p = Page::start(&uri, title.as_str());
     summary(&mut p, &r, &namespace, &name, state.now_ms());
     events(&mut p, &r.explanation);
-    inputs(&mut p, &r.inputs, r.explanation.node.as_deref());
     rejections(&mut p, &r.explanation);
     verdicts(&mut p, &r.explanation);
+    inputs(&mut p, &r.inputs, r.explanation.node.as_deref());
+    notes(&mut p, &r.explanation);
     p.finish(StatusCode::OK)
 }
 
@@ -86,7 +88,7 @@ fn summary(p: &mut Page, r: &ExplainResponse, namespace: &str, name: &str, now: 
     p.h.raw("</dd></dl>");
 }
 
-/// The fallback, preemption, plugins' notes and PreFilter statuses, when any.
+/// The fallback, preemption and volume bindings, when any.
 fn events(p: &mut Page, e: &Explanation) {
     if let Some(f) = &e.fallback {
         p.h.raw("<p class=\"note\"><b>Fallback.</b> ")
@@ -108,7 +110,22 @@ fn events(p: &mut Page, e: &Explanation) {
             .text(format_args!("volume binding: claim {claim} → PV {pv}"))
             .raw("</p>");
     }
-    for s in &e.pre_filter {
+}
+
+/// What the plugins said besides the verdicts: PreFilter statuses (skips in one line),
+/// skipped score plugins, notes.
+fn notes(p: &mut Page, e: &Explanation) {
+    p.h.raw("<h2>Plugins</h2>");
+    let skipped: Vec<&str> = e
+        .pre_filter
+        .iter()
+        .filter(|s| s.code == Code::Skip)
+        .map(|s| s.plugin.as_str())
+        .collect();
+    for n in &e.notes {
+        p.h.raw("<p class=\"note\">").text(n).raw("</p>");
+    }
+    for s in e.pre_filter.iter().filter(|s| s.code != Code::Skip) {
         p.h.raw("<p class=\"note\">").text(format_args!(
             "PreFilter {}: {:?} {}",
             s.plugin, s.code, s.message
@@ -118,13 +135,18 @@ fn events(p: &mut Page, e: &Explanation) {
         }
         p.h.raw("</p>");
     }
-    if !e.skipped_scores.is_empty() {
-        p.h.raw("<p class=\"muted\">score plugins skipped: ")
-            .text(e.skipped_scores.join(", "))
-            .raw("</p>");
-    }
-    for n in &e.notes {
-        p.h.raw("<p class=\"note\">").text(n).raw("</p>");
+    for (what, list) in [
+        ("filter plugins skipped (PreFilter)", skipped.join(", ")),
+        (
+            "score plugins skipped (PreScore)",
+            e.skipped_scores.join(", "),
+        ),
+    ] {
+        if !list.is_empty() {
+            p.h.raw("<p class=\"muted\">")
+                .text(format_args!("{what}: {list}"))
+                .raw("</p>");
+        }
     }
 }
 
@@ -255,7 +277,7 @@ fn verdicts(p: &mut Page, e: &Explanation) {
             }
             p.h.raw("</td><td>");
             for s in &n.scores {
-                p.h.raw("<small class=\"score\">");
+                p.h.raw("<small class=\"sc\">");
                 p.h.bar(
                     s.normalized as f64 / 100.0,
                     "score",

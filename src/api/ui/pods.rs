@@ -39,7 +39,7 @@ pub(super) async fn list(State(state): State<ApiState>, uri: Uri) -> Response {
         match &d.outcome {
             Outcome::Placed { node } => {
                 p.h.raw("<span class=\"tag placed\">placed</span></td>")
-                    .td(node);
+                    .td_nw(node);
             }
             Outcome::Unschedulable { message } => {
                 p.h.raw("<span class=\"tag unschedulable\">unschedulable</span> ")
@@ -56,7 +56,7 @@ pub(super) async fn list(State(state): State<ApiState>, uri: Uri) -> Response {
                     .raw("</td><td class=\"muted\">–</td>");
             }
         }
-        p.h.td(when(r.decided_at_ms, now))
+        p.h.td_nw(when(r.decided_at_ms, now))
             .raw("<td class=\"num\">")
             .text(format_args!(
                 "{:.2} ms",

@@ -36,10 +36,15 @@ pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
         .raw("<th>waiting</th><th>rejected by</th><th>last failure</th></tr>");
     for pod in &q.pods {
         let k = &pod.key;
-        let href = p.pod_href(&k.namespace, &k.name);
-        p.h.raw("<tr><td>")
-            .link(&href, format_args!("{}/{}", k.namespace, k.name))
-            .raw("</td>");
+        p.h.raw("<tr><td>");
+        // Gated pods were never tried: no decision to link to.
+        if state.decisions().by_pod(&k.namespace, &k.name).is_some() {
+            let href = p.pod_href(&k.namespace, &k.name);
+            p.h.link(&href, format_args!("{}/{}", k.namespace, k.name));
+        } else {
+            p.h.text(format_args!("{}/{}", k.namespace, k.name));
+        }
+        p.h.raw("</td>");
         p.h.td(match pod.queue {
             SubQueue::Active => "active",
             SubQueue::Backoff => "backoff",

@@ -1054,12 +1054,19 @@ async fn service_proxy(fake: &Fake, uri: &Uri, headers: &HeaderMap) -> Option<Re
     let answer = async {
         let r = reqwest::get(format!("{base}{path}{query}")).await?;
         let code = r.status().as_u16();
-        Ok::<_, reqwest::Error>((code, r.bytes().await?))
+        // The backend's own type: JSON, text, or the `/ui` pages' HTML.
+        let ct = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_string();
+        Ok::<_, reqwest::Error>((code, ct, r.bytes().await?))
     };
     Some(match answer.await {
-        Ok((code, body)) => Response::builder()
+        Ok((code, ct, body)) => Response::builder()
             .status(code)
-            .header("content-type", "application/json")
+            .header("content-type", ct)
             .body(Body::from(body))
             .unwrap(),
         Err(e) => status(

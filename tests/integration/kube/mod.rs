@@ -13,6 +13,7 @@ mod plugin;
 mod preemption;
 mod sections;
 mod spreading;
+mod ui;
 mod volumes;
 
 use std::collections::HashSet;
