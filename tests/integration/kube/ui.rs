@@ -11,8 +11,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use headroom::config::Config;
-use headroom::kube::serve::{ServeOptions, run};
 use headroom_storage::{Store, StoreConfig};
 use serde_json::json;
 
@@ -106,14 +104,7 @@ fn node(name: &str, cpu: &str, taint: bool) -> serde_json::Value {
 /// Starts `serve` with a viewer listener over a small cluster with measured usage (all
 /// nodes but node-d), then adds the pods once the usage view is computed and waits until
 /// those that fit are bound.
-async fn cluster(
-    fake: &Fake,
-    store: Store,
-) -> (
-    headroom::kube::serve::Bound,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<headroom::kube::Result<headroom::kube::serve::ServeReport>>,
-) {
+async fn cluster(fake: &Fake, store: Store) -> super::Running {
     fake.put("namespaces", super::namespace("default"));
     for (name, cpu, taint) in [
         ("node-a", "8", false),
@@ -142,20 +133,12 @@ async fn cluster(
     running["status"] = json!({"phase": "Running", "startTime": "2026-01-01T00:00:00Z"});
     fake.put("pods", running);
     let yaml = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  viewerListen: 127.0.0.1:0\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n";
-    let mut opts = ServeOptions::new(Config::from_yaml(yaml, "t").unwrap(), fake.client("a"));
-    opts.store = Some(store);
-    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
-    opts.bound = Some(bound_tx);
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let handle = tokio::spawn(run(opts, async {
-        let _ = stop_rx.await;
-    }));
-    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
-        .await
-        .unwrap()
-        .unwrap();
+    let running = super::serve_with_store(fake, yaml, "a", store).await;
     // The pods come once the usage view is computed, so that their decisions use it.
-    let nodes = format!("http://{}/nodes", bound.viewer.expect("viewerListen bound"));
+    let nodes = format!(
+        "http://{}/nodes",
+        running.bound.viewer.expect("viewerListen bound")
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
         let list: serde_json::Value = reqwest::get(&nodes).await.unwrap().json().await.unwrap();
@@ -183,7 +166,7 @@ async fn cluster(
             .all(|p| f.node_of("default", p).is_some())
     })
     .await;
-    (bound, stop, handle)
+    running
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +177,8 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
     fake.add_token("t-bob", "bob", &[]);
     fake.grant("alice", "get", "/ui");
     let store = Store::open_temporary(StoreConfig::default()).unwrap();
-    let (bound, stop, handle) = cluster(&fake, store).await;
+    let running = cluster(&fake, store).await;
+    let bound = &running.bound;
 
     // The authenticated inspection API: the pages need a caller RBAC allows.
     let tls = reqwest::Client::builder()
@@ -310,6 +294,5 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
         "five pages in chromium: {took:?}; screenshots in {}",
         shots.display()
     );
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(30), handle).await;
+    running.stop().await;
 }
