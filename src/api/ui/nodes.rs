@@ -16,7 +16,7 @@ pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
     let mut p = Page::start(&uri, "Nodes");
     p.h.raw("<p class=\"muted\">")
         .text(format_args!(
-            "{} node(s), {} without fresh usage; usage view computed {}. Real: what the scheduler counts as used (measured, plus pods placed since the sample; requests where usage is stale or missing). Requested: the pods' requests.",
+            "{} node(s), the most loaded first, {} without fresh usage; usage view computed {}. Real: what the scheduler counts as used (measured, plus pods placed since the sample; requests where usage is stale or missing). Requested: the pods' requests.",
             list.nodes.len(),
             list.stale_nodes,
             if list.usage_generated_ms > 0 {
@@ -33,11 +33,32 @@ pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
     p.h.raw("<table><tr><th>node</th><th>pods</th><th>judged by</th>")
         .raw("<th>memory: real</th><th>memory: requested</th>")
         .raw("<th>cpu: real</th><th>cpu: requested</th><th>sample</th></tr>");
-    for n in &list.nodes {
+    // The most loaded first: on a large cluster those are what the page is opened for.
+    let mut nodes: Vec<&NodeView> = list.nodes.iter().collect();
+    nodes.sort_by(|a, b| used(b).total_cmp(&used(a)));
+    for n in nodes.iter().take(MAX_ROWS) {
         row(&mut p, n);
     }
     p.h.raw("</table>");
+    if nodes.len() > MAX_ROWS {
+        p.h.raw("<p class=\"muted\">")
+            .text(format_args!(
+                "{} less loaded node(s) not shown (see /nodes).",
+                nodes.len() - MAX_ROWS
+            ))
+            .raw("</p>");
+    }
     p.finish(StatusCode::OK)
+}
+
+/// At most this many rows: a page a browser renders at once.
+const MAX_ROWS: usize = 1_000;
+
+/// The larger of the node's real memory and CPU use, as a share of capacity.
+fn used(n: &NodeView) -> f64 {
+    let h = &n.headroom;
+    let share = |used: f64, total: f64| if total > 0.0 { used / total } else { 0.0 };
+    share(h.memory_used, h.memory_total).max(share(h.cpu_used, h.cpu_total))
 }
 
 fn row(p: &mut Page, n: &NodeView) {

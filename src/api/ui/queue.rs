@@ -9,6 +9,9 @@ use crate::api::ApiState;
 use crate::api::queue::queue_response;
 use crate::queue::SubQueue;
 
+/// At most this many rows, in the queue's order: a page a browser renders at once.
+const MAX_ROWS: usize = 1_000;
+
 /// `GET /ui/queue`.
 pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
     let q = match queue_response(&state) {
@@ -34,7 +37,7 @@ pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
     }
     p.h.raw("<table><tr><th>pod</th><th>where</th><th>priority</th><th>attempts</th>")
         .raw("<th>waiting</th><th>rejected by</th><th>last failure</th></tr>");
-    for pod in &q.pods {
+    for pod in q.pods.iter().take(MAX_ROWS) {
         let k = &pod.key;
         p.h.raw("<tr><td>");
         // Gated pods were never tried: no decision to link to.
@@ -70,5 +73,13 @@ pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
             .raw("</tr>");
     }
     p.h.raw("</table>");
+    if q.pods.len() > MAX_ROWS {
+        p.h.raw("<p class=\"muted\">")
+            .text(format_args!(
+                "{} more not shown (see /queue).",
+                q.pods.len() - MAX_ROWS
+            ))
+            .raw("</p>");
+    }
     p.finish(StatusCode::OK)
 }

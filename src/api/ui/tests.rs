@@ -17,30 +17,36 @@ use crate::snapshot::Snapshot;
 
 const HOSTILE: &str = "<script>alert(1)</script>";
 
-/// One pending pod with a hostile name and reason.
-struct OnePending;
+/// `.0` pending pods, the first with a hostile name and reason.
+struct Pending(usize);
 
-impl QueueView for OnePending {
+impl QueueView for Pending {
     fn pending(&self) -> Vec<PendingPod> {
-        vec![PendingPod {
-            key: PodKey {
-                namespace: "ci".into(),
-                name: HOSTILE.into(),
-                uid: "u-h".into(),
-            },
-            priority: 0,
-            queue: SubQueue::Unschedulable,
-            attempts: 3,
-            last_failure: Some(format!("0/3 nodes are available: {HOSTILE}")),
-            rejected_by: vec!["NodeResourcesFit"],
-            waiting: Duration::from_secs(90),
-            backoff_remaining: None,
-        }]
+        (0..self.0)
+            .map(|i| PendingPod {
+                key: PodKey {
+                    namespace: "ci".into(),
+                    name: if i == 0 {
+                        HOSTILE.into()
+                    } else {
+                        format!("p-{i}")
+                    },
+                    uid: format!("u-{i}"),
+                },
+                priority: 0,
+                queue: SubQueue::Unschedulable,
+                attempts: 3,
+                last_failure: Some(format!("0/3 nodes are available: {HOSTILE}")),
+                rejected_by: vec!["NodeResourcesFit"],
+                waiting: Duration::from_secs(90),
+                backoff_remaining: None,
+            })
+            .collect()
     }
 
     fn lengths(&self) -> QueueLengths {
         QueueLengths {
-            unschedulable: 1,
+            unschedulable: self.0,
             ..QueueLengths::default()
         }
     }
@@ -89,15 +95,19 @@ fn decision(name: &str, at: i64) -> LoggedDecision {
 }
 
 fn state(with_queue: bool) -> ApiState {
-    let (nodes, pods) = crate::synthetic::cluster(3, 2, 1);
+    state_of(3, with_queue.then_some(1))
+}
+
+/// `nodes` synthetic nodes, two decisions, and `pending` pods if a queue.
+fn state_of(nodes: usize, pending: Option<usize>) -> ApiState {
+    let (nodes, pods) = crate::synthetic::cluster(nodes, 2, 1);
     let (_tx, rx) = tokio::sync::watch::channel(Arc::new(Snapshot::build(nodes, pods)));
     let s = ApiState::new(Arc::new(rx), Arc::new(Metrics::default()));
     s.decisions().insert(decision("build-1", 1_000));
     s.decisions().insert(decision(HOSTILE, 2_000));
-    if with_queue {
-        s.with_queue(Arc::new(OnePending))
-    } else {
-        s
+    match pending {
+        Some(n) => s.with_queue(Arc::new(Pending(n))),
+        None => s,
     }
 }
 
@@ -221,4 +231,16 @@ async fn explain_links_to_the_pods_page() {
     assert_eq!(v["pod"], "ci/build-1");
     let (_, _, text) = get(&s, "/explain?pod=ci/build-1&format=text").await;
     assert!(text.ends_with("page: /ui/pods/ci/build-1\n"), "{text}");
+}
+
+#[tokio::test]
+async fn long_lists_are_cut_with_a_note() {
+    let s = state_of(1_002, Some(1_003));
+    let (status, _, nodes) = get(&s, "/ui/nodes").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(nodes.matches("<tr>").count(), 1 + 1_000);
+    assert!(nodes.contains("2 less loaded node(s) not shown"), "{nodes}");
+    let (_, _, queue) = get(&s, "/ui/queue").await;
+    assert_eq!(queue.matches("<tr>").count(), 1 + 1_000);
+    assert!(queue.contains("3 more not shown (see /queue)."), "{queue}");
 }
