@@ -376,7 +376,7 @@ fn api_routes_over_http() {
         "{page}"
     );
     assert!(
-        page.contains("<td>node-00003</td><td>rejected</td>")
+        page.contains("<td class=\"nw\">node-00003</td><td>rejected</td>")
             && page.contains("<b>TaintToleration</b>"),
         "{page}"
     );

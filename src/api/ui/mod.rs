@@ -100,7 +100,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .muted{color:#6b7385}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;background:#fff;padding:10px 14px;box-shadow:0 1px 2px #0002}
 dt{font-weight:600}dd{margin:0}
-small.sc{display:block;white-space:nowrap;font-size:12px}
+small.sc{display:block;font-size:12px}
 "#;
 
 impl Page {

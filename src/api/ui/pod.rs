@@ -262,7 +262,7 @@ fn verdicts(p: &mut Page, e: &Explanation) {
         } else {
             "<tr>"
         })
-        .td(&n.name);
+        .td_nw(&n.name);
         if n.feasible {
             p.h.td(if n.chosen { "chosen" } else { "feasible" })
                 .raw("<td class=\"num\">");
