@@ -213,6 +213,17 @@ async fn errors_are_pages_with_the_apis_status() {
     assert_eq!((status, ct.as_str()), (StatusCode::NOT_FOUND, HTML));
     assert_eq!(body.matches("<b>").count(), 1, "only the header's: {body}");
     assert!(body.contains("%3Cb%3E"), "{body}");
+    // A name that is not UTF-8: the API's 400, as a page.
+    let (status, ct, body) = get(&s, "/ui/pods/ci/x%FF").await;
+    assert_eq!(
+        (status, ct.as_str()),
+        (StatusCode::BAD_REQUEST, HTML),
+        "{body}"
+    );
+    assert!(
+        body.contains("<title>Bad request · headroom</title>"),
+        "{body}"
+    );
     let (status, ct, body) = get(&s, "/ui/queue").await;
     assert_eq!(
         (status, ct.as_str()),
