@@ -116,6 +116,16 @@ pub(super) async fn by_pod(
     Ok(respond(lookup(&state, Key::Pod(namespace, pod)).await?, f))
 }
 
+/// `NAMESPACE/NAME` (`?pod=` of `/explain` and of `/ui/find`), or 400.
+pub(super) fn parse_pod(pod: &str) -> Result<(&str, &str), ApiError> {
+    match pod.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Ok((ns, name)),
+        _ => Err(ApiError::BadRequest(format!(
+            "pod must be NAMESPACE/NAME, got {pod:?}"
+        ))),
+    }
+}
+
 /// `GET /explain?uid=UID` or `GET /explain?pod=NAMESPACE/NAME`.
 pub(super) async fn by_query(
     State(state): State<ApiState>,
@@ -125,16 +135,10 @@ pub(super) async fn by_query(
     let f = format(&q)?;
     let key = match (q.uid, q.pod) {
         (Some(uid), None) if !uid.is_empty() => Key::Uid(uid),
-        (None, Some(pod)) => match pod.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
-                Key::Pod(ns.to_string(), name.to_string())
-            }
-            _ => {
-                return Err(ApiError::BadRequest(format!(
-                    "pod must be NAMESPACE/NAME, got {pod:?}"
-                )));
-            }
-        },
+        (None, Some(pod)) => {
+            let (ns, name) = parse_pod(&pod)?;
+            Key::Pod(ns.to_string(), name.to_string())
+        }
         _ => {
             return Err(ApiError::BadRequest(
                 "give exactly one of ?uid=UID or ?pod=NAMESPACE/NAME (or use /explain/{namespace}/{pod})"

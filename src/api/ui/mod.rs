@@ -10,6 +10,7 @@
 //! | `/ui/nodes` | each node's real headroom next to its requests | `/nodes` |
 //! | `/ui/queue` | pending pods, where and why | `/queue` |
 //! | `/ui/advice` | hot nodes and suggested moves | `/advice` |
+//! | `/ui/find?pod=NS/NAME` | redirects to the pod's page (the pods page's form) | |
 //!
 //! The pages are routes of the API like any other, so they sit behind the same
 //! authentication (`serve.security` on `serve.apiListen`) and are served by the read-only
@@ -47,6 +48,7 @@ pub(super) fn routes() -> Router<ApiState> {
         .route("/ui/nodes", get(nodes::page))
         .route("/ui/queue", get(queue::page))
         .route("/ui/advice", get(advice::page))
+        .route("/ui/find", get(pods::find))
         .route("/ui/{*rest}", get(not_found))
 }
 
@@ -98,6 +100,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .placed{background:#d7f0de;color:#1e6b37}.unschedulable{background:#fde2e1;color:#a12622}.error{background:#fdebd0;color:#8a5300}
 .note{background:#fff8e1;border-left:4px solid #e0a100;padding:8px 12px;margin:8px 0}
 .muted{color:#6b7385}
+form{margin:0 0 12px}input{font:inherit;padding:3px 6px;width:260px}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;background:#fff;padding:10px 14px;box-shadow:0 1px 2px #0002}
 dt{font-weight:600}dd{margin:0}
 small.sc{display:block;font-size:12px}
@@ -146,8 +149,8 @@ impl Page {
     }
 }
 
-/// An HTML answer: no script may run, no other origin may frame it, nothing is cached (the
-/// pages show live state).
+/// An HTML answer: no script may run, no other origin may frame it, forms go only to this
+/// server, nothing is cached (the pages show live state).
 fn html_response(status: StatusCode, body: String) -> Response {
     (
         status,
@@ -155,7 +158,7 @@ fn html_response(status: StatusCode, body: String) -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (
                 header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+                "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
             ),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::CACHE_CONTROL, "no-store"),

@@ -1,12 +1,15 @@
 //! `/ui` and `/ui/pods`: the recent decisions held in memory, newest first, each linking to
-//! its pod's page.
+//! its pod's page, and a form to find any other (`/ui/find`).
 
-use axum::extract::State;
-use axum::http::{StatusCode, Uri};
-use axum::response::Response;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 
-use super::{Page, age, when};
-use crate::api::ApiState;
+use super::{Page, age, encode_segment, error_page, when};
+use crate::api::explain::parse_pod;
+use crate::api::{ApiError, ApiState};
 use crate::framework::Outcome;
 
 /// At most this many decisions are listed: a page a browser renders at once.
@@ -20,10 +23,16 @@ pub(super) async fn list(State(state): State<ApiState>, uri: Uri) -> Response {
     let mut p = Page::start(&uri, "Recent decisions");
     p.h.raw("<p class=\"muted\">")
         .text(format_args!(
-            "{} of the {held} decisions held in memory, newest first; older ones: /explain by name.",
+            "{} of the {held} decisions held in memory, newest first; older ones by name:",
             recent.len()
         ))
         .raw("</p>");
+    // A plain GET form (no script): any pod whose decision memory or the store still has.
+    let find = p.href("ui/find");
+    p.h.raw("<form action=\"")
+        .text(&find)
+        .raw("\" method=\"get\"><input name=\"pod\" placeholder=\"namespace/name\" required> ")
+        .raw("<button type=\"submit\">explain</button></form>");
     if recent.is_empty() {
         p.h.raw("<p class=\"note\">No decision yet.</p>");
         return p.finish(StatusCode::OK);
@@ -77,4 +86,26 @@ pub(super) async fn list(State(state): State<ApiState>, uri: Uri) -> Response {
     }
     p.h.raw("</table>");
     p.finish(StatusCode::OK)
+}
+
+/// `?pod=` of `/ui/find`.
+#[derive(Debug, Deserialize)]
+pub(super) struct FindQuery {
+    pod: String,
+}
+
+/// `GET /ui/find?pod=NAMESPACE/NAME`: 303 to the pod's page. The `Location` is relative
+/// (`pods/ns/name`, beside `find`), so it stays under a proxy's prefix.
+pub(super) async fn find(uri: Uri, query: Result<Query<FindQuery>, QueryRejection>) -> Response {
+    let pod = match query {
+        Ok(Query(q)) => q.pod,
+        Err(e) => return error_page(&uri, &ApiError::BadRequest(e.body_text())),
+    };
+    match parse_pod(pod.trim()) {
+        Ok((ns, name)) => {
+            let to = format!("pods/{}/{}", encode_segment(ns), encode_segment(name));
+            (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
+        }
+        Err(e) => error_page(&uri, &e),
+    }
 }

@@ -255,3 +255,38 @@ async fn long_lists_are_cut_with_a_note() {
     assert_eq!(queue.matches("<tr>").count(), 1 + 1_000);
     assert!(queue.contains("3 more not shown (see /queue)."), "{queue}");
 }
+
+#[tokio::test]
+async fn the_form_finds_a_pod_by_name() {
+    let s = state(false);
+    let (_, _, list) = get(&s, "/ui").await;
+    assert!(
+        list.contains("<form action=\"./ui/find\" method=\"get\"><input name=\"pod\""),
+        "{list}"
+    );
+    for (query, to) in [
+        ("ci/build-1", "pods/ci/build-1"),
+        ("%20ci/build-1%20", "pods/ci/build-1"),
+        ("ci/%3Cb%3E", "pods/ci/%3Cb%3E"),
+    ] {
+        let r = router(s.clone())
+            .oneshot(
+                Request::get(format!("/ui/find?pod={query}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{query}");
+        assert_eq!(r.headers()["location"], to, "{query}");
+    }
+    for bad in ["/ui/find?pod=nope", "/ui/find", "/ui/find?pod=/x"] {
+        let (status, ct, body) = get(&s, bad).await;
+        assert_eq!(
+            (status, ct.as_str()),
+            (StatusCode::BAD_REQUEST, HTML),
+            "{bad}"
+        );
+        assert!(body.contains("<title>Bad request"), "{bad}: {body}");
+    }
+}

@@ -3,10 +3,11 @@
 //! service proxy (`/api/v1/namespaces/headroom-system/services/headroom:viewer/proxy/ui/`,
 //! what `kubectl proxy` exposes) to `serve.viewerListen`. Each page must load with no
 //! console message (no script error, no CSP violation, no failed load), show what it is
-//! about, and paint a screenshot that is not blank; every link on the pods page must
-//! resolve under the proxy prefix and answer. The authenticated inspection API serves the same pages
-//! only to callers RBAC allows. If `chromium` is missing the test fails and says how to
-//! install it; it never skips.
+//! about, and paint a screenshot that is not blank; the pods page's form lands on the pod's
+//! page through the proxy (a relative redirect); every link of every page must resolve
+//! under the proxy prefix and answer. The authenticated inspection API serves the same
+//! pages only to callers RBAC allows. If `chromium` is missing the test fails and says how
+//! to install it; it never skips.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -218,7 +219,7 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
     std::fs::create_dir_all(&shots).unwrap();
     let profile = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
-    let pages: [(&str, &str, &[&str]); 5] = [
+    let pages: [(&str, &str, &[&str]); 6] = [
         (
             "pods",
             "/ui/",
@@ -245,6 +246,12 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
             &["href=\"../ui/pods/default/huge\"", "Insufficient cpu"],
         ),
         ("advice", "/ui/advice", &["<h2>node-c</h2>", "default/db-0"]),
+        // The pods page's form, as the browser submits it: redirected to the pod's page.
+        (
+            "find",
+            "/ui/find?pod=default%2Fbuild-big",
+            &["<title>default/build-big · headroom</title>"],
+        ),
     ];
     let mut links = std::collections::BTreeSet::new();
     for (name, path, wants) in pages {
@@ -272,6 +279,9 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
             "{path}: a blank screenshot? {colours} colours, {:.1} % painted",
             painted * 100.0
         );
+        if name == "find" {
+            continue; // the pod's page, whose links were checked; relative to where it landed
+        }
         let page_url = reqwest::Url::parse(&format!("{base}{path}")).unwrap();
         for href in hrefs(&page.dom).iter().filter(|h| !h.starts_with("data:")) {
             links.insert((path, href.clone(), page_url.join(href).unwrap()));
@@ -291,7 +301,7 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(60), "the browser took {took:?}");
     eprintln!(
-        "five pages in chromium: {took:?}; screenshots in {}",
+        "six pages in chromium: {took:?}; screenshots in {}",
         shots.display()
     );
     running.stop().await;
