@@ -34,9 +34,15 @@ struct Loaded {
     png: PathBuf,
 }
 
-/// Loads `url` in headless Chromium (one process, fresh profile), 1200×900.
-fn load(chromium: &Path, url: &str, png: &Path, profile: &Path) -> Loaded {
-    let out = std::process::Command::new(chromium)
+/// How long one page may take: a browser that hangs fails the test instead of CI.
+const PAGE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Loads `url` in headless Chromium (one process; its profile and output in `dir`), 1200×900.
+fn load(chromium: &Path, url: &str, png: &Path, dir: &Path) -> Loaded {
+    // Output goes to files, not pipes: the process is polled against a deadline, and a
+    // full pipe would stall it.
+    let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = std::process::Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
@@ -48,15 +54,29 @@ fn load(chromium: &Path, url: &str, png: &Path, profile: &Path) -> Loaded {
             "--v=0",
             "--dump-dom",
         ])
-        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(url)
-        .output()
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
         .expect("run chromium");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "chromium failed on {url}: {stderr}");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > PAGE_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium took over {PAGE_DEADLINE:?} on {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(status.success(), "chromium failed on {url}: {stderr}");
     Loaded {
-        dom: String::from_utf8_lossy(&out.stdout).into_owned(),
+        dom: std::fs::read_to_string(&out_path).unwrap(),
         console: stderr
             .lines()
             .filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught"))
@@ -217,7 +237,7 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
     );
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    let profile = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let started = std::time::Instant::now();
     let pages: [(&str, &str, &[&str]); 6] = [
         (
@@ -256,12 +276,12 @@ async fn ui_pages_load_in_headless_chromium_through_the_service_proxy() {
     let mut links = std::collections::BTreeSet::new();
     for (name, path, wants) in pages {
         let url = format!("{base}{path}");
-        let (chromium, png, profile) = (
+        let (chromium, png, scratch) = (
             chromium.clone(),
             shots.join(format!("ui-{name}.png")),
-            profile.path().to_path_buf(),
+            scratch.path().to_path_buf(),
         );
-        let page = tokio::task::spawn_blocking(move || load(&chromium, &url, &png, &profile))
+        let page = tokio::task::spawn_blocking(move || load(&chromium, &url, &png, &scratch))
             .await
             .unwrap();
         assert!(page.console.is_empty(), "{path}: {:?}", page.console);
