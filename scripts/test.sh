@@ -16,6 +16,8 @@ command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
 command -v umoci >/dev/null 2>&1 || need+=(umoci)
 command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
 command -v jq >/dev/null 2>&1 || need+=(jq)
+# The /ui pages are loaded in a real headless browser (tests/integration/kube/ui.rs).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing ${need[*]} (apt-get)"

@@ -146,7 +146,24 @@ pub fn fetch(cli: &PluginCli) -> Result<String, PluginError> {
     match (&cli.command, cli.output) {
         (PluginCommand::Nodes { .. }, Output::Text) => Ok(nodes_text(&body)),
         (PluginCommand::Queue, Output::Text) => Ok(queue_text(&body)),
+        (PluginCommand::Explain { .. }, Output::Text) => Ok(page_through_proxy(cli, &body)),
         _ => Ok(body),
+    }
+}
+
+/// `/explain`'s last line names the pod's page as a path on headroom's API
+/// (`page: /ui/pods/ci/build-42`); a kubectl user opens it through `kubectl proxy` and the
+/// same service proxy, so the line becomes that URL.
+fn page_through_proxy(cli: &PluginCli, text: &str) -> String {
+    match text.rsplit_once("page: /") {
+        Some((head, path)) if !path.trim_end().contains('\n') => format!(
+            "{head}page: http://127.0.0.1:8001/api/v1/namespaces/{}/services/http:{}:{}/proxy/{} (with `kubectl proxy` running)\n",
+            cli.namespace,
+            cli.service,
+            cli.port,
+            path.trim_end()
+        ),
+        _ => text.to_string(),
     }
 }
 

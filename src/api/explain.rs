@@ -8,7 +8,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiState, ExplainResponse};
 
@@ -35,19 +35,33 @@ fn format(q: &ExplainQuery) -> Result<Format, ApiError> {
     }
 }
 
+/// `/explain`'s answer: the decision and the path of the pod's page on this API.
+#[derive(Serialize)]
+struct Answer<'a> {
+    #[serde(flatten)]
+    response: &'a ExplainResponse,
+    /// The pod's page (`/ui/pods/{namespace}/{pod}`), a path on this API.
+    ui: String,
+}
+
 fn respond(r: ExplainResponse, f: Format) -> Response {
+    let (namespace, name) = r.explanation.pod.split_once('/').unwrap_or(("", ""));
+    let ui = super::ui::pod_page_path(namespace, name);
     match f {
-        Format::Json => Json(r).into_response(),
+        Format::Json => Json(Answer { response: &r, ui }).into_response(),
         Format::Text => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            r.to_text(),
+            format!("{}page: {ui}\n", r.to_text()),
         )
             .into_response(),
     }
 }
 
-enum Key {
+/// Which pod's decision to look up.
+pub(super) enum Key {
+    /// By namespace and name.
     Pod(String, String),
+    /// By uid.
     Uid(String),
 }
 
@@ -60,7 +74,9 @@ impl Key {
     }
 }
 
-async fn lookup(state: &ApiState, key: Key) -> Result<ExplainResponse, ApiError> {
+/// The pod's latest decision: memory first, then the store (also what `/ui/pods/..`
+/// renders); 404 when neither has one.
+pub(super) async fn lookup(state: &ApiState, key: Key) -> Result<ExplainResponse, ApiError> {
     let held = match &key {
         Key::Pod(ns, name) => state.decisions().by_pod(ns, name),
         Key::Uid(uid) => state.decisions().by_uid(uid),
@@ -100,6 +116,16 @@ pub(super) async fn by_pod(
     Ok(respond(lookup(&state, Key::Pod(namespace, pod)).await?, f))
 }
 
+/// `NAMESPACE/NAME` (`?pod=` of `/explain` and of `/ui/find`), or 400.
+pub(super) fn parse_pod(pod: &str) -> Result<(&str, &str), ApiError> {
+    match pod.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Ok((ns, name)),
+        _ => Err(ApiError::BadRequest(format!(
+            "pod must be NAMESPACE/NAME, got {pod:?}"
+        ))),
+    }
+}
+
 /// `GET /explain?uid=UID` or `GET /explain?pod=NAMESPACE/NAME`.
 pub(super) async fn by_query(
     State(state): State<ApiState>,
@@ -109,16 +135,10 @@ pub(super) async fn by_query(
     let f = format(&q)?;
     let key = match (q.uid, q.pod) {
         (Some(uid), None) if !uid.is_empty() => Key::Uid(uid),
-        (None, Some(pod)) => match pod.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
-                Key::Pod(ns.to_string(), name.to_string())
-            }
-            _ => {
-                return Err(ApiError::BadRequest(format!(
-                    "pod must be NAMESPACE/NAME, got {pod:?}"
-                )));
-            }
-        },
+        (None, Some(pod)) => {
+            let (ns, name) = parse_pod(&pod)?;
+            Key::Pod(ns.to_string(), name.to_string())
+        }
         _ => {
             return Err(ApiError::BadRequest(
                 "give exactly one of ?uid=UID or ?pod=NAMESPACE/NAME (or use /explain/{namespace}/{pod})"

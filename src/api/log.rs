@@ -372,6 +372,20 @@ impl DecisionLog {
         inner.by_pod.get(key).map(|e| e.record.clone())
     }
 
+    /// The latest decisions held in memory, most recently logged first, at most `max` (what
+    /// `/ui/pods` lists).
+    pub fn recent(&self, max: usize) -> Vec<Arc<LoggedDecision>> {
+        let inner = self.lock();
+        inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|(seq, key)| inner.by_pod.get(key).filter(|e| e.seq == *seq))
+            .take(max)
+            .map(|e| e.record.clone())
+            .collect()
+    }
+
     /// Entries held and their estimated bytes.
     pub fn size(&self) -> (usize, usize) {
         let inner = self.lock();
@@ -416,6 +430,13 @@ mod tests {
         assert!(log.by_pod("ns", "b").is_none());
         assert!(log.by_pod("other", "a").is_none());
         assert_eq!(log.size().0, 1);
+        log.insert(logged("b", "u3", 30, 0));
+        log.insert(logged("c", "u4", 40, 0));
+        log.insert(logged("b", "u3", 50, 0));
+        // Newest first, each pod once (b's superseded entry is skipped), bounded.
+        let recent: Vec<_> = log.recent(10).iter().map(|d| d.decided_at_ms).collect();
+        assert_eq!(recent, [50, 40, 20]);
+        assert_eq!(log.recent(2).len(), 2);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | `GET /builders`, `GET /builders/{id}` | builder profiles, runs, placement history (`id` may contain `/`) |
 //! | `GET /queue` | pending pods, where they wait and why |
 //! | `GET /advice` | hot nodes by real usage and the moves that would help most ([`crate::advice`]); `?format=text` |
+//! | `GET /ui`, `/ui/pods/{namespace}/{pod}`, `/ui/nodes`, `/ui/queue`, `/ui/advice` | the same as HTML pages for people ([`ui`](self::ui)) |
 //! | `GET /metrics` | Prometheus exposition (see [`crate::metrics`]) |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness as set by the owner |
 //!
@@ -28,6 +29,7 @@ mod nodes;
 mod queue;
 mod sink;
 mod system;
+mod ui;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -400,6 +402,7 @@ fn inspection_routes() -> Router<ApiState> {
         .route("/builders/{*id}", get(builders::one))
         .route("/queue", get(queue::pending))
         .route("/advice", get(advice::advice))
+        .merge(ui::routes())
 }
 
 fn routes_with(state: ApiState, health: bool) -> Router {

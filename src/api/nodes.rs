@@ -103,8 +103,8 @@ fn view(n: &NodeInfo, ctx: &UsageContext, policy: &UsagePolicy, now_ms: i64) -> 
     }
 }
 
-/// `GET /nodes`.
-pub(super) async fn list(State(state): State<ApiState>) -> Json<NodeList> {
+/// Every node as `/nodes` shows it, now (also what `/ui/nodes` renders).
+pub(super) fn node_list(state: &ApiState) -> NodeList {
     let snapshot = state.snapshot();
     let ctx = snapshot.usage();
     let now = state.now_ms();
@@ -113,12 +113,17 @@ pub(super) async fn list(State(state): State<ApiState>) -> Json<NodeList> {
         .iter()
         .map(|n| view(n, ctx, state.policy(), now))
         .collect();
-    Json(NodeList {
+    NodeList {
         now_ms: now,
         usage_generated_ms: ctx.view.generated_ms,
         stale_nodes: nodes.iter().filter(|n| n.stale).count(),
         nodes,
-    })
+    }
+}
+
+/// `GET /nodes`.
+pub(super) async fn list(State(state): State<ApiState>) -> Json<NodeList> {
+    Json(node_list(&state))
 }
 
 /// `GET /nodes/{name}`.

@@ -18,15 +18,21 @@ pub struct QueueResponse {
     pub pods: Vec<PendingPod>,
 }
 
+/// The pending pods as `/queue` shows them (also what `/ui/queue` renders); 503 without a
+/// queue.
+pub(super) fn queue_response(state: &ApiState) -> Result<QueueResponse, ApiError> {
+    let q = state.queue.as_ref().ok_or_else(|| {
+        ApiError::Unavailable("this server was started without a scheduling queue".into())
+    })?;
+    Ok(QueueResponse {
+        lengths: q.lengths(),
+        pods: q.pending(),
+    })
+}
+
 /// `GET /queue`.
 pub(super) async fn pending(
     State(state): State<ApiState>,
 ) -> Result<Json<QueueResponse>, ApiError> {
-    let q = state.queue.as_ref().ok_or_else(|| {
-        ApiError::Unavailable("this server was started without a scheduling queue".into())
-    })?;
-    Ok(Json(QueueResponse {
-        lengths: q.lengths(),
-        pods: q.pending(),
-    }))
+    Ok(Json(queue_response(&state)?))
 }

@@ -29,7 +29,7 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> Result<&'static str
 /// Any other route.
 pub(super) async fn not_found(method: Method, uri: Uri) -> ApiError {
     ApiError::NotFound(format!(
-        "no route {method} {}: see /explain, /nodes, /builders, /queue, /advice, /metrics, /healthz, /readyz",
+        "no route {method} {}: see /ui, /explain, /nodes, /builders, /queue, /advice, /metrics, /healthz, /readyz",
         uri.path()
     ))
 }

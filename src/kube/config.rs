@@ -40,7 +40,8 @@ pub struct ServeConfig {
     /// through the API server's service proxy (`get services/proxy` in RBAC decides who may).
     /// The proxy drops the caller's credentials, so this listener is plain HTTP without
     /// authentication and serves only the inspection routes that read (`/explain`,
-    /// `/nodes`, `/builders`, `/queue`, `/advice`), never the extender nor `/metrics`;
+    /// `/nodes`, `/builders`, `/queue`, `/advice`, the `/ui` pages), never the extender nor
+    /// `/metrics`;
     /// restrict it to the control plane with a NetworkPolicy. Default none (off).
     pub viewer_listen: Option<String>,
     /// Who may call the listeners: TLS, client certificates or TokenReview,

@@ -133,7 +133,7 @@ impl BindPlugin for FlakyBinder {
 }
 
 /// Writes one round of node usage samples at `ts` (all nodes but the last).
-fn write_node_samples(store: &Store, names: &[String], ts: i64, tick: u64) {
+pub(crate) fn write_node_samples(store: &Store, names: &[String], ts: i64, tick: u64) {
     for (i, name) in names.iter().enumerate().take(names.len() - 1) {
         let labels = Labels::new([("node", name.as_str())]).unwrap();
         // Usage that moves a little with time, different per node.
@@ -367,6 +367,19 @@ fn api_routes_over_http() {
     assert!(e["inputs"]["warmCache"].is_boolean(), "{}", e["inputs"]);
     assert!(e["decidedAtMs"].as_i64().unwrap() > 0);
     assert!(e["cycleSeconds"].as_f64().unwrap() > 0.0);
+    // The pod's page, as a path on the API, and that page shows the same verdicts.
+    assert_eq!(e["ui"], "/ui/pods/ci/build-a-0");
+    let (s, ct, page) = demo.get("/ui/pods/ci/build-a-0");
+    assert_eq!(
+        (s, ct.as_str()),
+        (200, "text/html; charset=utf-8"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td class=\"nw\">node-00003</td><td>rejected</td>")
+            && page.contains("<b>TaintToleration</b>"),
+        "{page}"
+    );
 
     let (s, ct, text) = demo.get("/explain/ci/build-a-0?format=text");
     assert_eq!(s, 200);
@@ -387,6 +400,7 @@ fn api_routes_over_http() {
         text.contains("builder ci/Job/build-a: profile of 6 run(s)"),
         "{text}"
     );
+    assert!(text.ends_with("page: /ui/pods/ci/build-a-0\n"), "{text}");
 
     // By uid, and by ?pod=.
     let (s, _, body) = demo.get("/explain?uid=uid-build-a-0");
@@ -685,6 +699,13 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
     let (s, text) = get("/explain/default/first?format=text");
     assert_eq!(s, 200);
     assert!(text.contains("pod default/first"), "{text}");
+    // The page reads the same lookup: memory, then the store.
+    let (s, page) = get("/ui/pods/default/first");
+    assert_eq!(s, 200, "{page}");
+    assert!(
+        page.contains("<title>default/first · headroom</title>"),
+        "{page}"
+    );
     let (s, body) = get("/explain/default/second");
     assert_eq!(
         (s, json_body(&body)["decidedAtMs"].clone()),

@@ -1052,16 +1052,32 @@ async fn service_proxy(fake: &Fake, uri: &Uri, headers: &HeaderMap) -> Option<Re
     };
     let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
     let answer = async {
-        let r = reqwest::get(format!("{base}{path}{query}")).await?;
+        // As kube-apiserver: a redirect goes back to the caller (a relative `Location` as
+        // is), it is not followed here.
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        let r = client.get(format!("{base}{path}{query}")).send().await?;
         let code = r.status().as_u16();
-        Ok::<_, reqwest::Error>((code, r.bytes().await?))
+        // The backend's own type: JSON, text, or the `/ui` pages' HTML.
+        let header = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let ct = header("content-type").unwrap_or_else(|| "application/json".into());
+        let location = header("location");
+        Ok::<_, reqwest::Error>((code, ct, location, r.bytes().await?))
     };
     Some(match answer.await {
-        Ok((code, body)) => Response::builder()
-            .status(code)
-            .header("content-type", "application/json")
-            .body(Body::from(body))
-            .unwrap(),
+        Ok((code, ct, location, body)) => {
+            let mut b = Response::builder().status(code).header("content-type", ct);
+            if let Some(l) = location {
+                b = b.header("location", l);
+            }
+            b.body(Body::from(body)).unwrap()
+        }
         Err(e) => status(
             503,
             "ServiceUnavailable",

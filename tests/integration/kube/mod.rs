@@ -13,6 +13,7 @@ mod plugin;
 mod preemption;
 mod sections;
 mod spreading;
+mod ui;
 mod volumes;
 
 use std::collections::HashSet;
@@ -74,11 +75,21 @@ impl Running {
 const BASE: &str = "scheduler: {seed: 1}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  events: {qps: 100, burst: 100}\n";
 
 async fn serve(fake: &Fake, yaml: &str, replica: &str) -> Running {
+    let store =
+        headroom_storage::Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap();
+    serve_with_store(fake, yaml, replica, store).await
+}
+
+/// [`serve`] over a store the test prepared (usage samples, runs).
+async fn serve_with_store(
+    fake: &Fake,
+    yaml: &str,
+    replica: &str,
+    store: headroom_storage::Store,
+) -> Running {
     let config = Config::from_yaml(yaml, "test").expect("test config");
     let mut opts = ServeOptions::new(config, fake.client(replica));
-    opts.store = Some(
-        headroom_storage::Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap(),
-    );
+    opts.store = Some(store);
     let (bound_tx, bound_rx) = oneshot::channel();
     opts.bound = Some(bound_tx);
     let (stop, stop_rx) = oneshot::channel::<()>();

@@ -73,6 +73,14 @@ fn kubectl_headroom_reaches_the_api_through_the_service_proxy() {
         "{}",
         text(&o)
     );
+    // The pod's page, as the user opens it: through kubectl proxy and the service proxy.
+    assert!(
+        String::from_utf8_lossy(&o.stdout).ends_with(
+            "page: http://127.0.0.1:8001/api/v1/namespaces/headroom-system/services/http:headroom:viewer/proxy/ui/pods/ci/build-a-0 (with `kubectl proxy` running)\n"
+        ),
+        "{}",
+        text(&o)
+    );
     // JSON, with --kubeconfig.
     let o = run(
         &[
