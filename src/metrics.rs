@@ -43,6 +43,7 @@
 //! | `headroom_api_decision_log_bytes` | gauge | |
 //! | `headroom_api_decision_store_errors_total` | counter | |
 //! | `headroom_collector_*` | | see `headroom-collectors` |
+//! | `scheduler_*` | | kube-scheduler's own, under upstream's names ([`Upstream`]) |
 //!
 //! `headroom_usage_view_age_seconds` is `+Inf` until a usage view was computed.
 //!
@@ -78,6 +79,9 @@ use crate::framework::{BindPlugin, BoxFuture, Decision, Outcome, Plugin, Status}
 use crate::queue::QueueLengths;
 use crate::snapshot::{PodInfo, Snapshot};
 use crate::usage::{Headroom, UsagePolicy};
+
+mod upstream;
+pub use upstream::Upstream;
 
 /// Errors of the metrics module.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +233,7 @@ pub struct Metrics {
     log_entries: Gauge,
     log_bytes: Gauge,
     decision_store_errors: Counter,
+    upstream: Upstream,
     collectors: headroom_collectors::Metrics,
     /// Held while gauges are rebuilt and encoded, so a scrape never sees a family that a
     /// concurrent refresh has just cleared.
@@ -297,6 +302,7 @@ impl Metrics {
             log_entries: Gauge::default(),
             log_bytes: Gauge::default(),
             decision_store_errors: Counter::default(),
+            upstream: Upstream::default(),
             collectors: headroom_collectors::Metrics::new(),
             refresh: Mutex::new(()),
         };
@@ -463,6 +469,7 @@ impl Metrics {
             "Decisions that could not be written to or read from the store",
             self.decision_store_errors.clone(),
         );
+        self.upstream.register(r);
         self.collectors.register(r);
         self
     }
@@ -482,6 +489,7 @@ impl Metrics {
     /// fallback, and one rejection per node a filter (or a PreFilter, for the nodes it
     /// excluded) rejected.
     pub fn observe_decision(&self, d: &Decision, latency: Duration) {
+        self.upstream.observe_decision(d, latency);
         self.attempts
             .get_or_create(&ResultLabel {
                 result: decision_result(d),
@@ -573,8 +581,14 @@ impl Metrics {
         self.log_bytes.set(to_i64(bytes));
     }
 
+    /// kube-scheduler's metrics under upstream's names ([`Upstream`]).
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
     /// Sets the pending pods per queue.
     pub fn set_queue_lengths(&self, l: &QueueLengths) {
+        self.upstream.set_pending(l);
         for (queue, n) in [
             ("active", l.active),
             ("backoff", l.backoff),

@@ -95,6 +95,9 @@ pub struct SchedulingLoop {
     pub options: LoopOptions,
     /// What a placed pod's binding writes onto it besides the node (`None`: nothing).
     pub annotate: Option<BindAnnotator>,
+    /// Where a bound pod's time since it first entered the queue goes (upstream's
+    /// `scheduler_pod_scheduling_sli_duration_seconds`); `None`: nowhere.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// The profile a pod asks for: its `spec.schedulerName`, or the first profile when it
@@ -163,6 +166,7 @@ impl SchedulingLoop {
             .map_or(std::time::Duration::ZERO, |t| {
                 tokio::time::Instant::now().saturating_duration_since(t)
             });
+        let (attempts, first_attempt) = (queued.attempts, queued.initial_attempt_timestamp);
         let pod = queued.pod_info;
         let attempt = {
             let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
@@ -210,6 +214,7 @@ impl SchedulingLoop {
         let stats = stats.clone();
         let confirm = self.options.confirm_on_bind;
         let pre_bind = attempt.pre_bind;
+        let metrics = self.metrics.clone();
         binds.spawn(async move {
             // PreBind (VolumeBinding's PV writes) before the bind; a failure unreserves,
             // forgets the assumed pod (and its assumed PVs) and retries it with backoff.
@@ -246,6 +251,12 @@ impl SchedulingLoop {
                 drop(s);
                 queue.done(&PodKey::of(&pod));
                 stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
+                if let (Some(m), Some(first)) = (&metrics, first_attempt) {
+                    m.upstream().observe_scheduled(
+                        attempts,
+                        tokio::time::Instant::now().saturating_duration_since(first),
+                    );
+                }
             } else {
                 s.forget(&pod);
                 drop(s);
@@ -381,6 +392,7 @@ mod tests {
             decisions: Some(tx),
             options: LoopOptions::default(),
             annotate: None,
+            metrics: None,
         };
         // a (3 CPU) fits n1; b (3 CPU) then does not, because a is assumed there.
         queue.add(cpu_pod("a", "3"));

@@ -139,6 +139,9 @@ pub trait QueueView: Send + Sync {
     fn pending(&self) -> Vec<PendingPod>;
     /// Pods per place.
     fn lengths(&self) -> QueueLengths;
+    /// Unschedulable pods per (profile, rejecting plugin) (see
+    /// [`SchedulingQueue::unschedulable_by_plugin`]).
+    fn unschedulable_by_plugin(&self) -> std::collections::BTreeMap<(String, &'static str), usize>;
 }
 
 impl QueueView for SchedulingQueue {
@@ -148,6 +151,10 @@ impl QueueView for SchedulingQueue {
 
     fn lengths(&self) -> QueueLengths {
         self.len()
+    }
+
+    fn unschedulable_by_plugin(&self) -> std::collections::BTreeMap<(String, &'static str), usize> {
+        SchedulingQueue::unschedulable_by_plugin(self)
     }
 }
 
@@ -318,7 +325,10 @@ impl ApiState {
         let view = snapshot.usage().view.clone();
         let now = self.now_ms();
         let store_stats = self.store.as_ref().map(|s| (s.stats(), s.decision_count()));
-        let lengths = self.queue.as_ref().map(|q| q.lengths());
+        let lengths = self
+            .queue
+            .as_ref()
+            .map(|q| (q.lengths(), q.unschedulable_by_plugin()));
         let (entries, bytes) = self.decisions.size();
         let advice = crate::advice::advise(&snapshot, &self.policy, &self.identity, &self.advice);
         self.metrics
@@ -326,8 +336,9 @@ impl ApiState {
                 m.set_node_usage(&snapshot, &self.policy, now);
                 m.set_advice(&advice);
                 m.set_builder_profiles(&view);
-                if let Some(l) = &lengths {
+                if let Some((l, by_plugin)) = &lengths {
                     m.set_queue_lengths(l);
+                    m.upstream().set_unschedulable(by_plugin);
                 }
                 if let Some((stats, decisions)) = &store_stats {
                     m.set_store_stats(stats, *decisions);

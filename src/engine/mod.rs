@@ -315,6 +315,7 @@ impl Engine {
                 confirm_on_bind,
             },
             annotate,
+            metrics: Some(self.metrics.clone()),
         }
     }
 

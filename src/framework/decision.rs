@@ -169,6 +169,8 @@ pub struct Decision {
     /// Set when no node fitted and a PostFilter plugin (preemption) nominated a node; the
     /// outcome stays `Unschedulable` (the pod waits for its victims to go).
     pub nomination: Option<Nomination>,
+    /// PostFilter (preemption) ran in this cycle: upstream's `scheduler_preemption_attempts_total`.
+    pub post_filter_ran: bool,
 }
 
 impl Decision {
@@ -205,6 +207,7 @@ impl Decision {
             decided_at_ms: 0,
             feasible_total: None,
             nomination: None,
+            post_filter_ran: false,
         }
     }
 
@@ -242,6 +245,7 @@ impl Decision {
             decided_at_ms: self.decided_at_ms,
             feasible_total: Some(self.feasible_count()),
             nomination: self.nomination.clone(),
+            post_filter_ran: self.post_filter_ran,
         }
     }
 

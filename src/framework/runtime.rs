@@ -592,6 +592,7 @@ impl Framework {
         if !self.plugins.iter().any(|p| p.post_filter.is_some()) {
             return;
         }
+        d.post_filter_ran = true;
         let random = rng.random::<u64>();
         let mut reasons: Vec<String> = Vec::new();
         let mut nomination = None;

@@ -841,6 +841,7 @@ mod tests {
             decisions: None,
             options: LoopOptions::default(),
             annotate: None,
+            metrics: None,
         };
         queue.add(Arc::new(with_claims(&["big"])));
         let stats = lp.run_until_settled().await;

@@ -626,6 +626,29 @@ impl SchedulingQueue {
         inner.active.is_empty() && inner.in_flight.is_empty()
     }
 
+    /// The unschedulable pods counted per (profile, plugin that rejected them), a pod once
+    /// per plugin (upstream's `scheduler_unschedulable_pods`). The profile is the pod's
+    /// `schedulerName`, empty when it names none.
+    pub fn unschedulable_by_plugin(&self) -> BTreeMap<(String, &'static str), usize> {
+        let inner = self.lock();
+        let mut counts = BTreeMap::new();
+        for key in &inner.unschedulable {
+            let e = &inner.pods[key];
+            let profile = e
+                .info
+                .pod_info
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_default();
+            for plugin in &e.rejectors {
+                *counts.entry((profile.clone(), *plugin)).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
     /// Every pod the queue knows of: active in pop order, backoff by expiry, then
     /// unschedulable, gated and in-flight pods by key.
     pub fn pending(&self) -> Vec<PendingPod> {

@@ -423,6 +423,40 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         }
     }
     assert!(queries.len() >= 20, "only {} panel queries", queries.len());
+    // Issue #24: queries written for kube-scheduler work on headroom's upstream-named
+    // metrics. kubernetes-mixin's `kube-scheduler.rules` record
+    // `histogram_quantile(q, sum(rate(<metric>_bucket{job="kube-scheduler"}[5m]))
+    // without(instance, pod))` (the job selector dropped: this one is `headroom`), its
+    // scheduler dashboard and Koordinator's plot attempts by result and pending pods by
+    // queue.
+    for (source, expr) in [
+        (
+            "kubernetes-mixin kube-scheduler.rules",
+            "histogram_quantile(0.99, sum(rate(scheduler_scheduling_attempt_duration_seconds_bucket[5m])) without(instance, pod))",
+        ),
+        (
+            "kubernetes-mixin kube-scheduler.rules",
+            "histogram_quantile(0.99, sum(rate(scheduler_pod_scheduling_sli_duration_seconds_bucket[5m])) without(instance, pod))",
+        ),
+        (
+            "scheduler dashboard: scheduling rate",
+            "sum(rate(scheduler_schedule_attempts_total{result=\"scheduled\"}[1m])) by (profile)",
+        ),
+        (
+            "scheduler dashboard: attempts by result",
+            "sum by (result) (increase(scheduler_schedule_attempts_total[5m]))",
+        ),
+        (
+            "scheduler dashboard: pending pods",
+            "sum by (queue) (scheduler_pending_pods)",
+        ),
+        (
+            "preemption",
+            "sum(rate(scheduler_preemption_attempts_total[5m]))",
+        ),
+    ] {
+        queries.push(("upstream".into(), source.into(), expr.into()));
+    }
 
     // Every query until it returns a finite value; rates need a few scrapes first. Panels
     // are time series, so each query is evaluated over the whole run (as Grafana draws it),
@@ -488,5 +522,26 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         "panel queries without data:\n{}",
         failures.join("\n")
     );
+    // Plausible values, not only data: pods were scheduled under the `headroom` profile,
+    // and the pending pods come in upstream's four queues.
+    let instant = |q: &str| -> Vec<Value> {
+        api("/api/v1/query", vec![("query", q.to_string())])
+            .and_then(|v| v["data"]["result"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let scheduled =
+        instant("scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"headroom\"}");
+    let n: f64 = scheduled
+        .first()
+        .and_then(|s| s["value"][1].as_str()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(n > 10.0, "scheduled attempts {n}: {scheduled:?}");
+    let queues: Vec<String> = instant("scheduler_pending_pods")
+        .iter()
+        .filter_map(|s| s["metric"]["queue"].as_str().map(str::to_string))
+        .collect();
+    for q in ["active", "backoff", "unschedulable", "gated"] {
+        assert!(queues.iter().any(|x| x == q), "{q} not in {queues:?}");
+    }
     drop(prom);
 }

@@ -50,6 +50,10 @@ impl QueueView for Pending {
             ..QueueLengths::default()
         }
     }
+
+    fn unschedulable_by_plugin(&self) -> std::collections::BTreeMap<(String, &'static str), usize> {
+        std::collections::BTreeMap::from([((String::new(), "NodeResourcesFit"), self.0)])
+    }
 }
 
 /// Three synthetic nodes: the first rejects, the other two are feasible and scored.

@@ -136,6 +136,25 @@ async fn kube_preemption_evicts_the_victim_nominates_and_binds() {
         "a nominating attempt's message has no preemption tail: {failed:#?}"
     );
     let m = metrics(&s).await;
+    // Upstream's names (issue #24): preemption ran and chose one victim; the preemptor's
+    // scheduling SLI was observed with its attempts.
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in /metrics:\n{m}"))
+    };
+    assert!(value("scheduler_preemption_attempts_total ") >= 1.0);
+    assert!(value("scheduler_preemption_victims_bucket{le=\"1.0\"} ") >= 1.0);
+    assert!(
+        m.lines().any(|l| l
+            .starts_with("scheduler_pod_scheduling_sli_duration_seconds_count{attempts=\"")
+            && !l.ends_with(" 0")),
+        "{m}"
+    );
+    assert!(
+        value("scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"headroom\"} ")
+            >= 1.0
+    );
     assert!(
         !m.contains("headroom_preemption_victims_deleted_total 0"),
         "{m}"
