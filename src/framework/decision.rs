@@ -171,9 +171,37 @@ pub struct Decision {
     pub nomination: Option<Nomination>,
     /// PostFilter (preemption) ran in this cycle: upstream's `scheduler_preemption_attempts_total`.
     pub post_filter_ran: bool,
+    /// The extension points the cycle ran, with their status and wall time (upstream's
+    /// `scheduler_framework_extension_point_duration_seconds`; Filter has none upstream).
+    pub extension_points: Vec<ExtensionPointTime>,
+}
+
+/// One extension point's run in a cycle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExtensionPointTime {
+    /// `PreFilter`, `PostFilter`, `PreScore` or `Score` (upstream's label values).
+    pub point: &'static str,
+    /// Its status code, as upstream writes it (`Success`, `Unschedulable`, …).
+    pub status: &'static str,
+    /// Wall time.
+    pub duration: Duration,
 }
 
 impl Decision {
+    /// Records that extension point `point` ran since `started` and ended with `code`.
+    pub fn time_extension_point(
+        &mut self,
+        point: &'static str,
+        code: crate::framework::Code,
+        started: std::time::Instant,
+    ) {
+        self.extension_points.push(ExtensionPointTime {
+            point,
+            status: code.upstream_name(),
+            duration: started.elapsed(),
+        });
+    }
+
     /// An empty record for a pod.
     pub fn new(
         namespace: &str,
@@ -208,6 +236,7 @@ impl Decision {
             feasible_total: None,
             nomination: None,
             post_filter_ran: false,
+            extension_points: Vec::new(),
         }
     }
 
@@ -246,6 +275,7 @@ impl Decision {
             feasible_total: Some(self.feasible_count()),
             nomination: self.nomination.clone(),
             post_filter_ran: self.post_filter_ran,
+            extension_points: self.extension_points.clone(),
         }
     }
 

@@ -14,6 +14,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use rand::Rng;
 use smallvec::SmallVec;
@@ -404,7 +405,18 @@ impl Framework {
         if pod.error.is_some() || snapshot.is_empty() {
             return (d, state);
         }
-        let Ok((skip_filter, restrict)) = self.pre_filter(pod, snapshot, &mut state, &mut d) else {
+        // Wall time of each extension point, for upstream's
+        // `scheduler_framework_extension_point_duration_seconds`: observability only, no
+        // decision reads it.
+        let started = Instant::now();
+        let pre_filtered = self.pre_filter(pod, snapshot, &mut state, &mut d);
+        let code = match (&pre_filtered, &d.outcome) {
+            (Ok(_), _) => Code::Success,
+            (Err(_), Outcome::Error { .. }) => Code::Error,
+            (Err(_), _) => d.pre_filter.last().map_or(Code::Unschedulable, |s| s.code),
+        };
+        d.time_extension_point("PreFilter", code, started);
+        let Ok((skip_filter, restrict)) = pre_filtered else {
             if only.is_none() && matches!(d.outcome, Outcome::Unschedulable { .. }) {
                 // Upstream runs PostFilter after a PreFilter rejection too.
                 self.post_filter(pod, snapshot, &state, &mut d, rng);
@@ -485,11 +497,49 @@ impl Framework {
             return (d, state);
         }
 
-        // PreScore.
+        let started = Instant::now();
+        let scored = self.pre_score(pod, snapshot, &mut state, &mut d);
+        let code = if scored.is_some() {
+            Code::Success
+        } else {
+            Code::Error
+        };
+        d.time_extension_point("PreScore", code, started);
+        let Some(skip_score) = scored else {
+            return (d, state);
+        };
+        let started = Instant::now();
+        let totals = self.score(pod, snapshot, &state, &mut d, &skip_score);
+        let code = if totals.is_some() {
+            Code::Success
+        } else {
+            Code::Error
+        };
+        d.time_extension_point("Score", code, started);
+        let Some(totals) = totals else {
+            return (d, state);
+        };
+        let pick = select_host(&totals, rng);
+        d.totals = totals;
+        d.outcome = Outcome::Placed {
+            node: d.node_names[d.feasible[pick] as usize].clone(),
+        };
+        (d, state)
+    }
+
+    /// PreScore: every plugin's over the feasible nodes; which Score plugins skip (`None`
+    /// after an error, recorded in `d`).
+    fn pre_score(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        state: &mut CycleState,
+        d: &mut Decision,
+    ) -> Option<SmallVec<[bool; 16]>> {
         let mut skip_score: SmallVec<[bool; 16]> = SmallVec::from_elem(false, self.plugins.len());
         for (i, p) in self.plugins.iter().enumerate() {
             let Some(ps) = &p.pre_score else { continue };
-            let s = ps.pre_score(&mut state, pod, snapshot, &d.feasible);
+            let s = ps.pre_score(state, pod, snapshot, &d.feasible);
             match s.code {
                 Code::Success => {}
                 Code::Skip => skip_score[i] = true,
@@ -497,11 +547,25 @@ impl Framework {
                     d.outcome = Outcome::Error {
                         message: format!("running PreScore plugin {:?}: {}", p.name, s.message()),
                     };
-                    return (d, state);
+                    return None;
                 }
             }
         }
+        Some(skip_score)
+    }
 
+    /// Score, each active plugin over each chunk of the feasible nodes, normalised and
+    /// weighted into `d.scores`; the totals per feasible node (`None` after an error,
+    /// recorded in `d`).
+    fn score(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        state: &CycleState,
+        d: &mut Decision,
+        skip_score: &[bool],
+    ) -> Option<Vec<i64>> {
+        let explain = state.explain;
         // Score, each active plugin over each chunk of the feasible nodes.
         let active: SmallVec<[(usize, &dyn ScorePlugin); 16]> = self
             .plugins
@@ -517,7 +581,7 @@ impl Framework {
                 }
             })
             .collect();
-        let raw = match self.score_all(&active, &state, pod, snapshot, &d.feasible, true) {
+        let raw = match self.score_all(&active, state, pod, snapshot, &d.feasible, true) {
             Ok(raw) => raw,
             Err((idx, i, s)) => {
                 d.outcome = Outcome::Error {
@@ -528,12 +592,12 @@ impl Framework {
                         s.message()
                     ),
                 };
-                return (d, state);
+                return None;
             }
         };
         #[cfg(debug_assertions)]
         if explain {
-            self.check_scores_per_node(&active, &state, pod, snapshot, &d.feasible, &raw);
+            self.check_scores_per_node(&active, state, pod, snapshot, &d.feasible, &raw);
         }
 
         let n = d.feasible.len();
@@ -543,7 +607,7 @@ impl Framework {
             let weight = self.weights[*i];
             match self.normalize(
                 *sp,
-                &state,
+                state,
                 pod,
                 snapshot,
                 &d.feasible,
@@ -563,17 +627,12 @@ impl Framework {
                     d.outcome = Outcome::Error {
                         message: format!("running Score plugin {name:?}: {}", s.message()),
                     };
-                    return (d, state);
+                    return None;
                 }
             }
         }
 
-        let pick = select_host(&totals, rng);
-        d.totals = totals;
-        d.outcome = Outcome::Placed {
-            node: d.node_names[d.feasible[pick] as usize].clone(),
-        };
-        (d, state)
+        Some(totals)
     }
 
     /// Upstream's `RunPostFilterPlugins`, run when no node fits: the first success ends it
@@ -593,6 +652,7 @@ impl Framework {
             return;
         }
         d.post_filter_ran = true;
+        let started = Instant::now();
         let random = rng.random::<u64>();
         let mut reasons: Vec<String> = Vec::new();
         let mut nomination = None;
@@ -622,6 +682,12 @@ impl Framework {
                 break;
             }
         }
+        let code = if nomination.is_some() {
+            Code::Success
+        } else {
+            Code::Unschedulable
+        };
+        d.time_extension_point("PostFilter", code, started);
         d.nomination = nomination;
         if !reasons.is_empty()
             && let Outcome::Unschedulable { message } = &mut d.outcome

@@ -20,6 +20,20 @@ pub enum Code {
     Skip,
 }
 
+impl Code {
+    /// The code as upstream's `Code.String()` writes it (the `status` label of its
+    /// metrics).
+    pub fn upstream_name(self) -> &'static str {
+        match self {
+            Code::Success => "Success",
+            Code::Error => "Error",
+            Code::Unschedulable => "Unschedulable",
+            Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
+            Code::Skip => "Skip",
+        }
+    }
+}
+
 /// Short reasons (the upstream strings the FailedScheduling summary counts). Almost always
 /// static strings: building them must not allocate on the hot path.
 pub type Reasons = SmallVec<[Cow<'static, str>; 1]>;

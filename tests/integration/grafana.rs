@@ -454,6 +454,10 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
             "preemption",
             "sum(rate(scheduler_preemption_attempts_total[5m]))",
         ),
+        (
+            "scheduler dashboard: extension point latency",
+            "histogram_quantile(0.99, sum(rate(scheduler_framework_extension_point_duration_seconds_bucket{extension_point=\"Score\"}[5m])) by (extension_point, le))",
+        ),
     ] {
         queries.push(("upstream".into(), source.into(), expr.into()));
     }
