@@ -84,14 +84,9 @@ impl ClusterEvents {
     /// What a plugin that declares nothing gets: every change to nodes and pods, and the
     /// timeout flush; not usage refreshes or volume changes, which only the plugins that
     /// read usage or volumes declare.
-    pub const OBJECTS: ClusterEvents = ClusterEvents::of(&[
-        ClusterEvent::NodeAdded,
-        ClusterEvent::NodeUpdated,
-        ClusterEvent::PodDeleted,
-        ClusterEvent::AssignedPodAdded,
-        ClusterEvent::AssignedPodUpdated,
-        ClusterEvent::UnschedulableTimeout,
-    ]);
+    pub const OBJECTS: ClusterEvents = ClusterEvents::ALL
+        .without(ClusterEvent::UsageRefreshed)
+        .without(ClusterEvent::VolumeChanged);
     /// For plugins whose verdict depends only on the node and the pod itself (node
     /// affinity, taints, `nodeName`, cordons): no change to other pods can alter it.
     pub const NODE_ONLY: ClusterEvents = ClusterEvents::of(&[
