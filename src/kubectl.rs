@@ -304,6 +304,21 @@ fn nodes_text(body: &str) -> String {
     out
 }
 
+/// `/queue`'s `waiting` (humantime to the nanosecond, "1s 746ms 217us 521ns") rounded as a
+/// column reads it: milliseconds under a second, seconds under two minutes, then minutes
+/// and hours. Anything that does not parse is shown as sent.
+fn round_waiting(s: &str) -> String {
+    let Ok(d) = humantime_serde::re::humantime::parse_duration(s) else {
+        return s.to_string();
+    };
+    match d.as_secs() {
+        0 => format!("{}ms", d.as_millis()),
+        s @ 1..120 => format!("{s}s"),
+        s @ 120..7200 => format!("{}m", s / 60),
+        s => format!("{}h{}m", s / 3600, s % 3600 / 60),
+    }
+}
+
 /// `/queue` as its lengths and one line per pending pod.
 fn queue_text(body: &str) -> String {
     let Ok(v) = serde_json::from_str::<Value>(body) else {
@@ -332,10 +347,36 @@ fn queue_text(body: &str) -> String {
                 p["name"].as_str().unwrap_or("?")
             ),
             p["queue"].as_str().unwrap_or("?"),
-            p["attempts"],
-            p["waiting"].as_str().unwrap_or("?"),
+            p["attempts"].to_string(),
+            p["waiting"]
+                .as_str()
+                .map_or_else(|| "?".into(), round_waiting),
             p["lastFailure"].as_str().unwrap_or("-"),
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_is_rounded_for_the_column() {
+        assert_eq!(round_waiting("746ms 217us 521ns"), "746ms");
+        assert_eq!(round_waiting("1s 746ms 217us"), "1s");
+        assert_eq!(round_waiting("3m 5s"), "3m");
+        assert_eq!(round_waiting("2h 30m 1s"), "2h30m");
+        assert_eq!(round_waiting("soon"), "soon");
+    }
+
+    #[test]
+    fn queue_rows_stay_in_their_columns() {
+        let body = r#"{"lengths":{"active":0,"backoff":0,"unschedulable":1,"gated":0,"inFlight":0},
+            "pods":[{"namespace":"default","name":"too-big","queue":"unschedulable","attempts":1,
+            "waiting":"1s 746ms 217us 521ns","lastFailure":"0/3 nodes are available"}]}"#;
+        let text = queue_text(body);
+        let row = text.lines().nth(2).unwrap();
+        assert!(row.contains("        1         1s  0/3 nodes"), "{row}");
+    }
 }

@@ -686,6 +686,56 @@ mod tests {
         ))
     }
 
+    /// One cycle in ten times each plugin (upstream's `pluginMetricsSamplePercent`): the
+    /// sampled cycle names every Filter and Score plugin of the default profile that ran,
+    /// the others carry no times; no placement changes.
+    #[test]
+    fn one_cycle_in_ten_times_each_plugin() {
+        let mut s = Scheduler::new(&Config::default()).unwrap();
+        *s.snapshot_mut() = Snapshot::build(
+            [
+                node("n1", json!({})),
+                node("n2", json!({})),
+                node("n3", json!({})),
+            ],
+            [],
+        );
+        let mut sampled = Vec::new();
+        for i in 0..20 {
+            let r = s.schedule_one(&cpu_pod(&format!("p{i}"), "10m"), None, false);
+            assert!(r.decision.node().is_some());
+            if !r.decision.plugin_times.is_empty() {
+                sampled.push((i, r.decision.plugin_times.clone()));
+            }
+        }
+        assert_eq!(
+            sampled.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [0, 10],
+            "cycles 1 and 11 sampled"
+        );
+        let times = &sampled[0].1;
+        let at = |point: &str| -> Vec<&str> {
+            times
+                .iter()
+                .filter(|t| t.point == point)
+                .map(|t| t.plugin)
+                .collect()
+        };
+        for plugin in ["NodeResourcesFit", "TaintToleration", "NodeUnschedulable"] {
+            assert!(at("Filter").contains(&plugin), "{plugin}: {times:?}");
+        }
+        for plugin in ["NodeResourcesBalancedAllocation", "ImageLocality"] {
+            assert!(at("Score").contains(&plugin), "{plugin}: {times:?}");
+        }
+        assert!(at("PreFilter").contains(&"NodeResourcesFit"), "{times:?}");
+        assert!(
+            times.iter().all(
+                |t| t.status == "Success" || (t.status == "Skip" && t.point.starts_with("Pre"))
+            ),
+            "every plugin passed or skipped at PreFilter/PreScore (as upstream labels it): {times:?}"
+        );
+    }
+
     #[test]
     fn assume_forget_expire() {
         let mut config = Config::default();

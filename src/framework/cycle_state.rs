@@ -15,6 +15,10 @@ pub struct CycleState {
     /// When true, plugins attach the numbers behind each verdict (`Status::detail`) and score.
     /// Off on the hot path so that no strings are built for nodes nobody will look at.
     pub explain: bool,
+    /// When true, the runtime times each plugin for upstream's
+    /// `scheduler_plugin_execution_duration_seconds` (upstream's `recordPluginMetrics`,
+    /// set in a sample of the cycles).
+    pub record_plugin_metrics: bool,
 }
 
 impl CycleState {
@@ -25,6 +29,7 @@ impl CycleState {
             inputs: Vec::new(),
             notes: Vec::new(),
             explain,
+            record_plugin_metrics: false,
         }
     }
 

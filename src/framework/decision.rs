@@ -174,6 +174,26 @@ pub struct Decision {
     /// The extension points the cycle ran, with their status and wall time (upstream's
     /// `scheduler_framework_extension_point_duration_seconds`; Filter has none upstream).
     pub extension_points: Vec<ExtensionPointTime>,
+    /// Each plugin's time at each extension point, in the cycles sampled for upstream's
+    /// `scheduler_plugin_execution_duration_seconds` (one in ten, see
+    /// [`PLUGIN_METRICS_SAMPLE_EVERY`](super::runtime::PLUGIN_METRICS_SAMPLE_EVERY)); empty
+    /// in the others.
+    pub plugin_times: Vec<PluginTime>,
+}
+
+/// One plugin's run at one extension point in a sampled cycle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PluginTime {
+    /// The plugin's name.
+    pub plugin: &'static str,
+    /// `PreFilter`, `Filter`, `PostFilter`, `PreScore` or `Score` (upstream's label values).
+    pub point: &'static str,
+    /// Its status code, as upstream writes it.
+    pub status: &'static str,
+    /// Wall time of one call. Filter and Score run each plugin over blocks of nodes, not
+    /// node by node as upstream: their time is the plugin's time over the cycle divided by
+    /// the nodes it examined (upstream observes each node's call).
+    pub duration: Duration,
 }
 
 /// One extension point's run in a cycle.
@@ -199,6 +219,22 @@ impl Decision {
             point,
             status: code.upstream_name(),
             duration: started.elapsed(),
+        });
+    }
+
+    /// Records one plugin's call at `point` (a sampled cycle).
+    pub fn time_plugin(
+        &mut self,
+        plugin: &'static str,
+        point: &'static str,
+        code: crate::framework::Code,
+        duration: Duration,
+    ) {
+        self.plugin_times.push(PluginTime {
+            plugin,
+            point,
+            status: code.upstream_name(),
+            duration,
         });
     }
 
@@ -237,6 +273,7 @@ impl Decision {
             nomination: None,
             post_filter_ran: false,
             extension_points: Vec::new(),
+            plugin_times: Vec::new(),
         }
     }
 
@@ -276,6 +313,7 @@ impl Decision {
             nomination: self.nomination.clone(),
             post_filter_ran: self.post_filter_ran,
             extension_points: self.extension_points.clone(),
+            plugin_times: self.plugin_times.clone(),
         }
     }
 

@@ -36,7 +36,7 @@ pub use decision::{Decision, Fallback, Nomination, Outcome};
 pub use events::{ClusterEvent, ClusterEvents, QueueingHints};
 pub use runtime::{
     DEFAULT_MIN_CHUNK, FILTER_BLOCK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
-    MIN_FEASIBLE_NODES_TO_FIND, PluginWeight, default_parallelism,
+    MIN_FEASIBLE_NODES_TO_FIND, PLUGIN_METRICS_SAMPLE_EVERY, PluginWeight, default_parallelism,
 };
 pub use status::{Code, Reasons, Status};
 

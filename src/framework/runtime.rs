@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use smallvec::SmallVec;
@@ -50,6 +50,10 @@ pub const DEFAULT_MIN_CHUNK: usize = 7_500;
 /// nodes block by block, and within a block filter by filter; chunks handed to threads are
 /// whole blocks, so that order does not depend on the number of threads.
 pub const FILTER_BLOCK: usize = 512;
+/// One cycle in this many times each plugin for upstream's
+/// `scheduler_plugin_execution_duration_seconds`: upstream's `pluginMetricsSamplePercent`
+/// (10 %), drawn by count rather than at random so that no decision's random draws change.
+pub const PLUGIN_METRICS_SAMPLE_EVERY: usize = 10;
 /// With sampling, nodes are filtered in rounds of at least this many blocks.
 const SAMPLING_ROUND_BLOCKS: usize = 4;
 
@@ -80,6 +84,8 @@ pub struct Framework {
     /// `percentageOfNodesToScore` (0: adaptive, 100: every node).
     percentage: u32,
     next_start: NextStart,
+    /// Cycles run, for [`PLUGIN_METRICS_SAMPLE_EVERY`].
+    cycles: NextStart,
 }
 
 /// Reason for a node whose own status could not be read.
@@ -130,6 +136,49 @@ struct FilterChunk {
     rejected: Vec<(NodeIdx, Status)>,
     /// The first error: node, plugin, message.
     error: Option<(NodeIdx, &'static str, String)>,
+    /// Per filter (by position), in a cycle that records plugin metrics; empty otherwise.
+    times: Vec<FilterTime>,
+}
+
+/// One Filter plugin's work over part of a cycle (plugin metrics).
+#[derive(Debug, Clone, Copy, Default)]
+struct FilterTime {
+    spent: Duration,
+    /// Nodes the plugin examined.
+    nodes: u32,
+    /// Of which it passed.
+    passed: u32,
+    /// The code of its last rejection.
+    rejected: Option<Code>,
+    /// It returned an error.
+    error: bool,
+}
+
+impl FilterTime {
+    fn add(&mut self, other: &FilterTime) {
+        self.spent += other.spent;
+        self.nodes += other.nodes;
+        self.passed += other.passed;
+        self.rejected = other.rejected.or(self.rejected);
+        self.error |= other.error;
+    }
+
+    /// Upstream's status label for the plugin: `Success` if it passed any node, else the
+    /// code it rejected with.
+    fn code(&self) -> Code {
+        if self.error {
+            Code::Error
+        } else if self.passed > 0 || self.nodes == 0 {
+            Code::Success
+        } else {
+            self.rejected.unwrap_or(Code::Unschedulable)
+        }
+    }
+
+    /// One call's mean time.
+    fn per_node(&self) -> Duration {
+        self.spent / self.nodes.max(1)
+    }
 }
 
 /// A chunk's failure while scoring: node, plugin position, status.
@@ -160,6 +209,7 @@ impl Framework {
             block: FILTER_BLOCK,
             percentage: 100,
             next_start: NextStart::default(),
+            cycles: NextStart::default(),
         }
     }
 
@@ -355,7 +405,11 @@ impl Framework {
         let mut restricting: Vec<&'static str> = Vec::new();
         for (i, p) in self.plugins.iter().enumerate() {
             let Some(pf) = &p.pre_filter else { continue };
+            let started = state.record_plugin_metrics.then(Instant::now);
             let (s, names) = pf.pre_filter(state, pod, snapshot);
+            if let Some(started) = started {
+                d.time_plugin(p.name, "PreFilter", s.code, started.elapsed());
+            }
             match s.code {
                 Code::Success => {}
                 Code::Skip => {
@@ -405,6 +459,11 @@ impl Framework {
         if pod.error.is_some() || snapshot.is_empty() {
             return (d, state);
         }
+        state.record_plugin_metrics = self
+            .cycles
+            .0
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PLUGIN_METRICS_SAMPLE_EVERY);
         // Wall time of each extension point, for upstream's
         // `scheduler_framework_extension_point_duration_seconds`: observability only, no
         // decision reads it.
@@ -539,7 +598,11 @@ impl Framework {
         let mut skip_score: SmallVec<[bool; 16]> = SmallVec::from_elem(false, self.plugins.len());
         for (i, p) in self.plugins.iter().enumerate() {
             let Some(ps) = &p.pre_score else { continue };
+            let started = state.record_plugin_metrics.then(Instant::now);
             let s = ps.pre_score(state, pod, snapshot, &d.feasible);
+            if let Some(started) = started {
+                d.time_plugin(p.name, "PreScore", s.code, started.elapsed());
+            }
             match s.code {
                 Code::Success => {}
                 Code::Skip => skip_score[i] = true,
@@ -582,7 +645,14 @@ impl Framework {
             })
             .collect();
         let raw = match self.score_all(&active, state, pod, snapshot, &d.feasible, true) {
-            Ok(raw) => raw,
+            Ok((raw, spent)) => {
+                // Plugin metrics: each plugin's time per node.
+                let nodes = d.feasible.len().max(1) as u32;
+                for ((i, _), spent) in active.iter().zip(spent) {
+                    d.time_plugin(self.plugins[*i].name, "Score", Code::Success, spent / nodes);
+                }
+                raw
+            }
             Err((idx, i, s)) => {
                 d.outcome = Outcome::Error {
                     message: format!(
@@ -658,6 +728,7 @@ impl Framework {
         let mut nomination = None;
         for p in &self.plugins {
             let Some(pf) = &p.post_filter else { continue };
+            let plugin_started = state.record_plugin_metrics.then(Instant::now);
             let args = PostFilterArgs {
                 framework: self,
                 state,
@@ -667,6 +738,9 @@ impl Framework {
                 random,
             };
             let (result, s) = pf.post_filter(&args);
+            if let Some(started) = plugin_started {
+                d.time_plugin(p.name, "PostFilter", s.code, started.elapsed());
+            }
             if s.is_success() {
                 nomination = result;
                 reasons.clear();
@@ -869,6 +943,8 @@ impl Framework {
         let mut feasible: Vec<NodeIdx> = Vec::with_capacity(target.min(n));
         let mut rejected: Vec<(NodeIdx, Status)> = Vec::new();
         let mut processed = 0usize;
+        // Each filter's time (plugin metrics), over the chunks.
+        let mut times: Vec<FilterTime> = Vec::new();
         'scan: for seg in segments {
             let mut pos = 0;
             while pos < seg.len() {
@@ -894,12 +970,15 @@ impl Framework {
                         return self
                             .find_feasible(filters, state, pod, snapshot, candidates, d, false);
                     }
+                    add_filter_times(&mut times, &chunks);
+                    record_filter_times(filters, &times, d);
                     let (idx, name, message) = c.error.clone().unwrap_or_default();
                     return Err(format!(
                         "running Filter plugin {name:?} on node {:?}: {message}",
                         snapshot.node(idx).name
                     ));
                 }
+                add_filter_times(&mut times, &chunks);
                 for mut c in chunks {
                     let need = target - feasible.len();
                     if c.feasible.len() < need {
@@ -930,6 +1009,7 @@ impl Framework {
         self.next_start
             .0
             .store((start + processed) % n, Ordering::Relaxed);
+        record_filter_times(filters, &times, d);
         d.feasible = feasible;
         d.rejected = rejected;
         Ok(())
@@ -1010,18 +1090,24 @@ impl Framework {
         snapshot: &Snapshot,
         feasible: &[NodeIdx],
         parallel: bool,
-    ) -> Result<Vec<Vec<i64>>, ScoreError> {
+    ) -> Result<(Vec<Vec<i64>>, Vec<Duration>), ScoreError> {
         let n = feasible.len();
+        let record = state.record_plugin_metrics;
         let k = self.chunks_for(n, parallel);
         let size = n.div_ceil(k).max(1);
         // Per chunk, one column per plugin; the chunks' columns are then joined in order.
         let parts: Vec<&[NodeIdx]> = feasible.chunks(size).collect();
         let results = self.run_parts(parts, |nodes| {
             let mut cols: Vec<Vec<i64>> = Vec::with_capacity(active.len());
+            let mut spent: Vec<Duration> = Vec::new();
             for (i, sp) in active {
                 let mut col = Vec::with_capacity(nodes.len());
+                let started = record.then(Instant::now);
                 sp.score_batch(state, pod, snapshot, nodes, &mut col)
                     .map_err(|(pos, s)| (nodes[pos], *i, s))?;
+                if let Some(started) = started {
+                    spent.push(started.elapsed());
+                }
                 if col.len() != nodes.len() {
                     return Err((
                         nodes[0],
@@ -1031,16 +1117,28 @@ impl Framework {
                 }
                 cols.push(col);
             }
-            Ok(cols)
+            Ok((cols, spent))
         });
         let mut raw: Vec<Vec<i64>> = Vec::new();
+        let mut spent: Vec<Duration> = Vec::new();
         for r in results {
+            let add = |spent: &mut Vec<Duration>, part: Vec<Duration>| {
+                if spent.is_empty() {
+                    *spent = part;
+                } else {
+                    spent.iter_mut().zip(part).for_each(|(s, p)| *s += p);
+                }
+            };
             match r {
-                Ok(cols) if raw.is_empty() => raw = cols,
-                Ok(cols) => {
-                    for (column, part) in raw.iter_mut().zip(cols) {
-                        column.extend_from_slice(&part);
+                Ok((cols, part)) if raw.is_empty() => {
+                    raw = cols;
+                    add(&mut spent, part);
+                }
+                Ok((cols, part)) => {
+                    for (column, col) in raw.iter_mut().zip(cols) {
+                        column.extend_from_slice(&col);
                     }
+                    add(&mut spent, part);
                 }
                 Err(_) if k > 1 => {
                     // Report the error a serial run reports.
@@ -1052,7 +1150,7 @@ impl Framework {
         if raw.is_empty() {
             raw = active.iter().map(|_| Vec::new()).collect();
         }
-        Ok(raw)
+        Ok((raw, spent))
     }
 
     /// Normalises one plugin's raw column, checks the range, adds the weighted scores to
@@ -1204,6 +1302,12 @@ fn filter_chunk(
     let mut feasible = Vec::with_capacity(nodes.len());
     let mut batch = NodeBatch::new(Vec::with_capacity(nodes.len().min(block)));
     let mut error = None;
+    let record = state.record_plugin_metrics;
+    let mut times = if record {
+        vec![FilterTime::default(); filters.len()]
+    } else {
+        Vec::new()
+    };
     for block in nodes.chunks(block) {
         batch.nodes.clear();
         batch.nodes.extend_from_slice(block);
@@ -1214,12 +1318,24 @@ fn filter_chunk(
                     .with_detail(snapshot.node(idx).error.clone().unwrap_or_default())
             })
         });
-        for (name, f) in filters {
+        for (pos, (name, f)) in filters.iter().enumerate() {
             if batch.nodes.is_empty() {
                 break;
             }
             let before = batch.rejected.len();
+            let examined = batch.nodes.len();
+            let started = record.then(Instant::now);
             f.filter_batch(state, pod, snapshot, &mut batch);
+            if let Some(started) = started {
+                let t = &mut times[pos];
+                t.spent += started.elapsed();
+                t.nodes += examined as u32;
+                t.passed += batch.nodes.len() as u32;
+                for (_, s) in &batch.rejected[before..] {
+                    t.rejected = Some(s.code);
+                    t.error |= s.code == Code::Error;
+                }
+            }
             for (idx, s) in &mut batch.rejected[before..] {
                 s.plugin = name;
                 if s.code == Code::Error && error.as_ref().is_none_or(|(e, _, _)| *idx < *e) {
@@ -1239,6 +1355,33 @@ fn filter_chunk(
         feasible,
         rejected: batch.rejected,
         error,
+        times,
+    }
+}
+
+/// Adds the chunks' filter times (plugin metrics) to `times`.
+fn add_filter_times(times: &mut Vec<FilterTime>, chunks: &[FilterChunk]) {
+    for c in chunks {
+        if times.len() < c.times.len() {
+            times.resize(c.times.len(), FilterTime::default());
+        }
+        for (t, ct) in times.iter_mut().zip(&c.times) {
+            t.add(ct);
+        }
+    }
+}
+
+/// Writes each filter's time per node into the decision (plugins that examined no node
+/// did not run, as upstream).
+fn record_filter_times(
+    filters: &[(&'static str, &dyn FilterPlugin)],
+    times: &[FilterTime],
+    d: &mut Decision,
+) {
+    for ((name, _), t) in filters.iter().zip(times) {
+        if t.nodes > 0 {
+            d.time_plugin(name, "Filter", t.code(), t.per_node());
+        }
     }
 }
 

@@ -458,6 +458,10 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
             "scheduler dashboard: extension point latency",
             "histogram_quantile(0.99, sum(rate(scheduler_framework_extension_point_duration_seconds_bucket{extension_point=\"Score\"}[5m])) by (extension_point, le))",
         ),
+        (
+            "scheduler dashboard: plugin latency",
+            "histogram_quantile(0.99, sum(rate(scheduler_plugin_execution_duration_seconds_bucket{extension_point=\"Filter\"}[5m])) by (plugin, le))",
+        ),
     ] {
         queries.push(("upstream".into(), source.into(), expr.into()));
     }

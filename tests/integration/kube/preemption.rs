@@ -196,6 +196,22 @@ async fn kube_preemption_policy_never_deletes_nothing() {
             .any(|(_, r, v)| r == "pods" && v == "delete"),
         "no deletion"
     );
+    // Upstream's gauge (issue #24): the pod waits in the unschedulable pool, blamed on
+    // the plugin that rejected it, as kube-scheduler's `scheduler_unschedulable_pods`.
+    let want = "scheduler_unschedulable_pods{plugin=\"NodeResourcesFit\",profile=\"headroom\"} 1";
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = metrics(&s).await;
+        if m.contains(want) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(m.contains(want), "{want} not in\n{m}");
+    assert!(
+        m.contains("scheduler_pending_pods{queue=\"unschedulable\"} 1"),
+        "{m}"
+    );
     assert_calls_allowed(&fake);
     s.stop().await;
 }
