@@ -1020,52 +1020,18 @@ pub fn run(cli: Cli) -> ExitCode {
             seed,
             usage,
             data_dir,
-        } => {
-            let mut config = match load_config(config.as_ref()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            if seed.is_some() {
-                config.scheduler.seed = seed;
-            }
-            for u in config.unused_in(Mode::Place) {
-                eprintln!("note: {u}");
-            }
-            let options = PlaceOptions {
+        } => run_place(
+            config.as_ref(),
+            seed,
+            &cluster,
+            &pod,
+            PlaceOptions {
                 profile,
                 usage,
                 data_dir,
-            };
-            match place_files(&config, &cluster, &pod, &options) {
-                Ok(report) => {
-                    for i in &report.ignored {
-                        eprintln!("note: ignored {i}");
-                    }
-                    match output {
-                        Output::Text => print!("{}", report.to_text()),
-                        Output::Json => match serde_json::to_string_pretty(&report.results) {
-                            Ok(s) => println!("{s}"),
-                            Err(e) => {
-                                eprintln!("error: rendering JSON: {e}");
-                                return ExitCode::from(2);
-                            }
-                        },
-                    }
-                    if report.all_placed() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(3)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+            },
+            output,
+        ),
         Command::Simulate {
             scenario,
             policy,
@@ -1090,22 +1056,7 @@ pub fn run(cli: Cli) -> ExitCode {
             act_on_advice,
         ),
         Command::Sweep(args) => run_sweep(args),
-        Command::CheckConfig { file } => match crate::plugins::registry::load_config(&file) {
-            Ok(c) => {
-                println!("# {}: valid; effective configuration:", file.display());
-                for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {
-                    for u in c.unused_in(mode) {
-                        println!("# note: {u}");
-                    }
-                }
-                print!("{}", crate::plugins::registry::effective(&c).to_yaml());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
-            }
-        },
+        Command::CheckConfig { file } => run_check_config(&file),
         Command::Collect {
             once,
             config,
@@ -1162,6 +1113,75 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Crd => {
             print!("{}", crate::kube::crd::crd_yaml());
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `headroom place`: exit 0 when every pod was placed, 3 when one was not, 2 on bad input.
+fn run_place(
+    config: Option<&PathBuf>,
+    seed: Option<u64>,
+    cluster: &Path,
+    pod: &Path,
+    options: PlaceOptions,
+    output: Output,
+) -> ExitCode {
+    let mut config = match load_config(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if seed.is_some() {
+        config.scheduler.seed = seed;
+    }
+    for u in config.unused_in(Mode::Place) {
+        eprintln!("note: {u}");
+    }
+    let report = match place_files(&config, cluster, pod, &options) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for i in &report.ignored {
+        eprintln!("note: ignored {i}");
+    }
+    match output {
+        Output::Text => print!("{}", report.to_text()),
+        Output::Json => match serde_json::to_string_pretty(&report.results) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: rendering JSON: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    }
+    if report.all_placed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }
+}
+
+/// `headroom check-config`: the effective configuration, with what each mode ignores.
+fn run_check_config(file: &Path) -> ExitCode {
+    match crate::plugins::registry::load_config(file) {
+        Ok(c) => {
+            println!("# {}: valid; effective configuration:", file.display());
+            for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {
+                for u in c.unused_in(mode) {
+                    println!("# note: {u}");
+                }
+            }
+            print!("{}", crate::plugins::registry::effective(&c).to_yaml());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -327,7 +327,20 @@ impl Metrics {
                 .placements
                 .get_or_create(&CacheLabel { cache: c.label() });
         }
-        let r = self.registry.get_mut().unwrap_or_else(|e| e.into_inner());
+        // Registered into a registry of its own, then put in place: registering borrows
+        // the metrics while the registry is a field of the same struct.
+        let mut r = std::mem::take(self.registry.get_mut().unwrap_or_else(|e| e.into_inner()));
+        self.register_scheduler(&mut r);
+        self.register_nodes(&mut r);
+        self.register_builders_and_store(&mut r);
+        self.upstream.register(&mut r);
+        self.collectors.register(&mut r);
+        *self.registry.get_mut().unwrap_or_else(|e| e.into_inner()) = r;
+        self
+    }
+
+    /// `headroom_scheduler_*` and `headroom_queue_*`.
+    fn register_scheduler(&self, r: &mut Registry) {
         // prometheus-client appends `_total` to counter names when encoding.
         r.register(
             "headroom_scheduler_schedule_attempts",
@@ -369,6 +382,10 @@ impl Metrics {
             "Pending pods per queue",
             self.queue_pending.clone(),
         );
+    }
+
+    /// `headroom_node_*`, `headroom_advice_*` and `headroom_usage_*`.
+    fn register_nodes(&self, r: &mut Registry) {
         r.register(
             "headroom_node_cpu_cores",
             "Node CPU in cores by kind (allocatable, requested, used, used_windowed, headroom)",
@@ -419,6 +436,10 @@ impl Metrics {
             "Age of the published usage view",
             self.view_age.clone(),
         );
+    }
+
+    /// `headroom_builder_*`, `headroom_store_*` and `headroom_api_*`.
+    fn register_builders_and_store(&self, r: &mut Registry) {
         r.register(
             "headroom_builder_cpu_cores",
             "Builder profile: quantile over runs of per-run CPU, cores",
@@ -469,9 +490,6 @@ impl Metrics {
             "Decisions that could not be written to or read from the store",
             self.decision_store_errors.clone(),
         );
-        self.upstream.register(r);
-        self.collectors.register(r);
-        self
     }
 
     /// The options.

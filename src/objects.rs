@@ -346,76 +346,10 @@ impl Reader {
             | "PersistentVolumeClaimList"
             | "StorageClassList"
             | "CSINodeList" => {
-                let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
-                let Value::Array(items) = items else {
-                    self.errors.push(
-                        FieldError::invalid(FieldPath::new("items"), "", "expected a list")
-                            .in_object(object),
-                    );
-                    return;
-                };
-                let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-                for (i, mut item) in items.into_iter().enumerate() {
-                    if let (Some(k), Value::Object(m)) = (item_kind, &mut item) {
-                        m.entry("kind")
-                            .or_insert_with(|| Value::String(k.to_string()));
-                    }
-                    let at = if position.is_empty() {
-                        format!("items[{i}]")
-                    } else {
-                        format!("{position}.items[{i}]")
-                    };
-                    self.add(item, &at);
-                }
+                self.list(&kind, v, position, object);
             }
-            "Node" => match typed::<Node>(v, &object) {
-                Ok(node) => {
-                    let errs = check_node(&node);
-                    if !errs.is_empty() {
-                        self.errors
-                            .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
-                        return;
-                    }
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    if let Some(first) = self.nodes.get(&name) {
-                        self.errors.push(
-                            FieldError::duplicate(FieldPath::root(), first.clone())
-                                .in_object(object),
-                        );
-                        return;
-                    }
-                    self.nodes.insert(name, position_or(position, &object));
-                    self.out.nodes.push(node);
-                }
-                Err(e) => self.errors.push(e),
-            },
-            "Pod" => match typed::<Pod>(v, &object) {
-                Ok(mut pod) => {
-                    let errs = check_pod(&pod);
-                    if !errs.is_empty() {
-                        self.errors
-                            .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
-                        return;
-                    }
-                    // As kubectl does: no namespace means `default`.
-                    let ns = pod
-                        .metadata
-                        .namespace
-                        .get_or_insert_with(|| "default".to_string())
-                        .clone();
-                    let key = (ns, pod.metadata.name.clone().unwrap_or_default());
-                    if let Some(first) = self.pods.get(&key) {
-                        self.errors.push(
-                            FieldError::duplicate(FieldPath::root(), first.clone())
-                                .in_object(object),
-                        );
-                        return;
-                    }
-                    self.pods.insert(key, position_or(position, &object));
-                    self.out.pods.push(pod);
-                }
-                Err(e) => self.errors.push(e),
-            },
+            "Node" => self.node(v, position, object),
+            "Pod" => self.pod(v, position, object),
             "Namespace" => match typed::<Namespace>(v, &object) {
                 Ok(ns) => {
                     let name = FieldPath::new("metadata").child("name");
@@ -475,6 +409,85 @@ impl Reader {
 }
 
 impl Reader {
+    /// The items of a `List` (or `NodeList`, ...), each added as if given alone.
+    fn list(&mut self, kind: &str, v: Value, position: &str, object: String) {
+        let items = v.get("items").cloned().unwrap_or(Value::Array(Vec::new()));
+        let Value::Array(items) = items else {
+            self.errors.push(
+                FieldError::invalid(FieldPath::new("items"), "", "expected a list")
+                    .in_object(object),
+            );
+            return;
+        };
+        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+        for (i, mut item) in items.into_iter().enumerate() {
+            if let (Some(k), Value::Object(m)) = (item_kind, &mut item) {
+                m.entry("kind")
+                    .or_insert_with(|| Value::String(k.to_string()));
+            }
+            let at = if position.is_empty() {
+                format!("items[{i}]")
+            } else {
+                format!("{position}.items[{i}]")
+            };
+            self.add(item, &at);
+        }
+    }
+
+    /// A Node: valid, and not named twice.
+    fn node(&mut self, v: Value, position: &str, object: String) {
+        match typed::<Node>(v, &object) {
+            Ok(node) => {
+                let errs = check_node(&node);
+                if !errs.is_empty() {
+                    self.errors
+                        .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
+                    return;
+                }
+                let name = node.metadata.name.clone().unwrap_or_default();
+                if let Some(first) = self.nodes.get(&name) {
+                    self.errors.push(
+                        FieldError::duplicate(FieldPath::root(), first.clone()).in_object(object),
+                    );
+                    return;
+                }
+                self.nodes.insert(name, position_or(position, &object));
+                self.out.nodes.push(node);
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// A Pod: valid, and not named twice in its namespace (`default` when it has none).
+    fn pod(&mut self, v: Value, position: &str, object: String) {
+        match typed::<Pod>(v, &object) {
+            Ok(mut pod) => {
+                let errs = check_pod(&pod);
+                if !errs.is_empty() {
+                    self.errors
+                        .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
+                    return;
+                }
+                // As kubectl does: no namespace means `default`.
+                let ns = pod
+                    .metadata
+                    .namespace
+                    .get_or_insert_with(|| "default".to_string())
+                    .clone();
+                let key = (ns, pod.metadata.name.clone().unwrap_or_default());
+                if let Some(first) = self.pods.get(&key) {
+                    self.errors.push(
+                        FieldError::duplicate(FieldPath::root(), first.clone()).in_object(object),
+                    );
+                    return;
+                }
+                self.pods.insert(key, position_or(position, &object));
+                self.out.pods.push(pod);
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
     /// Keeps a workload, or its error.
     fn workload(&mut self, w: Result<Workload, FieldError>) {
         match w {

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// Zones nodes are spread over.
 pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -365,103 +365,44 @@ pub fn random_cluster(nodes: usize, seed: u64) -> (Vec<Node>, Vec<Pod>) {
 /// (both actions, `minDomains`, `matchLabelKeys`, inclusion policies), host ports, a node
 /// name, the history and real-resources annotations, and a Job owner.
 pub fn random_pod(nodes: usize, seed: u64) -> Pod {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut chance = |p: f64| rng.random_bool(p);
-    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(7));
-    let nodes = nodes.max(1);
-    let node = |r: &mut SmallRng| format!("node-{:05}", r.random_range(0..nodes));
-    let w = rng.random_range(0..(nodes * 8 / 40).clamp(1, 30));
+    let mut d = Dice {
+        coin: SmallRng::seed_from_u64(seed),
+        rng: SmallRng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(7)),
+        nodes: nodes.max(1),
+    };
+    let w = d.rng.random_range(0..(d.nodes * 8 / 40).clamp(1, 30));
     let app = format!("{}-{w}", APPS[w % APPS.len()]);
-    let zone = ZONES[rng.random_range(0..ZONES.len())];
-    let key = if chance(0.5) {
+    let zone = ZONES[d.rng.random_range(0..ZONES.len())];
+    let key = if d.chance(0.5) {
         "topology.kubernetes.io/zone"
     } else {
         "kubernetes.io/hostname"
     };
     let mut spec = json!({"containers": [{"name": "main",
-        "image": format!("registry.example/img-{}:v1", rng.random_range(0..70))}]});
-    if !chance(0.1) {
-        let mut req = json!({"cpu": format!("{}m", rng.random_range(1..6000)),
-            "memory": format!("{}Mi", rng.random_range(1..20000))});
-        if chance(0.1) {
-            req["ephemeral-storage"] = json!(format!("{}Gi", rng.random_range(1..300)));
+        "image": format!("registry.example/img-{}:v1", d.rng.random_range(0..70))}]});
+    if !d.chance(0.1) {
+        let mut req = json!({"cpu": format!("{}m", d.rng.random_range(1..6000)),
+            "memory": format!("{}Mi", d.rng.random_range(1..20000))});
+        if d.chance(0.1) {
+            req["ephemeral-storage"] = json!(format!("{}Gi", d.rng.random_range(1..300)));
         }
-        if chance(0.1) {
-            req["example.com/gpu"] = json!(rng.random_range(1..3).to_string());
+        if d.chance(0.1) {
+            req["example.com/gpu"] = json!(d.rng.random_range(1..3).to_string());
         }
         spec["containers"][0]["resources"] = json!({"requests": req});
     }
-    if chance(0.2) {
-        spec["nodeSelector"] = if chance(0.5) {
+    if d.chance(0.2) {
+        spec["nodeSelector"] = if d.chance(0.5) {
             json!({"topology.kubernetes.io/zone": zone})
         } else {
             json!({"node.kubernetes.io/instance-type": "m5.2xlarge", "kubernetes.io/os": "linux"})
         };
     }
-    let ops = [
-        json!({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone, "zone-x"]}),
-        json!({"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": [zone]}),
-        json!({"key": "gpu-count", "operator": "Exists"}),
-        json!({"key": "gpu-count", "operator": "DoesNotExist"}),
-        json!({"key": "gpu-count", "operator": "Gt", "values": ["1"]}),
-        json!({"key": "gpu-count", "operator": "Lt", "values": ["2"]}),
-        json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge", "c5.9xlarge"]}),
-        json!({"key": "no-such-label", "operator": "NotIn", "values": ["x"]}),
-    ];
-    let term = |r: &mut SmallRng| {
-        let mut t = json!({"matchExpressions": [ops[r.random_range(0..ops.len())].clone()]});
-        if r.random_bool(0.3) {
-            t["matchExpressions"]
-                .as_array_mut()
-                .expect("array")
-                .push(ops[r.random_range(0..ops.len())].clone());
-        }
-        if r.random_bool(0.1) {
-            t["matchFields"] =
-                json!([{"key": "metadata.name", "operator": "In", "values": [node(r)]}]);
-        }
-        t
-    };
-    let mut affinity = json!({});
-    if chance(0.2) {
-        let terms: Vec<_> = (0..rng.random_range(1..3))
-            .map(|_| term(&mut rng))
-            .collect();
-        affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
-            json!({"nodeSelectorTerms": terms});
-    }
-    if chance(0.3) {
-        let terms: Vec<_> = (0..rng.random_range(1..3))
-            .map(|_| json!({"weight": rng.random_range(1..100), "preference": term(&mut rng)}))
-            .collect();
-        affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!(terms);
-    }
-    let pod_term = |r: &mut SmallRng, app: &str, key: &str| {
-        let mut t = json!({"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key});
-        if r.random_bool(0.2) {
-            t["namespaceSelector"] = json!({});
-        }
-        t
-    };
-    if chance(0.1) {
-        affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
-            json!([pod_term(&mut rng, &app, "topology.kubernetes.io/zone")]);
-    }
-    if chance(0.2) {
-        affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
-            json!([pod_term(&mut rng, &app, key)]);
-    }
-    if chance(0.2) {
-        let other = format!("{}-{}", APPS[(w + 1) % APPS.len()], w + 1);
-        affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([
-            {"weight": rng.random_range(1..100), "podAffinityTerm": pod_term(&mut rng, &other, key)}]);
-        affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([
-            {"weight": rng.random_range(1..100), "podAffinityTerm": pod_term(&mut rng, &app, "kubernetes.io/hostname")}]);
-    }
+    let affinity = d.affinity(zone, &app, w, key);
     if affinity != json!({}) {
         spec["affinity"] = affinity;
     }
-    if chance(0.3) {
+    if d.chance(0.3) {
         let all = [
             json!({"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}),
             json!({"key": "dedicated", "operator": "Exists"}),
@@ -469,62 +410,175 @@ pub fn random_pod(nodes: usize, seed: u64) -> Pod {
             json!({"operator": "Exists"}),
             json!({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}),
         ];
-        let k = rng.random_range(0..all.len());
+        let k = d.rng.random_range(0..all.len());
         spec["tolerations"] = json!([all[k].clone()]);
     }
-    if chance(0.25) {
-        let mut cs = Vec::new();
-        for _ in 0..rng.random_range(1..3) {
-            let mut c = json!({
-                "maxSkew": rng.random_range(1..4),
-                "topologyKey": if rng.random_bool(0.5) { "topology.kubernetes.io/zone" } else { "kubernetes.io/hostname" },
-                "whenUnsatisfiable": if rng.random_bool(0.5) { "DoNotSchedule" } else { "ScheduleAnyway" },
-                "labelSelector": {"matchLabels": {"app": app.clone()}},
-            });
-            if rng.random_bool(0.2) {
-                c["minDomains"] = json!(rng.random_range(1..5));
-                c["whenUnsatisfiable"] = json!("DoNotSchedule");
-            }
-            if rng.random_bool(0.2) {
-                c["matchLabelKeys"] = json!(["tier"]);
-            }
-            if rng.random_bool(0.2) {
-                c["nodeAffinityPolicy"] = json!("Ignore");
-            }
-            if rng.random_bool(0.2) {
-                c["nodeTaintsPolicy"] = json!("Honor");
-            }
-            cs.push(c);
-        }
-        spec["topologySpreadConstraints"] = json!(cs);
+    if d.chance(0.25) {
+        spec["topologySpreadConstraints"] = d.spread(&app);
     }
-    if chance(0.1) {
+    if d.chance(0.1) {
         spec["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
     }
-    if chance(0.03) {
-        spec["nodeName"] = json!(node(&mut rng));
+    if d.chance(0.03) {
+        spec["nodeName"] = json!(d.node());
     }
-    let mut annotations = json!({});
-    if chance(0.1) {
-        annotations["bkci.dispatch.kubenetes/builder-history-nodes"] = json!(
-            serde_json::to_string(&[node(&mut rng), format!("10.0.0.{}", rng.random_range(0..9))])
-                .unwrap_or_default()
-        );
-    }
-    if chance(0.1) {
-        annotations["bkci.dispatch.kubenetes/builder-real-resources"] =
-            json!(r#"[{"cpu":"1","memory":"2Gi"},{"cpu":"2","memory":"3Gi"}]"#);
-    }
-    let mut meta = json!({"name": format!("random-{seed}"), "namespace": if chance(0.8) { "default" } else { "team-a" },
-        "uid": format!("uid-random-{seed}"),
-        "labels": {"app": app, "tier": if chance(0.5) { "frontend" } else { "backend" }},
-        "annotations": annotations});
-    if chance(0.3) {
-        meta["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "ci-build",
-            "uid": "uid-job", "controller": true}]);
-    }
+    let meta = d.metadata(seed, app);
     serde_json::from_value(
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}),
     )
     .expect("random pod")
+}
+
+/// [`random_pod`]'s two random streams: `coin` decides whether a feature is there, `rng`
+/// draws its values (two streams, so adding a value draw does not reshuffle which pods
+/// have which features).
+struct Dice {
+    coin: SmallRng,
+    rng: SmallRng,
+    nodes: usize,
+}
+
+impl Dice {
+    fn chance(&mut self, p: f64) -> bool {
+        self.coin.random_bool(p)
+    }
+
+    fn node(&mut self) -> String {
+        format!("node-{:05}", self.rng.random_range(0..self.nodes))
+    }
+
+    /// A node selector term: one or two expressions, sometimes a `matchFields`.
+    fn node_term(&mut self, zone: &str) -> Value {
+        let ops = [
+            json!({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone, "zone-x"]}),
+            json!({"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": [zone]}),
+            json!({"key": "gpu-count", "operator": "Exists"}),
+            json!({"key": "gpu-count", "operator": "DoesNotExist"}),
+            json!({"key": "gpu-count", "operator": "Gt", "values": ["1"]}),
+            json!({"key": "gpu-count", "operator": "Lt", "values": ["2"]}),
+            json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge", "c5.9xlarge"]}),
+            json!({"key": "no-such-label", "operator": "NotIn", "values": ["x"]}),
+        ];
+        let r = &mut self.rng;
+        let mut t = json!({"matchExpressions": [ops[r.random_range(0..ops.len())].clone()]});
+        if r.random_bool(0.3) {
+            t["matchExpressions"]
+                .as_array_mut()
+                .expect("array")
+                .push(ops[r.random_range(0..ops.len())].clone());
+        }
+        if self.rng.random_bool(0.1) {
+            t["matchFields"] =
+                json!([{"key": "metadata.name", "operator": "In", "values": [self.node()]}]);
+        }
+        t
+    }
+
+    fn pod_term(&mut self, app: &str, key: &str) -> Value {
+        let mut t = json!({"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key});
+        if self.rng.random_bool(0.2) {
+            t["namespaceSelector"] = json!({});
+        }
+        t
+    }
+
+    /// Node affinity (required, preferred) and pod (anti-)affinity; `{}` when none.
+    fn affinity(&mut self, zone: &str, app: &str, w: usize, key: &str) -> Value {
+        let mut affinity = json!({});
+        if self.chance(0.2) {
+            let terms: Vec<_> = (0..self.rng.random_range(1..3))
+                .map(|_| self.node_term(zone))
+                .collect();
+            affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                json!({"nodeSelectorTerms": terms});
+        }
+        if self.chance(0.3) {
+            let terms: Vec<_> = (0..self.rng.random_range(1..3))
+                .map(|_| json!({"weight": self.rng.random_range(1..100), "preference": self.node_term(zone)}))
+                .collect();
+            affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] =
+                json!(terms);
+        }
+        if self.chance(0.1) {
+            affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                json!([self.pod_term(app, "topology.kubernetes.io/zone")]);
+        }
+        if self.chance(0.2) {
+            affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+                json!([self.pod_term(app, key)]);
+        }
+        if self.chance(0.2) {
+            let other = format!("{}-{}", APPS[(w + 1) % APPS.len()], w + 1);
+            affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([
+                {"weight": self.rng.random_range(1..100), "podAffinityTerm": self.pod_term(&other, key)}]);
+            affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([
+                {"weight": self.rng.random_range(1..100), "podAffinityTerm": self.pod_term(app, "kubernetes.io/hostname")}]);
+        }
+        affinity
+    }
+
+    /// One or two topology spread constraints over `app`'s pods.
+    fn spread(&mut self, app: &str) -> Value {
+        let r = &mut self.rng;
+        let mut cs = Vec::new();
+        for _ in 0..r.random_range(1..3) {
+            let mut c = json!({
+                "maxSkew": r.random_range(1..4),
+                "topologyKey": if r.random_bool(0.5) { "topology.kubernetes.io/zone" } else { "kubernetes.io/hostname" },
+                "whenUnsatisfiable": if r.random_bool(0.5) { "DoNotSchedule" } else { "ScheduleAnyway" },
+                "labelSelector": {"matchLabels": {"app": app}},
+            });
+            if r.random_bool(0.2) {
+                c["minDomains"] = json!(r.random_range(1..5));
+                c["whenUnsatisfiable"] = json!("DoNotSchedule");
+            }
+            if r.random_bool(0.2) {
+                c["matchLabelKeys"] = json!(["tier"]);
+            }
+            if r.random_bool(0.2) {
+                c["nodeAffinityPolicy"] = json!("Ignore");
+            }
+            if r.random_bool(0.2) {
+                c["nodeTaintsPolicy"] = json!("Honor");
+            }
+            cs.push(c);
+        }
+        json!(cs)
+    }
+
+    /// Name, namespace, labels, the history and real-resources annotations, an owner.
+    fn metadata(&mut self, seed: u64, app: String) -> Value {
+        let mut annotations = json!({});
+        if self.chance(0.1) {
+            let history = [
+                self.node(),
+                format!("10.0.0.{}", self.rng.random_range(0..9)),
+            ];
+            annotations["bkci.dispatch.kubenetes/builder-history-nodes"] =
+                json!(serde_json::to_string(&history).unwrap_or_default());
+        }
+        if self.chance(0.1) {
+            annotations["bkci.dispatch.kubenetes/builder-real-resources"] =
+                json!(r#"[{"cpu":"1","memory":"2Gi"},{"cpu":"2","memory":"3Gi"}]"#);
+        }
+        let namespace = if self.chance(0.8) {
+            "default"
+        } else {
+            "team-a"
+        };
+        let tier = if self.chance(0.5) {
+            "frontend"
+        } else {
+            "backend"
+        };
+        let mut meta = json!({"name": format!("random-{seed}"), "namespace": namespace,
+            "uid": format!("uid-random-{seed}"),
+            "labels": {"app": app, "tier": tier},
+            "annotations": annotations});
+        if self.chance(0.3) {
+            meta["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "ci-build",
+                "uid": "uid-job", "controller": true}]);
+        }
+        meta
+    }
 }

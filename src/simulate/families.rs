@@ -510,60 +510,70 @@ impl Family {
         SmallRng::seed_from_u64(h ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
 
-    /// Generates farm `index`.
+    /// Generates farm `index`. The draws happen in a fixed order (duration, nodes, builder
+    /// families, services, databases, bursts), so a farm never changes when the code that
+    /// draws a later part does.
     pub fn generate(&self, index: usize) -> Result<Scenario, scenario::Error> {
-        let origin = format!("family {} farm {}", self.name, index + 1);
-        let mut rng = self.rng(index);
-        let val =
-            |a: &Amount, field: &str| a.value(field).map_err(|(f, m)| invalid(&origin, &f, m));
-        let span = |r: &DurationRange, rng: &mut SmallRng| {
-            let (a, b) = (r[0].as_secs_f64(), r[1].as_secs_f64());
-            Duration::from_secs_f64(a + (b - a) * rng.random::<f64>())
+        let mut g = Draw {
+            origin: format!("family {} farm {}", self.name, index + 1),
+            rng: self.rng(index),
         };
-        let uniform = |r: [f64; 2], rng: &mut SmallRng| r[0] + (r[1] - r[0]) * rng.random::<f64>();
-        let count = |r: [usize; 2], rng: &mut SmallRng| rng.random_range(r[0]..=r[1]);
-
         // Duration, whole steps.
         let step_s = self.step.as_secs_f64();
-        let duration = span(&self.duration, &mut rng);
+        let duration = g.span(&self.duration);
         let duration =
             Duration::from_secs_f64((duration.as_secs_f64() / step_s).round().max(1.0) * step_s);
+        let farm = self.draw_nodes(&mut g)?;
+        let builds = self.draw_builds(&mut g, duration, &farm)?;
+        let mut workloads = builds.workloads(&self.builders);
+        self.draw_services(&mut g, &mut workloads);
+        let events = self.draw_bursts(&mut g, duration, &farm, &builds);
+        let s = Scenario {
+            duration,
+            step: self.step,
+            seed: 1,
+            nodes: farm.nodes,
+            workloads,
+            reservations: Vec::new(),
+            events,
+            overcommit: Overcommit::default(),
+        };
+        // What the scenario file would have to pass.
+        let text = serde_norway::to_string(&s).map_err(|e| {
+            invalid(
+                &g.origin,
+                "",
+                format!("generated an unwritable scenario: {e}"),
+            )
+        })?;
+        Scenario::parse(&text, &g.origin)
+    }
 
-        // Nodes: a mix of shapes.
-        let n_nodes = count(self.nodes.count, &mut rng);
-        let n_shapes = rng
+    /// The node size mix: up to `maxShapes` distinct shapes, every shape at least one node.
+    fn draw_nodes(&self, g: &mut Draw) -> Result<Nodes, scenario::Error> {
+        let n_nodes = g.count(self.nodes.count);
+        let n_shapes = g
+            .rng
             .random_range(1..=self.nodes.max_shapes.min(self.nodes.shapes.len()))
             .min(n_nodes);
-        let mut shape_ids: Vec<usize> = (0..self.nodes.shapes.len()).collect();
-        for i in 0..n_shapes {
-            let j = rng.random_range(i..shape_ids.len());
-            shape_ids.swap(i, j);
-        }
-        shape_ids.truncate(n_shapes);
+        let shape_ids = g.pick(self.nodes.shapes.len(), n_shapes);
         // Split the nodes: every shape gets at least one.
         let mut counts = vec![1usize; n_shapes];
         for _ in n_shapes..n_nodes {
-            counts[rng.random_range(0..n_shapes)] += 1;
+            counts[g.rng.random_range(0..n_shapes)] += 1;
         }
-        let sys_cpu = val(&self.nodes.system_cpu, "nodes.systemCpu")?;
-        let sys_mem = val(&self.nodes.system_memory, "nodes.systemMemory")?;
+        let sys_cpu = g.val(&self.nodes.system_cpu, "nodes.systemCpu")?;
+        let sys_mem = g.val(&self.nodes.system_memory, "nodes.systemMemory")?;
         let (mut total_mem, mut total_cpu) = (0.0, 0.0);
         let mut nodes = Vec::new();
         for (k, (&sid, &c)) in shape_ids.iter().zip(&counts).enumerate() {
             let sh = &self.nodes.shapes[sid];
-            let cpu = val(&sh.cpu, "shape.cpu")?;
-            let mem = val(&sh.memory, "shape.memory")?;
-            total_mem += mem * c as f64;
-            total_cpu += cpu * c as f64;
+            total_mem += g.val(&sh.memory, "shape.memory")? * c as f64;
+            total_cpu += g.val(&sh.cpu, "shape.cpu")? * c as f64;
+            let prefix = ["a", "b", "c", "d", "e", "f"].get(k).copied();
             nodes.push(NodeSpec {
                 count: c,
-                name_prefix: format!(
-                    "{}-",
-                    ["a", "b", "c", "d", "e", "f"]
-                        .get(k)
-                        .copied()
-                        .unwrap_or("x")
-                ),
+                name_prefix: format!("{}-", prefix.unwrap_or("x")),
                 cpu: sh.cpu.clone(),
                 memory: sh.memory.clone(),
                 disk: sh.disk.clone(),
@@ -572,132 +582,60 @@ impl Family {
                 ..NodeSpec::default()
             });
         }
-        let usable_mem = total_mem - sys_mem * n_nodes as f64;
-        let usable_cpu = total_cpu - sys_cpu * n_nodes as f64;
+        Ok(Nodes {
+            nodes,
+            usable_mem: total_mem - sys_mem * n_nodes as f64,
+            usable_cpu: total_cpu - sys_cpu * n_nodes as f64,
+        })
+    }
 
-        // Builder families: distinct kinds, with a share of the memory load each.
+    /// The builder families with their arrival rates, sized so the window's mean real
+    /// memory load is the drawn target and its peak still leaves room.
+    fn draw_builds(
+        &self,
+        g: &mut Draw,
+        duration: Duration,
+        farm: &Nodes,
+    ) -> Result<Builds, scenario::Error> {
         let b = &self.builders;
-        let n_fam = count(b.families, &mut rng).min(b.kinds.len());
-        let mut kinds: Vec<usize> = (0..b.kinds.len()).collect();
-        for i in 0..n_fam {
-            let j = rng.random_range(i..kinds.len());
-            kinds.swap(i, j);
-        }
-        kinds.truncate(n_fam);
-        let load = uniform(b.memory_load, &mut rng);
-        let amplitude = uniform(b.cycle_amplitude, &mut rng);
-        let period = span(&b.cycle_period, &mut rng);
-        let peak_at = Duration::from_secs_f64(duration.as_secs_f64() * rng.random::<f64>());
-        struct Draft {
-            kind: usize,
-            builders: usize,
-            mean: Duration,
-            speedup: f64,
-            weight: f64,
-            req_cpu: f64,
-            req_mem: f64,
-        }
+        let n_fam = g.count(b.families).min(b.kinds.len());
+        let kinds = g.pick(b.kinds.len(), n_fam);
+        let load = g.uniform(b.memory_load);
+        let amplitude = g.uniform(b.cycle_amplitude);
+        let period = g.span(&b.cycle_period);
+        let peak_at = Duration::from_secs_f64(duration.as_secs_f64() * g.rng.random::<f64>());
         let mut drafts = Vec::new();
         for &k in &kinds {
             let bk = &b.kinds[k];
-            let req_cpu = val(&bk.requests.cpu, "requests.cpu")?;
-            let req_mem = val(&bk.requests.memory, "requests.memory")?;
+            let req_cpu = g.val(&bk.requests.cpu, "requests.cpu")?;
+            let req_mem = g.val(&bk.requests.memory, "requests.memory")?;
             drafts.push(Draft {
                 kind: k,
-                builders: count(b.builders_per_family, &mut rng),
-                mean: span(&bk.duration, &mut rng),
-                speedup: uniform(bk.warm_speedup, &mut rng),
-                weight: 0.5 + rng.random::<f64>(),
+                builders: g.count(b.builders_per_family),
+                mean: g.span(&bk.duration),
+                speedup: g.uniform(bk.warm_speedup),
+                weight: 0.5 + g.rng.random::<f64>(),
                 req_cpu,
                 req_mem,
             });
         }
-        // The cycle's mean and peak over the simulated window (the window may sit near
-        // a peak of a long cycle): rates are sized so the window's mean load is the target
-        // and its peak still leaves room.
-        let (cycle_mean, cycle_peak) = {
-            let n = 200;
-            let f = |i: usize| {
-                let t = duration.as_secs_f64() * i as f64 / n as f64;
-                let phase = (t - peak_at.as_secs_f64()) / period.as_secs_f64().max(1.0)
-                    * std::f64::consts::TAU;
-                1.0 + amplitude * phase.cos()
-            };
-            let v: Vec<f64> = (0..=n).map(f).collect();
-            (
-                v.iter().sum::<f64>() / v.len() as f64,
-                v.iter().copied().fold(0.0, f64::max),
-            )
+        let mut builds = Builds {
+            drafts,
+            rates: Vec::new(),
+            cycle: (amplitude > 0.0).then(|| DailyCycle {
+                amplitude: (amplitude * 100.0).round() / 100.0,
+                period: Duration::from_secs(period.as_secs()),
+                peak_at: Duration::from_secs(peak_at.as_secs()),
+            }),
         };
-        // Arrival rates: concurrent builds (rate × mean run time, as if every cache were
-        // cold) × real memory per build = the family's share of the load.
-        let weights: f64 = drafts.iter().map(|d| d.weight).sum::<f64>().max(1e-9);
-        let hours = |d: &Draft| d.mean.as_secs_f64() / 3600.0;
-        let mut rates: Vec<f64> = drafts
-            .iter()
-            .map(|d| {
-                let bk = &b.kinds[d.kind];
-                let mem = d.req_mem * (bk.usage.memory[0] + bk.usage.memory[1]) / 2.0;
-                load * usable_mem * d.weight
-                    / weights
-                    / (mem.max(1.0) * hours(d).max(1e-6) * cycle_mean.max(1e-6))
-            })
-            .collect();
-        // At the cycle's peak, requests and real CPU must still leave room: a farm is
-        // sized for its builds (the baseline rarely waits for requests).
-        let peak = |f: &dyn Fn(&Draft) -> f64| -> f64 {
-            drafts
-                .iter()
-                .zip(&rates)
-                .map(|(d, r)| r * hours(d) * cycle_peak * f(d))
-                .sum()
-        };
-        let req_mem = peak(&|d| d.req_mem);
-        let req_cpu = peak(&|d| d.req_cpu);
-        let real_cpu = peak(&|d| {
-            let u = &b.kinds[d.kind].usage.cpu;
-            d.req_cpu * (u[0] + u[1]) / 2.0
-        });
-        let scale = [
-            1.0,
-            0.6 * usable_mem / req_mem.max(1e-9),
-            0.6 * usable_cpu / req_cpu.max(1e-9),
-            0.6 * usable_cpu / real_cpu.max(1e-9),
-        ]
-        .into_iter()
-        .fold(f64::MAX, f64::min);
-        for r in &mut rates {
-            *r *= scale;
-        }
-        let mut workloads = Vec::new();
-        for (d, rate) in drafts.iter().zip(&rates) {
-            let bk = &b.kinds[d.kind];
-            workloads.push(Workload {
-                name: bk.name.clone(),
-                kind: Kind::Builder,
-                namespace: "ci".into(),
-                builders: d.builders,
-                arrivals_per_hour: (rate * 10.0).round() / 10.0,
-                duration: Duration::from_secs(d.mean.as_secs()),
-                warm_speedup: (d.speedup * 100.0).round() / 100.0,
-                count: 1,
-                requests: bk.requests.clone(),
-                disk: None,
-                usage: bk.usage.clone(),
-                noise: bk.noise,
-                labels: BTreeMap::new(),
-                node_selector: BTreeMap::new(),
-                tolerations: Vec::new(),
-                daily_cycle: (amplitude > 0.0).then(|| DailyCycle {
-                    amplitude: (amplitude * 100.0).round() / 100.0,
-                    period: Duration::from_secs(period.as_secs()),
-                    peak_at: Duration::from_secs(peak_at.as_secs()),
-                }),
-                scheduler_name: None,
-            });
-        }
-        // Services and databases beside the builds.
-        let n_svc = count(self.services, &mut rng);
+        let (cycle_mean, cycle_peak) = cycle_mean_peak(duration, amplitude, period, peak_at);
+        builds.size_rates(b, farm, load, cycle_mean, cycle_peak);
+        Ok(builds)
+    }
+
+    /// Services and databases beside the builds.
+    fn draw_services(&self, g: &mut Draw, workloads: &mut Vec<Workload>) {
+        let n_svc = g.count(self.services);
         if n_svc > 0 {
             workloads.push(Workload {
                 name: "svc".into(),
@@ -715,7 +653,7 @@ impl Family {
                 ..service_defaults()
             });
         }
-        let n_db = count(self.databases, &mut rng);
+        let n_db = g.count(self.databases);
         if n_db > 0 {
             workloads.push(Workload {
                 name: "mysql".into(),
@@ -735,60 +673,212 @@ impl Family {
                 ..service_defaults()
             });
         }
-        // Bursts of the most memory-heavy family.
+    }
+
+    /// Bursts of the most memory-heavy family, each within a fifth of the farm's real
+    /// memory: a dozen heavy builds on a big farm, fewer on a small one.
+    fn draw_bursts(
+        &self,
+        g: &mut Draw,
+        duration: Duration,
+        farm: &Nodes,
+        builds: &Builds,
+    ) -> Vec<Event> {
+        let kinds = &self.builders.kinds;
+        let heavy_of = |d: &Draft| d.req_mem * kinds[d.kind].usage.memory[1];
+        let heavy = builds
+            .drafts
+            .iter()
+            .max_by(|x, y| heavy_of(x).total_cmp(&heavy_of(y)))
+            .map(|d| kinds[d.kind].name.clone());
+        let heavy_mem = builds.drafts.iter().map(heavy_of).fold(0.0, f64::max);
+        let burst_cap = ((0.2 * farm.usable_mem / heavy_mem.max(1.0)) as usize).max(1);
         let mut events = Vec::new();
-        let heavy = drafts
-            .iter()
-            .max_by(|x, y| {
-                let m = |d: &Draft| d.req_mem * b.kinds[d.kind].usage.memory[1];
-                m(x).total_cmp(&m(y))
-            })
-            .map(|d| b.kinds[d.kind].name.clone());
-        // A burst's real memory stays within a fifth of the farm's: a dozen heavy builds
-        // on a big farm, fewer on a small one.
-        let heavy_mem = drafts
-            .iter()
-            .map(|d| d.req_mem * b.kinds[d.kind].usage.memory[1])
-            .fold(0.0, f64::max);
-        let burst_cap = ((0.2 * usable_mem / heavy_mem.max(1.0)) as usize).max(1);
-        if let Some(heavy) = heavy {
-            for _ in 0..count(self.bursts.count, &mut rng) {
-                let at = uniform(self.bursts.at, &mut rng) * duration.as_secs_f64();
-                let at = (at / step_s).round() * step_s;
-                events.push(Event {
-                    at: Duration::from_secs_f64(at),
-                    cordon: None,
-                    uncordon: None,
-                    remove_node: None,
-                    add_nodes: None,
-                    burst: Some(Burst {
-                        workload: heavy.clone(),
-                        count: count(self.bursts.size, &mut rng).min(burst_cap),
-                    }),
-                });
-            }
+        let Some(heavy) = heavy else {
+            return events;
+        };
+        let step_s = self.step.as_secs_f64();
+        for _ in 0..g.count(self.bursts.count) {
+            let at = g.uniform(self.bursts.at) * duration.as_secs_f64();
+            let at = (at / step_s).round() * step_s;
+            events.push(Event {
+                at: Duration::from_secs_f64(at),
+                cordon: None,
+                uncordon: None,
+                remove_node: None,
+                add_nodes: None,
+                burst: Some(Burst {
+                    workload: heavy.clone(),
+                    count: g.count(self.bursts.size).min(burst_cap),
+                }),
+            });
         }
         events.sort_by_key(|e| e.at);
-        let s = Scenario {
-            duration,
-            step: self.step,
-            seed: 1,
-            nodes,
-            workloads,
-            reservations: Vec::new(),
-            events,
-            overcommit: Overcommit::default(),
-        };
-        // What the scenario file would have to pass.
-        let text = serde_norway::to_string(&s).map_err(|e| {
-            invalid(
-                &origin,
-                "",
-                format!("generated an unwritable scenario: {e}"),
-            )
-        })?;
-        Scenario::parse(&text, &origin)
+        events
     }
+}
+
+/// The generator of one farm: its random stream and its name for errors.
+struct Draw {
+    origin: String,
+    rng: SmallRng,
+}
+
+impl Draw {
+    fn val(&self, a: &Amount, field: &str) -> Result<f64, scenario::Error> {
+        a.value(field)
+            .map_err(|(f, m)| invalid(&self.origin, &f, m))
+    }
+    fn span(&mut self, r: &DurationRange) -> Duration {
+        let (a, b) = (r[0].as_secs_f64(), r[1].as_secs_f64());
+        Duration::from_secs_f64(a + (b - a) * self.rng.random::<f64>())
+    }
+    fn uniform(&mut self, r: [f64; 2]) -> f64 {
+        r[0] + (r[1] - r[0]) * self.rng.random::<f64>()
+    }
+    fn count(&mut self, r: [usize; 2]) -> usize {
+        self.rng.random_range(r[0]..=r[1])
+    }
+    /// `k` distinct indices of `0..n` (a partial Fisher–Yates shuffle).
+    fn pick(&mut self, n: usize, k: usize) -> Vec<usize> {
+        let mut ids: Vec<usize> = (0..n).collect();
+        for i in 0..k {
+            let j = self.rng.random_range(i..ids.len());
+            ids.swap(i, j);
+        }
+        ids.truncate(k);
+        ids
+    }
+}
+
+/// A farm's nodes and what they leave to pods.
+struct Nodes {
+    nodes: Vec<NodeSpec>,
+    usable_mem: f64,
+    usable_cpu: f64,
+}
+
+/// One builder family as drawn, before its rate is sized.
+struct Draft {
+    kind: usize,
+    builders: usize,
+    mean: Duration,
+    speedup: f64,
+    weight: f64,
+    req_cpu: f64,
+    req_mem: f64,
+}
+
+/// A farm's builder families, their arrival rates and the daily cycle they share.
+struct Builds {
+    drafts: Vec<Draft>,
+    rates: Vec<f64>,
+    cycle: Option<DailyCycle>,
+}
+
+impl Builds {
+    /// Arrival rates: concurrent builds (rate × mean run time, as if every cache were cold)
+    /// × real memory per build = the family's share of the load; then scaled down so that
+    /// at the cycle's peak requests and real CPU still leave room (a farm is sized for its
+    /// builds: the baseline rarely waits for requests).
+    fn size_rates(
+        &mut self,
+        b: &BuilderMix,
+        farm: &Nodes,
+        load: f64,
+        cycle_mean: f64,
+        cycle_peak: f64,
+    ) {
+        let weights: f64 = self.drafts.iter().map(|d| d.weight).sum::<f64>().max(1e-9);
+        let hours = |d: &Draft| d.mean.as_secs_f64() / 3600.0;
+        self.rates = self
+            .drafts
+            .iter()
+            .map(|d| {
+                let bk = &b.kinds[d.kind];
+                let mem = d.req_mem * (bk.usage.memory[0] + bk.usage.memory[1]) / 2.0;
+                load * farm.usable_mem * d.weight
+                    / weights
+                    / (mem.max(1.0) * hours(d).max(1e-6) * cycle_mean.max(1e-6))
+            })
+            .collect();
+        let peak = |f: &dyn Fn(&Draft) -> f64| -> f64 {
+            self.drafts
+                .iter()
+                .zip(&self.rates)
+                .map(|(d, r)| r * hours(d) * cycle_peak * f(d))
+                .sum()
+        };
+        let req_mem = peak(&|d| d.req_mem);
+        let req_cpu = peak(&|d| d.req_cpu);
+        let real_cpu = peak(&|d| {
+            let u = &b.kinds[d.kind].usage.cpu;
+            d.req_cpu * (u[0] + u[1]) / 2.0
+        });
+        let scale = [
+            1.0,
+            0.6 * farm.usable_mem / req_mem.max(1e-9),
+            0.6 * farm.usable_cpu / req_cpu.max(1e-9),
+            0.6 * farm.usable_cpu / real_cpu.max(1e-9),
+        ]
+        .into_iter()
+        .fold(f64::MAX, f64::min);
+        for r in &mut self.rates {
+            *r *= scale;
+        }
+    }
+
+    /// The builder workloads.
+    fn workloads(&self, b: &BuilderMix) -> Vec<Workload> {
+        self.drafts
+            .iter()
+            .zip(&self.rates)
+            .map(|(d, rate)| {
+                let bk = &b.kinds[d.kind];
+                Workload {
+                    name: bk.name.clone(),
+                    kind: Kind::Builder,
+                    namespace: "ci".into(),
+                    builders: d.builders,
+                    arrivals_per_hour: (rate * 10.0).round() / 10.0,
+                    duration: Duration::from_secs(d.mean.as_secs()),
+                    warm_speedup: (d.speedup * 100.0).round() / 100.0,
+                    count: 1,
+                    requests: bk.requests.clone(),
+                    disk: None,
+                    usage: bk.usage.clone(),
+                    noise: bk.noise,
+                    labels: BTreeMap::new(),
+                    node_selector: BTreeMap::new(),
+                    tolerations: Vec::new(),
+                    daily_cycle: self.cycle.clone(),
+                    scheduler_name: None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The daily cycle's mean and peak over the simulated window (the window may sit near a
+/// peak of a long cycle).
+fn cycle_mean_peak(
+    duration: Duration,
+    amplitude: f64,
+    period: Duration,
+    peak_at: Duration,
+) -> (f64, f64) {
+    let n = 200;
+    let f = |i: usize| {
+        let t = duration.as_secs_f64() * i as f64 / n as f64;
+        let phase =
+            (t - peak_at.as_secs_f64()) / period.as_secs_f64().max(1.0) * std::f64::consts::TAU;
+        1.0 + amplitude * phase.cos()
+    };
+    let v: Vec<f64> = (0..=n).map(f).collect();
+    (
+        v.iter().sum::<f64>() / v.len() as f64,
+        v.iter().copied().fold(0.0, f64::max),
+    )
 }
 
 fn service_defaults() -> Workload {

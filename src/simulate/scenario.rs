@@ -693,6 +693,54 @@ impl Scenario {
     /// usage file.
     pub fn validate(&self) -> ErrorList {
         let mut errors = ErrorList::new();
+        self.validate_timing(&mut errors);
+        let mut tally = Tally {
+            nodes: self.validate_nodes(&mut errors),
+            pods: 0.0,
+            counts_ok: true,
+        };
+        self.validate_workloads(&mut errors, &mut tally);
+        for (i, e) in self.events.iter().enumerate() {
+            self.validate_event(Path::new("events").index(i), e, &mut errors, &mut tally);
+        }
+        if tally.nodes > MAX_NODES {
+            errors.push(FieldError::out_of_range(
+                Path::new("nodes"),
+                format!("{} nodes", tally.nodes),
+                format!("at most {MAX_NODES} nodes in total, with the addNodes events"),
+            ));
+        }
+        let rates_ok = self.workloads.iter().all(|w| {
+            w.arrivals_per_hour.is_finite() && w.arrivals_per_hour <= MAX_ARRIVALS_PER_HOUR
+        });
+        // The total is reported only when no single count is already out of range.
+        if tally.counts_ok && rates_ok && tally.pods > MAX_PODS as f64 {
+            errors.push(FieldError::out_of_range(
+                Path::new("workloads"),
+                format!("about {} pods", tally.pods),
+                format!(
+                    "at most {MAX_PODS} pods in total (service and database counts, expected builder arrivals, bursts)"
+                ),
+            ));
+        }
+        if let Err(e) = self.overcommit.eviction_threshold.value_at(
+            &Path::new("overcommit").child("evictionThreshold"),
+            MAX_BYTES,
+        ) {
+            errors.push(e);
+        }
+        let reservations = UsageFile {
+            reservations: self.reservations.clone(),
+            ..UsageFile::default()
+        };
+        if let Err(list) = reservations.resolve_all(super::EPOCH_MS) {
+            errors.extend(list.errors().iter().cloned());
+        }
+        errors
+    }
+
+    /// `duration` and `step`.
+    fn validate_timing(&self, errors: &mut ErrorList) {
         let s = self;
         if s.duration > MAX_DURATION {
             errors.push(FieldError::out_of_range(
@@ -727,6 +775,11 @@ impl Scenario {
                 ),
             ));
         }
+    }
+
+    /// `nodes`: each spec and the names it makes; returns how many nodes they make.
+    fn validate_nodes(&self, errors: &mut ErrorList) -> u128 {
+        let s = self;
         if s.nodes.is_empty() {
             errors.push(FieldError::required(
                 Path::new("nodes"),
@@ -741,7 +794,7 @@ impl Scenario {
                 spec,
                 &at,
                 total_nodes.min(usize::MAX as u128) as usize,
-                &mut errors,
+                errors,
             );
             total_nodes = total_nodes.saturating_add(if spec.node.is_some() {
                 1
@@ -758,21 +811,24 @@ impl Scenario {
                 }
             }
         }
+        total_nodes
+    }
+
+    /// `workloads`: each workload, and the pods they make into `tally`.
+    fn validate_workloads(&self, errors: &mut ErrorList, tally: &mut Tally) {
+        let s = self;
         let mut workloads: BTreeMap<&str, usize> = BTreeMap::new();
         let hours = s.duration.as_secs_f64() / 3600.0;
-        let mut pods: f64 = 0.0;
-        // The total is reported only when no single count is already out of range.
-        let mut counts_ok = true;
         for (i, w) in s.workloads.iter().enumerate() {
             let at = Path::new("workloads").index(i);
-            check_workload(w, &at, &mut errors);
+            check_workload(w, &at, errors);
             if let Some(first) = workloads.insert(&w.name, i) {
                 errors.push(FieldError::duplicate(
                     at.child("name"),
                     format!("workloads[{first}]"),
                 ));
             }
-            pods += match w.kind {
+            tally.pods += match w.kind {
                 Kind::Builder => (w.arrivals_per_hour * hours).ceil().max(0.0),
                 Kind::Database | Kind::Service => {
                     if w.count as u128 > MAX_PODS {
@@ -781,108 +837,86 @@ impl Scenario {
                             w.count,
                             format!("at most {MAX_PODS}"),
                         ));
-                        counts_ok = false;
+                        tally.counts_ok = false;
                     }
                     w.count as f64
                 }
             };
         }
-        for (i, e) in s.events.iter().enumerate() {
-            let at = Path::new("events").index(i);
-            if e.at > s.duration {
-                errors.push(FieldError::out_of_range(
-                    at.child("at"),
-                    shown(e.at),
-                    format!("at most the duration ({})", shown(s.duration)),
-                ));
-            }
-            let n = [
-                e.cordon.is_some(),
-                e.uncordon.is_some(),
-                e.remove_node.is_some(),
-                e.add_nodes.is_some(),
-                e.burst.is_some(),
-            ]
-            .iter()
-            .filter(|x| **x)
-            .count();
-            if n != 1 {
-                errors.push(FieldError::required(
-                    at,
-                    "give exactly one of cordon, uncordon, removeNode, addNodes, burst",
-                ));
-                continue;
-            }
-            for (k, v) in [
-                ("cordon", &e.cordon),
-                ("uncordon", &e.uncordon),
-                ("removeNode", &e.remove_node),
-            ] {
-                if let Some(v) = v {
-                    errors.extend(field::dns1123_subdomain(&at.child(k), v));
-                }
-            }
-            if let Some(spec) = &e.add_nodes {
-                check_nodes(spec, &at.child("addNodes"), 0, &mut errors);
-                total_nodes = total_nodes.saturating_add(spec.count as u128);
-            }
-            if let Some(b) = &e.burst {
-                if !s
-                    .workloads
-                    .iter()
-                    .any(|w| w.name == b.workload && w.kind == Kind::Builder)
-                {
-                    errors.push(FieldError::invalid(
-                        at.child("burst").child("workload"),
-                        field::quoted(&b.workload),
-                        "no builder workload has this name",
-                    ));
-                }
-                if b.count as u128 > MAX_PODS {
-                    errors.push(FieldError::out_of_range(
-                        at.child("burst").child("count"),
-                        b.count,
-                        format!("at most {MAX_PODS}"),
-                    ));
-                    counts_ok = false;
-                }
-                pods += b.count as f64;
-            }
-        }
-        if total_nodes > MAX_NODES {
-            errors.push(FieldError::out_of_range(
-                Path::new("nodes"),
-                format!("{total_nodes} nodes"),
-                format!("at most {MAX_NODES} nodes in total, with the addNodes events"),
-            ));
-        }
-        let rates_ok = s.workloads.iter().all(|w| {
-            w.arrivals_per_hour.is_finite() && w.arrivals_per_hour <= MAX_ARRIVALS_PER_HOUR
-        });
-        if counts_ok && rates_ok && pods > MAX_PODS as f64 {
-            errors.push(FieldError::out_of_range(
-                Path::new("workloads"),
-                format!("about {pods} pods"),
-                format!(
-                    "at most {MAX_PODS} pods in total (service and database counts, expected builder arrivals, bursts)"
-                ),
-            ));
-        }
-        if let Err(e) = s.overcommit.eviction_threshold.value_at(
-            &Path::new("overcommit").child("evictionThreshold"),
-            MAX_BYTES,
-        ) {
-            errors.push(e);
-        }
-        let reservations = UsageFile {
-            reservations: s.reservations.clone(),
-            ..UsageFile::default()
-        };
-        if let Err(list) = reservations.resolve_all(super::EPOCH_MS) {
-            errors.extend(list.errors().iter().cloned());
-        }
-        errors
     }
+
+    /// One event: exactly one action, names as Kubernetes accepts them, within the
+    /// duration; its nodes and pods into `tally`.
+    fn validate_event(&self, at: Path, e: &Event, errors: &mut ErrorList, tally: &mut Tally) {
+        let shown = |d: Duration| humantime_serde::re::humantime::format_duration(d).to_string();
+        let s = self;
+        if e.at > s.duration {
+            errors.push(FieldError::out_of_range(
+                at.child("at"),
+                shown(e.at),
+                format!("at most the duration ({})", shown(s.duration)),
+            ));
+        }
+        let n = [
+            e.cordon.is_some(),
+            e.uncordon.is_some(),
+            e.remove_node.is_some(),
+            e.add_nodes.is_some(),
+            e.burst.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if n != 1 {
+            errors.push(FieldError::required(
+                at,
+                "give exactly one of cordon, uncordon, removeNode, addNodes, burst",
+            ));
+            return;
+        }
+        for (k, v) in [
+            ("cordon", &e.cordon),
+            ("uncordon", &e.uncordon),
+            ("removeNode", &e.remove_node),
+        ] {
+            if let Some(v) = v {
+                errors.extend(field::dns1123_subdomain(&at.child(k), v));
+            }
+        }
+        if let Some(spec) = &e.add_nodes {
+            check_nodes(spec, &at.child("addNodes"), 0, errors);
+            tally.nodes = tally.nodes.saturating_add(spec.count as u128);
+        }
+        if let Some(b) = &e.burst {
+            if !s
+                .workloads
+                .iter()
+                .any(|w| w.name == b.workload && w.kind == Kind::Builder)
+            {
+                errors.push(FieldError::invalid(
+                    at.child("burst").child("workload"),
+                    field::quoted(&b.workload),
+                    "no builder workload has this name",
+                ));
+            }
+            if b.count as u128 > MAX_PODS {
+                errors.push(FieldError::out_of_range(
+                    at.child("burst").child("count"),
+                    b.count,
+                    format!("at most {MAX_PODS}"),
+                ));
+                tally.counts_ok = false;
+            }
+            tally.pods += b.count as f64;
+        }
+    }
+}
+
+/// What the nodes, workloads and events add up to, checked against the totals' limits.
+struct Tally {
+    nodes: u128,
+    pods: f64,
+    counts_ok: bool,
 }
 
 #[cfg(test)]

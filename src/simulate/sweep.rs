@@ -501,142 +501,148 @@ fn summarise(
 
 /// Issue #17's targets, headroom against the request baseline, farm by farm.
 fn targets(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> Vec<TargetResult> {
-    let v = |f: &FarmSummary, p: &str, k: &str| -> f64 {
+    let t = Targets(farms);
+    vec![
+        t.warm(),
+        t.hot_memory(),
+        t.oom_kills(),
+        t.spread(),
+        t.wait(),
+        lost_or_pending(farms, results),
+    ]
+}
+
+/// The farms' summaries, read as headroom (`h`) against the request baseline (`r`).
+struct Targets<'a>(&'a [FarmSummary]);
+
+impl Targets<'_> {
+    fn v(f: &FarmSummary, p: &str, k: &str) -> f64 {
         f.policies
             .get(p)
             .and_then(|m| m.get(k))
             .copied()
             .unwrap_or(0.0)
-    };
-    let h = |f: &FarmSummary, k: &str| v(f, "headroom", k);
-    let r = |f: &FarmSummary, k: &str| v(f, "requests", k);
-    let n = farms.len().max(1) as f64;
-    let mut out = Vec::new();
-    let misses = |pred: &dyn Fn(&FarmSummary) -> bool, show: &dyn Fn(&FarmSummary) -> String| {
-        let bad: Vec<String> = farms
+    }
+    fn h(f: &FarmSummary, k: &str) -> f64 {
+        Self::v(f, "headroom", k)
+    }
+    fn r(f: &FarmSummary, k: &str) -> f64 {
+        Self::v(f, "requests", k)
+    }
+    fn n(&self) -> f64 {
+        self.0.len().max(1) as f64
+    }
+    /// Sum of `k` over the farms for headroom and for the baseline.
+    fn sums(&self, k: &str) -> (f64, f64) {
+        (
+            self.0.iter().map(|f| Self::h(f, k)).sum(),
+            self.0.iter().map(|f| Self::r(f, k)).sum(),
+        )
+    }
+    /// The farms where `pred` fails, each as `name` and what `show` says of it.
+    fn misses(
+        &self,
+        pred: impl Fn(&FarmSummary) -> bool,
+        show: impl Fn(&FarmSummary) -> String,
+    ) -> Vec<String> {
+        self.0
             .iter()
             .filter(|f| !pred(f))
             .map(|f| format!("{} {}", f.name, show(f)))
-            .collect();
-        bad
-    };
+            .collect()
+    }
 
-    let warm_mean = farms.iter().map(|f| h(f, "warmRate")).sum::<f64>() / n;
-    let (warm_worst, warm_farm) = farms
-        .iter()
-        .map(|f| (h(f, "warmRate"), f.name.as_str()))
-        .fold((f64::MAX, ""), |a, b| if b.0 < a.0 { b } else { a });
-    out.push(TargetResult {
-        target: "warm-cache placements ≥ 80 % on average, ≥ 70 % in the worst farm".into(),
-        met: warm_mean >= 0.8 && warm_worst >= 0.7,
-        detail: format!(
-            "mean {:.1} %, worst {:.1} % ({warm_farm})",
-            warm_mean * 100.0,
-            warm_worst * 100.0
-        ),
-    });
-
-    let bad = misses(
-        &|f| h(f, "nodeHoursMemoryAbove90") <= r(f, "nodeHoursMemoryAbove90") / 2.0 + 1e-9,
-        &|f| {
-            format!(
-                "{:.2} h vs {:.2} h",
-                h(f, "nodeHoursMemoryAbove90"),
-                r(f, "nodeHoursMemoryAbove90")
-            )
-        },
-    );
-    let ratio = farms
-        .iter()
-        .map(|f| h(f, "nodeHoursMemoryAbove90"))
-        .sum::<f64>()
-        / farms
+    fn warm(&self) -> TargetResult {
+        let warm_mean = self.0.iter().map(|f| Self::h(f, "warmRate")).sum::<f64>() / self.n();
+        let (warm_worst, warm_farm) = self
+            .0
             .iter()
-            .map(|f| r(f, "nodeHoursMemoryAbove90"))
-            .sum::<f64>()
-            .max(1e-9);
-    out.push(TargetResult {
-        target: "node-hours above 90 % real memory ≤ ½ of the baseline's in every farm".into(),
-        met: bad.is_empty(),
-        detail: format!(
-            "overall {:.0} % of the baseline's; farms missing: {}",
-            ratio * 100.0,
-            if bad.is_empty() {
-                "none".into()
-            } else {
-                bad.join("; ")
-            }
-        ),
-    });
+            .map(|f| (Self::h(f, "warmRate"), f.name.as_str()))
+            .fold((f64::MAX, ""), |a, b| if b.0 < a.0 { b } else { a });
+        TargetResult {
+            target: "warm-cache placements ≥ 80 % on average, ≥ 70 % in the worst farm".into(),
+            met: warm_mean >= 0.8 && warm_worst >= 0.7,
+            detail: format!(
+                "mean {:.1} %, worst {:.1} % ({warm_farm})",
+                warm_mean * 100.0,
+                warm_worst * 100.0
+            ),
+        }
+    }
 
-    let bad = misses(&|f| h(f, "oomKills") <= r(f, "oomKills") + 1e-9, &|f| {
-        format!("{:.1} vs {:.1}", h(f, "oomKills"), r(f, "oomKills"))
-    });
-    let (oh, or) = (
-        farms.iter().map(|f| h(f, "oomKills")).sum::<f64>(),
-        farms.iter().map(|f| r(f, "oomKills")).sum::<f64>(),
-    );
-    out.push(TargetResult {
-        target: "OOM kills ≤ the baseline's in every farm".into(),
-        met: bad.is_empty(),
-        detail: format!(
-            "{:.1} vs {:.1} per farm on average; farms missing: {}",
-            oh / n,
-            or / n,
-            if bad.is_empty() {
-                "none".into()
-            } else {
-                bad.join("; ")
-            }
-        ),
-    });
+    fn hot_memory(&self) -> TargetResult {
+        let k = "nodeHoursMemoryAbove90";
+        let bad = self.misses(
+            |f| Self::h(f, k) <= Self::r(f, k) / 2.0 + 1e-9,
+            |f| format!("{:.2} h vs {:.2} h", Self::h(f, k), Self::r(f, k)),
+        );
+        let (h, r) = self.sums(k);
+        TargetResult {
+            target: "node-hours above 90 % real memory ≤ ½ of the baseline's in every farm".into(),
+            met: bad.is_empty(),
+            detail: format!(
+                "overall {:.0} % of the baseline's; farms missing: {}",
+                h / r.max(1e-9) * 100.0,
+                none_or(&bad, "; ")
+            ),
+        }
+    }
 
-    let (sh, sr) = (
-        farms
+    fn oom_kills(&self) -> TargetResult {
+        let k = "oomKills";
+        let bad = self.misses(
+            |f| Self::h(f, k) <= Self::r(f, k) + 1e-9,
+            |f| format!("{:.1} vs {:.1}", Self::h(f, k), Self::r(f, k)),
+        );
+        let (h, r) = self.sums(k);
+        TargetResult {
+            target: "OOM kills ≤ the baseline's in every farm".into(),
+            met: bad.is_empty(),
+            detail: format!(
+                "{:.1} vs {:.1} per farm on average; farms missing: {}",
+                h / self.n(),
+                r / self.n(),
+                none_or(&bad, "; ")
+            ),
+        }
+    }
+
+    fn spread(&self) -> TargetResult {
+        let (h, r) = self.sums("memorySpreadP95MinusP50");
+        let (sh, sr) = (h / self.n(), r / self.n());
+        TargetResult {
+            target: "memory spread (p95 − p50) ≤ the baseline's on average".into(),
+            met: sh <= sr,
+            detail: format!("{:.1} vs {:.1} points", sh * 100.0, sr * 100.0),
+        }
+    }
+
+    fn wait(&self) -> TargetResult {
+        let k = "timeToScheduleP99S";
+        let bound = |f: &FarmSummary| 1.1 * Self::r(f, k) + 5.0;
+        let bad = self.misses(
+            |f| Self::h(f, k) <= bound(f) + 1e-9,
+            |f| format!("{:.0} s vs {:.0} s", Self::h(f, k), Self::r(f, k)),
+        );
+        let worst_excess = self
+            .0
             .iter()
-            .map(|f| h(f, "memorySpreadP95MinusP50"))
-            .sum::<f64>()
-            / n,
-        farms
-            .iter()
-            .map(|f| r(f, "memorySpreadP95MinusP50"))
-            .sum::<f64>()
-            / n,
-    );
-    out.push(TargetResult {
-        target: "memory spread (p95 − p50) ≤ the baseline's on average".into(),
-        met: sh <= sr,
-        detail: format!("{:.1} vs {:.1} points", sh * 100.0, sr * 100.0),
-    });
+            .map(|f| Self::h(f, k) - bound(f))
+            .fold(f64::MIN, f64::max);
+        TargetResult {
+            target: "time to schedule p99 ≤ 1.1 × the baseline's + 5 s in every farm".into(),
+            met: bad.is_empty(),
+            detail: format!(
+                "worst farm {:+.0} s against its bound; farms missing: {}",
+                worst_excess,
+                none_or(&bad, "; ")
+            ),
+        }
+    }
+}
 
-    let bad = misses(
-        &|f| h(f, "timeToScheduleP99S") <= 1.1 * r(f, "timeToScheduleP99S") + 5.0 + 1e-9,
-        &|f| {
-            format!(
-                "{:.0} s vs {:.0} s",
-                h(f, "timeToScheduleP99S"),
-                r(f, "timeToScheduleP99S")
-            )
-        },
-    );
-    let worst_excess = farms
-        .iter()
-        .map(|f| h(f, "timeToScheduleP99S") - (1.1 * r(f, "timeToScheduleP99S") + 5.0))
-        .fold(f64::MIN, f64::max);
-    out.push(TargetResult {
-        target: "time to schedule p99 ≤ 1.1 × the baseline's + 5 s in every farm".into(),
-        met: bad.is_empty(),
-        detail: format!(
-            "worst farm {:+.0} s against its bound; farms missing: {}",
-            worst_excess,
-            if bad.is_empty() {
-                "none".into()
-            } else {
-                bad.join("; ")
-            }
-        ),
-    });
-
+/// headroom's runs that lost a pod or left one pending at the end.
+fn lost_or_pending(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> TargetResult {
     let mut unaccounted = Vec::new();
     let mut pending = Vec::new();
     for (f, seed, rep) in results {
@@ -650,24 +656,24 @@ fn targets(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> Vec<Targe
             }
         }
     }
-    out.push(TargetResult {
+    TargetResult {
         target: "no pod lost or left pending at the end".into(),
         met: unaccounted.is_empty() && pending.is_empty(),
         detail: format!(
             "runs with pods unaccounted for: {}; runs with pods pending: {}",
-            if unaccounted.is_empty() {
-                "none".into()
-            } else {
-                unaccounted.join(", ")
-            },
-            if pending.is_empty() {
-                "none".into()
-            } else {
-                pending.join(", ")
-            }
+            none_or(&unaccounted, ", "),
+            none_or(&pending, ", ")
         ),
-    });
-    out
+    }
+}
+
+/// `none`, or the items joined by `sep`.
+fn none_or(items: &[String], sep: &str) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(sep)
+    }
 }
 
 impl SweepReport {

@@ -414,6 +414,31 @@ impl UsageFile {
             generated_ms: now_ms,
             ..UsageView::default()
         };
+        self.resolve_nodes(&mut errors, now_ms, &mut view);
+        self.resolve_builders(&mut errors, now_ms, &mut view);
+        for (builder, nodes) in &self.history {
+            let at = Path::new("history").key(builder.clone());
+            if builder.is_empty() {
+                errors.push(FieldError::required(
+                    at.clone(),
+                    "builder must not be empty",
+                ));
+            }
+            for (j, n) in nodes.iter().enumerate() {
+                errors.extend(field::dns1123_subdomain(&at.index(j), n));
+            }
+            view.placements.insert(builder.clone(), nodes.clone());
+        }
+        let reservations = self.resolve_reservations(&mut errors, now_ms);
+        errors.into_result(UsageInputs {
+            now_ms,
+            view,
+            reservations,
+        })
+    }
+
+    /// `nodes`: each node's usage into `view`, every invalid field into `errors`.
+    fn resolve_nodes(&self, errors: &mut ErrorList, now_ms: i64, view: &mut UsageView) {
         let mut node_index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
             let at = Path::new("nodes").index(i);
@@ -434,7 +459,7 @@ impl UsageFile {
             };
             let mut amount = |a: &Option<Amount>, k: &str| {
                 a.as_ref()
-                    .and_then(|a| keep(&mut errors, a.value_at(&at.child(k), MAX_BYTES)))
+                    .and_then(|a| keep(errors, a.value_at(&at.child(k), MAX_BYTES)))
             };
             let disk_free = amount(&n.disk_free, "diskFree");
             let disk_total = amount(&n.disk_total, "diskTotal");
@@ -445,13 +470,10 @@ impl UsageFile {
                 ));
                 ok = false;
             }
-            let cpu = keep(&mut errors, n.cpu.value_at(&at.child("cpu"), MAX_CORES));
-            let memory = keep(
-                &mut errors,
-                n.memory.value_at(&at.child("memory"), MAX_BYTES),
-            );
+            let cpu = keep(errors, n.cpu.value_at(&at.child("cpu"), MAX_CORES));
+            let memory = keep(errors, n.memory.value_at(&at.child("memory"), MAX_BYTES));
             let age = keep(
-                &mut errors,
+                errors,
                 bounded_ms(n.age.unwrap_or_default(), at.child("age")),
             );
             let (Some(cpu), Some(memory), Some(age), true) = (cpu, memory, age, ok) else {
@@ -467,6 +489,10 @@ impl UsageFile {
             };
             view.nodes.insert(n.name.clone(), usage);
         }
+    }
+
+    /// `builders`: each builder's profile into `view`, every invalid field into `errors`.
+    fn resolve_builders(&self, errors: &mut ErrorList, now_ms: i64, view: &mut UsageView) {
         let mut builder_index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, b) in self.builders.iter().enumerate() {
             let at = Path::new("builders").index(i);
@@ -483,11 +509,8 @@ impl UsageFile {
             if b.runs == 0 {
                 errors.push(FieldError::out_of_range(at.child("runs"), 0, "at least 1"));
             }
-            let cpu = keep(&mut errors, b.cpu.percentiles(&at.child("cpu"), MAX_CORES));
-            let memory = keep(
-                &mut errors,
-                b.memory.percentiles(&at.child("memory"), MAX_BYTES),
-            );
+            let cpu = keep(errors, b.cpu.percentiles(&at.child("cpu"), MAX_CORES));
+            let memory = keep(errors, b.memory.percentiles(&at.child("memory"), MAX_BYTES));
             if let (Some(cpu), Some(memory)) = (cpu, memory) {
                 let profile = BuilderProfile {
                     builder: b.name.clone(),
@@ -499,19 +522,10 @@ impl UsageFile {
                 view.builders.insert(b.name.clone(), profile);
             }
         }
-        for (builder, nodes) in &self.history {
-            let at = Path::new("history").key(builder.clone());
-            if builder.is_empty() {
-                errors.push(FieldError::required(
-                    at.clone(),
-                    "builder must not be empty",
-                ));
-            }
-            for (j, n) in nodes.iter().enumerate() {
-                errors.extend(field::dns1123_subdomain(&at.index(j), n));
-            }
-            view.placements.insert(builder.clone(), nodes.clone());
-        }
+    }
+
+    /// `reservations`: the valid ones, every invalid field into `errors`.
+    fn resolve_reservations(&self, errors: &mut ErrorList, now_ms: i64) -> Vec<Reservation> {
         let mut reservations = Vec::new();
         let mut reservation_index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, r) in self.reservations.iter().enumerate() {
@@ -551,9 +565,9 @@ impl UsageFile {
                 }
             };
             let expire_at_ms = match (&r.ttl, &r.expire_at) {
-                (Some(ttl), None) => keep(&mut errors, bounded_ms(*ttl, at.child("ttl")))
+                (Some(ttl), None) => keep(errors, bounded_ms(*ttl, at.child("ttl")))
                     .map(|ms| now_ms.saturating_add(ms)),
-                (None, Some(t)) => keep(&mut errors, parse_time(t, at.child("expireAt"))),
+                (None, Some(t)) => keep(errors, parse_time(t, at.child("expireAt"))),
                 (None, None) => Some(i64::MAX),
                 (Some(_), Some(_)) => {
                     errors.push(FieldError::invalid(
@@ -566,7 +580,7 @@ impl UsageFile {
             };
             let mut amount = |a: &Option<Amount>, k: &str, max: f64| {
                 a.as_ref()
-                    .map(|a| keep(&mut errors, a.value_at(&at.child(k), max)))
+                    .map(|a| keep(errors, a.value_at(&at.child(k), max)))
                     .unwrap_or(Some(0.0))
             };
             let cpu = amount(&r.cpu, "cpu", MAX_CORES);
@@ -592,11 +606,7 @@ impl UsageFile {
                 phase: Phase::Active,
             });
         }
-        errors.into_result(UsageInputs {
-            now_ms,
-            view,
-            reservations,
-        })
+        reservations
     }
 }
 
