@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use headroom::kube::config::ExtenderConfig;
+use headroom::config::serve::ExtenderConfig;
 use headroom::kube::extender::{ExtenderArgs, ExtenderState};
 use headroom::plugins::{PluginDeps, build_framework_with};
 use headroom::snapshot::Snapshot;

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use headroom::clock::Clock;
 use headroom::config::Config;
+use headroom::config::serve::ServeConfig;
 use headroom::engine::{Drive, Engine, Parts};
-use headroom::kube::config::ServeConfig;
 use headroom::scheduling_loop::{InstantBinder, SchedulingLoop};
 use headroom::synthetic;
 

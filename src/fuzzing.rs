@@ -206,7 +206,7 @@ pub fn extender_args(data: &[u8]) {
 
 /// The extender over 8 synthetic nodes, built once.
 fn extender_state() -> Option<&'static crate::kube::extender::ExtenderState> {
-    use crate::kube::config::ExtenderConfig;
+    use crate::config::serve::ExtenderConfig;
     use crate::kube::extender::ExtenderState;
     use crate::plugins::{PluginDeps, build_framework_with};
     use crate::snapshot::Snapshot;

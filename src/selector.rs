@@ -12,20 +12,17 @@
 //!
 //! For node labels, [`CompiledSelector`], [`CompiledTerm`] and [`CompiledNodeSelector`] are
 //! the same selectors compiled once per cycle against a snapshot's label columns
-//! ([`crate::snapshot::table::LabelTable`]): keys become columns, values become value ids,
+//! ([`crate::snapshot::labels::LabelTable`]): keys become columns, values become value ids,
 //! `metadata.name` becomes node indices, `Gt`/`Lt` a table over the key's distinct values.
 //! Matching a node is then a few integer comparisons.
-
-use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use smallvec::SmallVec;
 
-use crate::snapshot::table::{LabelTable, NONE};
+use crate::snapshot::labels::{LabelTable, NONE};
 
-/// Labels as Kubernetes stores them.
-pub type Labels = BTreeMap<String, String>;
+pub use crate::snapshot::labels::Labels;
 
 /// A selector that could not be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -365,7 +362,7 @@ impl NodeSelector {
 }
 
 /// A requirement compiled against a snapshot's node label columns
-/// ([`crate::snapshot::table::LabelTable`]): the key is a column, the values are value
+/// ([`crate::snapshot::labels::LabelTable`]): the key is a column, the values are value
 /// ids, so matching a node is an array read and a comparison of integers.
 #[derive(Debug, Clone)]
 pub struct CompiledRequirement {

@@ -161,7 +161,7 @@ impl Engine {
         config.validate()?;
         // Only the peers' plugins read the long windows; without them no refresh reads a
         // day of samples.
-        config.analytics.peer_windows |= crate::plugins::peers::enabled_in(&config);
+        config.analytics.peer_windows |= crate::plugins::registry::needs_peer_windows(&config);
         crate::plugins::validate_config(&config)?;
         let reservations = parts
             .reservations

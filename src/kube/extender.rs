@@ -27,7 +27,7 @@
 //!
 //! Bad input never panics: malformed JSON is a 400 naming the field.
 //!
-//! [`ExtenderConfig::profile`]: super::config::ExtenderConfig::profile
+//! [`ExtenderConfig::profile`]: crate::config::serve::ExtenderConfig::profile
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -598,7 +598,7 @@ mod tests {
             .map(|n| n.metadata.name.clone().unwrap_or_default())
             .collect();
         let snap = Arc::new(Snapshot::build(nodes, pods));
-        let cfg = super::super::config::ExtenderConfig::default();
+        let cfg = crate::config::serve::ExtenderConfig::default();
         let fw = crate::plugins::build_framework_with(
             &cfg.profile(),
             &crate::plugins::PluginDeps::default(),
@@ -651,7 +651,7 @@ mod tests {
             .collect();
         let snap = Arc::new(Snapshot::build(nodes, pods));
         let reads = Arc::new(AtomicUsize::new(0));
-        let cfg: super::super::config::ExtenderConfig = serde_norway::from_str(
+        let cfg: crate::config::serve::ExtenderConfig = serde_norway::from_str(
             "plugins: {NodeResourcesFit: {enabled: true}, TaintToleration: {enabled: true}}",
         )
         .unwrap();

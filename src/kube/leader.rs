@@ -26,7 +26,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::config::LeaderElectionConfig;
+use crate::config::serve::LeaderElectionConfig;
 use crate::framework::BoxFuture;
 
 /// Why a Lease call failed.

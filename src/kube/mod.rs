@@ -26,20 +26,21 @@
 pub mod auth;
 pub mod bind;
 pub mod client;
-pub mod config;
 pub mod crd;
 pub mod events;
 pub mod extender;
 pub mod flow;
 pub mod leader;
 pub mod preempt;
+pub mod recorder;
 pub mod reflect;
 pub mod serve;
 pub mod tls;
 pub mod volumes;
+pub mod watch;
 pub mod workloads;
 
-pub use config::ServeConfig;
+pub use crate::config::serve::ServeConfig;
 
 /// Every API call `serve` makes, as RBAC names it: `(apiGroup, resource, verb)`.
 /// `deploy/rbac.yaml` grants exactly these (a test checks both ways, and the fake API

@@ -16,7 +16,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use prometheus_client::metrics::counter::Counter;
 
-use super::events::{EventSpec, Recorder};
+use super::recorder::{EventSpec, Recorder};
 use crate::framework::Nomination;
 use crate::preemption::disruption_target_patch;
 use crate::snapshot::PodInfo;

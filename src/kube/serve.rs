@@ -32,12 +32,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::auth::{self, Auth, KubeReviewer, Reviewer, SecurityMode};
 use super::bind::{ApiBinder, BindStats};
-use super::config::ServeConfig;
 use super::crd::{self, KubeReservations, ReservationResource};
 use super::events::{self, Reporter, ReporterStats};
 use super::extender::{self, ExtenderState};
 use super::flow::BindFlow;
 use super::leader::{ElectionStats, KubeLeaseStore, LeaderElector, LeaseStore};
+use super::recorder;
 use super::reflect;
 use super::tls;
 use super::{Error, Result};
@@ -45,6 +45,7 @@ use crate::api::SinkReport;
 use crate::clock::Clock;
 use crate::cluster::{NodeObserver, Synced};
 use crate::config::Config;
+use crate::config::serve::ServeConfig;
 use crate::engine::{Drive, Engine, EngineError, Parts, Phase, Running};
 use crate::plugins::build_framework_with;
 use crate::reservation::ReservationSource;
@@ -412,11 +413,11 @@ impl Cx {
         flow: &Arc<BindFlow>,
         decisions: mpsc::Receiver<Arc<crate::framework::Decision>>,
         outcomes: mpsc::Receiver<super::bind::BindOutcome>,
-    ) -> (ReporterStats, Arc<events::EventStats>) {
-        let (recorder, events_rx) = events::recorder();
+    ) -> (ReporterStats, Arc<recorder::EventStats>) {
+        let (recorder, events_rx) = recorder::recorder();
         let event_stats = recorder.stats().clone();
         event_stats.register(self.engine.metrics());
-        let writer = events::run_event_writer(
+        let writer = recorder::run_event_writer(
             self.client.clone(),
             self.serve.events.clone(),
             self.identity.clone(),

@@ -26,7 +26,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use super::reflect::{WatchItem, pump};
+use super::watch::{WatchItem, pump};
 use crate::cluster::{ClusterState, Kind};
 use crate::framework::BoxFuture;
 use crate::plugins::volume_binding::VolumeBinder;

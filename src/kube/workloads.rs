@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ReplicationController, Service};
 use kube::Client;
 use kube::api::Api;
 
-use super::reflect::{WatchItem, pump};
+use super::watch::{WatchItem, pump};
 use crate::cluster::{ClusterState, Kind};
 use crate::snapshot::workloads::{Workload, WorkloadKind};
 

@@ -20,25 +20,6 @@ use crate::quantity::Quantity;
 use crate::snapshot::{NodeInfo, PodInfo};
 use crate::usage::UsageContext;
 
-/// The peer plugins (all off by default; `profiles[].plugins.<name>: {enabled: true}`).
-pub const PLUGINS: [&str; 4] = [
-    super::trimaran_tlp::NAME,
-    super::trimaran_lvrb::NAME,
-    super::load_aware::NAME,
-    super::crane_dynamic::NAME,
-];
-
-/// Whether some profile of `config` (or the extender's) enables a peer plugin: then the
-/// analytics compute the peers' windows ([`crate::analytics::AnalyticsConfig::peer_windows`]).
-pub fn enabled_in(config: &crate::config::Config) -> bool {
-    let on = |plugins: &std::collections::BTreeMap<String, crate::config::PluginSetting>| {
-        PLUGINS
-            .iter()
-            .any(|p| plugins.get(*p).and_then(|s| s.enabled) == Some(true))
-    };
-    config.profiles.iter().any(|p| on(&p.plugins)) || on(&config.serve.extender.plugins)
-}
-
 /// The usage context a peer plugin's PreFilter or PreScore keeps for its per-node calls
 /// (one slot shared by the peers: the same snapshot's context).
 pub struct Ctx(pub std::sync::Arc<UsageContext>);

@@ -38,7 +38,8 @@ use crate::framework::{
     PreScorePlugin, Registered, ScorePlugin, Status,
 };
 use crate::selector::{Labels, Op, Requirement, Selector, SelectorError};
-use crate::snapshot::table::{NONE, flag};
+use crate::snapshot::labels::NONE;
+use crate::snapshot::table::flag;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use smallvec::SmallVec;
 

@@ -181,6 +181,9 @@ pub struct KnownPlugin {
     /// A kube-scheduler in-tree plugin (false: one of headroom's own). In extender mode
     /// kube-scheduler has already run the in-tree ones, so only headroom's own run.
     pub upstream: bool,
+    /// Reads the peer schedulers' load windows ([`super::peers`]): when a profile enables
+    /// it, the analytics compute them ([`needs_peer_windows`]).
+    pub peer_windows: bool,
     /// Its args, if it takes any.
     pub args: Option<ArgsSpec>,
     /// Builds it.
@@ -197,6 +200,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(scheduling_gates::SchedulingGates::new().register()),
     },
@@ -206,6 +210,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(node_unschedulable::NodeUnschedulable::new().register()),
     },
@@ -215,6 +220,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(node_name::NodeName::new().register()),
     },
@@ -224,6 +230,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 3,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(taint_toleration::TaintToleration::new().register()),
     },
@@ -233,6 +240,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 2,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<node_affinity::NodeAffinityArgs>(
             "nodeAffinity",
         )),
@@ -244,6 +252,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(node_ports::NodePorts::new().register()),
     },
@@ -253,6 +262,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 1,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<node_resources_fit::NodeResourcesFitArgs>(
             "nodeResourcesFit",
         )),
@@ -264,6 +274,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(volume_restrictions::VolumeRestrictions::new().register()),
     },
@@ -273,6 +284,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(node_volume_limits::NodeVolumeLimits::new().register()),
     },
@@ -282,6 +294,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, deps| {
             Ok(volume_binding::VolumeBinding::new(deps.volume_binder.clone()).register())
@@ -293,6 +306,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(volume_zone::VolumeZone::new().register()),
     },
@@ -302,6 +316,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 2,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<pod_topology_spread::PodTopologySpreadArgs>(
             "podTopologySpread",
         )),
@@ -313,6 +328,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 2,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<inter_pod_affinity::InterPodAffinityArgs>(
             "interPodAffinity",
         )),
@@ -324,6 +340,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<default_preemption::DefaultPreemptionArgs>(
             "defaultPreemption",
         )),
@@ -335,6 +352,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 1,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<balanced_allocation::BalancedAllocationArgs>(
             "nodeResourcesBalancedAllocation",
         )),
@@ -346,6 +364,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 1,
         default_enabled: true,
         upstream: true,
+        peer_windows: false,
         args: None,
         factory: |_, _| Ok(image_locality::ImageLocality::new().register()),
     },
@@ -357,6 +376,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: false,
+        peer_windows: false,
         args: None,
         factory: |_, deps| Ok(reservation::ReservationPlugin::new(deps).register()),
     },
@@ -366,6 +386,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: false,
         upstream: false,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<node_start_rate::NodeStartRateArgs>(
             "nodeStartRate",
         )),
@@ -377,6 +398,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: false,
+        peer_windows: false,
         args: None,
         factory: |_, deps| Ok(real_memory_fit::RealMemoryFit::new(deps).register()),
     },
@@ -386,6 +408,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: true,
         upstream: false,
+        peer_windows: false,
         args: None,
         factory: |_, deps| Ok(real_disk_fit::RealDiskFit::new(deps).register()),
     },
@@ -395,6 +418,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 0,
         default_enabled: false,
         upstream: false,
+        peer_windows: false,
         args: None,
         factory: |_, deps| Ok(real_cpu_fit::RealCpuFit::new(deps).register()),
     },
@@ -404,6 +428,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 10,
         default_enabled: true,
         upstream: false,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<history::HistoryArgs>("history")),
         factory: |a, deps| Ok(history::History::new(a.decode()?, deps)?.register()),
     },
@@ -413,6 +438,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 7,
         default_enabled: true,
         upstream: false,
+        peer_windows: false,
         args: Some(ArgsSpec::of::<real_headroom::RealHeadroomArgs>(
             "realHeadroom",
         )),
@@ -425,6 +451,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 1,
         default_enabled: false,
         upstream: false,
+        peer_windows: true,
         args: Some(ArgsSpec::of::<trimaran_tlp::TargetLoadPackingArgs>(
             "targetLoadPacking",
         )),
@@ -436,6 +463,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 1,
         default_enabled: false,
         upstream: false,
+        peer_windows: true,
         args: Some(
             ArgsSpec::of::<trimaran_lvrb::LoadVariationRiskBalancingArgs>(
                 "loadVariationRiskBalancing",
@@ -449,6 +477,7 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 1,
         default_enabled: false,
         upstream: false,
+        peer_windows: true,
         args: Some(ArgsSpec::of::<load_aware::LoadAwareSchedulingArgs>(
             "loadAwareScheduling",
         )),
@@ -460,10 +489,24 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         weight: 3,
         default_enabled: false,
         upstream: false,
+        peer_windows: true,
         args: Some(ArgsSpec::of::<crane_dynamic::DynamicArgs>("dynamic")),
         factory: |a, _| Ok(crane_dynamic::Dynamic::new(a.decode()?)?.register()),
     },
 ];
+
+/// Whether some profile of `config` (or the extender's) enables a plugin that reads the
+/// peers' load windows: then the analytics compute them
+/// ([`crate::analytics::AnalyticsConfig::peer_windows`]).
+pub fn needs_peer_windows(config: &crate::config::Config) -> bool {
+    let on = |plugins: &std::collections::BTreeMap<String, crate::config::PluginSetting>| {
+        KNOWN_PLUGINS
+            .iter()
+            .filter(|k| k.peer_windows)
+            .any(|k| plugins.get(k.name).and_then(|s| s.enabled) == Some(true))
+    };
+    config.profiles.iter().any(|p| on(&p.plugins)) || on(&config.serve.extender.plugins)
+}
 
 /// Looks a plugin up by name.
 pub fn known(name: &str) -> Option<&'static KnownPlugin> {
@@ -646,7 +689,7 @@ mod tests {
     #[test]
     fn extender_profile_runs_own_plugins_and_in_tree_ones_only_when_enabled() {
         let names = |yaml: &str| -> Vec<&'static str> {
-            let c: crate::kube::config::ExtenderConfig = serde_norway::from_str(yaml).unwrap();
+            let c: crate::config::serve::ExtenderConfig = serde_norway::from_str(yaml).unwrap();
             let fw = build_framework(&c.profile()).unwrap();
             fw.plugins().iter().map(|r| r.name).collect()
         };

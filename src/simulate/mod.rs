@@ -677,7 +677,11 @@ mod tests {
                 .map(|r| r.name)
                 .collect()
         };
-        let peers = crate::plugins::peers::PLUGINS;
+        let peers: Vec<&str> = crate::plugins::KNOWN_PLUGINS
+            .iter()
+            .filter(|k| k.peer_windows)
+            .map(|k| k.name)
+            .collect();
         for (p, on) in [
             (Policy::TrimaranTlp, "TargetLoadPacking"),
             (Policy::TrimaranLvrb, "LoadVariationRiskBalancing"),
@@ -696,10 +700,12 @@ mod tests {
                 !p.as_str().starts_with("trimaran"),
                 "{p:?}"
             );
-            assert!(crate::plugins::peers::enabled_in(&p.config(&base)));
+            assert!(crate::plugins::registry::needs_peer_windows(
+                &p.config(&base)
+            ));
         }
         assert!(names(Policy::Headroom).contains(&"RealHeadroom"));
-        assert!(!crate::plugins::peers::enabled_in(
+        assert!(!crate::plugins::registry::needs_peer_windows(
             &Policy::Requests.config(&base)
         ));
         let c = Policy::Crane.config(&base);

@@ -8,6 +8,7 @@
 //! pays one copy (each node is itself an `Arc`, so that copy is one pointer per node).
 
 mod index;
+pub mod labels;
 mod node_info;
 mod pod_info;
 pub mod policy;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 
 pub use index::{IndexedPod, IndexedTerm, PodIndex};
-pub use node_info::{NodeImage, NodeInfo, image_hash};
+pub use node_info::{DISK_FREE_ANNOTATION, DISK_TOTAL_ANNOTATION, NodeImage, NodeInfo, image_hash};
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 pub use table::NodeTable;
 

@@ -11,6 +11,10 @@ use crate::selector::Labels;
 
 static EMPTY_LABELS: Labels = Labels::new();
 
+/// Node annotation with the node's disk size, a quantity (seed 003's sync script).
+pub const DISK_TOTAL_ANNOTATION: &str = "headroom.io/disk-total";
+/// Node annotation with the node's free disk, a quantity.
+pub const DISK_FREE_ANNOTATION: &str = "headroom.io/disk-free";
 /// The 128-bit hash ImageLocality uses for image names: two SipHash runs with fixed keys
 /// (stable within a process, which is all a snapshot needs).
 pub fn image_hash(name: &str) -> u128 {
@@ -147,8 +151,8 @@ impl NodeInfo {
             .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
         let has_prefer_no_schedule_taints = taints.iter().any(|t| t.effect == "PreferNoSchedule");
         let disk_annotations = (
-            annotation_bytes(&node, crate::usage::node::DISK_TOTAL_ANNOTATION),
-            annotation_bytes(&node, crate::usage::node::DISK_FREE_ANNOTATION),
+            annotation_bytes(&node, DISK_TOTAL_ANNOTATION),
+            annotation_bytes(&node, DISK_FREE_ANNOTATION),
         );
         NodeInfo {
             disk_annotations,

@@ -11,10 +11,9 @@ use crate::quantity::format_bytes;
 use crate::snapshot::table::{NodeTable, res};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo};
 
-/// Node annotation with the node's disk size, a quantity (seed 003's sync script).
-pub const DISK_TOTAL_ANNOTATION: &str = "headroom.io/disk-total";
-/// Node annotation with the node's free disk, a quantity.
-pub const DISK_FREE_ANNOTATION: &str = "headroom.io/disk-free";
+// The disk annotations are read with the rest of the node ([`NodeInfo`]); named here too,
+// where the usage view falls back on them.
+pub use crate::snapshot::{DISK_FREE_ANNOTATION, DISK_TOTAL_ANNOTATION};
 
 /// Where a node's disk numbers came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use crate::Store;
 use crate::checksum::{DECISIONS, seal, unseal};
 use crate::chunk::{get_uvarint, put_uvarint};
 use crate::error::{Error, Result};
-use crate::store::lock;
+use crate::lock;
 
 /// Identifies a decision: the pod and the decision time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -52,12 +52,14 @@ pub use labels::{
     parse_selector, validate_metric_name,
 };
 pub use maintenance::{MaintenanceConfig, MaintenanceReport, MaintenanceTarget, run_maintenance};
+pub use manifest::FORMAT_VERSION;
 pub use manifest::MARKER_FILE;
 pub use rollup::{ROLLUP_STEP_MS, Rollup, bucket_start, rollup_samples};
 pub use runs::{RunRecord, UsageSummary};
-pub use store::{FORMAT_VERSION, FlushStats, MaintenanceStats, OpenMode, Store, StoreStats};
+pub use store::{FlushStats, MaintenanceStats, OpenMode, Store, StoreStats};
 
 use serde::{Deserialize, Serialize};
+use std::sync::{Mutex, MutexGuard};
 
 /// Largest accepted timestamp (2^53 ms, about 285,000 years): keeps every timestamp
 /// delta far from `i64` overflow and exactly representable as f64.
@@ -87,4 +89,10 @@ pub struct SeriesInfo {
     pub labels: Labels,
     /// Newest raw sample, if any.
     pub last: Option<Sample>,
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section leaves the state consistent
+/// at each step, so a panic elsewhere must not make the store unusable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

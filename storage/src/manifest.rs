@@ -18,8 +18,11 @@ use std::path::Path;
 
 use crate::OpenMode;
 use crate::error::{Error, Result};
-use crate::store::FORMAT_VERSION;
 
+/// On-disk format version, stored in the `HEADROOM` marker and the `meta` tree and
+/// checked at open. Version 2 added the marker and value checksums; version 1 stores are
+/// refused (see `FORMAT.md`).
+pub const FORMAT_VERSION: u32 = 2;
 /// Name of the marker file in a store directory.
 pub const MARKER_FILE: &str = "HEADROOM";
 const TMP_FILE: &str = "HEADROOM.tmp";

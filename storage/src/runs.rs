@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::Store;
 use crate::checksum::{self, PLACEMENTS, RUNS, seal, unseal};
 use crate::error::{Error, Result};
-use crate::store::lock;
+use crate::lock;
 
 /// Mean, 95th percentile and maximum of a usage series over one run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::checksum::{self, META, TSDB, seal, unseal};
@@ -30,16 +30,14 @@ use crate::head::{Appended, Head, NO_SEQ, Reject};
 use crate::index::Index;
 use crate::keys::*;
 use crate::labels::{CompiledMatcher, Labels, Matcher, validate_metric_name};
+use crate::lock;
+use crate::manifest::FORMAT_VERSION;
 use crate::rollup::{
     ROLLUP_BLOCK_MS, Rollup, block_start, bucket_start, decode_block, encode_block, merge_rollups,
     rollup_samples,
 };
 use crate::{MAX_TIMESTAMP_MS, Sample, SeriesId, SeriesInfo};
 
-/// On-disk format version, stored in the `HEADROOM` marker and the `meta` tree and
-/// checked at open. Version 2 added the marker and value checksums; version 1 stores are
-/// refused (see `FORMAT.md`).
-pub const FORMAT_VERSION: u32 = 2;
 const FORMAT_KEY: &[u8] = b"format_version";
 
 /// Whether [`Store::open_with`] may create a store.
@@ -156,12 +154,6 @@ impl std::fmt::Debug for Store {
             .field("path", &self.inner.path)
             .finish_non_exhaustive()
     }
-}
-
-/// Locks a mutex, ignoring poisoning: every critical section leaves the state consistent
-/// at each step, so a panic elsewhere must not make the store unusable.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn check_sample(ts_ms: i64, value: f64) -> Result<()> {

@@ -7,6 +7,7 @@ mod conformance;
 mod fuzzing;
 mod grafana;
 mod kube;
+mod layout;
 mod prometheus;
 mod properties;
 mod simulate;

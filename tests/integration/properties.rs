@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use headroom::config::Config;
-use headroom::kube::config::ExtenderConfig;
+use headroom::config::serve::ExtenderConfig;
 use headroom::kube::extender::{ExtenderArgs, ExtenderBindingArgs, ExtenderState, parse};
 use headroom::objects::Objects;
 use headroom::place::{PlaceOptions, place_objects};

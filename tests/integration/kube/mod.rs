@@ -874,7 +874,7 @@ async fn kube_fake_answers_like_the_recorded_api_server() {
     // The condition kube-scheduler writes has the shape headroom writes.
     let cond = capture("kube-apiserver/pod-unschedulable-condition.json");
     let recorded = &cond["response"]["status"]["conditions"][0];
-    let ours = headroom::kube::events::unschedulable_condition(
+    let ours = headroom::kube::recorder::unschedulable_condition(
         "Unschedulable",
         recorded["message"].as_str().unwrap(),
         0,

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{PluginArgs, PluginSetting, ProfileConfig};
+use super::{PluginArgs, PluginSetting, ProfileConfig};
 
 /// The name of the profile extender requests are scheduled with (in decision records).
 pub const EXTENDER_PROFILE: &str = "extender";
@@ -47,7 +47,7 @@ pub struct ServeConfig {
     /// Who may call the listeners: TLS, client certificates or TokenReview,
     /// SubjectAccessReview (default), or `mode: none` on loopback only; see
     /// `src/kube/auth.rs`.
-    pub security: super::auth::SecurityConfig,
+    pub security: crate::kube::auth::SecurityConfig,
     /// Schedule and bind the unassigned pods whose `spec.schedulerName` names one of the
     /// profiles. Default true. Set false to run as an extender only (kube-scheduler then
     /// schedules; headroom filters, scores and optionally binds for it).
@@ -88,7 +88,7 @@ pub struct ServeConfig {
     /// flight (`initialWindow` 16, `minWindow` 2, `maxWindow` 512, `latencyTarget` 1s) and
     /// an optional client-side rate limit (`qps` 0 = none, `burst` 100), see
     /// `src/kube/flow.rs`.
-    pub binding: super::flow::FlowConfig,
+    pub binding: crate::kube::flow::FlowConfig,
 }
 
 impl Default for ServeConfig {
@@ -97,7 +97,7 @@ impl Default for ServeConfig {
             listen: "0.0.0.0:10260".to_string(),
             api_listen: "0.0.0.0:10261".to_string(),
             viewer_listen: None,
-            security: super::auth::SecurityConfig::default(),
+            security: crate::kube::auth::SecurityConfig::default(),
             schedule: true,
             leader_election: LeaderElectionConfig::default(),
             extender: ExtenderConfig::default(),
@@ -108,7 +108,7 @@ impl Default for ServeConfig {
             assume_ttl: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
             shutdown_grace_period: Duration::from_secs(20),
-            binding: super::flow::FlowConfig::default(),
+            binding: crate::kube::flow::FlowConfig::default(),
         }
     }
 }

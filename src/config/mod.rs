@@ -24,6 +24,8 @@
 //!   hotMemoryPercent: 90
 //! ```
 
+pub mod serve;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -94,8 +96,8 @@ pub struct Config {
     /// node counts as hot and which moves are suggested; see [`crate::advice::AdviceConfig`].
     pub advice: crate::advice::AdviceConfig,
     /// `headroom serve`: listener, leader election, extender, events, annotations,
-    /// reservations (`src/kube/config.rs`). Default: every field's default.
-    pub serve: crate::kube::ServeConfig,
+    /// reservations (`src/config/serve.rs`). Default: every field's default.
+    pub serve: serve::ServeConfig,
 }
 
 /// The store directory used when neither `--data-dir` nor `dataDir` is given.
@@ -112,7 +114,7 @@ impl Default for Config {
             analytics: crate::analytics::AnalyticsConfig::default(),
             usage: crate::usage::UsagePolicy::default(),
             advice: crate::advice::AdviceConfig::default(),
-            serve: crate::kube::ServeConfig::default(),
+            serve: serve::ServeConfig::default(),
         }
     }
 }
