@@ -129,7 +129,7 @@ fn paths(text: &str, from: &[String]) -> Vec<(usize, Vec<String>)> {
         base.extend(segs.iter().map(|s| s.to_string()));
         // A group, `use crate::a::{b::C, d}`: one path per item.
         let after = &text[i + rest.len()..];
-        match after.strip_prefix('{').and_then(|g| group_items(g)) {
+        match after.strip_prefix('{').and_then(group_items) {
             Some(items) => {
                 for item in items {
                     let mut p = base.clone();
