@@ -15,6 +15,7 @@ use super::node_resources_fit::{
     ResourceKind, ResourceSpec, allocatable_requested, default_resources,
     table_allocatable_requested,
 };
+use crate::field;
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
 };
@@ -50,9 +51,12 @@ pub struct BalancedAllocation {
 
 impl BalancedAllocation {
     /// Creates the plugin.
-    pub fn new(args: BalancedAllocationArgs) -> Result<Self, String> {
+    pub fn new(args: BalancedAllocationArgs) -> Result<Self, field::Error> {
         if args.resources.is_empty() {
-            return Err("resources: at least one resource is required".into());
+            return Err(field::Error::required(
+                field::Path::new("resources"),
+                "at least one resource is required",
+            ));
         }
         let kinds = args
             .resources
@@ -278,10 +282,7 @@ impl ScorePlugin for BalancedAllocation {
 impl super::registry::PluginArgs for BalancedAllocationArgs {
     /// At least one resource: the constructor's check.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match BalancedAllocation::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(BalancedAllocation::new(self.clone()), path)
     }
 }
 

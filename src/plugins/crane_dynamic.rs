@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{
     CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin, Registered,
     ScorePlugin, Status,
@@ -178,26 +179,45 @@ fn metric(name: &str) -> Result<(bool, Stat, u64), String> {
         })
 }
 
+/// `list[i].field` under the args.
+fn at(list: &str, i: usize, name: &str) -> field::Path {
+    field::Path::new(list).index(i).child(name)
+}
+
 impl Dynamic {
     /// Creates the plugin from checked args.
-    pub fn new(args: DynamicArgs) -> Result<Self, String> {
+    pub fn new(args: DynamicArgs) -> Result<Self, field::Error> {
         for (i, p) in args.sync_policy.iter().enumerate() {
-            metric(&p.name).map_err(|e| format!("syncPolicy[{i}].name: {e}"))?;
+            metric(&p.name)
+                .map_err(|e| field::Error::invalid(at("syncPolicy", i, "name"), "", e))?;
         }
         for (i, p) in args.predicate.iter().enumerate() {
-            metric(&p.name).map_err(|e| format!("predicate[{i}].name: {e}"))?;
+            metric(&p.name)
+                .map_err(|e| field::Error::invalid(at("predicate", i, "name"), "", e))?;
             if !(p.max_limit_pecent.is_finite() && p.max_limit_pecent >= 0.0) {
-                return Err(format!("predicate[{i}].maxLimitPecent: must be ≥ 0"));
+                return Err(field::Error::out_of_range(
+                    at("predicate", i, "maxLimitPecent"),
+                    p.max_limit_pecent,
+                    "≥ 0",
+                ));
             }
         }
         for (i, p) in args.priority.iter().enumerate() {
-            metric(&p.name).map_err(|e| format!("priority[{i}].name: {e}"))?;
+            metric(&p.name).map_err(|e| field::Error::invalid(at("priority", i, "name"), "", e))?;
             if !(p.weight.is_finite() && p.weight >= 0.0) {
-                return Err(format!("priority[{i}].weight: must be ≥ 0"));
+                return Err(field::Error::out_of_range(
+                    at("priority", i, "weight"),
+                    p.weight,
+                    "≥ 0",
+                ));
             }
         }
         if let Some(i) = args.hot_value.iter().position(|h| h.count == 0) {
-            return Err(format!("hotValue[{i}].count: must be at least 1"));
+            return Err(field::Error::out_of_range(
+                at("hotValue", i, "count"),
+                0,
+                "at least 1",
+            ));
         }
         Ok(Dynamic { args })
     }
@@ -376,10 +396,7 @@ impl ScorePlugin for Dynamic {
 impl super::registry::PluginArgs for DynamicArgs {
     /// Known metric names, limits and weights ≥ 0, hot-value counts ≥ 1.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match Dynamic::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(Dynamic::new(self.clone()), path)
     }
 }
 

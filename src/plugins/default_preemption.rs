@@ -226,13 +226,12 @@ fn fit_message(n: usize, explicit: &[(NodeIdx, Status)], absent: &str) -> String
 
 impl DefaultPreemption {
     /// Creates the plugin with validated args.
-    pub fn new(args: DefaultPreemptionArgs) -> Result<Self, String> {
+    pub fn new(args: DefaultPreemptionArgs) -> Result<Self, crate::field::Error> {
         use super::registry::PluginArgs;
-        let errors = args.validate(&crate::field::Path::new("defaultPreemption"));
-        if !errors.is_empty() {
-            return Err(errors.to_string());
+        match args.validate(&crate::field::Path::root()).iter().next() {
+            Some(e) => Err(e.clone()),
+            None => Ok(DefaultPreemption { args }),
         }
-        Ok(DefaultPreemption { args })
     }
 
     /// Registers its extension points (PostFilter).
@@ -594,7 +593,7 @@ mod tests {
             };
             match (DefaultPreemption::new(args), want) {
                 (Ok(_), None) => {}
-                (Err(e), Some(w)) => assert!(e.contains(w), "{p}/{a}: {e}"),
+                (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{p}/{a}: {e}"),
                 (r, w) => panic!("{p}/{a}: got {:?}, want {w:?}", r.err()),
             }
         }

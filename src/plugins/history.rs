@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::{FreeAfter, UsagePolicy, pod_usage};
@@ -100,14 +101,19 @@ pub struct History {
 
 impl History {
     /// Creates the plugin; scores must be within 0..=100.
-    pub fn new(args: HistoryArgs, deps: &PluginDeps) -> Result<Self, String> {
-        if let Some(bad) = args.scores.iter().find(|s| !(0..=100).contains(*s)) {
-            return Err(format!("score {bad} is not in 0..=100"));
+    pub fn new(args: HistoryArgs, deps: &PluginDeps) -> Result<Self, field::Error> {
+        if let Some(i) = args.scores.iter().position(|s| !(0..=100).contains(s)) {
+            return Err(super::registry::not_in(
+                field::Path::new("scores").index(i),
+                args.scores[i],
+                "0..=100",
+            ));
         }
         if !(0.0..=100.0).contains(&args.headroom_band) {
-            return Err(format!(
-                "headroomBand {} is not in 0..=100",
-                args.headroom_band
+            return Err(super::registry::not_in(
+                field::Path::new("headroomBand"),
+                args.headroom_band,
+                "0..=100",
             ));
         }
         Ok(History {
@@ -355,10 +361,10 @@ impl ScorePlugin for History {
 impl super::registry::PluginArgs for HistoryArgs {
     /// Scores and `headroomBand` within 0..=100: the constructor's checks.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match History::new(self.clone(), &super::PluginDeps::default()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(
+            History::new(self.clone(), &super::PluginDeps::default()),
+            path,
+        )
     }
 }
 

@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{
     CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin, Registered,
     ScorePlugin, Status,
@@ -151,14 +152,21 @@ enum Agg {
 }
 
 impl Agg {
-    fn parse(s: &str) -> Result<Agg, String> {
+    /// An aggregation type, or the error at `at`.
+    fn parse(s: &str, at: field::Path) -> Result<Agg, field::Error> {
         Ok(match s {
             "avg" => Agg::Avg,
             "p50" => Agg::P50,
             "p90" => Agg::P90,
             "p95" => Agg::P95,
             "p99" => Agg::P99,
-            _ => return Err(format!("{s:?} is not one of avg, p50, p90, p95, p99")),
+            _ => {
+                return Err(field::Error::not_supported(
+                    at,
+                    s,
+                    &["avg", "p50", "p90", "p95", "p99"],
+                ));
+            }
         })
     }
 
@@ -194,9 +202,13 @@ pub struct LoadAwareScheduling {
     factors: Vec2,
 }
 
-fn pair(m: &ResourceMap, what: &str) -> Result<Vec2, String> {
+fn pair(m: &ResourceMap, at: &field::Path) -> Result<Vec2, field::Error> {
     if let Some(k) = m.keys().find(|k| *k != "cpu" && *k != "memory") {
-        return Err(format!("{what}.{k}: only cpu and memory are supported"));
+        return Err(field::Error::not_supported(
+            at.key(k.clone()),
+            k,
+            &["cpu", "memory"],
+        ));
     }
     Ok([
         m.get("cpu").copied().unwrap_or(0),
@@ -204,32 +216,50 @@ fn pair(m: &ResourceMap, what: &str) -> Result<Vec2, String> {
     ])
 }
 
-fn window(d: Option<std::time::Duration>, what: &str) -> Result<u64, String> {
+fn window(d: Option<std::time::Duration>, at: field::Path) -> Result<u64, field::Error> {
     let s = d.map_or(1800, |d| d.as_secs());
     if crate::analytics::windows::WINDOWS.contains(&s) {
         Ok(s)
     } else {
-        Err(format!(
-            "{what}: {s}s is not one of the windows headroom keeps (5m, 10m, 15m, 30m, 1h, 24h)"
+        Err(field::Error::invalid(
+            at,
+            format!("{s}s"),
+            "must be one of the windows headroom keeps (5m, 10m, 15m, 30m, 1h, 24h)",
         ))
     }
 }
 
 impl LoadAwareScheduling {
     /// Creates the plugin from checked args.
-    pub fn new(args: LoadAwareSchedulingArgs) -> Result<Self, String> {
+    pub fn new(args: LoadAwareSchedulingArgs) -> Result<Self, field::Error> {
+        let at = field::Path::new;
         if !args.prod_usage_thresholds.is_empty() || args.score_according_prod_usage {
-            return Err("prodUsageThresholds: Prod usage needs per-pod metrics, which headroom does not read here; not supported".into());
+            return Err(field::Error::invalid(
+                at("prodUsageThresholds"),
+                "",
+                "Prod usage needs per-pod metrics, which headroom does not read here; not supported",
+            ));
         }
         if args.allow_customize_estimation {
-            return Err("allowCustomizeEstimation: not supported".into());
+            return Err(field::Error::invalid(
+                at("allowCustomizeEstimation"),
+                "true",
+                "not supported",
+            ));
         }
         if let Some(e) = args.estimator.as_deref().filter(|e| *e != "default") {
-            return Err(format!("estimator: {e:?}: only \"default\" is supported"));
+            return Err(field::Error::not_supported(
+                at("estimator"),
+                e,
+                &["default"],
+            ));
         }
-        let thresholds = pair(&args.usage_thresholds, "usageThresholds")?;
-        let weights = pair(&args.resource_weights, "resourceWeights")?;
-        let mut factors = pair(&args.estimated_scaling_factors, "estimatedScalingFactors")?;
+        let thresholds = pair(&args.usage_thresholds, &at("usageThresholds"))?;
+        let weights = pair(&args.resource_weights, &at("resourceWeights"))?;
+        let mut factors = pair(
+            &args.estimated_scaling_factors,
+            &at("estimatedScalingFactors"),
+        )?;
         for (i, k) in ["cpu", "memory"].iter().enumerate() {
             if !args.estimated_scaling_factors.contains_key(*k) {
                 factors[i] = [85, 70][i];
@@ -240,11 +270,22 @@ impl LoadAwareScheduling {
             ("estimatedScalingFactors", factors),
         ] {
             if v.iter().any(|x| !(0..=100).contains(x)) {
-                return Err(format!("{what}: {v:?} must be in 0..=100"));
+                return Err(field::Error::out_of_range(
+                    at(what),
+                    format!("{v:?}"),
+                    "in 0..=100",
+                ));
             }
         }
         if weights.iter().any(|w| *w < 0) || args.dominant_resource_weight < 0 {
-            return Err("resourceWeights: weights must not be negative".into());
+            return Err(field::Error::invalid(
+                at("resourceWeights"),
+                format!(
+                    "{weights:?} (dominantResourceWeight {})",
+                    args.dominant_resource_weight
+                ),
+                "weights must not be negative",
+            ));
         }
         let mut filter_basis = NODE_USAGE;
         let mut aggregated_filter = false;
@@ -252,27 +293,29 @@ impl LoadAwareScheduling {
         let mut agg_thresholds = None;
         if let Some(a) = &args.aggregated {
             if !a.usage_thresholds.is_empty() {
-                let t = pair(&a.usage_thresholds, "aggregated.usageThresholds")?;
-                let kind = Agg::parse(a.usage_aggregation_type.as_deref().unwrap_or("p95"))
-                    .map_err(|e| format!("aggregated.usageAggregationType: {e}"))?;
+                let agg = at("aggregated");
+                let t = pair(&a.usage_thresholds, &agg.child("usageThresholds"))?;
+                let kind = Agg::parse(
+                    a.usage_aggregation_type.as_deref().unwrap_or("p95"),
+                    agg.child("usageAggregationType"),
+                )?;
                 filter_basis = Basis(
                     kind,
                     window(
                         a.usage_aggregated_duration,
-                        "aggregated.usageAggregatedDuration",
+                        agg.child("usageAggregatedDuration"),
                     )?,
                 );
                 aggregated_filter = true;
                 agg_thresholds = Some(t);
             }
             if let Some(kind) = &a.score_aggregation_type {
-                let kind = Agg::parse(kind)
-                    .map_err(|e| format!("aggregated.scoreAggregationType: {e}"))?;
+                let kind = Agg::parse(kind, at("aggregated").child("scoreAggregationType"))?;
                 score_basis = Basis(
                     kind,
                     window(
                         a.score_aggregated_duration,
-                        "aggregated.scoreAggregatedDuration",
+                        at("aggregated").child("scoreAggregatedDuration"),
                     )?,
                 );
             }
@@ -508,10 +551,7 @@ impl super::registry::PluginArgs for LoadAwareSchedulingArgs {
     /// Resources only cpu and memory, percentages in 0..=100, known aggregation types and
     /// windows, the unsupported Prod options unset: the constructor's checks.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match LoadAwareScheduling::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(LoadAwareScheduling::new(self.clone()), path)
     }
 }
 

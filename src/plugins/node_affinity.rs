@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::NodeAffinity as K8sNodeAffinity;
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::NodeBatch;
 use crate::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
@@ -128,10 +129,15 @@ pub struct NodeAffinity {
     added_preferred: Vec<(Term, i64)>,
 }
 
+/// A compiled term's error as a field error (its field is a path under the args).
+fn selector_error(e: &crate::selector::SelectorError) -> field::Error {
+    field::Error::invalid(field::Path::new(e.field.clone()), "", e.message.clone())
+}
+
 fn compile_preferred(
     terms: &[k8s_openapi::api::core::v1::PreferredSchedulingTerm],
     field: &str,
-) -> Result<Vec<(Term, i64)>, String> {
+) -> Result<Vec<(Term, i64)>, field::Error> {
     let mut out = Vec::new();
     for (i, t) in terms.iter().enumerate() {
         let term = Term::new(&t.preference, &format!("{field}[{i}].preference"));
@@ -140,7 +146,7 @@ fn compile_preferred(
             continue;
         }
         if let Some(e) = &term.error {
-            return Err(e.to_string());
+            return Err(selector_error(e));
         }
         out.push((term, i64::from(t.weight)));
     }
@@ -149,14 +155,14 @@ fn compile_preferred(
 
 impl NodeAffinity {
     /// Creates the plugin; an invalid added affinity is a configuration error.
-    pub fn new(args: NodeAffinityArgs) -> Result<Self, String> {
+    pub fn new(args: NodeAffinityArgs) -> Result<Self, field::Error> {
         let mut added_required = None;
         let mut added_preferred = Vec::new();
         if let Some(a) = &args.added_affinity {
             if let Some(req) = &a.required_during_scheduling_ignored_during_execution {
                 let ns = NodeSelector::new(&req.node_selector_terms, "addedAffinity.required");
                 if let Some(e) = ns.terms.iter().find_map(|t| t.error.as_ref()) {
-                    return Err(e.to_string());
+                    return Err(selector_error(e));
                 }
                 added_required = Some(ns);
             }
@@ -323,7 +329,7 @@ impl PreScorePlugin for NodeAffinity {
                 "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
             ) {
                 Ok(v) => preferred.extend(v),
-                Err(e) => return Status::error(e),
+                Err(e) => return Status::error(e.to_string()),
             }
         }
         let labels = &snapshot.table().labels;
@@ -402,10 +408,7 @@ impl super::registry::PluginArgs for NodeAffinityArgs {
     /// Upstream's `ValidateNodeAffinityArgs` (the added affinity compiles): the
     /// constructor's check.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match NodeAffinity::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(NodeAffinity::new(self.clone()), path)
     }
 }
 

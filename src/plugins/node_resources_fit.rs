@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
     Reasons, Registered, ScorePlugin, Status,
@@ -316,17 +317,19 @@ pub(crate) fn allocatable_requested(
 
 impl NodeResourcesFit {
     /// Creates the plugin, validating its arguments.
-    pub fn new(args: NodeResourcesFitArgs) -> Result<Self, String> {
+    pub fn new(args: NodeResourcesFitArgs) -> Result<Self, field::Error> {
         let st = &args.scoring_strategy;
+        let strategy = field::Path::new("scoringStrategy");
         if st.resources.is_empty() {
-            return Err("scoringStrategy.resources: at least one resource is required".into());
+            return Err(field::Error::required(
+                strategy.child("resources"),
+                "at least one resource is required",
+            ));
         }
-        for r in &st.resources {
+        for (i, r) in st.resources.iter().enumerate() {
             if !(1..=100).contains(&r.weight) {
-                return Err(format!(
-                    "scoringStrategy.resources[{}].weight: {} is not in 1..=100",
-                    r.name, r.weight
-                ));
+                let at = strategy.child("resources").index(i).child("weight");
+                return Err(super::registry::not_in(at, r.weight, "1..=100"));
             }
         }
         let mut shape = Vec::new();
@@ -347,21 +350,27 @@ impl NodeResourcesFit {
                         },
                     ]
                 });
+            let shape_at = strategy.child("requestedToCapacityRatio").child("shape");
             if points.is_empty() {
-                return Err("scoringStrategy.requestedToCapacityRatio.shape: at least one point is required".into());
+                return Err(field::Error::required(
+                    shape_at,
+                    "at least one point is required",
+                ));
             }
             let mut prev = -1;
-            for p in &points {
+            for (i, p) in points.iter().enumerate() {
                 if !(0..=100).contains(&p.utilization) || p.utilization <= prev {
-                    return Err(format!(
-                        "scoringStrategy.requestedToCapacityRatio.shape: utilization {} must be in 0..=100 and increasing",
-                        p.utilization
+                    return Err(field::Error::out_of_range(
+                        shape_at.index(i).child("utilization"),
+                        p.utilization,
+                        "in 0..=100 and increasing",
                     ));
                 }
                 if !(0..=10).contains(&p.score) {
-                    return Err(format!(
-                        "scoringStrategy.requestedToCapacityRatio.shape: score {} must be in 0..=10",
-                        p.score
+                    return Err(super::registry::not_in(
+                        shape_at.index(i).child("score"),
+                        p.score,
+                        "0..=10",
                     ));
                 }
                 prev = p.utilization;
@@ -806,10 +815,7 @@ impl super::registry::PluginArgs for NodeResourcesFitArgs {
     /// Upstream's `ValidateNodeResourcesFitArgs` (resources and weights, the shape): the
     /// constructor's checks.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match NodeResourcesFit::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(NodeResourcesFit::new(self.clone()), path)
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{
     CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
 };
@@ -51,12 +52,20 @@ struct Since(i64);
 
 impl NodeStartRate {
     /// Creates the plugin; `maxStarts` must be at least 1.
-    pub fn new(args: NodeStartRateArgs) -> Result<Self, String> {
+    pub fn new(args: NodeStartRateArgs) -> Result<Self, field::Error> {
         if args.max_starts == 0 {
-            return Err("maxStarts must be at least 1".into());
+            return Err(field::Error::out_of_range(
+                field::Path::new("maxStarts"),
+                0,
+                "at least 1",
+            ));
         }
         if args.window.is_zero() {
-            return Err("window must be positive".into());
+            return Err(field::Error::out_of_range(
+                field::Path::new("window"),
+                "0s",
+                "positive",
+            ));
         }
         Ok(NodeStartRate { args })
     }
@@ -126,10 +135,7 @@ impl FilterPlugin for NodeStartRate {
 impl super::registry::PluginArgs for NodeStartRateArgs {
     /// `maxStarts` ≥ 1 and a positive `window`: the constructor's checks.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match NodeStartRate::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(NodeStartRate::new(self.clone()), path)
     }
 }
 

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::{FreeAfter, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage};
@@ -81,18 +82,23 @@ pub struct RealHeadroom {
 
 impl RealHeadroom {
     /// Creates the plugin.
-    pub fn new(args: RealHeadroomArgs, deps: &PluginDeps) -> Result<Self, String> {
+    pub fn new(args: RealHeadroomArgs, deps: &PluginDeps) -> Result<Self, field::Error> {
         if !(0.0..=100.0).contains(&args.target_percent) {
-            return Err(format!(
-                "targetPercent {} is not in [0, 100]",
-                args.target_percent
+            return Err(super::registry::not_in(
+                field::Path::new("targetPercent"),
+                args.target_percent,
+                "[0, 100]",
             ));
         }
         if args.cpu_weight < 0.0
             || args.memory_weight < 0.0
             || args.cpu_weight + args.memory_weight <= 0.0
         {
-            return Err("cpuWeight and memoryWeight must be ≥ 0 and not both 0".into());
+            return Err(field::Error::invalid(
+                field::Path::new("cpuWeight"),
+                format!("{} (memoryWeight {})", args.cpu_weight, args.memory_weight),
+                "cpuWeight and memoryWeight must be ≥ 0 and not both 0",
+            ));
         }
         Ok(RealHeadroom {
             args,
@@ -240,10 +246,10 @@ impl ScorePlugin for RealHeadroom {
 impl super::registry::PluginArgs for RealHeadroomArgs {
     /// `targetPercent` and the weights: the constructor's checks.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match RealHeadroom::new(self.clone(), &super::PluginDeps::default()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(
+            RealHeadroom::new(self.clone(), &super::PluginDeps::default()),
+            path,
+        )
     }
 }
 

@@ -144,28 +144,16 @@ pub struct Args<'a> {
 
 impl Args<'_> {
     /// The plugin's args, decoded and validated (the registry has validated them already;
-    /// an error here is reported as one on the args).
-    pub fn decode<A: PluginArgs>(&self) -> Result<A, String> {
-        decode_args::<A>(self.raw).map_err(|e| first_error(&e))
+    /// an error here is reported as one on the args, with its path under them).
+    pub fn decode<A: PluginArgs>(&self) -> Result<A, ErrorList> {
+        decode_args::<A>(self.raw)
     }
 }
 
-fn first_error(e: &ErrorList) -> String {
-    e.iter()
-        .next()
-        .map(|e| {
-            if e.path.is_root() {
-                e.kind.to_string()
-            } else {
-                format!("{}: {}", e.path, e.kind)
-            }
-        })
-        .unwrap_or_default()
-}
-
 /// Builds a plugin's registration from its args and the plugin dependencies. A plugin
-/// without args ignores `Args`.
-pub type Factory = fn(&Args<'_>, &PluginDeps) -> Result<Registered, String>;
+/// without args ignores `Args`. Errors are field errors with paths relative to the
+/// plugin's args (a constructor returns one [`field::Error`]; `?` makes it a list).
+pub type Factory = fn(&Args<'_>, &PluginDeps) -> Result<Registered, ErrorList>;
 
 /// A plugin the registry knows.
 #[derive(Debug, Clone, Copy)]
@@ -526,14 +514,12 @@ fn at(prefix: &str, e: &field::Error) -> ConfigError {
     }
 }
 
-/// Turns a validation message `a.b: what` (or just `what`) into a field error under
-/// `path`: for the args checks that plugins' constructors already phrase that way.
-pub fn message_error(path: &field::Path, message: &str) -> field::Error {
-    match message.split_once(": ") {
-        Some((f, rest)) if !f.is_empty() && !f.contains(' ') => {
-            field::Error::invalid(path.child(f), "", rest)
-        }
-        _ => field::Error::invalid(path.clone(), "", message),
+/// A constructor's check as [`PluginArgs::validate`]'s answer: no errors when it builds,
+/// else its error under `path` (the args' place in the configuration).
+pub fn constructed<T>(built: Result<T, field::Error>, path: &field::Path) -> ErrorList {
+    match built {
+        Ok(_) => ErrorList::new(),
+        Err(e) => e.under(path).into(),
     }
 }
 
@@ -601,12 +587,18 @@ pub fn build_framework_with(
                 message: format!("{weight} is not in 1..=100"),
             });
         }
-        let reg = (p.factory)(&Args { raw }, deps).map_err(|message| {
-            let field = match p.args {
+        let reg = (p.factory)(&Args { raw }, deps).map_err(|errors| {
+            let prefix = match p.args {
                 Some(a) => format!("profiles[{name}].pluginArgs.{}", a.key),
                 None => format!("profiles[{name}].plugins.{}", p.name),
             };
-            ConfigError::Invalid { field, message }
+            match errors.iter().next() {
+                Some(e) => at(&prefix, e),
+                None => ConfigError::Invalid {
+                    field: prefix,
+                    message: "invalid".into(),
+                },
+            }
         })?;
         registered.push(reg);
         weights.push(PluginWeight {
@@ -765,7 +757,24 @@ mod tests {
             // pluginConfig entry.
             (
                 "profiles: [{plugins: {NodeStartRate: {enabled: false}}, pluginArgs: {nodeStartRate: {maxStarts: 0}}}]",
-                "t: profiles[headroom].pluginArgs.nodeStartRate: maxStarts must be at least 1",
+                "t: profiles[headroom].pluginArgs.nodeStartRate.maxStarts: must be at least 1, got 0",
+            ),
+            // Constructors' errors carry their own paths under the args.
+            (
+                "profiles: [{pluginArgs: {nodeResourcesFit: {scoringStrategy: {type: LeastAllocated, resources: [{name: cpu, weight: 1}, {name: memory, weight: 0}]}}}}]",
+                "t: profiles[headroom].pluginArgs.nodeResourcesFit.scoringStrategy.resources[1].weight: 0 is not in 1..=100",
+            ),
+            (
+                "profiles: [{pluginArgs: {loadAwareScheduling: {aggregated: {usageThresholds: {cpu: 60}, usageAggregationType: p42}}}}]",
+                "t: profiles[headroom].pluginArgs.loadAwareScheduling.aggregated.usageAggregationType: unsupported value \"p42\"; expected one of avg, p50, p90, p95, p99",
+            ),
+            (
+                "profiles: [{pluginArgs: {dynamic: {hotValue: [{timeRange: 5m, count: 0}]}}}]",
+                "t: profiles[headroom].pluginArgs.dynamic.hotValue[0].count: must be at least 1, got 0",
+            ),
+            (
+                "profiles: [{pluginArgs: {history: {scores: [100, 80, 300]}}}]",
+                "t: profiles[headroom].pluginArgs.history.scores[2]: 300 is not in 0..=100",
             ),
             (
                 "serve: {extender: {plugins: {NoSuch: {enabled: true}}}}",

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::UsageContext;
@@ -97,13 +98,17 @@ pub struct LoadVariationRiskBalancing {
 
 impl LoadVariationRiskBalancing {
     /// Creates the plugin from checked args.
-    pub fn new(args: LoadVariationRiskBalancingArgs) -> Result<Self, String> {
+    pub fn new(args: LoadVariationRiskBalancingArgs) -> Result<Self, field::Error> {
         for (name, v) in [
             ("safeVarianceMargin", args.safe_variance_margin),
             ("safeVarianceSensitivity", args.safe_variance_sensitivity),
         ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{name}: {v} must be a finite number ≥ 0"));
+                return Err(field::Error::out_of_range(
+                    field::Path::new(name),
+                    v,
+                    "a finite number ≥ 0",
+                ));
             }
         }
         Ok(LoadVariationRiskBalancing { args })
@@ -221,10 +226,7 @@ impl super::registry::PluginArgs for LoadVariationRiskBalancingArgs {
     /// Margin and sensitivity finite and ≥ 0 (Trimaran replaces negative ones by the
     /// defaults; headroom says so instead).
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match LoadVariationRiskBalancing::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(LoadVariationRiskBalancing::new(self.clone()), path)
     }
 }
 

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::field;
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::quantity::Quantity;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
@@ -83,11 +84,12 @@ pub struct TargetLoadPacking {
 
 impl TargetLoadPacking {
     /// Creates the plugin from checked args.
-    pub fn new(args: TargetLoadPackingArgs) -> Result<Self, String> {
+    pub fn new(args: TargetLoadPackingArgs) -> Result<Self, field::Error> {
         if !(1..=100).contains(&args.target_utilization) {
-            return Err(format!(
-                "targetUtilization: {} is not in 1..=100",
-                args.target_utilization
+            return Err(super::registry::not_in(
+                field::Path::new("targetUtilization"),
+                args.target_utilization,
+                "1..=100",
             ));
         }
         let multiplier: f64 = args
@@ -96,9 +98,10 @@ impl TargetLoadPacking {
             .ok()
             .filter(|m: &f64| m.is_finite() && *m >= 0.0)
             .ok_or_else(|| {
-                format!(
-                    "defaultRequestsMultiplier: {:?} is not a non-negative number",
-                    args.default_requests_multiplier
+                field::Error::invalid(
+                    field::Path::new("defaultRequestsMultiplier"),
+                    field::quoted(&args.default_requests_multiplier),
+                    "must be a non-negative number",
                 )
             })?;
         let default_milli = match args.default_requests.get("cpu") {
@@ -107,10 +110,20 @@ impl TargetLoadPacking {
                 .ok()
                 .filter(|q| !q.is_negative())
                 .map(|q| q.milli_value())
-                .ok_or_else(|| format!("defaultRequests.cpu: {q:?} is not a CPU quantity"))?,
+                .ok_or_else(|| {
+                    field::Error::invalid(
+                        field::Path::new("defaultRequests").key("cpu"),
+                        field::quoted(q),
+                        "must be a CPU quantity",
+                    )
+                })?,
         };
         if let Some(k) = args.default_requests.keys().find(|k| *k != "cpu") {
-            return Err(format!("defaultRequests.{k}: only cpu is read"));
+            return Err(field::Error::invalid(
+                field::Path::new("defaultRequests").key(k.clone()),
+                "",
+                "only cpu is read",
+            ));
         }
         Ok(TargetLoadPacking {
             target: args.target_utilization as f64,
@@ -218,10 +231,7 @@ impl ScorePlugin for TargetLoadPacking {
 impl super::registry::PluginArgs for TargetLoadPackingArgs {
     /// The target's range, the multiplier and the default request: the constructor's checks.
     fn validate(&self, path: &crate::field::Path) -> crate::field::ErrorList {
-        match TargetLoadPacking::new(self.clone()) {
-            Ok(_) => crate::field::ErrorList::new(),
-            Err(message) => super::registry::message_error(path, &message).into(),
-        }
+        super::registry::constructed(TargetLoadPacking::new(self.clone()), path)
     }
 }
 

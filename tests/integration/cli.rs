@@ -225,7 +225,7 @@ fn check_config_prints_effective_config_or_names_the_field() {
     for (text, field) in [
         (
             "profiles: [{schedulerName: headroom, pluginArgs: {history: {headroomBand: -5}}}]\n",
-            "headroomBand -5 is not in 0..=100",
+            "pluginArgs.history.headroomBand: -5 is not in 0..=100",
         ),
         ("usage: {warmup: 5 parsecs}\n", "usage.warmup"),
         ("analytics: {nodeWindow: soon}\n", "analytics.nodeWindow"),
