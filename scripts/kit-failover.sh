@@ -11,26 +11,13 @@
 # events (nothing bound twice).
 set -u
 HR=$(realpath "${1:-target/release/headroom}")
-KIT=$(cd "$(dirname "$0")/../../shared/kit" && pwd)
-EXT=${EXT:-$HOME/.cache/headroom-kit}; RUN=${RUN:-/tmp/headroom-kit}; export EXT RUN
-W=${W:-/tmp/headroom-kit-failover}; rm -rf "$W"; mkdir -p "$W"
-K="kubectl --kubeconfig $EXT/run/admin.kubeconfig"
-cleanup() {
-  for p in "$W"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  bash "$KIT/cluster.sh" stop >/dev/null
-}
-trap cleanup EXIT
+W_NAME=failover; source "$(dirname "$0")/kit-common.sh"
 now() { date +%s%3N; }
 
 NOSCHED=1 bash "$KIT/cluster.sh" start >/dev/null
 $HR crd | $K apply -f - >/dev/null
 for i in 1 2 3; do
-  $K create -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Node
-metadata: {name: node-$i, labels: {kubernetes.io/hostname: node-$i}}
-EOF
-  $K patch node node-$i --subresource=status --type=merge -p '{"status":{"capacity":{"cpu":"64","memory":"256Gi","pods":"500"},"allocatable":{"cpu":"64","memory":"256Gi","pods":"500"},"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"ok","lastHeartbeatTime":"2026-11-23T00:00:00Z","lastTransitionTime":"2026-11-23T00:00:00Z"}]}}' >/dev/null
+  kit_node node-$i 64 256Gi 500
 done
 cat >"$W/config.yaml" <<EOF
 serve:

@@ -18,18 +18,10 @@
 # 4. `kubectl proxy` and headless Chromium on every /ui page through the service proxy.
 set -u
 HR=$(realpath "${1:-target/release/headroom}")
-KIT=$(cd "$(dirname "$0")/../../shared/kit" && pwd)
-EXT=${EXT:-$HOME/.cache/headroom-kit}; RUN=${RUN:-/tmp/headroom-kit}; export EXT RUN
-W=${W:-/tmp/headroom-kit-kubectl}; rm -rf "$W"; mkdir -p "$W/bin"
+W_NAME=kubectl; source "$(dirname "$0")/kit-common.sh"
+mkdir -p "$W/bin"
 ADMIN=$EXT/run/admin.kubeconfig; OTHER=$EXT/run/scheduler.kubeconfig
-K="kubectl --kubeconfig $ADMIN"
 IP=$(hostname -I | tr ' ' '\n' | grep -m1 -E '^[0-9]+\.')
-log() { printf '\n== %s\n' "$*"; }
-cleanup() {
-  for p in "$W"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  bash "$KIT/cluster.sh" stop >/dev/null
-}
-trap cleanup EXIT
 
 log "control plane (no kube-scheduler), headroom's manifests"
 NOSCHED=1 bash "$KIT/cluster.sh" start
@@ -62,12 +54,7 @@ endpoints: [{addresses: [$IP], conditions: {ready: true}, targetRef: {kind: Pod,
 ports: [{name: viewer, port: 10262, protocol: TCP}, {name: api, port: 10261, protocol: TCP}]
 EOF
 for n in 1 2 3; do
-  $K create -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Node
-metadata: {name: node-$n, labels: {kubernetes.io/hostname: node-$n}}
-EOF
-  $K patch node "node-$n" --subresource=status --type=merge -p "{\"status\":{\"capacity\":{\"cpu\":\"$((4 * n))\",\"memory\":\"$((16 * n))Gi\",\"pods\":\"110\"},\"allocatable\":{\"cpu\":\"$((4 * n))\",\"memory\":\"$((16 * n))Gi\",\"pods\":\"110\"},\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"ok\",\"lastHeartbeatTime\":\"2026-11-26T00:00:00Z\",\"lastTransitionTime\":\"2026-11-26T00:00:00Z\"}]}}" >/dev/null
+  kit_node "node-$n" "$((4 * n))" "$((16 * n))Gi"
 done
 
 log "headroom serve, viewer on $IP:10262"

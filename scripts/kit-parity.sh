@@ -19,16 +19,12 @@
 #    claim as the PV controller would, and headroom binds the pod to node-1.
 set -u
 HR=$(realpath "${1:-target/release/headroom}")
-KIT=$(cd "$(dirname "$0")/../../shared/kit" && pwd)
-EXT=${EXT:-$HOME/.cache/headroom-kit}; RUN=${RUN:-/tmp/headroom-kit}; export EXT RUN
-W=${W:-/tmp/headroom-kit-parity}; rm -rf "$W"; mkdir -p "$W"
-K="kubectl --kubeconfig $EXT/run/admin.kubeconfig"
+W_NAME=parity; source "$(dirname "$0")/kit-common.sh"
 cleanup() {
   [ -f "$W/hr.pid" ] && kill "$(cat "$W/hr.pid")" 2>/dev/null
   bash "$KIT/cluster.sh" stop >/dev/null
 }
 trap cleanup EXIT
-log() { echo; echo "== $*"; }
 wait_for() { # seconds, description, command...
   local t=$1 what=$2; shift 2
   for _ in $(seq "$t"); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
@@ -37,12 +33,7 @@ wait_for() { # seconds, description, command...
 
 NOSCHED=1 bash "$KIT/cluster.sh" start >/dev/null
 for i in 1 2; do
-  $K create -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Node
-metadata: {name: node-$i, labels: {kubernetes.io/hostname: node-$i}}
-EOF
-  $K patch node node-$i --subresource=status --type=merge -p '{"status":{"capacity":{"cpu":"4","memory":"16Gi","pods":"110"},"allocatable":{"cpu":"4","memory":"16Gi","pods":"110"},"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"ok","lastHeartbeatTime":"2026-11-23T00:00:00Z","lastTransitionTime":"2026-11-23T00:00:00Z"}]}}' >/dev/null
+  kit_node node-$i 4 16Gi 110
 done
 $K apply -f - >/dev/null <<EOF
 apiVersion: scheduling.k8s.io/v1

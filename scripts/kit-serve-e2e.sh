@@ -21,17 +21,8 @@
 # SubjectAccessReview against the kit's API server); curl asks with the kit's admin token.
 set -u
 HR=$(realpath "${1:-target/release/headroom}")
-KIT=$(cd "$(dirname "$0")/../../shared/kit" && pwd)
-EXT=${EXT:-$HOME/.cache/headroom-kit}; RUN=${RUN:-/tmp/headroom-kit}; export EXT RUN
-W=${W:-/tmp/headroom-kit-e2e}; rm -rf "$W"; mkdir -p "$W"
-K="kubectl --kubeconfig $EXT/run/admin.kubeconfig"
+W_NAME=e2e; source "$(dirname "$0")/kit-common.sh"
 NODE=$(hostname)
-log() { printf '\n== %s\n' "$*"; }
-cleanup() {
-  for p in "$W"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  bash "$KIT/cluster.sh" stop >/dev/null
-}
-trap cleanup EXIT
 
 log "usage source: node-exporter :19100, prometheus :19090 (1 s scrapes)"
 prometheus-node-exporter --web.listen-address=127.0.0.1:19100 --collector.disable-defaults \
@@ -50,12 +41,7 @@ NOSCHED=1 bash "$KIT/cluster.sh" start
 $HR crd | $K apply -f - >/dev/null
 used=$(awk '/MemTotal/{t=$2} /MemAvailable/{a=$2} END{print (t-a)*1024}' /proc/meminfo)
 cap=$(python3 -c "print(int($used*1.5))")
-$K create -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Node
-metadata: {name: $NODE, labels: {kubernetes.io/hostname: $NODE}}
-EOF
-$K patch node "$NODE" --subresource=status --type=merge -p "{\"status\":{\"capacity\":{\"cpu\":\"8\",\"memory\":\"$cap\",\"pods\":\"110\"},\"allocatable\":{\"cpu\":\"8\",\"memory\":\"$cap\",\"pods\":\"110\"},\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"ok\",\"lastHeartbeatTime\":\"2026-11-23T00:00:00Z\",\"lastTransitionTime\":\"2026-11-23T00:00:00Z\"}]}}" >/dev/null
+kit_node "$NODE" 8 "$cap"
 echo "node $NODE: capacity $cap bytes, really used $used (free $(python3 -c "print(round(100-100*$used/$cap))") %)"
 
 prom_config() { # reserve
