@@ -436,55 +436,46 @@ impl Reader {
 
     /// A Node: valid, and not named twice.
     fn node(&mut self, v: Value, position: &str, object: String) {
-        match typed::<Node>(v, &object) {
-            Ok(node) => {
-                let errs = check_node(&node);
-                if !errs.is_empty() {
-                    self.errors
-                        .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
-                    return;
-                }
-                let name = node.metadata.name.clone().unwrap_or_default();
-                if let Some(first) = self.nodes.get(&name) {
-                    self.errors.push(
-                        FieldError::duplicate(FieldPath::root(), first.clone()).in_object(object),
-                    );
-                    return;
-                }
-                self.nodes.insert(name, position_or(position, &object));
-                self.out.nodes.push(node);
-            }
-            Err(e) => self.errors.push(e),
+        let node = match typed::<Node>(v, &object) {
+            Ok(node) => node,
+            Err(e) => return self.errors.push(e),
+        };
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if admit(
+            &mut self.errors,
+            &mut self.nodes,
+            check_node(&node),
+            name,
+            position,
+            object,
+        ) {
+            self.out.nodes.push(node);
         }
     }
 
     /// A Pod: valid, and not named twice in its namespace (`default` when it has none).
     fn pod(&mut self, v: Value, position: &str, object: String) {
-        match typed::<Pod>(v, &object) {
-            Ok(mut pod) => {
-                let errs = check_pod(&pod);
-                if !errs.is_empty() {
-                    self.errors
-                        .extend(errs.into_iter().map(|e| e.in_object(object.clone())));
-                    return;
-                }
-                // As kubectl does: no namespace means `default`.
-                let ns = pod
-                    .metadata
-                    .namespace
-                    .get_or_insert_with(|| "default".to_string())
-                    .clone();
-                let key = (ns, pod.metadata.name.clone().unwrap_or_default());
-                if let Some(first) = self.pods.get(&key) {
-                    self.errors.push(
-                        FieldError::duplicate(FieldPath::root(), first.clone()).in_object(object),
-                    );
-                    return;
-                }
-                self.pods.insert(key, position_or(position, &object));
-                self.out.pods.push(pod);
-            }
-            Err(e) => self.errors.push(e),
+        let mut pod = match typed::<Pod>(v, &object) {
+            Ok(pod) => pod,
+            Err(e) => return self.errors.push(e),
+        };
+        let errs = check_pod(&pod);
+        // As kubectl does: no namespace means `default`.
+        let ns = pod
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_string())
+            .clone();
+        let key = (ns, pod.metadata.name.clone().unwrap_or_default());
+        if admit(
+            &mut self.errors,
+            &mut self.pods,
+            errs,
+            key,
+            position,
+            object,
+        ) {
+            self.out.pods.push(pod);
         }
     }
 
@@ -511,6 +502,29 @@ fn named(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> O
 
 /// The position of an object, for "duplicate of ..." (the object label when the file
 /// holds a single object).
+/// Whether an object is kept: no validation errors (else they go to `errors`, in the
+/// object) and no earlier object with its `key` (else a duplicate error naming where the
+/// first one was); a kept object's key is remembered with where it was found.
+fn admit<K: Ord>(
+    errors: &mut ErrorList,
+    seen: &mut BTreeMap<K, String>,
+    errs: Vec<FieldError>,
+    key: K,
+    position: &str,
+    object: String,
+) -> bool {
+    if !errs.is_empty() {
+        errors.extend(errs.into_iter().map(|e| e.in_object(object.clone())));
+        return false;
+    }
+    if let Some(first) = seen.get(&key) {
+        errors.push(FieldError::duplicate(FieldPath::root(), first.clone()).in_object(object));
+        return false;
+    }
+    seen.insert(key, position_or(position, &object));
+    true
+}
+
 fn position_or(position: &str, object: &str) -> String {
     if position.is_empty() {
         object.to_string()
