@@ -1121,14 +1121,15 @@ impl Framework {
         });
         let mut raw: Vec<Vec<i64>> = Vec::new();
         let mut spent: Vec<Duration> = Vec::new();
+        // Plugin metrics: each plugin's time summed over the chunks.
+        let add = |spent: &mut Vec<Duration>, part: Vec<Duration>| {
+            if spent.is_empty() {
+                *spent = part;
+            } else {
+                spent.iter_mut().zip(part).for_each(|(s, p)| *s += p);
+            }
+        };
         for r in results {
-            let add = |spent: &mut Vec<Duration>, part: Vec<Duration>| {
-                if spent.is_empty() {
-                    *spent = part;
-                } else {
-                    spent.iter_mut().zip(part).for_each(|(s, p)| *s += p);
-                }
-            };
             match r {
                 Ok((cols, part)) if raw.is_empty() => {
                     raw = cols;
@@ -1326,18 +1327,19 @@ fn filter_chunk(
             let examined = batch.nodes.len();
             let started = record.then(Instant::now);
             f.filter_batch(state, pod, snapshot, &mut batch);
-            if let Some(started) = started {
+            let mut time = started.map(|started| {
                 let t = &mut times[pos];
                 t.spent += started.elapsed();
                 t.nodes += examined as u32;
                 t.passed += batch.nodes.len() as u32;
-                for (_, s) in &batch.rejected[before..] {
+                t
+            });
+            for (idx, s) in &mut batch.rejected[before..] {
+                s.plugin = name;
+                if let Some(t) = time.as_mut() {
                     t.rejected = Some(s.code);
                     t.error |= s.code == Code::Error;
                 }
-            }
-            for (idx, s) in &mut batch.rejected[before..] {
-                s.plugin = name;
                 if s.code == Code::Error && error.as_ref().is_none_or(|(e, _, _)| *idx < *e) {
                     error = Some((*idx, *name, s.message()));
                 }

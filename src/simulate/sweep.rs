@@ -223,6 +223,17 @@ pub struct FarmSummary {
     pub policies: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
+impl FarmSummary {
+    /// A policy's mean of a metric over the seeds (0 when the policy or metric is absent).
+    pub fn value(&self, policy: &str, metric: &str) -> f64 {
+        self.policies
+            .get(policy)
+            .and_then(|m| m.get(metric))
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
 /// One metric of one policy across the farms.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -437,19 +448,12 @@ fn summarise(
             policies: per_policy,
         });
     }
-    let value = |f: &FarmSummary, p: &str, k: &str| -> f64 {
-        f.policies
-            .get(p)
-            .and_then(|m| m.get(k))
-            .copied()
-            .unwrap_or(0.0)
-    };
     let mut metrics = Vec::new();
     for metric in METRICS {
         for p in &policies {
             let vals: Vec<(f64, &str)> = farm_summaries
                 .iter()
-                .map(|f| (value(f, p, metric.key), f.name.as_str()))
+                .map(|f| (f.value(p, metric.key), f.name.as_str()))
                 .collect();
             let xs: Vec<f64> = vals.iter().map(|v| v.0).collect();
             let m = mean(&xs);
@@ -516,18 +520,11 @@ fn targets(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> Vec<Targe
 struct Targets<'a>(&'a [FarmSummary]);
 
 impl Targets<'_> {
-    fn v(f: &FarmSummary, p: &str, k: &str) -> f64 {
-        f.policies
-            .get(p)
-            .and_then(|m| m.get(k))
-            .copied()
-            .unwrap_or(0.0)
-    }
     fn h(f: &FarmSummary, k: &str) -> f64 {
-        Self::v(f, "headroom", k)
+        f.value("headroom", k)
     }
     fn r(f: &FarmSummary, k: &str) -> f64 {
-        Self::v(f, "requests", k)
+        f.value("requests", k)
     }
     fn n(&self) -> f64 {
         self.0.len().max(1) as f64

@@ -99,9 +99,8 @@ fn module_exists(root: &Path, segs: &[&str]) -> bool {
     base.with_extension("rs").is_file() || base.join("mod.rs").is_file()
 }
 
-/// Every `crate::…` and `super::…` path in `text` (of module `from`), as absolute segments
-/// with their offsets.
-fn paths(text: &str, from: &[String]) -> Vec<(usize, Vec<String>)> {
+/// Every `crate::…` and `super::…` path in `text` (of module `from`), as absolute segments.
+fn paths(text: &str, from: &[String]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let ident = |c: char| c.is_alphanumeric() || c == '_';
     for (i, _) in text
@@ -135,10 +134,10 @@ fn paths(text: &str, from: &[String]) -> Vec<(usize, Vec<String>)> {
                     let mut p = base.clone();
                     let lead = item.split(' ').next().unwrap_or("");
                     p.extend(lead.split("::").filter(|s| !s.is_empty()).map(String::from));
-                    out.push((i, p));
+                    out.push(p);
                 }
             }
-            None => out.push((i, base)),
+            None => out.push(base),
         }
     }
     out
@@ -180,7 +179,7 @@ fn graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
         }
         let from_name = from.join("::");
         let text = code(&f);
-        for (_, path) in paths(&text, &from) {
+        for path in paths(&text, &from) {
             let segs: Vec<&str> = path.iter().map(String::as_str).collect();
             let Some(k) = (1..=segs.len())
                 .rev()
