@@ -254,7 +254,7 @@ impl Scheduler {
     /// Publishes a new usage view to the following cycles (from the analytics refresh),
     /// and recalibrates the prediction of pods without a profile on it.
     pub fn set_usage_view(&mut self, view: Arc<UsageView>) {
-        let warmup_ms = i64::try_from(self.deps.policy.warmup.as_millis()).unwrap_or(i64::MAX);
+        let warmup_ms = self.deps.policy.warmup_ms();
         let usage = self.snapshot_mut().usage_mut();
         usage.view = view;
         usage.prune(warmup_ms, RECENT_MAX_AGE_MS);
@@ -550,9 +550,7 @@ impl Scheduler {
         let builder = (!usage.builder.is_pod()).then_some(usage.builder.as_str());
         let snapshot = self.snapshot_mut();
         snapshot.add_pod(info.clone(), node);
-        snapshot
-            .usage_mut()
-            .record_placement(builder, node, recent.clone());
+        snapshot.record_placement(builder, node, recent.clone());
         let placement = RecentPlacementOf {
             builder: usage.builder.clone(),
             node: node.to_string(),
@@ -591,7 +589,7 @@ impl Scheduler {
             snapshot.volumes_mut().restore(&a.volumes);
         }
         snapshot.remove_pod(&pod.namespace, &pod.name, &pod.uid);
-        snapshot.usage_mut().forget_placement(&a.node, &key(pod));
+        snapshot.forget_placement(&a.node, &key(pod));
         Some(a.node)
     }
 
@@ -610,7 +608,7 @@ impl Scheduler {
                     snapshot.volumes_mut().restore(&a.volumes);
                 }
                 snapshot.remove_pod(ns, name, &a.uid);
-                snapshot.usage_mut().forget_placement(&a.node, k);
+                snapshot.forget_placement(&a.node, k);
             }
         }
         expired

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::status::{Code, Status};
-use crate::snapshot::NodeIdx;
+use crate::snapshot::{NameRanks, NodeIdx};
 
 /// Upstream's `NoNodeAvailableMsg` prefix.
 pub const NO_NODE_AVAILABLE: &str = "nodes are available";
@@ -133,6 +133,11 @@ pub struct Decision {
     pub generation: u64,
     /// Node names of that snapshot, by index.
     pub node_names: Arc<Vec<Arc<str>>>,
+    /// The ranks of those names in sort order (set by the framework, from the same
+    /// snapshot): ties by name then compare integers. Without them, names are compared.
+    pub name_ranks: Option<Arc<NameRanks>>,
+    /// The chosen node's index, when [`Decision::place`] set the outcome.
+    pub chosen: Option<NodeIdx>,
     /// PreFilter statuses that were not plain success (skips, rejections).
     pub pre_filter: Vec<Status>,
     /// Nodes rejected by a filter, with the status of the first failing filter.
@@ -254,6 +259,8 @@ impl Decision {
             profile: profile.to_string(),
             generation,
             node_names,
+            name_ranks: None,
+            chosen: None,
             pre_filter: Vec::new(),
             rejected: Vec::new(),
             absent: None,
@@ -296,6 +303,8 @@ impl Decision {
             profile: self.profile.clone(),
             generation: self.generation,
             node_names: self.node_names.clone(),
+            name_ranks: self.name_ranks.clone(),
+            chosen: self.chosen,
             pre_filter: Vec::new(),
             rejected: Vec::new(),
             absent: None,
@@ -321,10 +330,26 @@ impl Decision {
     /// `(total, node)`. One pass keeping the best `k`: at 15,000 nodes sorting every total
     /// for the three the summaries show cost more than the cycle.
     pub fn best_nodes(&self, k: usize) -> Vec<(i64, NodeIdx)> {
-        let better = |a: &(i64, NodeIdx), b: &(i64, NodeIdx)| {
-            b.0.cmp(&a.0)
-                .then_with(|| self.node_names[a.1 as usize].cmp(&self.node_names[b.1 as usize]))
-        };
+        match self
+            .name_ranks
+            .as_deref()
+            .filter(|r| r.len() == self.node_names.len())
+        {
+            Some(r) => self.best_by(k, |a, b| r.of(a).cmp(&r.of(b))),
+            None => self.best_by(k, |a, b| {
+                self.node_names[a as usize].cmp(&self.node_names[b as usize])
+            }),
+        }
+    }
+
+    /// [`Decision::best_nodes`] with ties ordered by `by_name`.
+    fn best_by(
+        &self,
+        k: usize,
+        by_name: impl Fn(NodeIdx, NodeIdx) -> std::cmp::Ordering,
+    ) -> Vec<(i64, NodeIdx)> {
+        let better =
+            |a: &(i64, NodeIdx), b: &(i64, NodeIdx)| b.0.cmp(&a.0).then_with(|| by_name(a.1, b.1));
         let mut best: Vec<(i64, NodeIdx)> = Vec::with_capacity(k + 1);
         for (idx, t) in self.feasible.iter().zip(self.totals.iter()) {
             let candidate = (*t, *idx);
@@ -340,6 +365,35 @@ impl Decision {
             best.truncate(k);
         }
         best
+    }
+
+    /// Sets the node-name ranks ([`Decision::name_ranks`]).
+    pub fn with_name_ranks(mut self, ranks: Arc<NameRanks>) -> Decision {
+        self.name_ranks = Some(ranks);
+        self
+    }
+
+    /// Places the pod on node `idx` (the outcome, and the index beside it).
+    pub fn place(&mut self, idx: NodeIdx) {
+        self.outcome = Outcome::Placed {
+            node: self.node_names[idx as usize].clone(),
+        };
+        self.chosen = Some(idx);
+    }
+
+    /// The chosen node's index, if any: from [`Decision::place`], else found by name.
+    pub fn chosen_idx(&self) -> Option<NodeIdx> {
+        let name = self.node()?;
+        self.chosen
+            .filter(|i| {
+                self.node_names
+                    .get(*i as usize)
+                    .is_some_and(|n| **n == *name)
+            })
+            .or_else(|| {
+                let i = self.node_names.iter().position(|n| **n == *name)?;
+                NodeIdx::try_from(i).ok()
+            })
     }
 
     /// The chosen node, if any.
@@ -418,6 +472,7 @@ impl Decision {
             slots[*idx as usize] = Slot::Feasible(i);
         }
         let chosen = self.node();
+        let chosen_idx = self.chosen_idx().map(|i| i as usize);
         let kept: Vec<usize> = if max >= n {
             (0..n).collect()
         } else {
@@ -427,7 +482,7 @@ impl Decision {
                 .enumerate()
                 .map(|(idx, slot)| match slot {
                     Slot::Feasible(i) => (
-                        chosen != Some(self.node_names[idx].as_ref()),
+                        chosen_idx != Some(idx),
                         false,
                         std::cmp::Reverse(self.totals.get(*i).copied()),
                         idx,
@@ -845,6 +900,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// With the snapshot's name ranks, ties break exactly as by comparing names (names in
+    /// an order unlike their indices, so a rank equal to the index would fail), and the
+    /// chosen index set by `place` is what the name search finds.
+    #[test]
+    fn best_nodes_by_rank_equals_by_name() {
+        let names: Vec<Arc<str>> = ["k", "b", "x", "a", "m", "c", "z", "d", "q", "e"]
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        let mut by_name = Decision::new("default", "p", "u", "headroom", 1, Arc::new(names));
+        by_name.feasible = (0..10).collect();
+        let ranks = Arc::new(NameRanks::build(&by_name.node_names, 0));
+        assert_eq!((ranks.of(3), ranks.of(6)), (0, 9));
+        for seed in 0..50u64 {
+            by_name.totals = (0..10u64).map(|i| ((i * 7 + seed * 13) % 3) as i64).collect();
+            let by_rank = by_name.clone().with_name_ranks(ranks.clone());
+            for k in [1, 3, 10] {
+                assert_eq!(by_rank.best_nodes(k), by_name.best_nodes(k), "seed {seed} k {k}");
+            }
+        }
+        let mut d = by_name.clone();
+        d.place(6);
+        assert_eq!((d.node(), d.chosen_idx()), (Some("z"), Some(6)));
+        d.chosen = None;
+        assert_eq!(d.chosen_idx(), Some(6), "found by name without the index");
     }
 
     /// A stored explanation keeps the chosen node, the best feasible ones, then rejected

@@ -363,6 +363,7 @@ impl Framework {
             snapshot.generation(),
             snapshot.names(),
         )
+        .with_name_ranks(snapshot.name_ranks())
     }
 
     /// Decision record, cycle state, and the early outcomes (unreadable pod, no nodes).
@@ -521,9 +522,7 @@ impl Framework {
                 && self.nominated_reject(&state, pod, snapshot, idx).is_none()
             {
                 d.feasible = chunk.feasible;
-                d.outcome = Outcome::Placed {
-                    node: d.node_names[idx as usize].clone(),
-                };
+                d.place(idx);
                 return (d, state);
             }
         }
@@ -550,9 +549,7 @@ impl Framework {
         }
         if d.feasible.len() == 1 {
             // Upstream skips scoring when a single node fits.
-            d.outcome = Outcome::Placed {
-                node: d.node_names[d.feasible[0] as usize].clone(),
-            };
+            d.place(d.feasible[0]);
             return (d, state);
         }
 
@@ -580,9 +577,7 @@ impl Framework {
         };
         let pick = select_host(&totals, rng);
         d.totals = totals;
-        d.outcome = Outcome::Placed {
-            node: d.node_names[d.feasible[pick] as usize].clone(),
-        };
+        d.place(d.feasible[pick]);
         (d, state)
     }
 
@@ -1472,9 +1467,7 @@ impl Framework {
             return d;
         }
         if d.feasible.len() == 1 {
-            d.outcome = Outcome::Placed {
-                node: d.node_names[d.feasible[0] as usize].clone(),
-            };
+            d.place(d.feasible[0]);
             return d;
         }
         let mut skip_score = vec![false; self.plugins.len()];
@@ -1542,9 +1535,7 @@ impl Framework {
         }
         let pick = select_host(&totals, rng);
         d.totals = totals;
-        d.outcome = Outcome::Placed {
-            node: d.node_names[d.feasible[pick] as usize].clone(),
-        };
+        d.place(d.feasible[pick]);
         d
     }
 }

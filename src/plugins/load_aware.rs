@@ -383,16 +383,14 @@ impl LoadAwareScheduling {
         ];
         let cutoff = load.newest_ms - REPORT_INTERVAL_MS;
         let keep = self.args.estimated_seconds_after_pod_scheduled.unwrap_or(0) * 1000;
-        let recent = ctx.recent.get(&*node.name);
+        let recent = ctx.recent_on(&node.name);
         for p in peers::placed_since(ctx, node, i64::MIN) {
             if p.uid == pod.uid {
                 continue;
             }
             let at = recent
-                .and_then(|r| {
-                    r.iter()
-                        .find(|r| r.pod.split_once('/') == Some((&p.namespace[..], &p.name[..])))
-                })
+                .iter()
+                .find(|r| r.pod.split_once('/') == Some((&p.namespace[..], &p.name[..])))
                 .map_or(i64::MIN, |r| r.at_ms);
             if at > cutoff || (keep > 0 && at + keep > load.newest_ms) {
                 let x = self.estimate(p);

@@ -104,10 +104,8 @@ pub fn placed_since<'a>(
     node: &'a NodeInfo,
     since_ms: i64,
 ) -> impl Iterator<Item = &'a PodInfo> + 'a {
-    ctx.recent
-        .get(&*node.name)
-        .into_iter()
-        .flatten()
+    ctx.recent_on(&node.name)
+        .iter()
         .filter(move |r| r.at_ms >= since_ms)
         .filter_map(move |r| {
             node.pods

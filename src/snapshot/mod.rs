@@ -27,7 +27,7 @@ pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 pub use table::NodeTable;
 
 use crate::selector::Labels;
-use crate::usage::{UsageContext, UsageRows};
+use crate::usage::{RecentPlacement, RecentTable, UsageContext, UsageRows};
 
 /// Index of a node within one snapshot.
 pub type NodeIdx = u32;
@@ -70,7 +70,12 @@ pub struct Snapshot {
     /// Increments when nodes are added or removed (node indices change).
     layout: u64,
     /// The usage view resolved by node index, for the view and layout it was built for.
-    usage_rows: RowsCache,
+    usage_rows: Cached<UsageRows>,
+    /// The recent placements folded by node index ([`RecentTable`]), for the view, layout
+    /// and placements it was built for.
+    recent_table: Cached<RecentTable>,
+    /// Each node's rank among the node names, for the layout it was built for.
+    name_ranks: Cached<NameRanks>,
     /// PersistentVolumes, claims, storage classes, CSINodes and the claims assigned pods
     /// use ([`volumes::Volumes`]).
     volumes: Arc<volumes::Volumes>,
@@ -78,15 +83,90 @@ pub struct Snapshot {
     policy: Arc<policy::PolicyObjects>,
 }
 
-/// The last [`UsageRows`], rebuilt when the view or the node layout changed.
-#[derive(Debug, Default)]
-struct RowsCache(std::sync::Mutex<Option<Arc<UsageRows>>>);
+/// Each node's position among the snapshot's node names in sorted order, for one node
+/// layout: decision records break ties by node name ([`crate::framework::Decision::best_nodes`]),
+/// and at 15,000 nodes of equal score comparing names was a sixth of `serve`'s CPU (issue #22);
+/// ranks compare as integers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameRanks {
+    layout: u64,
+    rank: Vec<u32>,
+}
 
-impl Clone for RowsCache {
+impl NameRanks {
+    /// Ranks the names `names` (by node index) of node layout `layout`.
+    pub fn build(names: &[Arc<str>], layout: u64) -> NameRanks {
+        let mut order: Vec<u32> = (0..names.len() as u32).collect();
+        order.sort_unstable_by(|a, b| names[*a as usize].cmp(&names[*b as usize]));
+        let mut rank = vec![0; names.len()];
+        for (r, idx) in order.into_iter().enumerate() {
+            rank[idx as usize] = r as u32;
+        }
+        NameRanks { layout, rank }
+    }
+
+    /// Node `idx`'s rank (0: the first name in sort order).
+    #[inline]
+    pub fn of(&self, idx: NodeIdx) -> u32 {
+        self.rank[idx as usize]
+    }
+
+    /// How many nodes are ranked.
+    pub fn len(&self) -> usize {
+        self.rank.len()
+    }
+
+    /// Whether no node is ranked.
+    pub fn is_empty(&self) -> bool {
+        self.rank.is_empty()
+    }
+}
+
+/// The last value derived from the snapshot for a cycle ([`UsageRows`], [`RecentTable`]),
+/// built again on the first read after what it was derived from changed. Behind a mutex
+/// because readers hold only `&Snapshot`; held for a pointer copy, or for the rebuild.
+#[derive(Debug)]
+struct Cached<T>(std::sync::Mutex<Option<Arc<T>>>);
+
+impl<T> Default for Cached<T> {
+    fn default() -> Self {
+        Cached(std::sync::Mutex::new(None))
+    }
+}
+
+impl<T> Clone for Cached<T> {
     fn clone(&self) -> Self {
-        RowsCache(std::sync::Mutex::new(
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-        ))
+        Cached(std::sync::Mutex::new(self.peek().clone()))
+    }
+}
+
+impl<T> Cached<T> {
+    fn peek(&self) -> std::sync::MutexGuard<'_, Option<Arc<T>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached value when `current` holds for it, else `build`'s (then cached).
+    fn get_or_build(&self, current: impl Fn(&T) -> bool, build: impl FnOnce() -> T) -> Arc<T> {
+        let mut cache = self.peek();
+        if let Some(v) = cache.as_ref()
+            && current(v)
+        {
+            return v.clone();
+        }
+        let v = Arc::new(build());
+        *cache = Some(v.clone());
+        v
+    }
+}
+
+impl<T: Clone> Cached<T> {
+    /// The cached value, mutably (copied first if a reader holds it).
+    fn get_mut(&mut self) -> Option<&mut T> {
+        self.0
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(Arc::make_mut)
     }
 }
 
@@ -143,15 +223,55 @@ impl Snapshot {
     /// The usage view's node usage by node index: resolved once per view and node set
     /// (the first cycle after a view refresh or a node change pays one lookup per node).
     pub fn usage_rows(&self) -> Arc<UsageRows> {
-        let mut cache = self.usage_rows.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(rows) = cache.as_ref()
-            && rows.is_for(&self.usage.view, self.layout)
-        {
-            return rows.clone();
+        self.usage_rows.get_or_build(
+            |rows| rows.is_for(&self.usage.view, self.layout),
+            || UsageRows::build(&self.usage.view, &self.names, self.layout),
+        )
+    }
+
+    /// The recent placements folded by node index: built on the first read after a new
+    /// view or node layout (or a change made through [`Snapshot::usage_mut`]), kept
+    /// current node by node by [`Snapshot::record_placement`] and
+    /// [`Snapshot::forget_placement`].
+    pub fn recent_table(&self) -> Arc<RecentTable> {
+        self.recent_table.get_or_build(
+            |t| t.is_for(&self.usage, self.layout),
+            || {
+                RecentTable::build(&self.usage, self.nodes.len(), self.layout, |n| {
+                    self.index_of(n)
+                })
+            },
+        )
+    }
+
+    /// Records a placement in the usage context ([`UsageContext::record_placement`]) and
+    /// folds the node's recent placements again.
+    pub fn record_placement(&mut self, builder: Option<&str>, node: &str, p: RecentPlacement) {
+        self.change_recent(node, |u| u.record_placement(builder, node, p));
+    }
+
+    /// Forgets a placement ([`UsageContext::forget_placement`]) and folds the node's
+    /// recent placements again.
+    pub fn forget_placement(&mut self, node: &str, pod: &str) {
+        self.change_recent(node, |u| u.forget_placement(node, pod));
+    }
+
+    /// Changes `node`'s recent placements; when the recent table was current, refolds that
+    /// node alone (a stale table is rebuilt whole on its next read anyway).
+    fn change_recent(&mut self, node: &str, change: impl FnOnce(&mut UsageContext)) {
+        let layout = self.layout;
+        let was_current = self
+            .recent_table
+            .peek()
+            .as_ref()
+            .is_some_and(|t| t.is_for(&self.usage, layout));
+        change(self.usage_mut());
+        if was_current {
+            let idx = self.index_of(node);
+            if let Some(t) = self.recent_table.get_mut() {
+                t.refold(&self.usage, idx, node);
+            }
         }
-        let rows = Arc::new(UsageRows::build(&self.usage.view, &self.names, self.layout));
-        *cache = Some(rows.clone());
-        rows
     }
 
     /// The volume objects (PVs with the scheduler's assumed bindings, claims, classes,
@@ -241,6 +361,14 @@ impl Snapshot {
     /// Node names in index order (shared, cheap to clone).
     pub fn names(&self) -> Arc<Vec<Arc<str>>> {
         self.names.clone()
+    }
+
+    /// Each node's rank among the node names (built once per node layout).
+    pub fn name_ranks(&self) -> Arc<NameRanks> {
+        self.name_ranks.get_or_build(
+            |r| r.layout == self.layout,
+            || NameRanks::build(&self.names, self.layout),
+        )
     }
 
     /// How many nodes carry an image name.

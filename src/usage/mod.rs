@@ -12,6 +12,7 @@ pub mod file;
 pub mod node;
 pub mod policy;
 pub mod predict;
+pub mod recent;
 pub mod wait;
 
 use std::collections::{HashMap, VecDeque};
@@ -20,8 +21,7 @@ use std::sync::Arc;
 use crate::analytics::UsageView;
 
 pub use node::{
-    Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal, RecentSums, UsageRow,
-    UsageRows,
+    Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal, UsageRow, UsageRows,
 };
 pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, ColdStart, Percentile, StalePolicy, UsagePolicy,
@@ -30,6 +30,7 @@ pub use predict::{
     Calibration, CycleUsage, PodUsage, Prediction, Source, calibrate, cycle_usage, cycle_usage_ref,
     pod_usage, release_cycle_usage,
 };
+pub use recent::{RecentSums, RecentTable};
 pub use wait::{Wait, fallback_active};
 
 /// How many of its own recent nodes per builder the scheduler remembers between views.
@@ -61,8 +62,12 @@ pub struct UsageContext {
     pub view: Arc<UsageView>,
     /// The scheduler's clock, ms since the epoch (simulated time in the simulator).
     pub now_ms: i64,
-    /// Per node, pods placed recently enough that the node's usage may not show them yet.
-    pub recent: HashMap<String, Vec<RecentPlacement>>,
+    /// Per node, pods placed recently enough that the node's usage may not show them yet
+    /// (private: every change must move [`UsageContext::recent_version`], which
+    /// [`recent::RecentTable`] follows).
+    recent: HashMap<String, Vec<RecentPlacement>>,
+    /// Increments on every change to `recent`.
+    recent_version: u64,
     /// Per node, when the scheduler placed pods there (newest last), for NodeStartRate.
     pub starts: HashMap<String, VecDeque<i64>>,
     /// Per builder, the nodes the scheduler placed it on itself, newest first (merged
@@ -90,12 +95,29 @@ impl UsageContext {
         let list = self.recent.entry(node.to_string()).or_default();
         list.retain(|r| r.pod != p.pod);
         list.push(p);
+        self.recent_version += 1;
+    }
+
+    /// The recent placements on `node` (oldest recorded first).
+    pub fn recent_on(&self, node: &str) -> &[RecentPlacement] {
+        self.recent.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every node with recent placements, with them.
+    pub fn recent_nodes(&self) -> impl Iterator<Item = (&str, &[RecentPlacement])> {
+        self.recent.iter().map(|(n, l)| (n.as_str(), l.as_slice()))
+    }
+
+    /// Increments on every recorded, forgotten or pruned placement.
+    pub fn recent_version(&self) -> u64 {
+        self.recent_version
     }
 
     /// Forgets a placement (its bind failed or the pod left).
     pub fn forget_placement(&mut self, node: &str, pod: &str) {
         if let Some(list) = self.recent.get_mut(node) {
             list.retain(|r| r.pod != pod);
+            self.recent_version += 1;
         }
     }
 
@@ -105,8 +127,9 @@ impl UsageContext {
     pub fn prune(&mut self, warmup_ms: i64, max_age_ms: i64) {
         let now = self.now_ms;
         let view = &self.view;
+        self.recent_version += 1;
         self.recent.retain(|node, list| {
-            let newest = view.node(node).map_or(i64::MIN, |u| u.newest_ms);
+            let newest = recent::newest_of(view, node);
             list.retain(|r| {
                 (r.at_ms > newest || now - r.at_ms < warmup_ms) && now - r.at_ms <= max_age_ms
             });
@@ -136,24 +159,20 @@ impl UsageContext {
         node: &str,
         warmup_ms: i64,
     ) -> impl Iterator<Item = (&'a RecentPlacement, f64)> + 'a {
-        let newest = self.view.node(node).map_or(i64::MIN, |u| u.newest_ms);
+        let newest = recent::newest_of(&self.view, node);
         let now = self.now_ms;
-        self.recent
-            .get(node)
-            .into_iter()
-            .flatten()
-            .filter_map(move |r| {
-                if r.at_ms > newest {
-                    return Some((r, 1.0));
-                }
-                let age = (now - r.at_ms) as f64;
-                let share = if warmup_ms > 0 {
-                    1.0 - age / warmup_ms as f64
-                } else {
-                    0.0
-                };
-                (share > 0.0).then_some((r, share.min(1.0)))
-            })
+        self.recent_on(node).iter().filter_map(move |r| {
+            if r.at_ms > newest {
+                return Some((r, 1.0));
+            }
+            let age = (now - r.at_ms) as f64;
+            let share = if warmup_ms > 0 {
+                1.0 - age / warmup_ms as f64
+            } else {
+                0.0
+            };
+            (share > 0.0).then_some((r, share.min(1.0)))
+        })
     }
 }
 
@@ -194,8 +213,8 @@ mod tests {
         assert_eq!(shares(0), [("new".to_string(), 1.0)]);
         // Pruning keeps what still counts.
         ctx.prune(300_000, 600_000);
-        assert_eq!(ctx.recent["n"].len(), 2);
+        assert_eq!(ctx.recent_on("n").len(), 2);
         ctx.prune(0, 600_000);
-        assert_eq!(ctx.recent["n"].len(), 1);
+        assert_eq!(ctx.recent_on("n").len(), 1);
     }
 }

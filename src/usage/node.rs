@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::policy::{StalePolicy, UsagePolicy};
+use super::recent::RecentSums;
 use super::{CycleUsage, UsageContext};
 use crate::analytics::{NodeUsage, UsageView};
 use crate::framework::Status;
@@ -169,34 +170,6 @@ impl UsageRows {
     /// How many entries of the view have a sample at or after `oldest_fresh_ms`.
     pub fn fresh_count(&self, oldest_fresh_ms: i64) -> usize {
         self.newest.len() - self.newest.partition_point(|t| *t < oldest_fresh_ms)
-    }
-}
-
-/// What recent placements add on a node: how many, and their (decayed) predicted usage.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct RecentSums {
-    /// Placements counted.
-    pub count: usize,
-    /// CPU, cores.
-    pub cpu: f64,
-    /// Memory, bytes.
-    pub memory: f64,
-    /// Disk, bytes.
-    pub disk: f64,
-}
-
-impl RecentSums {
-    /// The sums of the placements on `node` that its usage does not show yet.
-    pub fn of(ctx: &UsageContext, node: &str, policy: &UsagePolicy) -> RecentSums {
-        let warmup_ms = i64::try_from(policy.warmup.as_millis()).unwrap_or(i64::MAX);
-        let mut s = RecentSums::default();
-        for (r, share) in ctx.uncounted(node, warmup_ms) {
-            s.count += 1;
-            s.cpu += r.cpu_cores * share;
-            s.memory += r.memory_bytes * share;
-            s.disk += r.disk_bytes * share;
-        }
-        s
     }
 }
 

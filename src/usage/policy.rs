@@ -297,6 +297,11 @@ fn percent(field: &str, v: Option<f64>, default: f64) -> Result<f64, String> {
 }
 
 impl UsagePolicy {
+    /// [`UsagePolicy::warmup`] in milliseconds (saturating).
+    pub fn warmup_ms(&self) -> i64 {
+        i64::try_from(self.warmup.as_millis()).unwrap_or(i64::MAX)
+    }
+
     /// Resolves the settings of one class rule (or the defaults when `rule` is None).
     pub fn resolve(&self, rule: Option<&ClassRule>) -> Result<Class, String> {
         let d = &self.defaults;

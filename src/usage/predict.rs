@@ -10,8 +10,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::UsageContext;
-use super::node::{NodeReal, RecentSums, UsageRows};
+use super::node::{NodeReal, UsageRows};
 use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
+use super::{RecentSums, RecentTable};
 use crate::framework::CycleState;
 use crate::quantity::{Quantity, format_bytes};
 use crate::selector::Labels;
@@ -325,8 +326,10 @@ pub struct CycleUsage {
     pub degraded_nodes: usize,
     /// The view's usage per node index of the cycle's snapshot.
     pub rows: Arc<UsageRows>,
-    /// What recent placements add, per node index (sorted; only nodes that have some).
-    pub recent: Vec<(NodeIdx, RecentSums)>,
+    /// Recent placements folded by node index (read at the cycle's clock).
+    pub recent: Arc<RecentTable>,
+    /// `usage.warmup` in milliseconds (how long a sampled placement still counts).
+    pub warmup_ms: i64,
 }
 
 impl CycleUsage {
@@ -362,13 +365,7 @@ impl CycleUsage {
     /// What recent placements add on node `idx`.
     #[inline]
     pub fn recent_at(&self, idx: NodeIdx) -> RecentSums {
-        if self.recent.is_empty() {
-            return RecentSums::default();
-        }
-        match self.recent.binary_search_by_key(&idx, |(i, _)| *i) {
-            Ok(i) => self.recent[i].1,
-            Err(_) => RecentSums::default(),
-        }
+        self.recent.sums(idx, self.ctx.now_ms, self.warmup_ms)
     }
 
     /// Whether node `idx` has usage fresh at the cycle's clock.
@@ -420,22 +417,13 @@ pub fn pod_usage(
             humantime_serde::re::humantime::format_duration(policy.stale_after)
         ));
     }
-    let mut recent: Vec<(NodeIdx, RecentSums)> = ctx
-        .recent
-        .keys()
-        .filter_map(|name| {
-            let idx = snapshot.index_of(name)?;
-            let sums = RecentSums::of(&ctx, name, policy);
-            (sums.count > 0).then_some((idx, sums))
-        })
-        .collect();
-    recent.sort_unstable_by_key(|(i, _)| *i);
     let u = Arc::new(CycleUsage {
         pod: pod_usage,
         ctx,
         degraded_nodes,
         rows,
-        recent,
+        recent: snapshot.recent_table(),
+        warmup_ms: policy.warmup_ms(),
     });
     state.write(Slot(u.clone()));
     u
