@@ -278,11 +278,11 @@ pub async fn run_decision_sink(
     report
 }
 
-/// Writes the batch to the store; returns per record whether its chosen node was in its
-/// builder's placement history (`None`: unknown), and the counts of writes and failures.
 /// Node verdicts a stored explanation keeps at most (chosen, best feasible, then rejected).
 pub const STORED_NODES: usize = 100;
 
+/// Writes the batch to the store; returns per record whether its chosen node was in its
+/// builder's placement history (`None`: unknown), and the counts of writes and failures.
 ///
 /// A full disk fails every write: `failures` keeps that to a warning per interval.
 fn persist(

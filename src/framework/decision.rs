@@ -916,10 +916,16 @@ mod tests {
         let ranks = Arc::new(NameRanks::build(&by_name.node_names, 0));
         assert_eq!((ranks.of(3), ranks.of(6)), (0, 9));
         for seed in 0..50u64 {
-            by_name.totals = (0..10u64).map(|i| ((i * 7 + seed * 13) % 3) as i64).collect();
+            by_name.totals = (0..10u64)
+                .map(|i| ((i * 7 + seed * 13) % 3) as i64)
+                .collect();
             let by_rank = by_name.clone().with_name_ranks(ranks.clone());
             for k in [1, 3, 10] {
-                assert_eq!(by_rank.best_nodes(k), by_name.best_nodes(k), "seed {seed} k {k}");
+                assert_eq!(
+                    by_rank.best_nodes(k),
+                    by_name.best_nodes(k),
+                    "seed {seed} k {k}"
+                );
             }
         }
         let mut d = by_name.clone();

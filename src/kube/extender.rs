@@ -237,6 +237,11 @@ pub fn parse<T: serde::de::DeserializeOwned>(
     kind: &'static str,
     body: &[u8],
 ) -> Result<T, ExtenderError> {
+    // The plain decoder first: tracking the path costs on every field of every request,
+    // and only a failure needs it (decoded again to name the field).
+    if let Ok(v) = serde_json::from_slice(body) {
+        return Ok(v);
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| ExtenderError::BadRequest {
         kind,
