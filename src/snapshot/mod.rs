@@ -122,9 +122,10 @@ impl NameRanks {
     }
 }
 
-/// The last value derived from the snapshot for a cycle ([`UsageRows`], [`RecentTable`]),
-/// built again on the first read after what it was derived from changed. Behind a mutex
-/// because readers hold only `&Snapshot`; held for a pointer copy, or for the rebuild.
+/// The last value derived from the snapshot for a cycle ([`UsageRows`], [`RecentTable`],
+/// [`NameRanks`]), built again on the first read after what it was derived from changed.
+/// Behind a mutex because readers hold only `&Snapshot`; held for a pointer copy, or for
+/// the rebuild.
 #[derive(Debug)]
 struct Cached<T>(std::sync::Mutex<Option<Arc<T>>>);
 
