@@ -1,5 +1,6 @@
 //! The code's shape, checked: no import circle between modules and no function over 150
-//! lines outside tests, in the three crates (`src/`, `storage/src/`, `collectors/src/`).
+//! lines outside tests, in the three crates (`src/`, `storage/src/`, `collectors/src/`);
+//! and the README's plugin tables against the registry.
 //!
 //! A module is a file (`a/b.rs` or `a/b/mod.rs` is `a::b`). An edge `a → b` is a
 //! `crate::b…` path in `a` (comments and the `#[cfg(test)]` part left out), resolved to the
@@ -320,4 +321,63 @@ fn no_function_over_150_lines_outside_tests() {
         let long = long_functions(&repo(krate));
         assert!(long.is_empty(), "{krate}: {long:#?}");
     }
+}
+
+/// The README's plugin tables (`| plugin | points | weight | default | what |`) list each
+/// of headroom's own plugins once, with the extension points, default weight and default
+/// state of its registry row: adding a plugin is its file and one registry row, and the
+/// docs cannot drift from them.
+#[test]
+fn readme_plugin_tables_match_the_registry() {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let mut rows: BTreeMap<String, (String, String, String)> = BTreeMap::new();
+    let mut in_table = false;
+    for line in readme.lines() {
+        if line.starts_with("| plugin | points | weight | default |") {
+            in_table = true;
+            continue;
+        }
+        if !line.starts_with('|') {
+            in_table = false;
+        }
+        if !in_table || line.starts_with("|---") {
+            continue;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (name, points, weight, default) = (cells[1], cells[2], cells[3], cells[4]);
+        let row = (points.to_string(), weight.to_string(), default.to_string());
+        assert!(
+            rows.insert(name.to_string(), row).is_none(),
+            "README lists {name} twice"
+        );
+    }
+    let own: Vec<_> = headroom::plugins::KNOWN_PLUGINS
+        .iter()
+        .filter(|k| !k.upstream)
+        .collect();
+    assert!(own.len() >= 10, "the registry has headroom's own plugins");
+    for k in &own {
+        let (points, weight, default) = rows
+            .remove(k.name)
+            .unwrap_or_else(|| panic!("README's plugin tables lack {}", k.name));
+        let want_points: Vec<String> = k.points.iter().map(|p| format!("{p:?}")).collect();
+        assert_eq!(points, want_points.join(", "), "{}: points", k.name);
+        let want_weight = if k.weight == 0 {
+            String::new()
+        } else {
+            k.weight.to_string()
+        };
+        assert_eq!(weight, want_weight, "{}: default weight", k.name);
+        let on = default == "on" || default.starts_with("on,");
+        assert!(
+            on == k.default_enabled && (on || default == "off"),
+            "{}: README says default {default:?}, the registry {}",
+            k.name,
+            k.default_enabled
+        );
+    }
+    assert!(
+        rows.is_empty(),
+        "README lists plugins the registry lacks: {rows:?}"
+    );
 }
