@@ -471,7 +471,6 @@ impl Decision {
         for (i, idx) in self.feasible.iter().enumerate() {
             slots[*idx as usize] = Slot::Feasible(i);
         }
-        let chosen = self.node();
         let chosen_idx = self.chosen_idx().map(|i| i as usize);
         let kept: Vec<usize> = if max >= n {
             (0..n).collect()
@@ -505,7 +504,7 @@ impl Decision {
                     Slot::Feasible(i) => NodeVerdict {
                         name: name.to_string(),
                         feasible: true,
-                        chosen: chosen == Some(name.as_ref()),
+                        chosen: chosen_idx == Some(idx),
                         plugin: None,
                         code: None,
                         reasons: Vec::new(),
