@@ -1156,6 +1156,7 @@ mod tests {
                 cpu_cores: 0.5,
                 memory_bytes: 1e9,
                 disk_bytes: 0.0,
+                ..Default::default()
             },
         );
         m.set_node_usage(&snap, &policy, now);

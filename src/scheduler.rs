@@ -544,6 +544,7 @@ impl Scheduler {
             cpu_cores: usage.prediction.cpu_cores,
             memory_bytes: usage.prediction.memory_bytes,
             disk_bytes: usage.disk_bytes as f64,
+            memory_dist: usage.prediction.memory_dist,
         };
         // A bare pod's identity is its own name: remembering a history for it would only
         // grow the map.
@@ -776,20 +777,30 @@ mod tests {
     }
 
     /// The waiting policy: a pod real memory keeps off every node waits, told so, until
-    /// `usage.maxWait`; then it goes to the least-hot node that fits by requests, History
-    /// out of the way, with the fallback on the record. Requests alone never fall back.
+    /// `usage.maxWait`; then it goes to the least-hot node that fits by requests and can
+    /// hold its expected use, History out of the way, with the fallback on the record.
+    /// Requests alone never fall back.
     #[test]
     fn usage_fallback_after_max_wait() {
         let mut config = Config::default();
         config.scheduler.seed = Some(7);
         config.usage.max_wait = Duration::from_secs(60);
         let mut s = Scheduler::new(&config).unwrap();
-        // 8 GiB nodes, 10 % reserve (0.8 GiB): a 2 GiB pod fits neither.
+        // 8 GiB nodes, 10 % reserve (0.8 GiB): a 2 GiB pod fits none. Under the fallback
+        // "over" (7 + 2 > 8 GiB) still rejects it while others can hold it.
         *s.snapshot_mut() = with_usage(
-            Snapshot::build([node("hot", json!({})), node("warm", json!({}))], []),
+            Snapshot::build(
+                [
+                    node("hot", json!({})),
+                    node("warm", json!({})),
+                    node("over", json!({})),
+                ],
+                [],
+            ),
             vec![
-                usage("hot", 0.5, 7.0 * GI, 10, None),
+                usage("hot", 0.5, 6.0 * GI, 10, None),
                 usage("warm", 0.5, 5.5 * GI, 10, None),
+                usage("over", 0.5, 7.0 * GI, 10, None),
             ],
             vec![],
         );
@@ -813,7 +824,7 @@ mod tests {
         };
         assert!(
             message.starts_with(
-                "0/2 nodes are available: 2 node(s) didn't have enough real free memory."
+                "0/3 nodes are available: 3 node(s) didn't have enough real free memory."
             ) && message.contains("after usage.maxWait (1m)"),
             "{message}"
         );
@@ -832,6 +843,14 @@ mod tests {
         assert_eq!(json["fallback"]["relaxed"][0], "RealMemoryFit");
         let chosen = e.nodes.iter().find(|n| n.chosen).unwrap();
         assert!(chosen.feasible);
+        let over = e.nodes.iter().find(|n| n.name == "over").unwrap();
+        assert!(!over.feasible);
+        assert!(
+            e.to_text()
+                .contains("usage fallback: expected demand 9Gi passes the node's memory 8Gi"),
+            "{}",
+            e.to_text()
+        );
         // Requests alone keep a 9 GiB pod off: nothing to relax, no waiting sentence.
         let big = build("big", "9Gi");
         let a = s.schedule_one_waited(&big, None, false, Duration::from_secs(600));

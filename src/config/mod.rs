@@ -590,6 +590,18 @@ mod tests {
             ("profiles: []", "profiles"),
             ("scheduler: {seed: -1}", "scheduler.seed"),
             (
+                "usage: {memoryRiskPercent: 0}",
+                "t: usage.memoryRiskPercent: 0 is not a percentage in (0, 50]",
+            ),
+            (
+                "usage: {memoryRiskPercent: 60}",
+                "t: usage.memoryRiskPercent: 60 is not a percentage in (0, 50]",
+            ),
+            (
+                "usage: {memoryRiskPercent: five}",
+                "usage.memoryRiskPercent",
+            ),
+            (
                 "profiles: [{percentageOfNodesToScore: 101}]",
                 "t: profiles[headroom].percentageOfNodesToScore: 101 is not in 0..=100",
             ),

@@ -171,6 +171,7 @@ mod tests {
                     cpu_cores: 0.0,
                     memory_bytes: 0.0,
                     disk_bytes: 0.0,
+                    ..Default::default()
                 },
             );
         }

@@ -2,8 +2,10 @@
 //! `resource_allocation.go` serves its scorers): the cycle's usage from PreFilter, one
 //! verdict for every node without fresh usage (`usage.onStale`), the plugin's own check on
 //! the fresh ones, and the usage fallback (`usage.maxWait`) letting a fresh node's verdict
-//! through — a stale-data verdict stays, it is not about room; and a plugin guarding
-//! promises to other pods (RealDiskFit's hold) is never relaxed.
+//! through unless the plugin's [`RealFit::fallback_check`] still rejects it (RealMemoryFit:
+//! an expected overflow while another node has room) — a stale-data verdict stays, it is
+//! not about room; and a plugin guarding promises to other pods (RealDiskFit's hold) is
+//! never relaxed.
 
 use crate::framework::{CycleState, NodeBatch, Status};
 use crate::snapshot::{NodeInfo, Snapshot};
@@ -22,6 +24,17 @@ pub(super) trait RealFit {
     /// The verdict on a node's real state (a degraded verdict when it is not fresh);
     /// `node` for what the snapshot knows besides usage (the pods on it).
     fn check(&self, u: &CycleUsage, real: &NodeReal, node: &NodeInfo, explain: bool) -> Status;
+    /// Under the usage fallback, a rejection that still stands on a fresh node (`None`:
+    /// the node passes).
+    fn fallback_check(
+        &self,
+        _state: &CycleState,
+        _u: &CycleUsage,
+        _real: &NodeReal,
+        _explain: bool,
+    ) -> Option<Status> {
+        None
+    }
 }
 
 /// `Filter` for one node.
@@ -36,7 +49,9 @@ pub(super) fn filter<P: RealFit>(plugin: &P, state: &CycleState, node: &NodeInfo
         && real.freshness.is_fresh()
         && fallback_active(state)
     {
-        return relaxed(s, state.explain);
+        return plugin
+            .fallback_check(state, u, &real, state.explain)
+            .unwrap_or_else(|| relaxed(s, state.explain));
     }
     s
 }
@@ -76,15 +91,14 @@ pub(super) fn filter_batch<P: RealFit>(
         if !u.is_fresh(idx, policy) {
             return degraded.clone();
         }
-        if fallback {
+        let real = u.node_real_at(table, idx, policy);
+        let s = plugin.check(u, &real, snapshot.node(idx), false);
+        if s.is_success() {
             return None;
         }
-        let s = plugin.check(
-            u,
-            &u.node_real_at(table, idx, policy),
-            snapshot.node(idx),
-            false,
-        );
-        (!s.is_success()).then_some(s)
+        if fallback {
+            return plugin.fallback_check(state, u, &real, false);
+        }
+        Some(s)
     });
 }

@@ -228,8 +228,21 @@ impl ScorePlugin for RealHeadroom {
         } else {
             "usage stale or missing: node and pod requests (a stale node's last measurement as a floor)".to_string()
         };
+        // Under the risk-based fit, the node's risk too (`/explain` shows it for every
+        // feasible node; RealMemoryFit's detail gives it for the rejected ones).
+        let risk = match self.policy.memory_risk_percent {
+            Some(target) if i.fresh => {
+                let real = u.node_real(node, &self.policy);
+                let limit = real.memory_total * (1.0 - u.pod.class.memory_reserve);
+                let p = real
+                    .memory_demand(u.pod.prediction.memory_dist)
+                    .exceed_probability(limit);
+                format!("; memory risk {:.1} % (target {target} %)", p * 100.0)
+            }
+            _ => String::new(),
+        };
         Some(format!(
-            "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1} of {:.1} GiB → {:.0} % free ({basis})",
+            "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1} of {:.1} GiB → {:.0} % free ({basis}){risk}",
             self.args.strategy,
             i.cpu_used,
             i.cpu_pod,

@@ -313,6 +313,7 @@ mod tests {
                     cpu_cores: 1.0,
                     memory_bytes: 0.0,
                     disk_bytes: 0.0,
+                    ..Default::default()
                 },
             );
         }

@@ -13,6 +13,7 @@ pub mod node;
 pub mod policy;
 pub mod predict;
 pub mod recent;
+pub mod risk;
 pub mod wait;
 
 use std::collections::{HashMap, VecDeque};
@@ -31,6 +32,7 @@ pub use predict::{
     pod_usage, release_cycle_usage,
 };
 pub use recent::{RecentSums, RecentTable};
+pub use risk::MemoryDist;
 pub use wait::{Wait, fallback_active};
 
 /// How many of its own recent nodes per builder the scheduler remembers between views.
@@ -41,7 +43,7 @@ const MAX_STARTS: usize = 256;
 
 /// A pod the scheduler placed, counted with its predicted usage until the node's metrics
 /// include it (crane's "hot value": usage lags placement by a scrape interval or more).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecentPlacement {
     /// Pod `namespace/name`.
     pub pod: String,
@@ -53,6 +55,8 @@ pub struct RecentPlacement {
     pub memory_bytes: f64,
     /// Disk it asked for, bytes.
     pub disk_bytes: f64,
+    /// Predicted memory as a distribution (the risk-based fit, [`risk`]).
+    pub memory_dist: MemoryDist,
 }
 
 /// The usage-side inputs of one scheduling cycle.
@@ -198,6 +202,7 @@ mod tests {
             cpu_cores: 1.0,
             memory_bytes: 100.0,
             disk_bytes: 0.0,
+            memory_dist: MemoryDist::default(),
         };
         ctx.record_placement(None, "n", placed("new", 90_000)); // after the newest sample
         ctx.record_placement(None, "n", placed("mid", 40_000)); // sampled, 60 s old

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::policy::{StalePolicy, UsagePolicy};
 use super::recent::RecentSums;
+use super::risk::MemoryDist;
 use super::{CycleUsage, UsageContext};
 use crate::analytics::{NodeUsage, UsageView};
 use crate::framework::Status;
@@ -93,6 +94,8 @@ pub struct NodeReal {
     pub recent_cpu: f64,
     /// Their predicted memory, bytes.
     pub recent_memory: f64,
+    /// Their memory as a distribution (the risk-based fit).
+    pub recent_memory_dist: MemoryDist,
     /// Disk, when known.
     pub disk: Option<Disk>,
 }
@@ -244,8 +247,18 @@ impl NodeReal {
             recent: recent.count,
             recent_cpu: recent.cpu,
             recent_memory: recent.memory,
+            recent_memory_dist: recent.memory_dist,
             disk,
         }
+    }
+
+    /// The node's memory demand with a pod of demand `pod` placed: its measured usage
+    /// (known), the recent placements its samples do not show yet and the pod, as one
+    /// distribution ([`super::risk`]).
+    pub fn memory_demand(&self, pod: MemoryDist) -> MemoryDist {
+        MemoryDist::exact(self.memory_used - self.recent_memory)
+            .plus(self.recent_memory_dist)
+            .plus(pod)
     }
 
     /// `real used 5.0 GiB (incl. 2 recent pods 1.0 GiB) of 16.0 GiB, fresh (10s old)`.

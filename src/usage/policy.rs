@@ -228,7 +228,10 @@ pub struct UsagePolicy {
     /// RealCpuFit still reject every node that would otherwise fit, those two filters let
     /// it through for that cycle (the *fallback*): the pod goes to the least-hot node that
     /// fits by requests (RealHeadroom's score decides; History does not pull it to a warm
-    /// node), the decision record carries the fallback (`/explain`), the `Scheduled` event
+    /// node) — but not to a node where its expected memory (every mean, no reserve) passes
+    /// the node's memory while another schedulable node has that room (the pod waits for
+    /// it: such a placement would more likely than not start the OOM killer) —, the
+    /// decision record carries the fallback (`/explain`), the `Scheduled` event
     /// says so and `headroom_scheduler_fallback_placements_total` counts it. Disk holds
     /// (RealDiskFit) and reservations are never relaxed. `0s` (default) falls back at the
     /// first attempt: a pod that no node has real room for goes at once to the node with
@@ -238,6 +241,16 @@ pub struct UsagePolicy {
     /// time to schedule p99 miss the baseline's + 10 % + 5 s on 5 farms of 22.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// The memory fit built on risk (`src/usage/risk.rs`): the largest probability,
+    /// percent, that a node's real memory passes what it can give (its memory less the
+    /// class's `memoryReservePercent`) once the pod is placed. Each pod's memory is a
+    /// distribution from its builder's profile (median and p95), its
+    /// `builder-real-resources` records or the cluster's calibration, and the pods placed
+    /// recently add theirs; RealMemoryFit rejects a node whose risk passes this target, and
+    /// `/explain` shows each node's risk. Unset (`null`): RealMemoryFit adds point
+    /// predictions at `predictPercentile` instead. In `(0, 50]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_risk_percent: Option<f64>,
     /// Settings of pods that match no class.
     pub defaults: ClassSettings,
     /// Class rules, first match wins. Default: one class `databases` for pods labelled or
@@ -265,6 +278,7 @@ impl Default for UsagePolicy {
             predict_percentile: Percentile::P95,
             cold_start: ColdStart::Calibrated,
             max_wait: DEFAULT_MAX_WAIT,
+            memory_risk_percent: None,
             defaults: ClassSettings::default(),
             classes: vec![
                 ClassRule {
@@ -297,6 +311,13 @@ fn percent(field: &str, v: Option<f64>, default: f64) -> Result<f64, String> {
 }
 
 impl UsagePolicy {
+    /// The standard normal quantile of `1 − memoryRiskPercent / 100`, when the risk-based
+    /// fit is on: the demand's standard deviations a node must leave room for.
+    pub fn memory_risk_z(&self) -> Option<f64> {
+        self.memory_risk_percent
+            .map(|r| super::risk::normal_quantile(1.0 - r / 100.0))
+    }
+
     /// [`UsagePolicy::warmup`] in milliseconds (saturating).
     pub fn warmup_ms(&self) -> i64 {
         i64::try_from(self.warmup.as_millis()).unwrap_or(i64::MAX)
@@ -337,6 +358,14 @@ impl UsagePolicy {
 
     /// Checks every class resolves; the error names the field.
     pub fn validate(&self) -> Result<(), (String, String)> {
+        if let Some(r) = self.memory_risk_percent
+            && !(r > 0.0 && r <= 50.0)
+        {
+            return Err((
+                "usage.memoryRiskPercent".to_string(),
+                format!("{r} is not a percentage in (0, 50]"),
+            ));
+        }
         self.resolve(None)
             .map_err(|m| ("usage.defaults".to_string(), m))?;
         for (i, r) in self.classes.iter().enumerate() {

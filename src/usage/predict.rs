@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::UsageContext;
 use super::node::{NodeReal, UsageRows};
 use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
+use super::risk::{MemoryDist, Z95};
 use super::{RecentSums, RecentTable};
 use crate::framework::CycleState;
 use crate::quantity::{Quantity, format_bytes};
@@ -64,6 +65,11 @@ pub struct Calibration {
     pub cpu_ratio: f64,
     /// Pods it was computed from.
     pub pods: usize,
+    /// Memory over requests as a distribution, for the risk-based fit: the median over
+    /// those pods of `profile p50 / requests`, with the spread that puts its 95th
+    /// percentile at the p95 over the pods of `profile p95 / requests` (how far an unseen
+    /// builder may stray from its requests, given how far the known ones do).
+    pub memory_ratio_dist: MemoryDist,
 }
 
 /// Profiled pods needed before a calibration is trusted.
@@ -82,6 +88,7 @@ pub fn calibrate(
     }
     let p = policy.predict_percentile;
     let (mut mem, mut cpu) = (Vec::new(), Vec::new());
+    let (mut mem50, mut mem95) = (Vec::new(), Vec::new());
     for node in snapshot.nodes() {
         for pod in &node.pods {
             let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
@@ -90,7 +97,10 @@ pub fn calibrate(
             };
             let r = &pod.requests.requests;
             if r.memory > 0 {
-                mem.push(p.pick(&profile.memory) / r.memory as f64);
+                let req = r.memory as f64;
+                mem.push(p.pick(&profile.memory) / req);
+                mem50.push(profile.memory.p50 / req);
+                mem95.push(profile.memory.p95 / req);
             }
             if r.milli_cpu > 0 {
                 cpu.push(p.pick(&profile.cpu) / (r.milli_cpu as f64 / 1000.0));
@@ -105,10 +115,16 @@ pub fn calibrate(
     } else {
         1.0
     };
+    let median = quantile(&mut mem50, 0.5);
+    let sd = (quantile(&mut mem95, 0.95) - median).max(0.0) / Z95;
     Some(Calibration {
         memory_ratio: quantile(&mut mem, 0.9),
         cpu_ratio,
         pods: mem.len(),
+        memory_ratio_dist: MemoryDist {
+            mean: median,
+            var: sd * sd,
+        },
     })
 }
 
@@ -119,6 +135,8 @@ pub struct Prediction {
     pub cpu_cores: f64,
     /// Memory, bytes.
     pub memory_bytes: f64,
+    /// Memory as a distribution (the risk-based fit, [`super::risk`]).
+    pub memory_dist: MemoryDist,
     /// Where it came from.
     pub source: Source,
 }
@@ -197,9 +215,21 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
 }
 
-/// Reads the `builder-real-resources` annotation: `(cpu cores, memory bytes, records)` at
-/// the percentile, or why it is ignored.
-pub fn parse_real_resources(text: &str, p: Percentile) -> Result<(f64, f64, usize), String> {
+/// What the `builder-real-resources` annotation says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RealResources {
+    /// CPU cores at the percentile.
+    pub cpu: f64,
+    /// Memory bytes at the percentile.
+    pub memory: f64,
+    /// Memory as a distribution: the records' median and p95 ([`MemoryDist::from_percentiles`]).
+    pub memory_dist: MemoryDist,
+    /// Records in it.
+    pub records: usize,
+}
+
+/// Reads the `builder-real-resources` annotation at the percentile, or why it is ignored.
+pub fn parse_real_resources(text: &str, p: Percentile) -> Result<RealResources, String> {
     let records: Vec<Record> =
         serde_json::from_str(text).map_err(|e| format!("not a JSON list of records: {e}"))?;
     let mut cpu = Vec::new();
@@ -216,7 +246,14 @@ pub fn parse_real_resources(text: &str, p: Percentile) -> Result<(f64, f64, usiz
         return Err("no cpu or memory values".into());
     }
     let q = p.fraction();
-    Ok((quantile(&mut cpu, q), quantile(&mut mem, q), records.len()))
+    let memory_dist =
+        MemoryDist::from_percentiles(quantile(&mut mem, 0.5), quantile(&mut mem, 0.95), mem.len());
+    Ok(RealResources {
+        cpu: quantile(&mut cpu, q),
+        memory: quantile(&mut mem, q),
+        memory_dist,
+        records: records.len(),
+    })
 }
 
 fn annotations(pod: &PodInfo) -> &Labels {
@@ -242,6 +279,11 @@ impl PodUsage {
             Prediction {
                 cpu_cores: p.pick(&profile.cpu),
                 memory_bytes: p.pick(&profile.memory),
+                memory_dist: MemoryDist::from_percentiles(
+                    profile.memory.p50,
+                    profile.memory.p95,
+                    profile.runs,
+                ),
                 source: Source::Profile {
                     runs: profile.runs,
                     percentile: p,
@@ -254,9 +296,15 @@ impl PodUsage {
                     .ok()
             });
             match from_annotation {
-                Some((cpu, mem, records)) => Prediction {
+                Some(RealResources {
+                    cpu,
+                    memory,
+                    memory_dist,
+                    records,
+                }) => Prediction {
                     cpu_cores: cpu,
-                    memory_bytes: mem,
+                    memory_bytes: memory,
+                    memory_dist,
                     source: Source::Annotation { records },
                 },
                 None => {
@@ -269,6 +317,10 @@ impl PodUsage {
                         Some(c) if policy.cold_start == ColdStart::Calibrated => Prediction {
                             cpu_cores: cpu * c.cpu_ratio,
                             memory_bytes: mem * c.memory_ratio,
+                            memory_dist: MemoryDist {
+                                mean: mem * c.memory_ratio_dist.mean,
+                                var: mem * mem * c.memory_ratio_dist.var,
+                            },
                             source: Source::Calibrated {
                                 memory_ratio: c.memory_ratio,
                                 cpu_ratio: c.cpu_ratio,
@@ -278,6 +330,7 @@ impl PodUsage {
                         _ => Prediction {
                             cpu_cores: cpu,
                             memory_bytes: mem,
+                            memory_dist: MemoryDist::exact(mem),
                             source: Source::Requests,
                         },
                     }
@@ -454,15 +507,19 @@ mod tests {
 
     #[test]
     fn real_resources_annotation() {
-        let (c, m, n) = parse_real_resources(
+        let r = parse_real_resources(
             r#"[{"cpu":"1","memory":"1Gi"},{"cpu":"3000m","memory":"3Gi"},{"cpu":2,"memory":"2Gi"}]"#,
             Percentile::P50,
         )
         .unwrap();
-        assert_eq!((c, m, n), (2.0, 2.0 * (1u64 << 30) as f64, 3));
-        let (c, _, _) =
-            parse_real_resources(r#"[{"cpu":"1"},{"cpu":"3"}]"#, Percentile::Max).unwrap();
-        assert_eq!(c, 3.0);
+        let gi = (1u64 << 30) as f64;
+        assert_eq!((r.cpu, r.memory, r.records), (2.0, 2.0 * gi, 3));
+        // Median 2 GiB, p95 2.9 GiB of three records: sd 0.9/1.645 GiB widened by √(4/3).
+        assert_eq!(r.memory_dist.mean, 2.0 * gi);
+        let sd = 0.9 * gi / Z95 * (4.0f64 / 3.0).sqrt();
+        assert!((r.memory_dist.sd() - sd).abs() < 1e-6 * gi);
+        let r = parse_real_resources(r#"[{"cpu":"1"},{"cpu":"3"}]"#, Percentile::Max).unwrap();
+        assert_eq!(r.cpu, 3.0);
         for bad in [
             "nope",
             "{}",

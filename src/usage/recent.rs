@@ -22,6 +22,10 @@ use crate::analytics::UsageView;
 use crate::snapshot::NodeIdx;
 
 use super::policy::UsagePolicy;
+use super::risk::MemoryDist;
+
+/// Values folded per placement: CPU, memory, disk, memory mean, memory variance.
+const N: usize = 5;
 use super::{RecentPlacement, UsageContext};
 
 /// What recent placements add on a node: how many, and their (decayed) predicted usage.
@@ -35,6 +39,10 @@ pub struct RecentSums {
     pub memory: f64,
     /// Disk, bytes.
     pub disk: f64,
+    /// Memory as a distribution ([`super::risk`]): the means and variances of the
+    /// placements, each in the share still counted (a variance scaled by the share, not
+    /// its square: an upper bound, so a fading pod's spread is never underrated).
+    pub memory_dist: MemoryDist,
 }
 
 impl RecentSums {
@@ -50,12 +58,13 @@ impl RecentSums {
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Sampled {
     at_ms: i64,
-    /// Its own CPU (cores), memory and disk (bytes): the exact walk's inputs.
-    x: [f64; 3],
+    /// Its own CPU (cores), memory and disk (bytes), memory mean and variance: the exact
+    /// walk's inputs.
+    x: [f64; N],
     /// Σ x over this placement and every later one.
-    sum_x: [f64; 3],
+    sum_x: [f64; N],
     /// Σ x · (newest − placed) over this placement and every later one.
-    sum_xd: [f64; 3],
+    sum_xd: [f64; N],
 }
 
 /// One node's recent placements, folded for [`NodeRecent::sums`].
@@ -81,22 +90,29 @@ impl NodeRecent {
             out.unsampled.cpu += r.cpu_cores;
             out.unsampled.memory += r.memory_bytes;
             out.unsampled.disk += r.disk_bytes;
+            out.unsampled.memory_dist = out.unsampled.memory_dist.plus(r.memory_dist);
         }
         out.sampled = list
             .iter()
             .filter(|r| r.at_ms <= newest_ms)
             .map(|r| Sampled {
                 at_ms: r.at_ms,
-                x: [r.cpu_cores, r.memory_bytes, r.disk_bytes],
-                sum_x: [0.0; 3],
-                sum_xd: [0.0; 3],
+                x: [
+                    r.cpu_cores,
+                    r.memory_bytes,
+                    r.disk_bytes,
+                    r.memory_dist.mean,
+                    r.memory_dist.var,
+                ],
+                sum_x: [0.0; N],
+                sum_xd: [0.0; N],
             })
             .collect();
         out.sampled.sort_by_key(|s| s.at_ms);
-        let (mut sx, mut sxd) = ([0.0; 3], [0.0; 3]);
+        let (mut sx, mut sxd) = ([0.0; N], [0.0; N]);
         for s in out.sampled.iter_mut().rev() {
             let d = (newest_ms - s.at_ms) as f64;
-            for k in 0..3 {
+            for k in 0..N {
                 sx[k] += s.x[k];
                 sxd[k] += s.x[k] * d;
             }
@@ -133,6 +149,8 @@ impl NodeRecent {
             s.cpu += head.sum_x[0] * f - head.sum_xd[0] / w;
             s.memory += head.sum_x[1] * f - head.sum_xd[1] / w;
             s.disk += head.sum_x[2] * f - head.sum_xd[2] / w;
+            s.memory_dist.mean += head.sum_x[3] * f - head.sum_xd[3] / w;
+            s.memory_dist.var += head.sum_x[4] * f - head.sum_xd[4] / w;
         } else {
             // A sample newer than the clock (a simulator's tick): shares cap at 1.
             for e in &self.sampled[first..] {
@@ -140,6 +158,8 @@ impl NodeRecent {
                 s.cpu += e.x[0] * share;
                 s.memory += e.x[1] * share;
                 s.disk += e.x[2] * share;
+                s.memory_dist.mean += e.x[3] * share;
+                s.memory_dist.var += e.x[4] * share;
             }
         }
         s
@@ -221,6 +241,10 @@ mod tests {
             cpu_cores: x,
             memory_bytes: x * 1e9,
             disk_bytes: x * 1e8,
+            memory_dist: MemoryDist {
+                mean: x * 5e8,
+                var: x * 1e16,
+            },
         }
     }
 
@@ -256,6 +280,8 @@ mod tests {
                     want.cpu += r.cpu_cores * share;
                     want.memory += r.memory_bytes * share;
                     want.disk += r.disk_bytes * share;
+                    want.memory_dist.mean += r.memory_dist.mean * share;
+                    want.memory_dist.var += r.memory_dist.var * share;
                 }
                 let got = folded.sums(now, warmup);
                 assert_eq!(got.count, want.count, "now {now} warmup {warmup}");
@@ -263,6 +289,8 @@ mod tests {
                     (got.cpu, want.cpu),
                     (got.memory, want.memory),
                     (got.disk, want.disk),
+                    (got.memory_dist.mean, want.memory_dist.mean),
+                    (got.memory_dist.var, want.memory_dist.var),
                 ] {
                     assert!(
                         (g - w).abs() <= 1e-9 * w.abs().max(1.0),

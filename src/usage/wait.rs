@@ -8,10 +8,15 @@
 //! relaxable real filter (one whose
 //! [`relaxed_by_usage_fallback`](crate::framework::Plugin::relaxed_by_usage_fallback) is
 //! true: RealMemoryFit and RealCpuFit; disk holds and reservations are promises to other
-//! pods) and the pod has waited at least `maxWait`: the scheduler then runs the cycle again with [`Wait::fallback`] set, in which those filters
-//! let every node through (the verdict they would have given stays visible in the detail)
-//! and History stays out of the score, so RealHeadroom sends the pod to the least-hot node
-//! that fits by requests. No I/O, no clock: the wait is measured by the caller.
+//! pods) and the pod has waited at least `maxWait`: the scheduler then runs the cycle
+//! again with [`Wait::fallback`] set, in which those filters let nodes through (the verdict
+//! they would have given stays visible in the detail) and History stays out of the score,
+//! so RealHeadroom sends the pod to the least-hot node that fits by requests. RealMemoryFit
+//! still keeps the pod off a node where its *expected* demand (means, no reserve) passes
+//! the node's memory while some schedulable node has that room (only requests, affinity or
+//! taints keep the pod off it there, and they free up as pods end): such a placement would
+//! more likely than not start the OOM killer. With no such room anywhere, every node
+//! passes. No I/O, no clock: the wait is measured by the caller.
 
 use std::time::Duration;
 
@@ -62,7 +67,7 @@ pub fn relaxable_rejections(fw: &Framework, d: &Decision) -> Vec<&'static str> {
 /// room: constant per pod, so repeated failures still fold into one event series.
 pub fn waiting_message(max_wait: Duration) -> String {
     format!(
-        " Waiting for real free memory/CPU: after usage.maxWait ({}) from its first attempt the pod goes to the least-hot node that fits by requests.",
+        " Waiting for real free memory/CPU: after usage.maxWait ({}) from its first attempt the pod goes to the least-hot node that fits by requests and can hold its expected memory.",
         humantime_serde::re::humantime::format_duration(max_wait)
     )
 }

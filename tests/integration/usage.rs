@@ -256,6 +256,82 @@ fn real_memory_fit_through_place() {
     );
 }
 
+/// `usage.memoryRiskPercent` through `place --config`: the pod's memory is its profile's
+/// distribution (median 1 GiB, p95 2 GiB, 8 runs: sd 1/1.645 · √(9/8) ≈ 0.645 GiB); on
+/// "hot" (12.9 of 16 GiB used, limit 14.4 GiB) the demand is 13.9 ± 0.645 GiB, a risk of
+/// 21.9 % of passing the limit: rejected at a 5 % target, let through at 30 %. Every
+/// node's risk is in the record: RealMemoryFit's verdict on a rejected node,
+/// RealHeadroom's score on a feasible one (scores run with two feasible nodes or more).
+#[test]
+fn memory_risk_through_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        "apiVersion: v1\nkind: List\nitems:\n".to_string()
+            + &["hot", "cool"]
+                .map(|n| format!("- {{apiVersion: v1, kind: Node, metadata: {{name: {n}}}, status: {{capacity: {{cpu: \"8\", memory: 16Gi}}, allocatable: {{cpu: \"8\", memory: 16Gi, pods: \"110\"}}}}}}\n"))
+                .concat(),
+    )
+    .unwrap();
+    let usage = dir.path().join("usage.yaml");
+    std::fs::write(
+        &usage,
+        "now: 2026-11-22T10:00:00Z\nnodes:\n- {name: hot, cpu: 1, memory: 12.9Gi, age: 15s}\n- {name: cool, cpu: 1, memory: 2Gi, age: 15s}\nbuilders:\n- {name: builder-x, runs: 8, cpu: 1, memory: {p50: 1Gi, p95: 2Gi, max: 3Gi}}\n",
+    )
+    .unwrap();
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: ci, labels: {bkci.dispatch.kubenetes/core: builder-x}}\nspec: {containers: [{name: c, image: x, resources: {requests: {cpu: 100m, memory: 128Mi}}}]}\n",
+    )
+    .unwrap();
+    let decide = |target: u32| {
+        let config = dir.path().join(format!("risk-{target}.yaml"));
+        std::fs::write(&config, format!("usage: {{memoryRiskPercent: {target}}}\n")).unwrap();
+        let (code, d, err) = place(&[
+            "--config",
+            config.to_str().unwrap(),
+            "--cluster",
+            cluster.to_str().unwrap(),
+            "--pod",
+            pod.to_str().unwrap(),
+            "--usage",
+            usage.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        d.into_iter().next().unwrap()
+    };
+    let d = decide(5);
+    let hot = verdict(&d, "hot");
+    assert_eq!(hot["plugin"], "RealMemoryFit", "{d}");
+    let detail = hot["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("memory risk 21.9 % > target 5 %: expected 13.9Gi"),
+        "{detail}"
+    );
+    assert_eq!(d["node"], "cool");
+    // At 30 % both are feasible, and both scores give the risk.
+    let d = decide(30);
+    let rh = score(&d, "cool", "RealHeadroom");
+    assert!(
+        rh["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("; memory risk 0.0 % (target 30 %)"),
+        "{rh}"
+    );
+    assert_eq!(verdict(&d, "hot")["feasible"], true, "{d}");
+    let rh = score(&d, "hot", "RealHeadroom");
+    assert!(
+        rh["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("; memory risk 21.9 % (target 30 %)"),
+        "{rh}"
+    );
+}
+
 /// `--data-dir`: the usage view computed from a store — node usage, the builder's profile
 /// from its runs, and its placement history.
 #[test]

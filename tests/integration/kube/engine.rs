@@ -429,6 +429,55 @@ async fn kube_serve_places_a_waiting_pod_by_the_usage_fallback_after_max_wait() 
     s.stop().await;
 }
 
+/// Issue #21's memory fit built on risk, under `serve` from its config: with
+/// `usage.memoryRiskPercent` a node whose real memory would likely pass what it can give is
+/// rejected by RealMemoryFit, and the pod goes to the one with room. (`serve` records no
+/// per-node numbers; `place` shows each node's risk, `tests/integration/usage.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_rejects_by_memory_risk() {
+    let fake = Fake::start().await;
+    let gi = (1u64 << 30) as f64;
+    let a = FakeKubelet::start("node-a", 1.0, 15.0 * gi).await;
+    let b = FakeKubelet::start("node-b", 1.0, 2.0 * gi).await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("nodes", node("node-b", "4"));
+    let yaml = format!(
+        "{BASE}analytics: {{refreshInterval: 1s}}\nusage: {{memoryRiskPercent: 5}}\n{}",
+        collectors_yaml(&[("node-a", &a), ("node-b", &b)])
+    );
+    let s = serve_with(
+        &fake,
+        &yaml,
+        Store::open_temporary(StoreConfig::default()).unwrap(),
+    )
+    .await;
+    for n in ["node-a", "node-b"] {
+        eventually(20, "measured usage", || async {
+            let (_, v) = get_json(&s.url(&format!("/nodes/{n}"))).await;
+            (v["headroom"]["basis"] == "measured").then_some(())
+        })
+        .await;
+    }
+    fake.put("pods", super::pod("p", "headroom", "100m"));
+    fake.wait_for(20, "p bound", |f| f.node_of("default", "p").is_some())
+        .await;
+    assert_eq!(fake.node_of("default", "p").as_deref(), Some("node-b"));
+    let e = eventually(10, "p's decision", || async {
+        let (status, e) = get_json(&s.url("/explain/default/p")).await;
+        (status == 200 && e["placed"] == true).then_some(e)
+    })
+    .await;
+    let a = e["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "node-a")
+        .unwrap();
+    assert_eq!(a["plugin"], "RealMemoryFit", "{e}");
+    s.stop().await;
+}
+
 /// Issue "Throughput": binds go through a congestion window. Against a slow server that
 /// also answers 429 with Retry-After and sometimes binds but answers too late, the window
 /// shrinks, at most the window's worth of binds are ever in flight, every pod is bound
