@@ -520,15 +520,22 @@ impl Family {
         if let Some(spec) = &f.builders.load_curve {
             let trace = read_trace(&base.join(&spec.file), &spec.file, origin)?;
             let longest = *f.duration[1];
-            if trace.span() < longest {
+            // A farm's window: its duration (rounded to whole simulation steps, so up to a
+            // step longer) in whole steps of the curve, rounded up.
+            let steps = ((longest + f.step).as_secs_f64() / trace.step.as_secs_f64()).ceil();
+            if (trace.points.len() as f64) < steps + 1.0 {
                 return Err(invalid(
                     origin,
                     "builders.loadCurve.file",
                     format!(
-                        "{}: the curve spans {}, less than the longest duration ({})",
+                        "{}: the curve spans {}, farms of up to {} (in steps of {}) need {}",
                         spec.file,
                         humantime_serde::re::humantime::format_duration(trace.span()),
-                        humantime_serde::re::humantime::format_duration(longest)
+                        humantime_serde::re::humantime::format_duration(longest),
+                        humantime_serde::re::humantime::format_duration(f.step),
+                        humantime_serde::re::humantime::format_duration(
+                            trace.step.saturating_mul(steps as u32)
+                        )
                     ),
                 ));
             }
@@ -1343,7 +1350,7 @@ mod tests {
     fn bad_load_curves_name_the_field() {
         let dir = tempfile::tempdir().unwrap();
         let family = "name: x\nduration: [1h, 1h]\nbuilders: {loadCurve: {file: c.csv}}\n";
-        let ok_rows = "seconds,load\n0,1\n1800,1.5\n3600,0.5\n";
+        let ok_rows = "seconds,load\n0,1\n1800,1.5\n3600,0.5\n5400,1\n";
         for (csv, want) in [
             ("", "c.csv: no rows"),
             ("# only a comment\n", "c.csv: no rows"),
@@ -1376,7 +1383,7 @@ mod tests {
             ("seconds,load\n5,1\n1800,1\n", "seconds must start at 0"),
             (
                 "seconds,load\n0,1\n1800,1\n",
-                "the curve spans 30m, less than the longest duration (1h)",
+                "the curve spans 30m, farms of up to 1h (in steps of 15s) need 1h 30m",
             ),
         ] {
             std::fs::write(dir.path().join("c.csv"), csv).unwrap();
@@ -1391,7 +1398,7 @@ mod tests {
         }
         std::fs::write(dir.path().join("c.csv"), ok_rows).unwrap();
         let f = Family::parse_in(family, "f.yaml", dir.path()).unwrap();
-        assert_eq!(f.trace.as_ref().unwrap().points, [1.0, 1.5, 0.5]);
+        assert_eq!(f.trace.as_ref().unwrap().points, [1.0, 1.5, 0.5, 1.0]);
         let e = Family::parse_in(
             "name: x\nbuilders: {loadCurve: {file: gone.csv}}\n",
             "f.yaml",
