@@ -4,9 +4,10 @@
 //! A family draws, per farm and deterministically from the family's name and the farm's
 //! index: the simulated duration, a node size mix (one or more shapes), some builder
 //! families (each a kind with its requests, real-usage factors, run times and warm-cache
-//! gain), an arrival rate sized to a target real-memory load, an optional daily cycle,
-//! bursts of the most memory-heavy builds, and services and databases beside the builds.
-//! Shipped scenario files can be included as farms of their own.
+//! gain), an arrival rate sized to a target real-memory load, an optional daily cycle
+//! (or, with `builders.loadCurve`, a window of a measured load curve instead), bursts of
+//! the most memory-heavy builds, and services and databases beside the builds. Shipped
+//! scenario files can be included as farms of their own.
 //!
 //! ```yaml
 //! name: ci-farms
@@ -25,6 +26,9 @@
 //!   memoryLoad: [0.4, 0.7]      # mean real memory of the builds (cold caches), share of the farm
 //!   cycleAmplitude: [0.0, 0.5]  # daily cycle of the arrival rate
 //!   cyclePeriod: [6h, 24h]
+//!   loadCurve:                  # instead of the daily cycle (then cycle* are ignored)
+//!     file: alibaba-2018-load.csv   # `seconds,load` rows, relative to this file
+//!     usageFollows: [0.0, 0.3]  # share of the curve the builds' usage intensity follows
 //!   kinds:
 //!     - name: cpp
 //!       requests: {cpu: "2", memory: 3Gi}
@@ -39,9 +43,19 @@
 //! databases: [0, 2]
 //! include: [../ci-farm.yaml]    # scenario files, relative to this file
 //! ```
+//!
+//! With `builders.loadCurve` each farm takes a window of the curve as long as its
+//! duration, starting at a whole step of the curve drawn by the farm's generator (so farms
+//! differ); its builders' arrival rate at `t` is their base rate × the curve at `t` (linear
+//! between points), and a build's real CPU and memory factors are scaled by `1 +
+//! usageFollows × (curve(t) − 1)` at its arrival (`usageFollows` drawn per farm). The base
+//! rates are sized, as for the daily cycle, by the curve's mean and peak over the window.
+//! The farm's scenario carries its window's points (`workloads[].loadCurve`, see
+//! [`scenario::LoadCurve`]), so `headroom sweep --write-farms` farms run alone.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use humantime_serde::Serde;
@@ -50,9 +64,10 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::scenario::{
-    self, Burst, DailyCycle, Event, Kind, NodeSpec, Overcommit, Requests, Scenario, UsageSpec,
-    Workload,
+    self, Burst, DailyCycle, Event, Kind, LoadCurve, NodeSpec, Overcommit, RateCurve, Requests,
+    Scenario, UsageSpec, Workload,
 };
+use crate::field;
 use crate::usage::file::Amount;
 
 /// A duration range `[min, max]`, humantime strings.
@@ -186,8 +201,39 @@ pub struct BuilderMix {
     pub cycle_amplitude: [f64; 2],
     /// Period of that cycle, `[min, max]`. Default `[6h, 24h]`.
     pub cycle_period: DurationRange,
+    /// A measured load curve that replaces the daily cycle (`cycleAmplitude` and
+    /// `cyclePeriod` are then ignored). Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_curve: Option<LoadCurveSpec>,
     /// The kinds families are drawn from. Default: cpp, java, web, go, rust, android.
     pub kinds: Vec<BuilderKind>,
+}
+
+/// Where a family's load curve comes from and how much the builds follow it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LoadCurveSpec {
+    /// A CSV file, relative to the family file: `#` comment lines, the header
+    /// `seconds,load`, then one row per point: seconds from 0 in equal steps, and the
+    /// relative load (finite, at least 0, not all 0; 1 is the usual intensity, e.g. the
+    /// mean). It must span the family's longest duration.
+    pub file: String,
+    /// How much of the curve the builds' usage intensity follows, `[min, max]` within
+    /// `[0, 1]`; a farm draws one (see [`scenario::LoadCurve::usage_follows`]). Default
+    /// `[0, 0]`: only the arrival rate follows the curve.
+    #[serde(default)]
+    pub usage_follows: [f64; 2],
+}
+
+/// A load curve as read from its file.
+#[derive(Debug, Clone, PartialEq)]
+struct Trace {
+    /// The file name as the family gives it (for the farms' `source` note).
+    file: String,
+    /// Time between points.
+    step: Duration,
+    /// The relative load at `0, step, 2 × step, …`.
+    points: Vec<f64>,
 }
 
 impl Default for BuilderMix {
@@ -198,6 +244,7 @@ impl Default for BuilderMix {
             memory_load: [0.4, 0.7],
             cycle_amplitude: [0.0, 0.5],
             cycle_period: dr(6 * 3600, 24 * 3600),
+            load_curve: None,
             kinds: vec![
                 kind("cpp", "2", "3Gi", [0.8, 1.5], [1.5, 4.0], [20, 30]),
                 kind("java", "2", "4Gi", [0.2, 0.8], [0.15, 0.5], [20, 30]),
@@ -270,6 +317,9 @@ pub struct Family {
     /// Scenario files that join the generated farms, relative to the family file.
     #[serde(default)]
     pub include: Vec<String>,
+    /// `builders.loadCurve`'s points, read when the family is parsed.
+    #[serde(skip)]
+    trace: Option<Arc<Trace>>,
 }
 
 fn twenty() -> usize {
@@ -334,6 +384,115 @@ fn check_fraction(path: &str, field: &str, r: &[f64; 2], max: f64) -> Result<(),
     Ok(())
 }
 
+impl Trace {
+    /// The time the points span.
+    fn span(&self) -> Duration {
+        self.step
+            .saturating_mul(u32::try_from(self.points.len().saturating_sub(1)).unwrap_or(u32::MAX))
+    }
+}
+
+/// Reads a load curve's CSV (`file` is how the family names it), every error naming the
+/// family's `builders.loadCurve.file` field, the file and the line.
+fn read_trace(path: &Path, file: &str, origin: &str) -> Result<Trace, scenario::Error> {
+    const FIELD: &str = "builders.loadCurve.file";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid(origin, FIELD, format!("reading {}: {e}", path.display())))?;
+    let at = |line: usize, m: String| invalid(origin, FIELD, format!("{file}: line {line}: {m}"));
+    let mut rows = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+    match rows.next() {
+        Some((_, "seconds,load")) => {}
+        Some((n, l)) => {
+            return Err(at(
+                n,
+                format!(
+                    "the header must be `seconds,load`, got {:?}",
+                    field::shown(l)
+                ),
+            ));
+        }
+        None => return Err(invalid(origin, FIELD, format!("{file}: no rows"))),
+    }
+    let mut times = Vec::new();
+    let mut points = Vec::new();
+    for (n, l) in rows {
+        let cols: Vec<&str> = l.split(',').map(str::trim).collect();
+        let [t, v] = cols[..] else {
+            return Err(at(
+                n,
+                format!("expected `seconds,load`, got {:?}", field::shown(l)),
+            ));
+        };
+        let num = |x: &str, name: &str| -> Result<f64, scenario::Error> {
+            match x.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+                _ => Err(at(
+                    n,
+                    format!("{name}: {:?} is not a finite number ≥ 0", field::shown(x)),
+                )),
+            }
+        };
+        times.push(num(t, "seconds")?);
+        let v = num(v, "load")?;
+        if v > scenario::MAX_CURVE_LOAD {
+            return Err(at(
+                n,
+                format!("load: {v} is above {}", scenario::MAX_CURVE_LOAD),
+            ));
+        }
+        points.push(v);
+        if points.len() > scenario::MAX_CURVE_POINTS {
+            return Err(at(
+                n,
+                format!("more than {} points", scenario::MAX_CURVE_POINTS),
+            ));
+        }
+    }
+    if points.len() < 2 {
+        return Err(invalid(
+            origin,
+            FIELD,
+            format!(
+                "{file}: at least two points are needed, got {}",
+                points.len()
+            ),
+        ));
+    }
+    if points.iter().all(|&v| v == 0.0) {
+        return Err(invalid(origin, FIELD, format!("{file}: every load is 0")));
+    }
+    let step = times[1] - times[0];
+    if times[0] != 0.0 || step < 1.0 || step.fract() != 0.0 {
+        return Err(invalid(
+            origin,
+            FIELD,
+            format!("{file}: seconds must start at 0 and go up in equal whole steps of at least 1"),
+        ));
+    }
+    for (i, t) in times.iter().enumerate() {
+        if (t - step * i as f64).abs() > 1e-6 {
+            return Err(invalid(
+                origin,
+                FIELD,
+                format!(
+                    "{file}: point {}: seconds {t}, expected {} (equal steps of {step})",
+                    i + 1,
+                    step * i as f64
+                ),
+            ));
+        }
+    }
+    Ok(Trace {
+        file: file.to_string(),
+        step: Duration::from_secs(step as u64),
+        points,
+    })
+}
+
 impl Family {
     /// Reads a family file.
     pub fn load(path: &Path) -> Result<Family, scenario::Error> {
@@ -342,15 +501,46 @@ impl Family {
             path: origin.clone(),
             source,
         })?;
-        Family::parse(&text, &origin)
+        Family::parse_in(&text, &origin, path.parent().unwrap_or(Path::new(".")))
     }
 
-    /// Parses family YAML; `origin` names it in errors.
+    /// Parses family YAML; `origin` names it in errors; a load curve's file is relative
+    /// to the current directory.
     pub fn parse(text: &str, origin: &str) -> Result<Family, scenario::Error> {
+        Family::parse_in(text, origin, Path::new("."))
+    }
+
+    /// Parses family YAML whose files (`builders.loadCurve.file`) are relative to `base`;
+    /// `origin` names it in errors.
+    pub fn parse_in(text: &str, origin: &str, base: &Path) -> Result<Family, scenario::Error> {
         let de = serde_norway::Deserializer::from_str(text);
-        let f: Family = serde_path_to_error::deserialize(de)
+        let mut f: Family = serde_path_to_error::deserialize(de)
             .map_err(|e| invalid(origin, &e.path().to_string(), e.into_inner().to_string()))?;
         f.validate(origin)?;
+        if let Some(spec) = &f.builders.load_curve {
+            let trace = read_trace(&base.join(&spec.file), &spec.file, origin)?;
+            let longest = *f.duration[1];
+            // A farm's window: its duration (rounded to whole simulation steps, so up to a
+            // step longer) in whole steps of the curve, rounded up.
+            let steps = ((longest + f.step).as_secs_f64() / trace.step.as_secs_f64()).ceil();
+            if (trace.points.len() as f64) < steps + 1.0 {
+                return Err(invalid(
+                    origin,
+                    "builders.loadCurve.file",
+                    format!(
+                        "{}: the curve spans {}, farms of up to {} (in steps of {}) need {}",
+                        spec.file,
+                        humantime_serde::re::humantime::format_duration(trace.span()),
+                        humantime_serde::re::humantime::format_duration(longest),
+                        humantime_serde::re::humantime::format_duration(f.step),
+                        humantime_serde::re::humantime::format_duration(
+                            trace.step.saturating_mul(steps as u32)
+                        )
+                    ),
+                ));
+            }
+            f.trace = Some(Arc::new(trace));
+        }
         Ok(f)
     }
 
@@ -409,6 +599,12 @@ impl Family {
             ));
         }
         check_fraction(o, "builders.memoryLoad", &b.memory_load, 1.0)?;
+        if let Some(c) = &b.load_curve {
+            if c.file.trim().is_empty() {
+                return Err(invalid(o, "builders.loadCurve.file", "must not be empty"));
+            }
+            check_fraction(o, "builders.loadCurve.usageFollows", &c.usage_follows, 1.0)?;
+        }
         check_fraction(o, "builders.cycleAmplitude", &b.cycle_amplitude, 1.0)?;
         let p = [*b.cycle_period[0], *b.cycle_period[1]];
         check_range(o, "builders.cyclePeriod", &p)?;
@@ -601,9 +797,30 @@ impl Family {
         let n_fam = g.count(b.families).min(b.kinds.len());
         let kinds = g.pick(b.kinds.len(), n_fam);
         let load = g.uniform(b.memory_load);
-        let amplitude = g.uniform(b.cycle_amplitude);
-        let period = g.span(&b.cycle_period);
-        let peak_at = Duration::from_secs_f64(duration.as_secs_f64() * g.rng.random::<f64>());
+        let (window, cycle, curve) = match (&self.trace, &b.load_curve) {
+            (Some(trace), Some(spec)) => {
+                let curve = trace_window(g, trace, spec, duration);
+                (curve_window(&curve, duration), None, Some(curve))
+            }
+            _ => {
+                let amplitude = g.uniform(b.cycle_amplitude);
+                let period = g.span(&b.cycle_period);
+                let peak_at =
+                    Duration::from_secs_f64(duration.as_secs_f64() * g.rng.random::<f64>());
+                let (mean, peak) = cycle_mean_peak(duration, amplitude, period, peak_at);
+                let cycle = (amplitude > 0.0).then(|| DailyCycle {
+                    amplitude: (amplitude * 100.0).round() / 100.0,
+                    period: Duration::from_secs(period.as_secs()),
+                    peak_at: Duration::from_secs(peak_at.as_secs()),
+                });
+                let window = Window {
+                    peak,
+                    real_mean: mean,
+                    real_peak: peak,
+                };
+                (window, cycle, None)
+            }
+        };
         let mut drafts = Vec::new();
         for &k in &kinds {
             let bk = &b.kinds[k];
@@ -622,14 +839,10 @@ impl Family {
         let mut builds = Builds {
             drafts,
             rates: Vec::new(),
-            cycle: (amplitude > 0.0).then(|| DailyCycle {
-                amplitude: (amplitude * 100.0).round() / 100.0,
-                period: Duration::from_secs(period.as_secs()),
-                peak_at: Duration::from_secs(peak_at.as_secs()),
-            }),
+            cycle,
+            curve,
         };
-        let (cycle_mean, cycle_peak) = cycle_mean_peak(duration, amplitude, period, peak_at);
-        builds.size_rates(b, farm, load, cycle_mean, cycle_peak);
+        builds.size_rates(b, farm, load, &window);
         Ok(builds)
     }
 
@@ -769,26 +982,31 @@ struct Draft {
     req_mem: f64,
 }
 
-/// A farm's builder families, their arrival rates and the daily cycle they share.
+/// A farm's builder families, their arrival rates and the daily cycle or load curve they
+/// share.
 struct Builds {
     drafts: Vec<Draft>,
     rates: Vec<f64>,
     cycle: Option<DailyCycle>,
+    curve: Option<LoadCurve>,
+}
+
+/// How the arrival rate's factor behaves over a farm's duration: its peak (for requests),
+/// and the mean and peak of the factor times the usage intensity (the real load; the
+/// rate's own without a load curve's `usageFollows`).
+struct Window {
+    peak: f64,
+    real_mean: f64,
+    real_peak: f64,
 }
 
 impl Builds {
     /// Arrival rates: concurrent builds (rate × mean run time, as if every cache were cold)
-    /// × real memory per build = the family's share of the load; then scaled down so that
+    /// × real memory per build = the family's share of the load (over the window: the
+    /// rate's mean, times the usage intensity with a load curve); then scaled down so that
     /// at the cycle's peak requests and real CPU still leave room (a farm is sized for its
     /// builds: the baseline rarely waits for requests).
-    fn size_rates(
-        &mut self,
-        b: &BuilderMix,
-        farm: &Nodes,
-        load: f64,
-        cycle_mean: f64,
-        cycle_peak: f64,
-    ) {
+    fn size_rates(&mut self, b: &BuilderMix, farm: &Nodes, load: f64, window: &Window) {
         let weights: f64 = self.drafts.iter().map(|d| d.weight).sum::<f64>().max(1e-9);
         let hours = |d: &Draft| d.mean.as_secs_f64() / 3600.0;
         self.rates = self
@@ -799,19 +1017,19 @@ impl Builds {
                 let mem = d.req_mem * (bk.usage.memory[0] + bk.usage.memory[1]) / 2.0;
                 load * farm.usable_mem * d.weight
                     / weights
-                    / (mem.max(1.0) * hours(d).max(1e-6) * cycle_mean.max(1e-6))
+                    / (mem.max(1.0) * hours(d).max(1e-6) * window.real_mean.max(1e-6))
             })
             .collect();
-        let peak = |f: &dyn Fn(&Draft) -> f64| -> f64 {
+        let peak = |at: f64, f: &dyn Fn(&Draft) -> f64| -> f64 {
             self.drafts
                 .iter()
                 .zip(&self.rates)
-                .map(|(d, r)| r * hours(d) * cycle_peak * f(d))
+                .map(|(d, r)| r * hours(d) * at * f(d))
                 .sum()
         };
-        let req_mem = peak(&|d| d.req_mem);
-        let req_cpu = peak(&|d| d.req_cpu);
-        let real_cpu = peak(&|d| {
+        let req_mem = peak(window.peak, &|d| d.req_mem);
+        let req_cpu = peak(window.peak, &|d| d.req_cpu);
+        let real_cpu = peak(window.real_peak, &|d| {
             let u = &b.kinds[d.kind].usage.cpu;
             d.req_cpu * (u[0] + u[1]) / 2.0
         });
@@ -852,6 +1070,7 @@ impl Builds {
                     node_selector: BTreeMap::new(),
                     tolerations: Vec::new(),
                     daily_cycle: self.cycle.clone(),
+                    load_curve: self.curve.clone(),
                     scheduler_name: None,
                 }
             })
@@ -902,7 +1121,72 @@ fn service_defaults() -> Workload {
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
         daily_cycle: None,
+        load_curve: None,
         scheduler_name: None,
+    }
+}
+
+/// A farm's window of the load curve: as long as `duration` (whole steps, rounded up),
+/// starting at a step drawn by the farm's generator; with the drawn `usageFollows`.
+fn trace_window(
+    g: &mut Draw,
+    trace: &Trace,
+    spec: &LoadCurveSpec,
+    duration: Duration,
+) -> LoadCurve {
+    let step = trace.step.as_secs_f64().max(1.0);
+    let segments = ((duration.as_secs_f64() / step).ceil() as usize).max(1);
+    // The family checked that the curve spans the longest duration.
+    let last_start = trace.points.len().saturating_sub(segments + 1);
+    let start = g.rng.random_range(0..=last_start);
+    let end = (start + segments + 1).min(trace.points.len());
+    let follows = (g.uniform(spec.usage_follows) * 100.0).round() / 100.0;
+    let offset = Duration::from_secs(trace.step.as_secs() * start as u64);
+    LoadCurve {
+        source: Some(format!(
+            "{} from {}",
+            trace.file,
+            humantime_serde::re::humantime::format_duration(offset)
+        )),
+        step: trace.step,
+        points: trace.points[start..end].to_vec(),
+        usage_follows: follows,
+    }
+}
+
+/// The load curve over the farm's duration: the rate factor's peak, and the mean and peak
+/// of the factor × the usage intensity; sampled at every quarter step (every point among
+/// them), the mean by the trapezoidal rule.
+fn curve_window(curve: &LoadCurve, duration: Duration) -> Window {
+    let end = duration.as_secs_f64() * 1000.0;
+    let dt = (curve.step.as_secs_f64() * 1000.0 / 4.0).max(1.0);
+    let mut ts: Vec<f64> = (0..)
+        .map(|k| k as f64 * dt)
+        .take_while(|&t| t < end)
+        .collect();
+    ts.push(end);
+    let rate: Vec<f64> = ts.iter().map(|&t| curve.at_ms(t)).collect();
+    let real: Vec<f64> = ts
+        .iter()
+        .zip(&rate)
+        .map(|(&t, r)| r * curve.usage_at_ms(t))
+        .collect();
+    let mean = |v: &[f64]| -> f64 {
+        if ts.len() < 2 || end <= 0.0 {
+            return v.first().copied().unwrap_or(1.0);
+        }
+        let area: f64 = ts
+            .windows(2)
+            .zip(v.windows(2))
+            .map(|(t, y)| (t[1] - t[0]) * (y[0] + y[1]) / 2.0)
+            .sum();
+        area / end
+    };
+    let peak = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    Window {
+        peak: peak(&rate),
+        real_mean: mean(&real),
+        real_peak: peak(&real),
     }
 }
 
@@ -972,6 +1256,178 @@ mod tests {
             ("name: x\nfarms: 0\n", "farms"),
         ] {
             let e = Family::parse(text, "f.yaml").unwrap_err().to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+
+    fn shipped(file: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/families")
+            .join(file)
+    }
+
+    /// Every family shipped in `examples/families/` parses and generates its farms.
+    #[test]
+    fn shipped_families_parse_and_generate() {
+        let dir = shipped("");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".yaml"))
+            .collect();
+        names.sort();
+        for name in ["alibaba-trace.yaml", "mixed-shapes.yaml", "ci-farms.yaml"] {
+            assert!(names.iter().any(|n| n == name), "{names:?}");
+        }
+        for name in &names {
+            let f = Family::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let farms = f.farms(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(farms.len(), f.farms + f.include.len(), "{name}");
+        }
+    }
+
+    /// The shipped curve: Alibaba 2018's CPU load per 300 s over about 8 days, mean 1.
+    #[test]
+    fn the_alibaba_curve_has_mean_one() {
+        let t = read_trace(&shipped("alibaba-2018-load.csv"), "a.csv", "t").unwrap();
+        assert_eq!(t.step, Duration::from_secs(300));
+        assert_eq!(t.points.len(), 2243);
+        let mean = t.points.iter().sum::<f64>() / t.points.len() as f64;
+        assert!((mean - 1.0).abs() < 1e-3, "{mean}");
+        let min = t.points.iter().copied().fold(f64::MAX, f64::min);
+        let max = t.points.iter().copied().fold(0.0, f64::max);
+        assert!(
+            (0.35..0.45).contains(&min) && (1.9..2.0).contains(&max),
+            "{min} {max}"
+        );
+        assert!(t.span() > Duration::from_secs(7 * 24 * 3600));
+    }
+
+    /// Each farm of the trace family carries a window of the curve as long as its
+    /// duration, from an offset of its own, instead of a daily cycle; its rates are sized
+    /// by that window (a window of higher load, a lower base rate for the same load).
+    #[test]
+    fn trace_farms_take_windows_of_the_curve() {
+        let f = Family::load(&shipped("alibaba-trace.yaml")).unwrap();
+        let trace = f.trace.clone().unwrap();
+        let mut starts = Vec::new();
+        for i in 0..8 {
+            let s = f.generate(i).unwrap();
+            let builders: Vec<&Workload> = s
+                .workloads
+                .iter()
+                .filter(|w| w.kind == Kind::Builder)
+                .collect();
+            assert!(!builders.is_empty());
+            let c = builders[0].load_curve.clone().unwrap();
+            for w in &builders {
+                assert_eq!(w.load_curve.as_ref(), Some(&c));
+                assert!(w.daily_cycle.is_none());
+            }
+            assert!(c.span() >= s.duration && c.span() < s.duration + c.step);
+            assert!(
+                (0.0..=0.3).contains(&c.usage_follows),
+                "{}",
+                c.usage_follows
+            );
+            let start = (0..trace.points.len())
+                .find(|&k| trace.points[k..].starts_with(&c.points))
+                .unwrap();
+            let source = c.source.clone().unwrap();
+            assert!(
+                source.starts_with("alibaba-2018-load.csv from "),
+                "{source}"
+            );
+            starts.push(start);
+        }
+        starts.sort_unstable();
+        starts.dedup();
+        assert!(starts.len() >= 6, "{starts:?}");
+    }
+
+    /// Bad curves: the error names `builders.loadCurve…`, the file and the line.
+    #[test]
+    fn bad_load_curves_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let family = "name: x\nduration: [1h, 1h]\nbuilders: {loadCurve: {file: c.csv}}\n";
+        let ok_rows = "seconds,load\n0,1\n1800,1.5\n3600,0.5\n5400,1\n";
+        for (csv, want) in [
+            ("", "c.csv: no rows"),
+            ("# only a comment\n", "c.csv: no rows"),
+            ("seconds,load\n", "at least two points are needed, got 0"),
+            (
+                "time,value\n0,1\n",
+                "line 1: the header must be `seconds,load`",
+            ),
+            (
+                "seconds,load\n0,1\n1800,-2\n3600,1\n",
+                "line 3: load: \"-2\" is not a finite number ≥ 0",
+            ),
+            (
+                "seconds,load\n0,1\n1800,lots\n3600,1\n",
+                "line 3: load: \"lots\" is not a finite number ≥ 0",
+            ),
+            (
+                "seconds,load\n0,1\n1800,NaN\n3600,1\n",
+                "line 3: load: \"NaN\" is not a finite number",
+            ),
+            (
+                "seconds,load\n0,1\n1800\n",
+                "line 3: expected `seconds,load`",
+            ),
+            ("seconds,load\n0,0\n1800,0\n3600,0\n", "every load is 0"),
+            (
+                "seconds,load\n0,1\n1800,1\n3000,1\n",
+                "point 3: seconds 3000, expected 3600",
+            ),
+            ("seconds,load\n5,1\n1800,1\n", "seconds must start at 0"),
+            (
+                "seconds,load\n0,1\n1800,1\n",
+                "the curve spans 30m, farms of up to 1h (in steps of 15s) need 1h 30m",
+            ),
+        ] {
+            std::fs::write(dir.path().join("c.csv"), csv).unwrap();
+            let e = Family::parse_in(family, "f.yaml", dir.path())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("f.yaml: builders.loadCurve.file: "),
+                "{csv:?}: {e}"
+            );
+            assert!(e.contains(want), "{csv:?}: {e}");
+        }
+        std::fs::write(dir.path().join("c.csv"), ok_rows).unwrap();
+        let f = Family::parse_in(family, "f.yaml", dir.path()).unwrap();
+        assert_eq!(f.trace.as_ref().unwrap().points, [1.0, 1.5, 0.5, 1.0]);
+        let e = Family::parse_in(
+            "name: x\nbuilders: {loadCurve: {file: gone.csv}}\n",
+            "f.yaml",
+            dir.path(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("builders.loadCurve.file: reading "), "{e}");
+        for (text, field) in [
+            (
+                "name: x\nbuilders: {loadCurve: {file: c.csv, bogus: 1}}\n",
+                "builders.loadCurve.bogus",
+            ),
+            (
+                "name: x\nbuilders: {loadCurve: {file: c.csv, usageFollows: [0.5, 1.5]}}\n",
+                "builders.loadCurve.usageFollows",
+            ),
+            (
+                "name: x\nbuilders: {loadCurve: {file: ''}}\n",
+                "builders.loadCurve.file",
+            ),
+            (
+                "name: x\nbuilders: {loadCurve: {usageFollows: [0, 1]}}\n",
+                "builders.loadCurve",
+            ),
+        ] {
+            let e = Family::parse_in(text, "f.yaml", dir.path())
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(field), "{text}: {e}");
         }
     }

@@ -415,22 +415,19 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
                 let rate_per_ms = w.arrivals_per_hour / 3_600_000.0;
                 let mut t = 0.0f64;
                 let mut times = Vec::new();
-                // A cyclic rate by thinning: draw at the peak rate, keep each arrival with
-                // the rate's share of the peak then (no extra draws without a cycle, so
-                // flat scenarios keep their arrivals).
-                let cycle = w.daily_cycle.as_ref().filter(|c| c.amplitude > 0.0);
-                let peak = rate_per_ms * (1.0 + cycle.map_or(0.0, |c| c.amplitude));
-                if rate_per_ms > 0.0 {
+                // A varying rate (daily cycle or load curve) by thinning: draw at the peak
+                // rate, keep each arrival with the rate's share of the peak then (no extra
+                // draws without a curve, so flat scenarios keep their arrivals).
+                let curve = w.rate_curve();
+                let peak = rate_per_ms * curve.map_or(1.0, |c| c.peak());
+                if peak > 0.0 {
                     loop {
                         t += -(1.0 - rng.random::<f64>()).ln() / peak;
                         if t >= end_ms as f64 {
                             break;
                         }
-                        if let Some(c) = cycle {
-                            let phase = (t - c.peak_at.as_millis() as f64)
-                                / c.period.as_millis() as f64
-                                * std::f64::consts::TAU;
-                            let keep = (1.0 + c.amplitude * phase.cos()) / (1.0 + c.amplitude);
+                        if let Some(c) = curve {
+                            let keep = c.at_ms(t) / c.peak();
                             if rng.random::<f64>() >= keep {
                                 continue;
                             }
@@ -451,13 +448,18 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
                 for at in times {
                     let b = rng.random_range(0..w.builders);
                     let (c, m, mean) = builders[b];
+                    // With a load curve's `usageFollows`, the build's intensity at arrival.
+                    let u = w
+                        .load_curve
+                        .as_ref()
+                        .map_or(1.0, |l| l.usage_at_ms(at as f64));
                     arrivals.push(Arrival {
                         at_ms: at,
                         workload: wi,
                         builder: Some(b),
                         base_ms: Some((mean * (0.8 + 0.4 * rng.random::<f64>())) as i64),
-                        cpu_factor: c,
-                        mem_factor: m,
+                        cpu_factor: c * u,
+                        mem_factor: m * u,
                         seq: 0,
                         restarts: 0,
                     });
@@ -714,5 +716,108 @@ mod tests {
             let parsed = <Policy as clap::ValueEnum>::from_str(p.as_str(), false).unwrap();
             assert_eq!(parsed, p);
         }
+    }
+
+    /// A farm of the shipped trace family: summed over seeds, its builds arrive per hour
+    /// as the base rates × the curve's mean over that hour, so the busiest hour of the
+    /// window gets more arrivals than the quietest by the curve's ratio between them.
+    #[test]
+    fn arrivals_follow_the_load_curve() {
+        use scenario::RateCurve;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/families/alibaba-trace.yaml");
+        let family = families::Family::load(&path).unwrap();
+        // The farm whose window swings most (hour by hour), for a clear test.
+        let expected_per_hour = |s: &Scenario| -> Vec<f64> {
+            let hours = (s.duration.as_secs() / 3600) as usize;
+            (0..hours)
+                .map(|h| {
+                    s.workloads
+                        .iter()
+                        .filter(|w| w.kind == Kind::Builder)
+                        .map(|w| {
+                            let c = w.load_curve.as_ref().unwrap();
+                            let mean = (0..60)
+                                .map(|m| c.at_ms(((h * 60 + m) as f64 + 0.5) * 60_000.0))
+                                .sum::<f64>()
+                                / 60.0;
+                            w.arrivals_per_hour * mean
+                        })
+                        .sum()
+                })
+                .collect()
+        };
+        let ratio = |v: &[f64]| {
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            let lo = v.iter().copied().fold(f64::MAX, f64::min);
+            (
+                hi / lo,
+                v.iter().position(|&x| x == hi),
+                v.iter().position(|&x| x == lo),
+            )
+        };
+        let mut s = (0..6)
+            .map(|i| family.generate(i).unwrap())
+            .max_by(|a, b| {
+                ratio(&expected_per_hour(a))
+                    .0
+                    .total_cmp(&ratio(&expected_per_hour(b)).0)
+            })
+            .unwrap();
+        s.events.clear();
+        let expected = expected_per_hour(&s);
+        let (want, hi, lo) = ratio(&expected);
+        assert!(want > 1.2, "{expected:?}");
+        let seeds = 40;
+        let mut counted = vec![0.0; expected.len()];
+        for seed in 1..=seeds {
+            let p = plan(&s, seed).unwrap();
+            for a in p.arrivals.iter().filter(|a| a.builder.is_some()) {
+                if let Some(c) = counted.get_mut((a.at_ms / 3_600_000) as usize) {
+                    *c += 1.0 / seeds as f64;
+                }
+            }
+        }
+        let (hi, lo) = (hi.unwrap(), lo.unwrap());
+        let got = counted[hi] / counted[lo];
+        assert!(
+            (got / want - 1.0).abs() < 0.15,
+            "busiest/quietest hour: {got:.2} arrivals, curve {want:.2}: {counted:?} vs {expected:?}"
+        );
+        let (total, want_total) = (counted.iter().sum::<f64>(), expected.iter().sum::<f64>());
+        assert!(
+            (total / want_total - 1.0).abs() < 0.05,
+            "{total} vs {want_total}"
+        );
+    }
+
+    /// `usageFollows`: a build's usage factors are its builder's × `1 + usageFollows ×
+    /// (curve − 1)` at its arrival.
+    #[test]
+    fn usage_follows_the_load_curve() {
+        let text = "duration: 2h\nnodes: [{count: 1}]\nworkloads: [{name: b, builders: 1, arrivalsPerHour: 200, requests: {cpu: '1', memory: 1Gi}, usage: {cpu: [1, 1], memory: [2, 2]}, loadCurve: {step: 1h, points: [0.5, 0.5, 1.5], usageFollows: 0.5}}]\n";
+        let s = Scenario::parse(text, "t").unwrap();
+        let p = plan(&s, 3).unwrap();
+        assert!(p.arrivals.len() > 100, "{}", p.arrivals.len());
+        for a in &p.arrivals {
+            let curve = if a.at_ms < 3_600_000 {
+                0.5
+            } else {
+                0.5 + (a.at_ms - 3_600_000) as f64 / 3_600_000.0
+            };
+            let u = 1.0 + 0.5 * (curve - 1.0);
+            assert!(
+                (a.cpu_factor - u).abs() < 1e-9,
+                "{} {}",
+                a.at_ms,
+                a.cpu_factor
+            );
+            assert!((a.mem_factor - 2.0 * u).abs() < 1e-9, "{}", a.mem_factor);
+        }
+        // The second hour's rate climbs from 0.5 to 1.5 of the base: about twice the
+        // first's arrivals.
+        let first = p.arrivals.iter().filter(|a| a.at_ms < 3_600_000).count() as f64;
+        let second = p.arrivals.len() as f64 - first;
+        assert!((1.6..2.5).contains(&(second / first)), "{first} {second}");
     }
 }

@@ -50,7 +50,19 @@
 //! ```
 //!
 //! A builder workload may also set `dailyCycle: {amplitude: 0.5, period: 24h, peakAt:
-//! 10h}`: its arrival rate then swings around `arrivalsPerHour`.
+//! 10h}`: its arrival rate then swings around `arrivalsPerHour`. Or, instead, a measured
+//! `loadCurve` (what `headroom sweep --write-farms` writes for a family with
+//! `builders.loadCurve`): the arrival rate at `t` is `arrivalsPerHour` × the curve at `t`
+//! (linear between points), and with `usageFollows` the builds' usage intensity follows it
+//! too:
+//!
+//! ```yaml
+//!     loadCurve:
+//!       source: alibaba-2018-load.csv from 1d 6h   # where the points came from (a note)
+//!       step: 5m                   # time between points
+//!       points: [0.81, 0.93, 1.2, 1.35, 1.1]    # must cover the duration
+//!       usageFollows: 0.2          # usage factors × (1 + 0.2 × (curve at arrival − 1))
+//! ```
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -223,6 +235,10 @@ pub struct Workload {
     /// Builders: the arrival rate follows a cycle (a working day) instead of staying flat.
     #[serde(default)]
     pub daily_cycle: Option<DailyCycle>,
+    /// Builders: the arrival rate (and, with `usageFollows`, the usage intensity) follows a
+    /// measured load curve instead of staying flat; not with `dailyCycle`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_curve: Option<LoadCurve>,
     /// The pods' `spec.schedulerName`: which profile of the configuration decides them.
     /// Default: the first profile's. A name no profile has is an error when the
     /// simulation starts (the pods would never be scheduled).
@@ -248,6 +264,107 @@ pub struct DailyCycle {
 
 fn half() -> f64 {
     0.5
+}
+
+/// A builder arrival rate that varies over time, relative to `arrivalsPerHour`: the sine
+/// [`DailyCycle`] or a measured [`LoadCurve`]. The simulator draws arrivals at the peak
+/// rate and keeps each with the rate's share of the peak at its time; the family
+/// generator sizes rates by the curve's mean and peak over the farm's duration.
+pub trait RateCurve {
+    /// The factor on `arrivalsPerHour` at `t_ms` milliseconds from the start.
+    fn at_ms(&self, t_ms: f64) -> f64;
+    /// The highest factor [`RateCurve::at_ms`] gives.
+    fn peak(&self) -> f64;
+}
+
+impl RateCurve for DailyCycle {
+    fn at_ms(&self, t_ms: f64) -> f64 {
+        let phase = (t_ms - self.peak_at.as_millis() as f64) / self.period.as_millis() as f64
+            * std::f64::consts::TAU;
+        1.0 + self.amplitude * phase.cos()
+    }
+    fn peak(&self) -> f64 {
+        1.0 + self.amplitude
+    }
+}
+
+/// A measured load curve (e.g. a real datacenter's CPU load over time, see
+/// `examples/families/alibaba-2018-load.csv`): the arrival rate at `t` is
+/// `arrivalsPerHour × curve(t)`, `curve` linear between `points` placed `step` apart
+/// from the start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LoadCurve {
+    /// Where the points came from (a note for readers, e.g. the trace file and the
+    /// window's offset in it; not used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Time between points. Default `5m`.
+    #[serde(default = "five_min", with = "humantime_serde")]
+    pub step: Duration,
+    /// The relative load at `0, step, 2 × step, …`: at least two points, each finite and
+    /// in `[0, 1000]`, not all zero, spanning at least the scenario's duration.
+    pub points: Vec<f64>,
+    /// How much of the curve the builds' usage intensity follows, in `[0, 1]`: a build
+    /// arriving at `t` uses its builder's real CPU and memory factors × `max(0, 1 +
+    /// usageFollows × (curve(t) − 1))` (a point of 1 is the builder's usual intensity).
+    /// Default `0` (only the arrival rate follows the curve).
+    #[serde(default)]
+    pub usage_follows: f64,
+}
+
+fn five_min() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// The most points of a [`LoadCurve`].
+pub const MAX_CURVE_POINTS: usize = 100_000;
+/// The highest point of a [`LoadCurve`].
+pub const MAX_CURVE_LOAD: f64 = 1000.0;
+
+impl LoadCurve {
+    /// The time the points span.
+    pub fn span(&self) -> Duration {
+        self.step
+            .saturating_mul(u32::try_from(self.points.len().saturating_sub(1)).unwrap_or(u32::MAX))
+    }
+
+    /// The factor a build arriving at `t_ms` scales its usage factors by.
+    pub fn usage_at_ms(&self, t_ms: f64) -> f64 {
+        (1.0 + self.usage_follows * (self.at_ms(t_ms) - 1.0)).max(0.0)
+    }
+}
+
+impl RateCurve for LoadCurve {
+    fn at_ms(&self, t_ms: f64) -> f64 {
+        let Some(&last) = self.points.last() else {
+            return 1.0;
+        };
+        let x = t_ms.max(0.0) / (self.step.as_millis() as f64).max(1.0);
+        let i = x.floor() as usize;
+        if i + 1 >= self.points.len() {
+            return last;
+        }
+        let f = x - i as f64;
+        self.points[i] * (1.0 - f) + self.points[i + 1] * f
+    }
+    fn peak(&self) -> f64 {
+        self.points.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+impl Workload {
+    /// How the arrival rate varies: the load curve, or a daily cycle that swings
+    /// (amplitude above 0); `None`: flat.
+    pub fn rate_curve(&self) -> Option<&dyn RateCurve> {
+        if let Some(c) = &self.load_curve {
+            return Some(c);
+        }
+        self.daily_cycle
+            .as_ref()
+            .filter(|c| c.amplitude > 0.0)
+            .map(|c| c as &dyn RateCurve)
+    }
 }
 fn day() -> Duration {
     Duration::from_secs(24 * 3600)
@@ -597,6 +714,17 @@ fn check_workload(w: &Workload, at: &Path, errors: &mut ErrorList) {
             ));
         }
     }
+    if let Some(c) = &w.load_curve {
+        let p = at.child("loadCurve");
+        if w.daily_cycle.is_some() {
+            errors.push(FieldError::invalid(
+                p.clone(),
+                "",
+                "set either dailyCycle or loadCurve, not both",
+            ));
+        }
+        check_load_curve(c, &p, errors);
+    }
     for (k, a, max) in [
         ("cpu", &w.requests.cpu, MAX_CORES),
         ("memory", &w.requests.memory, MAX_BYTES),
@@ -657,6 +785,52 @@ fn check_workload(w: &Workload, at: &Path, errors: &mut ErrorList) {
             }
         }
     }
+}
+
+/// A load curve's own values (its span against the duration is checked with the
+/// scenario's workloads).
+fn check_load_curve(c: &LoadCurve, at: &Path, errors: &mut ErrorList) {
+    let shown = |d: Duration| humantime_serde::re::humantime::format_duration(d).to_string();
+    if c.step < MIN_STEP
+        || c.step > MAX_DURATION
+        || !c.step.subsec_nanos().is_multiple_of(1_000_000)
+    {
+        errors.push(FieldError::out_of_range(
+            at.child("step"),
+            shown(c.step),
+            "at least 1s and at most 3660 days, in whole milliseconds",
+        ));
+    }
+    let points = at.child("points");
+    if c.points.len() < 2 || c.points.len() > MAX_CURVE_POINTS {
+        errors.push(FieldError::out_of_range(
+            points.clone(),
+            format!("{} points", c.points.len()),
+            format!("between 2 and {MAX_CURVE_POINTS} points"),
+        ));
+    }
+    let mut ok = true;
+    for (i, &v) in c.points.iter().enumerate() {
+        ok &= check_range(v, points.index(i), 0.0, MAX_CURVE_LOAD, false, errors);
+        if !ok {
+            break;
+        }
+    }
+    if ok && !c.points.is_empty() && c.points.iter().all(|&v| v == 0.0) {
+        errors.push(FieldError::invalid(
+            points,
+            "",
+            "must not all be zero (no arrivals would ever come)",
+        ));
+    }
+    check_range(
+        c.usage_follows,
+        at.child("usageFollows"),
+        0.0,
+        1.0,
+        false,
+        errors,
+    );
 }
 
 impl Scenario {
@@ -819,6 +993,7 @@ impl Scenario {
         let s = self;
         let mut workloads: BTreeMap<&str, usize> = BTreeMap::new();
         let hours = s.duration.as_secs_f64() / 3600.0;
+        let shown = |d: Duration| humantime_serde::re::humantime::format_duration(d).to_string();
         for (i, w) in s.workloads.iter().enumerate() {
             let at = Path::new("workloads").index(i);
             check_workload(w, &at, errors);
@@ -828,8 +1003,24 @@ impl Scenario {
                     format!("workloads[{first}]"),
                 ));
             }
+            let mut mean_load = 1.0;
+            if let Some(c) = &w.load_curve {
+                if c.points.len() >= 2 && c.span() < s.duration {
+                    errors.push(FieldError::out_of_range(
+                        at.child("loadCurve").child("points"),
+                        format!(
+                            "{} points {} apart, spanning {}",
+                            c.points.len(),
+                            shown(c.step),
+                            shown(c.span())
+                        ),
+                        format!("at least as long as the duration ({})", shown(s.duration)),
+                    ));
+                }
+                mean_load = c.points.iter().sum::<f64>() / c.points.len().max(1) as f64;
+            }
             tally.pods += match w.kind {
-                Kind::Builder => (w.arrivals_per_hour * hours).ceil().max(0.0),
+                Kind::Builder => (w.arrivals_per_hour * hours * mean_load).ceil().max(0.0),
                 Kind::Database | Kind::Service => {
                     if w.count as u128 > MAX_PODS {
                         errors.push(FieldError::out_of_range(
@@ -1063,6 +1254,42 @@ mod tests {
             (
                 "nodes: [{count: 1, cpu: [1]}]\n".to_string(),
                 "x.yaml: nodes[0].cpu: invalid type: sequence, expected a quantity",
+            ),
+            (
+                workload(", loadCurve: {points: []}"),
+                "x.yaml: workloads[0].loadCurve.points: must be between 2 and 100000 points, got 0 points",
+            ),
+            (
+                workload(", loadCurve: {points: [1, -0.5, 1]}"),
+                "x.yaml: workloads[0].loadCurve.points[1]: must be in [0, 1000], got -0.5",
+            ),
+            (
+                workload(", loadCurve: {points: [1, lots, 1]}"),
+                "x.yaml: workloads[0].loadCurve.points[1]: invalid type: string \"lots\", expected f64",
+            ),
+            (
+                workload(", loadCurve: {points: [1, 1], bogus: 1}"),
+                "x.yaml: workloads[0].loadCurve.bogus: unknown field",
+            ),
+            (
+                workload(", loadCurve: {points: [0, 0, 0]}"),
+                "x.yaml: workloads[0].loadCurve.points: must not all be zero",
+            ),
+            (
+                workload(", loadCurve: {step: 1m, points: [1, 2, 1]}"),
+                "x.yaml: workloads[0].loadCurve.points: must be at least as long as the duration (10m), got 3 points 1m apart, spanning 2m",
+            ),
+            (
+                workload(", loadCurve: {points: [1, 2, 1], usageFollows: 1.5}"),
+                "x.yaml: workloads[0].loadCurve.usageFollows: must be in [0, 1], got 1.5",
+            ),
+            (
+                workload(", loadCurve: {step: 0s, points: [1, 2, 1]}"),
+                "x.yaml: workloads[0].loadCurve.step: must be at least 1s and at most 3660 days",
+            ),
+            (
+                workload(", dailyCycle: {}, loadCurve: {points: [1, 2, 1]}"),
+                "x.yaml: workloads[0].loadCurve: set either dailyCycle or loadCurve, not both",
             ),
         ];
         for (text, want) in &cases {

@@ -541,6 +541,76 @@ fn sweep_small_family_meets_the_targets() {
     assert!(err.contains("nodes.count"), "{err}");
 }
 
+/// Issue #21, load over time from real data: a family driven by the shipped Alibaba 2018
+/// curve writes farms that carry their window of it (`--write-farms`), and `headroom
+/// simulate` runs one alone; a curve file with a bad value is refused at load (exit 2),
+/// naming the field, the file and the line.
+#[test]
+fn trace_family_farms_run_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fast_config(&dir);
+    let curve = repo("examples/families/alibaba-2018-load.csv");
+    // The shipped family's curve on a farm small enough for a debug build.
+    let family = dir.path().join("trace.yaml");
+    std::fs::write(
+        &family,
+        format!(
+            "name: trace\nfarms: 2\nseeds: 1\nduration: [1h, 1h]\nnodes: {{count: [3, 4]}}\nbuilders: {{families: [1, 2], buildersPerFamily: [2, 4], loadCurve: {{file: {}, usageFollows: [0.2, 0.3]}}}}\nbursts: {{count: [0, 0]}}\nservices: [0, 0]\ndatabases: [0, 0]\n",
+            curve.display()
+        ),
+    )
+    .unwrap();
+    let farms = dir.path().join("farms");
+    let o = run(&[
+        "sweep",
+        family.to_str().unwrap(),
+        "--write-farms",
+        farms.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let first = farms.join("trace-01.yaml");
+    let text = std::fs::read_to_string(&first).unwrap();
+    assert!(
+        text.contains("loadCurve:") && text.contains("usageFollows: 0.2"),
+        "{text}"
+    );
+    assert!(!text.contains("amplitude"), "{text}");
+    let v = simulate_json(&[
+        first.to_str().unwrap(),
+        "--policy",
+        "requests",
+        "--config",
+        &config,
+    ]);
+    let r = &v["policies"][0];
+    assert!(r["arrived"].as_f64().unwrap() > 0.0, "{r}");
+    assert_eq!(r["pendingEnd"].as_f64(), Some(0.0), "{r}");
+
+    // A curve with a negative load: exit 2, naming the field, the file and the line.
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "# a comment\nseconds,load\n0,1\n300,-1\n").unwrap();
+    std::fs::write(
+        &family,
+        format!(
+            "name: trace\nbuilders: {{loadCurve: {{file: {}}}}}\n",
+            bad.display()
+        ),
+    )
+    .unwrap();
+    let o = run(&["sweep", family.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("builders.loadCurve.file") && err.contains("bad.csv: line 4: load"),
+        "{err}"
+    );
+}
+
 /// Issue #21's report: `sweep --policy` runs headroom, the request baseline and the four
 /// peers on the same arrivals and reports every metric for each (one farm, one seed: the
 /// small family with all six policies in CI); `--check-targets` without the baseline is
