@@ -198,24 +198,24 @@ fn seed_000_history_30_20_10() {
     );
 }
 
-/// RealMemoryFit with usage from a file: the decision record carries the numbers; a stale
-/// node passes (fallback) and the record says so.
-#[test]
-fn real_memory_fit_through_place() {
-    let dir = tempfile::tempdir().unwrap();
+/// A cluster of 16 GiB nodes `nodes`, a usage file with `usage_nodes` (YAML list items)
+/// and builder-x's profile (median 1 GiB, p95 2 GiB, 8 runs), and one pod of builder-x, in
+/// `dir`: the paths of the cluster, usage and pod files.
+fn builder_x_files(dir: &tempfile::TempDir, nodes: &[&str], usage_nodes: &str) -> [String; 3] {
     let cluster = dir.path().join("cluster.yaml");
     std::fs::write(
         &cluster,
         "apiVersion: v1\nkind: List\nitems:\n".to_string()
-            + &["hot", "cool", "stale"]
+            + &nodes
+                .iter()
                 .map(|n| format!("- {{apiVersion: v1, kind: Node, metadata: {{name: {n}}}, status: {{capacity: {{cpu: \"8\", memory: 16Gi}}, allocatable: {{cpu: \"8\", memory: 16Gi, pods: \"110\"}}}}}}\n"))
-                .concat(),
+                .collect::<String>(),
     )
     .unwrap();
     let usage = dir.path().join("usage.yaml");
     std::fs::write(
         &usage,
-        "now: 2026-11-22T10:00:00Z\nnodes:\n- {name: hot, cpu: 1, memory: 12.9Gi, age: 15s}\n- {name: cool, cpu: 1, memory: 2Gi, age: 15s}\n- {name: stale, cpu: 1, memory: 15Gi, age: 10m}\nbuilders:\n- {name: builder-x, runs: 8, cpu: 1, memory: {p50: 1Gi, p95: 2Gi, max: 3Gi}}\n",
+        format!("now: 2026-11-22T10:00:00Z\nnodes:\n{usage_nodes}builders:\n- {{name: builder-x, runs: 8, cpu: 1, memory: {{p50: 1Gi, p95: 2Gi, max: 3Gi}}}}\n"),
     )
     .unwrap();
     let pod = dir.path().join("pod.yaml");
@@ -224,14 +224,20 @@ fn real_memory_fit_through_place() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: ci, labels: {bkci.dispatch.kubenetes/core: builder-x}}\nspec: {containers: [{name: c, image: x, resources: {requests: {cpu: 100m, memory: 128Mi}}}]}\n",
     )
     .unwrap();
-    let (code, d, err) = place(&[
-        "--cluster",
-        cluster.to_str().unwrap(),
-        "--pod",
-        pod.to_str().unwrap(),
-        "--usage",
-        usage.to_str().unwrap(),
-    ]);
+    [cluster, usage, pod].map(|p| p.to_str().unwrap().to_string())
+}
+
+/// RealMemoryFit with usage from a file: the decision record carries the numbers; a stale
+/// node passes (fallback) and the record says so.
+#[test]
+fn real_memory_fit_through_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let [cluster, usage, pod] = builder_x_files(
+        &dir,
+        &["hot", "cool", "stale"],
+        "- {name: hot, cpu: 1, memory: 12.9Gi, age: 15s}\n- {name: cool, cpu: 1, memory: 2Gi, age: 15s}\n- {name: stale, cpu: 1, memory: 15Gi, age: 10m}\n",
+    );
+    let (code, d, err) = place(&["--cluster", &cluster, "--pod", &pod, "--usage", &usage]);
     assert_eq!(code, Some(0), "{err}");
     // hot: 16 − 12.9 = 3.1 GiB free − 2 GiB predicted (p95) < 1.6 GiB reserve.
     let hot = verdict(&d[0], "hot");
@@ -265,27 +271,11 @@ fn real_memory_fit_through_place() {
 #[test]
 fn memory_risk_through_place() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("cluster.yaml");
-    std::fs::write(
-        &cluster,
-        "apiVersion: v1\nkind: List\nitems:\n".to_string()
-            + &["hot", "cool"]
-                .map(|n| format!("- {{apiVersion: v1, kind: Node, metadata: {{name: {n}}}, status: {{capacity: {{cpu: \"8\", memory: 16Gi}}, allocatable: {{cpu: \"8\", memory: 16Gi, pods: \"110\"}}}}}}\n"))
-                .concat(),
-    )
-    .unwrap();
-    let usage = dir.path().join("usage.yaml");
-    std::fs::write(
-        &usage,
-        "now: 2026-11-22T10:00:00Z\nnodes:\n- {name: hot, cpu: 1, memory: 12.9Gi, age: 15s}\n- {name: cool, cpu: 1, memory: 2Gi, age: 15s}\nbuilders:\n- {name: builder-x, runs: 8, cpu: 1, memory: {p50: 1Gi, p95: 2Gi, max: 3Gi}}\n",
-    )
-    .unwrap();
-    let pod = dir.path().join("pod.yaml");
-    std::fs::write(
-        &pod,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: ci, labels: {bkci.dispatch.kubenetes/core: builder-x}}\nspec: {containers: [{name: c, image: x, resources: {requests: {cpu: 100m, memory: 128Mi}}}]}\n",
-    )
-    .unwrap();
+    let [cluster, usage, pod] = builder_x_files(
+        &dir,
+        &["hot", "cool"],
+        "- {name: hot, cpu: 1, memory: 12.9Gi, age: 15s}\n- {name: cool, cpu: 1, memory: 2Gi, age: 15s}\n",
+    );
     let decide = |target: u32| {
         let config = dir.path().join(format!("risk-{target}.yaml"));
         std::fs::write(&config, format!("usage: {{memoryRiskPercent: {target}}}\n")).unwrap();
@@ -293,11 +283,11 @@ fn memory_risk_through_place() {
             "--config",
             config.to_str().unwrap(),
             "--cluster",
-            cluster.to_str().unwrap(),
+            &cluster,
             "--pod",
-            pod.to_str().unwrap(),
+            &pod,
             "--usage",
-            usage.to_str().unwrap(),
+            &usage,
         ]);
         assert_eq!(code, Some(0), "{err}");
         d.into_iter().next().unwrap()
