@@ -483,9 +483,9 @@ fn run_explain(pod: &str, server: &str, output: Output, access: &Access) -> Exit
 pub(crate) fn print_fetched(fetched: Result<String, ExplainError>) -> ExitCode {
     match fetched {
         Ok(body) => {
-            print!("{body}");
+            out(&body);
             if !body.ends_with('\n') {
-                println!();
+                outln("");
             }
             ExitCode::SUCCESS
         }
@@ -500,7 +500,7 @@ pub(crate) fn print_fetched(fetched: Result<String, ExplainError>) -> ExitCode {
 fn print_json<T: serde::Serialize>(value: &T) -> bool {
     match serde_json::to_string_pretty(value) {
         Ok(s) => {
-            println!("{s}");
+            outln(&s);
             true
         }
         Err(e) => {
@@ -529,7 +529,7 @@ fn run_collect(once: bool, config: &Path, data_dir: Option<&Path>, output: Outpu
     match crate::collect::collect_once(&config, &dir) {
         Ok(run) => {
             match output {
-                Output::Text => print!("{}", run.to_text()),
+                Output::Text => out(run.to_text()),
                 Output::Json => {
                     if !print_json(&run) {
                         return ExitCode::from(2);
@@ -562,7 +562,7 @@ fn run_series(
     match crate::collect::list_series(&config, &dir, selector) {
         Ok(listing) => {
             match output {
-                Output::Text => print!("{}", listing.to_text()),
+                Output::Text => out(listing.to_text()),
                 Output::Json => {
                     if let Some(note) = listing.note() {
                         eprintln!("{note}");
@@ -681,7 +681,7 @@ fn run_simulate(
         }
     };
     match output {
-        Output::Text => print!("{}", report.to_text()),
+        Output::Text => out(report.to_text()),
         Output::Json => {
             if !print_json(&report) {
                 return ExitCode::from(2);
@@ -832,7 +832,7 @@ fn run_sweep(a: SweepArgs) -> ExitCode {
                 eprintln!("error: writing {}: {e}", path.display());
                 return ExitCode::from(2);
             }
-            println!("{}", path.display());
+            outln(path.display());
         }
         return ExitCode::SUCCESS;
     }
@@ -844,7 +844,7 @@ fn run_sweep(a: SweepArgs) -> ExitCode {
         }
     };
     match a.output {
-        Output::Text => print!("{}", report.to_text()),
+        Output::Text => out(report.to_text()),
         Output::Json => {
             if !print_json(&report) {
                 return ExitCode::from(2);
@@ -1111,7 +1111,7 @@ pub fn run(cli: Cli) -> ExitCode {
         ),
         Command::Serve(args) => run_serve(args),
         Command::Crd => {
-            print!("{}", crate::kube::crd::crd_yaml());
+            out(crate::kube::crd::crd_yaml());
             ExitCode::SUCCESS
         }
     }
@@ -1150,9 +1150,9 @@ fn run_place(
         eprintln!("note: ignored {i}");
     }
     match output {
-        Output::Text => print!("{}", report.to_text()),
+        Output::Text => out(report.to_text()),
         Output::Json => match serde_json::to_string_pretty(&report.results) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln(s),
             Err(e) => {
                 eprintln!("error: rendering JSON: {e}");
                 return ExitCode::from(2);
@@ -1170,13 +1170,16 @@ fn run_place(
 fn run_check_config(file: &Path) -> ExitCode {
     match crate::plugins::registry::load_config(file) {
         Ok(c) => {
-            println!("# {}: valid; effective configuration:", file.display());
+            outln(format_args!(
+                "# {}: valid; effective configuration:",
+                file.display()
+            ));
             for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {
                 for u in c.unused_in(mode) {
-                    println!("# note: {u}");
+                    outln(format_args!("# note: {u}"));
                 }
             }
-            print!("{}", crate::plugins::registry::effective(&c).to_yaml());
+            out(crate::plugins::registry::effective(&c).to_yaml());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -1184,4 +1187,22 @@ fn run_check_config(file: &Path) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Writes `text` to standard output. A reader that closed the pipe early (`headroom … |
+/// head`) has what it wanted: that is not an error, and nothing panics; any other write
+/// error is reported on standard error.
+fn out(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = write!(stdout, "{text}").and_then(|()| stdout.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("headroom: writing the output: {e}");
+    }
+}
+
+/// [`out`] with a newline.
+fn outln(text: impl std::fmt::Display) {
+    out(format_args!("{text}\n"));
 }

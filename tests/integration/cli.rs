@@ -702,3 +702,32 @@ fn place_preempts_lower_priority_pods() {
         "{text}"
     );
 }
+
+/// `headroom … | head`: a reader that closes the pipe before headroom writes is not an
+/// error — no panic (exit 101), no message; the command ends as it would have.
+#[test]
+fn a_closed_output_pipe_is_not_a_panic() {
+    use std::process::Stdio;
+    let out = tempfile::tempdir().unwrap();
+    let mut child = super::headroom()
+        .args([
+            "sweep",
+            repo("examples/families/alibaba-trace.yaml")
+                .to_str()
+                .unwrap(),
+            "--write-farms",
+            out.path().to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run headroom");
+    // Close the read end at once: the farms are generated and written before the first
+    // line goes out, so headroom writes into a closed pipe.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 20);
+}
