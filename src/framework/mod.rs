@@ -59,9 +59,10 @@ pub trait Plugin: Send + Sync {
         ClusterEvents::OBJECTS
     }
 
-    /// Whether the usage fallback (`usage.maxWait`) lets every node through this plugin's
-    /// Filter once a pod has waited long enough (the real memory and CPU fits: room that
-    /// only other pods finishing can give).
+    /// Whether the usage fallback (`usage.maxWait`) relaxes this plugin's Filter once a pod
+    /// has waited long enough (the real memory and CPU fits: room that only other pods
+    /// finishing can give; RealMemoryFit still keeps an expected overflow off a node while
+    /// another has room).
     fn relaxed_by_usage_fallback(&self) -> bool {
         false
     }

@@ -27,8 +27,9 @@ use crate::framework::{CycleState, Decision, Framework, Status};
 pub struct Wait {
     /// Time since the pod's first scheduling attempt (zero on the first attempt).
     pub waited: Duration,
-    /// The usage fallback applies to this cycle: the relaxable filters let every node
-    /// through.
+    /// The usage fallback applies to this cycle: the relaxable filters let nodes through
+    /// (RealMemoryFit all but those the pod's expected memory would overflow while another
+    /// node has room).
     pub fallback: bool,
 }
 
