@@ -317,18 +317,6 @@ impl<'a> Sim<'a> {
         let Some(mut p) = self.running_pods.remove(&k) else {
             return Ok(());
         };
-        if std::env::var_os("HR_DBG").is_some() {
-            eprintln!(
-                "KILL {:?} t={} node={} pod={} mem={:.1}G age={}s wl={}",
-                kill,
-                now,
-                p.node,
-                k,
-                p.now_mem / 1073741824.0,
-                (now - p.start_ms) / 1000,
-                self.s.workloads[p.arrival.workload].name
-            );
-        }
         match kill {
             Kill::Oom => self.r.oom_kills += 1,
             Kill::Evicted => self.r.evictions += 1,
@@ -558,24 +546,6 @@ impl<'a> Sim<'a> {
                 });
                 victims.push((on[0].0.clone(), Kill::Evicted));
             }
-        }
-        if !victims.is_empty() && std::env::var_os("HR_DBG").is_some() {
-            let mut line = String::new();
-            for n in &self.nodes {
-                let (_, mem) = demand[n.name.as_str()];
-                let cnt = self
-                    .running_pods
-                    .values()
-                    .filter(|p| p.node == n.name)
-                    .count();
-                line.push_str(&format!(
-                    " {}={:.0}%/{}",
-                    n.name,
-                    100.0 * (n.sys_mem + mem) / n.mem,
-                    cnt
-                ));
-            }
-            eprintln!("NODES{line}");
         }
         (share, victims)
     }
