@@ -27,6 +27,7 @@ pub mod clock;
 pub mod cluster;
 pub mod collect;
 pub mod config;
+pub mod decisions;
 pub mod engine;
 pub mod field;
 pub mod framework;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinSet;
 
-use crate::api::DecisionInputs;
+use crate::decisions::{Bound, DecisionInputs, Settled};
 use crate::framework::{BindAnnotations, BindPlugin, Decision};
 use crate::queue::{Failure, PodKey, QueuedPodInfo, SchedulingQueue};
 use crate::scheduler::Scheduler;
@@ -90,7 +90,7 @@ pub struct SchedulingLoop {
     pub binder: Arc<dyn BindPlugin>,
     /// Where decision records go (bounded by count and bytes: a slow reader loses records,
     /// or their detail, never scheduling time).
-    pub decisions: Option<crate::api::DecisionSender>,
+    pub decisions: Option<crate::decisions::DecisionSender>,
     /// Options.
     pub options: LoopOptions,
     /// What a placed pod's binding writes onto it besides the node (`None`: nothing).
@@ -192,6 +192,15 @@ impl SchedulingLoop {
             (attempt, annotations, inputs)
         };
         let (attempt, annotations, inputs) = attempt;
+        // What the mode acts on once the bind ended (small: no per-node numbers), joined
+        // with the bind's result in the bind task.
+        let settled = match (&self.decisions, &attempt.placement) {
+            (Some(_), Some(p)) => Some(Settled::of(
+                &attempt.decision,
+                (!p.builder.is_pod()).then(|| p.builder.to_string()),
+            )),
+            _ => None,
+        };
         {
             let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
             st.attempts += 1;
@@ -208,61 +217,35 @@ impl SchedulingLoop {
             self.queue.add_unschedulable(pod, failure);
             return;
         };
-        let scheduler = self.scheduler.clone();
-        let queue = self.queue.clone();
-        let binder = self.binder.clone();
-        let stats = stats.clone();
-        let confirm = self.options.confirm_on_bind;
-        let pre_bind = attempt.pre_bind;
-        let metrics = self.metrics.clone();
+        let parts = BindParts {
+            scheduler: self.scheduler.clone(),
+            queue: self.queue.clone(),
+            binder: self.binder.clone(),
+            stats: stats.clone(),
+            metrics: self.metrics.clone(),
+            confirm: self.options.confirm_on_bind,
+        };
+        let job = BindJob {
+            pod,
+            assumed,
+            node,
+            pre_bind: attempt.pre_bind,
+            annotations,
+            attempts,
+            first_attempt,
+        };
+        let decisions = self.decisions.clone();
         binds.spawn(async move {
-            // PreBind (VolumeBinding's PV writes) before the bind; a failure unreserves,
-            // forgets the assumed pod (and its assumed PVs) and retries it with backoff.
-            if let Some(mut pb) = pre_bind {
-                let s = pb.run(&assumed, &node).await;
-                if !s.is_success() {
-                    tracing::warn!(pod = %pod.key(), node = %node, plugin = s.plugin, error = %s.message(), "PreBind failed; retrying the pod");
-                    pb.unreserve(&assumed, &node);
-                    scheduler
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .forget(&pod);
-                    {
-                        let mut st = stats.lock().unwrap_or_else(|e| e.into_inner());
-                        st.bind_errors += 1;
-                        st.pre_bind_errors += 1;
-                    }
-                    let message = format!("running PreBind plugin {:?}: {}", s.plugin, s.message());
-                    queue.add_unschedulable(pod, Failure::error(message));
-                    return;
-                }
-            }
-            let status = binder.bind(&assumed, &node, &annotations).await;
-            let mut s = scheduler.lock().unwrap_or_else(|e| e.into_inner());
-            if status.is_success() {
-                s.finish_binding(
-                    &pod.namespace,
-                    &pod.name,
-                    tokio::time::Instant::now().into_std(),
-                );
-                if confirm {
-                    s.confirm(&pod.namespace, &pod.name);
-                }
-                drop(s);
-                queue.done(&PodKey::of(&pod));
-                stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
-                if let (Some(m), Some(first)) = (&metrics, first_attempt) {
-                    m.upstream().observe_scheduled(
-                        attempts,
-                        tokio::time::Instant::now().saturating_duration_since(first),
-                    );
-                }
-            } else {
-                s.forget(&pod);
-                drop(s);
-                stats.lock().unwrap_or_else(|e| e.into_inner()).bind_errors += 1;
-                let message = format!("binding to {node}: {}", status.message());
-                queue.add_unschedulable(pod, Failure::error(message));
+            let (assumed, node) = (job.assumed.clone(), job.node.clone());
+            let result = bind_one(job, &parts).await;
+            if let (Some(tx), Some(mut s)) = (decisions, settled) {
+                s.bind = Some(Bound {
+                    pod: assumed,
+                    node,
+                    result,
+                });
+                // Only a sink that is gone refuses it: nothing left to tell.
+                let _ = tx.settled(s).await;
             }
         });
     }
@@ -276,6 +259,99 @@ impl SchedulingLoop {
                 .unwrap_or_else(|e| e.into_inner())
                 .decisions_dropped += 1;
         }
+    }
+}
+
+/// What a bind task shares with the loop.
+struct BindParts {
+    scheduler: Arc<Mutex<Scheduler>>,
+    queue: Arc<SchedulingQueue>,
+    binder: Arc<dyn BindPlugin>,
+    stats: Arc<Mutex<LoopStats>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    confirm: bool,
+}
+
+/// One placed pod's binding cycle.
+struct BindJob {
+    pod: Arc<PodInfo>,
+    assumed: Arc<PodInfo>,
+    node: String,
+    pre_bind: Option<crate::scheduler::PreBind>,
+    annotations: BindAnnotations,
+    attempts: u32,
+    first_attempt: Option<tokio::time::Instant>,
+}
+
+/// PreBind, then the bind: on success the assumed pod is bound (confirmed when the loop
+/// confirms on bind) and leaves the queue; on failure it is forgotten (its node freed) and
+/// retried with backoff. Returns the failure's message.
+async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
+    let BindJob {
+        pod,
+        assumed,
+        node,
+        pre_bind,
+        annotations,
+        attempts,
+        first_attempt,
+    } = job;
+    // PreBind (VolumeBinding's PV writes) before the bind; a failure unreserves,
+    // forgets the assumed pod (and its assumed PVs) and retries it with backoff.
+    if let Some(mut pb) = pre_bind {
+        let s = pb.run(&assumed, &node).await;
+        if !s.is_success() {
+            tracing::warn!(pod = %pod.key(), node = %node, plugin = s.plugin, error = %s.message(), "PreBind failed; retrying the pod");
+            pb.unreserve(&assumed, &node);
+            parts
+                .scheduler
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .forget(&pod);
+            {
+                let mut st = parts.stats.lock().unwrap_or_else(|e| e.into_inner());
+                st.bind_errors += 1;
+                st.pre_bind_errors += 1;
+            }
+            let message = format!("running PreBind plugin {:?}: {}", s.plugin, s.message());
+            parts
+                .queue
+                .add_unschedulable(pod, Failure::error(message.clone()));
+            return Err(message);
+        }
+    }
+    let status = parts.binder.bind(&assumed, &node, &annotations).await;
+    let mut s = parts.scheduler.lock().unwrap_or_else(|e| e.into_inner());
+    if status.is_success() {
+        s.finish_binding(
+            &pod.namespace,
+            &pod.name,
+            tokio::time::Instant::now().into_std(),
+        );
+        if parts.confirm {
+            s.confirm(&pod.namespace, &pod.name);
+        }
+        drop(s);
+        parts.queue.done(&PodKey::of(&pod));
+        parts.stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
+        if let (Some(m), Some(first)) = (&parts.metrics, first_attempt) {
+            m.upstream().observe_scheduled(
+                attempts,
+                tokio::time::Instant::now().saturating_duration_since(first),
+            );
+        }
+        Ok(())
+    } else {
+        s.forget(&pod);
+        drop(s);
+        parts
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bind_errors += 1;
+        let message = format!("binding to {node}: {}", status.message());
+        parts.queue.add_unschedulable(pod, Failure::error(message));
+        Err(status.message().to_string())
     }
 }
 
@@ -384,7 +460,7 @@ mod tests {
             calls: AtomicU32::new(0),
             inner: InstantBinder::new(),
         });
-        let (tx, mut rx) = crate::api::decision_channel(16, usize::MAX);
+        let (tx, mut rx) = crate::decisions::decision_channel(16, usize::MAX);
         let lp = SchedulingLoop {
             scheduler: scheduler.clone(),
             queue: queue.clone(),
@@ -394,6 +470,20 @@ mod tests {
             annotate: None,
             metrics: None,
         };
+        // Decisions, keeping the settled records seen on the way.
+        async fn next(
+            rx: &mut crate::decisions::DecisionReceiver,
+            settled: &mut Vec<Settled>,
+        ) -> Decision {
+            loop {
+                match rx.recv().await.unwrap() {
+                    crate::decisions::Record::Decided(d) => return d.decision,
+                    crate::decisions::Record::Settled(s) => settled.push(s),
+                    crate::decisions::Record::Barrier(_) => {}
+                }
+            }
+        }
+        let mut settled = Vec::new();
         // a (3 CPU) fits n1; b (3 CPU) then does not, because a is assumed there.
         queue.add(cpu_pod("a", "3"));
         queue.add(cpu_pod("b", "3"));
@@ -402,9 +492,9 @@ mod tests {
             let _ = stop_rx.await;
         }));
 
-        let first = rx.recv().await.unwrap().decision;
+        let first = next(&mut rx, &mut settled).await;
         assert_eq!((first.name.as_str(), first.node()), ("a", Some("n1")));
-        let second = rx.recv().await.unwrap().decision;
+        let second = next(&mut rx, &mut settled).await;
         assert_eq!(second.name, "b");
         assert!(
             second.node().is_none(),
@@ -425,7 +515,7 @@ mod tests {
             0
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let third = rx.recv().await.unwrap().decision;
+        let third = next(&mut rx, &mut settled).await;
         assert_eq!((third.name.as_str(), third.node()), ("a", Some("n1")));
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
@@ -434,18 +524,54 @@ mod tests {
         );
 
         // b waits until a node is added.
-        assert!(rx.try_recv().is_none());
+        while let Some(r) = rx.try_recv() {
+            match r {
+                crate::decisions::Record::Decided(d) => panic!("{} decided again", d.decision.name),
+                crate::decisions::Record::Settled(s) => settled.push(s),
+                crate::decisions::Record::Barrier(_) => {}
+            }
+        }
         scheduler
             .lock()
             .unwrap()
             .snapshot_mut()
             .upsert_node(Arc::new(node("n2", json!({}))));
         queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
-        let fourth = rx.recv().await.unwrap().decision;
+        let fourth = next(&mut rx, &mut settled).await;
         assert_eq!((fourth.name.as_str(), fourth.node()), ("b", Some("n2")));
 
         stop_tx.send(()).unwrap();
         let stats = handle.await.unwrap();
+        // Every bind's result reached the sink's channel after its decision, joined with
+        // what the decision came to: a failed, then a and b bound.
+        while let Some(r) = rx.recv().await {
+            if let crate::decisions::Record::Settled(s) = r {
+                settled.push(s);
+            }
+        }
+        let seen: Vec<(&str, bool, &str)> = settled
+            .iter()
+            .map(|s| {
+                let b = s.bind.as_ref().unwrap();
+                (s.name.as_str(), b.result.is_ok(), b.node.as_str())
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [("a", false, "n1"), ("a", true, "n1"), ("b", true, "n2")]
+        );
+        assert!(
+            settled[0]
+                .bind
+                .as_ref()
+                .unwrap()
+                .result
+                .as_ref()
+                .unwrap_err()
+                .contains("conflict"),
+            "{:?}",
+            settled[0].bind
+        );
         assert_eq!(stats.bound, 2);
         assert_eq!(stats.bind_errors, 1);
         assert_eq!(stats.unschedulable, 1);

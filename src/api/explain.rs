@@ -1,6 +1,6 @@
 //! `GET /explain/{namespace}/{pod}` and `GET /explain?uid=UID`: a pod's latest decision.
 //!
-//! Memory first (the [`DecisionLog`](super::DecisionLog)), then the store, which keeps
+//! Memory first (the [`DecisionLog`](crate::decisions::DecisionLog)), then the store, which keeps
 //! decisions the memory bound dropped.
 
 use axum::Json;
@@ -10,7 +10,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiError, ApiState, ExplainResponse};
+use super::{ApiError, ApiState};
+use crate::decisions::ExplainResponse;
 
 /// `?format=` of `/explain`.
 #[derive(Debug, Default, Deserialize)]

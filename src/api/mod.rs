@@ -3,7 +3,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /explain/{namespace}/{pod}` | the pod's latest decision ([`ExplainResponse`]); `?format=text` for the table |
+//! | `GET /explain/{namespace}/{pod}` | the pod's latest decision ([`ExplainResponse`](crate::decisions::ExplainResponse)); `?format=text` for the table |
 //! | `GET /explain?uid=UID` | the same, by uid (`?pod=NS/NAME` works too) |
 //! | `GET /nodes`, `GET /nodes/{name}` | requested vs measured usage, headroom, freshness |
 //! | `GET /builders`, `GET /builders/{id}` | builder profiles, runs, placement history (`id` may contain `/`) |
@@ -18,16 +18,14 @@
 //! [`ApiState`] holds handles only (cheap to clone); whoever runs the scheduler owns the
 //! data: the snapshot (via a [`SnapshotSource`], e.g. the scheduler itself), the usage
 //! view (the one in the snapshot: what the scheduler decides on), the queue, the store. Decisions
-//! reach the [`DecisionLog`] through [`run_decision_sink`], which reads the scheduling
+//! reach the [`DecisionLog`] through [`crate::decisions::run_decision_sink`], which reads the scheduling
 //! loop's decision channel.
 
 mod advice;
 mod builders;
 mod explain;
-mod log;
 mod nodes;
 mod queue;
-mod sink;
 mod system;
 mod ui;
 
@@ -46,18 +44,11 @@ use headroom_storage::Store;
 use tokio::sync::watch;
 
 pub use builders::{BuilderList, BuilderView};
-pub use log::{
-    DecisionInputs, DecisionLog, ExplainResponse, LogLimits, LoggedDecision, NodeInputs,
-    approx_bytes,
-};
 pub use nodes::{NodeList, NodeView, ResourceAmounts};
 pub use queue::QueueResponse;
-pub use sink::{
-    DecisionReceiver, DecisionSender, SUMMARY_NOTE, SendError, SinkReport, decision_channel,
-    run_decision_sink,
-};
 
 use crate::analytics::UsageView;
+use crate::decisions::DecisionLog;
 use crate::metrics::Metrics;
 use crate::queue::{PendingPod, QueueLengths, SchedulingQueue};
 use crate::scheduler::Scheduler;

@@ -34,14 +34,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use headroom_storage::{MaintenanceConfig, MaintenanceReport, MaintenanceStats, Store};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::analytics::{self, UsageView};
-use crate::api::{ApiState, DecisionLog, SinkReport};
+use crate::api::ApiState;
 use crate::clock::Clock;
 use crate::cluster::{ClusterState, FeedStats, NodeObserver};
 use crate::config::{Config, ConfigError};
-use crate::framework::{BindPlugin, Decision};
+use crate::decisions::{DecisionLog, OutcomeHandler, Sink, SinkReport};
+use crate::framework::BindPlugin;
 use crate::metrics::{MeteredBinder, Metrics, MetricsOptions};
 use crate::plugins::PluginDeps;
 use crate::queue::{ClusterEvent, SchedulingQueue};
@@ -54,7 +55,7 @@ pub use phases::{Phase, Phases};
 /// scheduling time).
 const DECISION_CHANNEL: usize = 4096;
 /// Bytes of whole decision records waiting for the sink, at most; past it records wait as
-/// summaries ([`crate::api::DecisionSender`]). The decision log's default: at 15,000 nodes
+/// summaries ([`crate::decisions::DecisionSender`]). The decision log's default: at 15,000 nodes
 /// a bursting `serve` outruns the sink, and a budget four times larger kept ~190 MB more of
 /// queued records at the peak (heaptrack on the kit, issue #22).
 const DECISION_CHANNEL_BYTES: usize = 64 << 20;
@@ -142,8 +143,8 @@ pub struct Engine {
     log: Arc<DecisionLog>,
     view: watch::Sender<Arc<UsageView>>,
     refresh_trigger: Arc<Notify>,
-    decisions: crate::api::DecisionSender,
-    decisions_rx: Mutex<Option<crate::api::DecisionReceiver>>,
+    decisions: crate::decisions::DecisionSender,
+    decisions_rx: Mutex<Option<crate::decisions::DecisionReceiver>>,
     explain: bool,
 }
 
@@ -204,7 +205,7 @@ impl Engine {
         ));
         let (view, _) = watch::channel(Arc::new(UsageView::default()));
         let (decisions, rx) =
-            crate::api::decision_channel(DECISION_CHANNEL, DECISION_CHANNEL_BYTES);
+            crate::decisions::decision_channel(DECISION_CHANNEL, DECISION_CHANNEL_BYTES);
         Ok(Arc::new(Engine {
             config: Arc::new(config),
             clock: parts.clock,
@@ -276,6 +277,13 @@ impl Engine {
     /// Asks the analytics refresh for a new view now (coalesced with one in progress).
     pub fn trigger_refresh(&self) {
         self.refresh_trigger.notify_one();
+    }
+
+    /// Waits until the decision sink has handled every decision and bind sent so far
+    /// (logged, stored, placement history written, handed to the mode): the simulator
+    /// calls it after each step's scheduling, so the next refresh reads the placements.
+    pub async fn settle_decisions(&self) {
+        self.decisions.barrier().await;
     }
 
     /// The inspection API's state over this engine: its scheduler's snapshot, queue,
@@ -436,12 +444,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Starts the background work (see [`Drive`]); `forward` receives every decision after
-    /// the sink logged it (the cluster reporter under `serve`). Call once.
+    /// Starts the background work (see [`Drive`]); `handler` is told what every decision
+    /// came to once the sink logged and stored it (the cluster reporter under `serve`,
+    /// the farm under `simulate`). Call once.
     pub fn start(
         self: &Arc<Self>,
         drive: Drive,
-        forward: Option<mpsc::Sender<Arc<Decision>>>,
+        handler: Option<Arc<dyn OutcomeHandler>>,
     ) -> Result<Running, EngineError> {
         let phases = Phases::default();
         let rx = self
@@ -450,10 +459,16 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| EngineError::Task("the engine was started already".into()))?;
-        let sink = tokio::spawn(crate::api::run_decision_sink(
+        let sink = Sink {
+            metrics: self.metrics.clone(),
+            log: self.log.clone(),
+            store: self.store.clone(),
+            now_ms: self.clock.as_fn(),
+            handler,
+        };
+        let sink = tokio::spawn(crate::decisions::run_decision_sink(
             rx,
-            self.api_state(),
-            forward,
+            sink,
             phases.stopped(Phase::Decisions),
         ));
         let mut running = Running {

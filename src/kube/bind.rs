@@ -24,7 +24,6 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tokio::sync::mpsc;
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -184,22 +183,10 @@ impl BindStats {
     }
 }
 
-/// The result of one bind, for the reporter (events, annotations, history).
-#[derive(Debug, Clone)]
-pub struct BindOutcome {
-    /// The pod (as it was scheduled).
-    pub pod: Arc<PodInfo>,
-    /// The node.
-    pub node: String,
-    /// Ok, or why not.
-    pub result: Result<(), BindError>,
-}
-
 /// The scheduler's binder under `serve`.
 pub struct ApiBinder {
     client: Client,
     queue: Option<Arc<SchedulingQueue>>,
-    outcomes: Option<mpsc::Sender<BindOutcome>>,
     timeout: Duration,
     flow: Option<Arc<BindFlow>>,
     stats: BindStats,
@@ -216,18 +203,16 @@ enum Lookup {
 }
 
 impl ApiBinder {
-    /// A binder over `client`. `queue`: where pods that can never bind are dropped from;
-    /// `outcomes`: where results go for reporting.
+    /// A binder over `client`. `queue`: where pods that can never bind are dropped from
+    /// (the scheduling loop reports every bind's result to the engine's decision sink).
     pub fn new(
         client: Client,
         queue: Option<Arc<SchedulingQueue>>,
-        outcomes: Option<mpsc::Sender<BindOutcome>>,
         timeout: Duration,
     ) -> ApiBinder {
         ApiBinder {
             client,
             queue,
-            outcomes,
             timeout,
             flow: None,
             stats: BindStats::default(),
@@ -348,19 +333,10 @@ impl BindPlugin for ApiBinder {
                     self.settle_final(pod).await;
                 }
             }
-            let status = match &result {
+            match &result {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e.to_string()),
-            };
-            if let Some(tx) = &self.outcomes {
-                // The reporter is best effort: a full channel loses an event, not a bind.
-                let _ = tx.try_send(BindOutcome {
-                    pod: Arc::new(pod.clone()),
-                    node: node.to_string(),
-                    result,
-                });
             }
-            status
         })
     }
 }

@@ -2,9 +2,12 @@
 //! `FailedScheduling` Events and the pod's `PodScheduled=False` condition with the same
 //! message (written by the [`recorder`](super::recorder), which also bounds their rate),
 //! evictions for a preemption ([`super::preempt`]), and after a bind bk-ci's optional
-//! `builder-history-nodes` annotation and the placement history in the store. (The
-//! `headroom.io/decision` annotation travels in the binding itself: [`bind_annotator`].)
-//! The decision log is the engine's decision sink, which forwards each decision here.
+//! `builder-history-nodes` annotation. (The `headroom.io/decision` annotation travels in
+//! the binding itself: [`bind_annotator`].)
+//!
+//! This is `serve`'s [`OutcomeHandler`](crate::decisions::OutcomeHandler): the engine's
+//! decision sink hands it each decision once settled (a placed pod once its bind ended,
+//! with the placement history the sink recorded), through [`ReporterHandle`].
 //!
 //! All of it runs in background tasks fed by channels, so the scheduling loop never waits
 //! on these writes, and a slow API server loses events (counted), never scheduling time.
@@ -20,9 +23,9 @@ use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::bind::BindOutcome;
 use super::recorder::{Recorder, failed_scheduling, pod_ref, scheduled, unschedulable_condition};
 use crate::config::serve::ServeConfig;
+use crate::decisions::Settled;
 use crate::framework::{Decision, Fallback, Outcome};
 use crate::logging::Repeated;
 use crate::usage::UsageContext;
@@ -141,6 +144,8 @@ pub struct ReporterStats {
     pub failed: Counter,
     /// Condition and annotation patches skipped because binds were waiting (binds first).
     pub dropped: Counter,
+    /// Settled decisions lost because the reporter's queue was full.
+    pub overflow: Counter,
     /// Preemption's calls (victims' DisruptionTarget patches and deletions).
     pub preemption: super::preempt::PreemptStats,
     /// Keeps the failures' warnings to one per interval: a full disk under the store or an
@@ -183,6 +188,11 @@ impl ReporterStats {
                 "Condition and annotation patches skipped because binds were waiting for the API server",
                 &self.dropped,
             ),
+            (
+                "headroom_reporter_overflow",
+                "Settled decisions lost because the reporter's queue was full (their events and patches)",
+                &self.overflow,
+            ),
         ] {
             metrics.register(name, help, c.clone());
         }
@@ -190,19 +200,14 @@ impl ReporterStats {
     }
 }
 
-/// Turns decisions and bind outcomes into events, conditions, annotations and placement
-/// history.
+/// Turns settled decisions into events, conditions, evictions and annotations.
 pub struct Reporter {
     /// The API client.
     pub client: Client,
     /// Where events go.
     pub recorder: Recorder,
-    /// The store (placement history); `None` without one.
-    pub store: Option<headroom_storage::Store>,
     /// The serve settings (annotations).
     pub config: ServeConfig,
-    /// How pods map to builders (for the placement history).
-    pub identity: headroom_collectors::IdentityConfig,
     /// Counters (registered on the engine's metrics by the caller).
     pub stats: ReporterStats,
     /// Binds come first: while binds wait for the API server (this flow controller's
@@ -222,93 +227,80 @@ impl Reporter {
     }
 }
 
-/// Bind outcomes waiting for their decision, at most: past this, an outcome is reported
-/// without its decision summary rather than held.
-const MAX_PARKED: usize = 10_000;
+/// Settled decisions waiting for the reporter, at most: past this they are lost (counted
+/// in `headroom_reporter_overflow_total`) rather than holding up the decision sink.
+pub const REPORTER_QUEUE: usize = 4096;
+
+/// The engine's side of the reporter: hands each settled decision to the reporter's task
+/// without waiting.
+pub struct ReporterHandle {
+    tx: mpsc::Sender<Settled>,
+    overflow: Counter,
+}
+
+impl crate::decisions::OutcomeHandler for ReporterHandle {
+    fn settled(&self, settled: Settled) {
+        if self.tx.try_send(settled).is_err() {
+            self.overflow.inc();
+        }
+    }
+}
 
 /// What the reporter keeps between messages.
 #[derive(Default)]
 struct ReporterState {
-    /// Placed pods whose bind outcome has not arrived, by uid: the usage fallback that
-    /// placed each, if any (the `Scheduled` event names it).
-    placed: HashMap<String, Option<Fallback>>,
     /// The last `PodScheduled=False` message written per uid (patched only on change).
     conditions: HashMap<String, String>,
-    /// Successful bind outcomes that arrived before their decision, by uid. Decisions
-    /// reach the reporter through the engine's decision sink, so a fast bind can overtake
-    /// its decision; the outcome waits here so the annotation still carries the summary.
-    parked: HashMap<String, BindOutcome>,
+}
+
+/// The reporter's queue: the handle for [`crate::engine::Engine::start`] and the receiver
+/// for [`Reporter::run`]; losses count into `stats`.
+pub fn reporter_channel(stats: &ReporterStats) -> (Arc<ReporterHandle>, mpsc::Receiver<Settled>) {
+    let (tx, rx) = mpsc::channel(REPORTER_QUEUE);
+    let handle = ReporterHandle {
+        tx,
+        overflow: stats.overflow.clone(),
+    };
+    (Arc::new(handle), rx)
 }
 
 impl Reporter {
-    /// Runs until both channels close or `shutdown`; then drains what is queued (parked
-    /// outcomes are then reported without a summary).
+    /// Runs until the channel closes or `shutdown`; then drains what is queued.
     pub async fn run(
         self,
-        mut decisions: mpsc::Receiver<Arc<Decision>>,
-        mut outcomes: mpsc::Receiver<BindOutcome>,
+        mut settled: mpsc::Receiver<Settled>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> ReporterStats {
         let mut st = ReporterState::default();
         tokio::pin!(shutdown);
         let mut stopping = false;
         loop {
-            // Decisions first, so a summary is there when its outcome comes whenever both
-            // are queued.
-            let msg = if stopping {
-                match decisions.try_recv() {
-                    Ok(d) => Some(Ok(d)),
-                    Err(_) => outcomes.try_recv().ok().map(Err),
-                }
+            let next = if stopping {
+                settled.try_recv().ok()
             } else {
                 tokio::select! {
                     biased;
-                    Some(d) = decisions.recv() => Some(Ok(d)),
-                    Some(o) = outcomes.recv() => Some(Err(o)),
+                    s = settled.recv() => s,
                     _ = &mut shutdown => { stopping = true; continue; }
-                    else => None,
                 }
             };
-            let Some(msg) = msg else { break };
-            match msg {
-                Ok(d) => self.on_decision(&d, &mut st).await,
-                Err(o) => {
-                    let waiting = o.result.is_ok()
-                        && !st.placed.contains_key(&o.pod.uid)
-                        && st.parked.len() < MAX_PARKED;
-                    if waiting {
-                        st.parked.insert(o.pod.uid.clone(), o);
-                    } else {
-                        self.on_outcome(o, &mut st).await;
-                    }
-                }
+            let Some(s) = next else { break };
+            match &s.bind {
+                Some(_) => self.on_bound(s, &mut st).await,
+                None => self.on_unplaced(&s, &mut st).await,
             }
-            // Bound the dedupe maps: losing them costs one redundant write per pod.
-            if st.placed.len() > 100_000 {
-                st.placed.clear();
-            }
+            // Bound the dedupe map: losing it costs one redundant write per pod.
             if st.conditions.len() > 100_000 {
                 st.conditions.clear();
             }
         }
-        for (_, o) in std::mem::take(&mut st.parked) {
-            self.on_outcome(o, &mut st).await;
-        }
         self.stats
     }
 
-    async fn on_decision(&self, d: &Decision, st: &mut ReporterState) {
+    async fn on_unplaced(&self, d: &Settled, st: &mut ReporterState) {
         let now = super::now_ms();
         let (reason, message) = match &d.outcome {
-            Outcome::Placed { .. } => {
-                // The decision summary went with the binding (computed in the cycle); the
-                // event needs only the fallback, which the record carries.
-                st.placed.insert(d.uid.clone(), d.fallback.clone());
-                if let Some(o) = st.parked.remove(&d.uid) {
-                    self.on_outcome(o, st).await;
-                }
-                return;
-            }
+            Outcome::Placed { .. } => return,
             Outcome::Unschedulable { message } => ("Unschedulable", message.clone()),
             Outcome::Error { message } => ("SchedulerError", message.clone()),
         };
@@ -372,10 +364,10 @@ impl Reporter {
         }
     }
 
-    async fn on_outcome(&self, o: BindOutcome, st: &mut ReporterState) {
-        let fallback = st.placed.remove(&o.pod.uid).flatten();
+    async fn on_bound(&self, s: Settled, st: &mut ReporterState) {
+        let Some(o) = &s.bind else { return };
         if let Err(e) = &o.result {
-            let mut text = e.to_string();
+            let mut text = e.clone();
             if let Some(first) = text.get_mut(0..1) {
                 first.make_ascii_uppercase();
             }
@@ -387,36 +379,16 @@ impl Reporter {
         // kube-scheduler logs this at -v 2 ("Successfully bound pod to node").
         tracing::debug!(pod = %o.pod.key(), node = %o.node, "bound the pod to its node");
         self.recorder
-            .record(scheduled(&o.pod, &o.node, fallback.as_ref()));
-        let builder = headroom_collectors::builder_identity(&o.pod.pod.metadata, &self.identity);
-        let mut history = vec![o.node.clone()];
-        if let Some(store) = &self.store
-            && !builder.is_pod()
-        {
-            // sled off the async threads.
-            let (store, b, node) = (store.clone(), builder.clone(), o.node.clone());
-            let written = tokio::task::spawn_blocking(move || {
-                store.record_placement(&b, &node)?;
-                store.placement_history(&b)
-            })
-            .await;
-            match written {
-                Ok(Ok(h)) => {
-                    self.stats.placements.inc();
-                    history = h;
-                }
-                Ok(Err(e)) => {
-                    if let Some(held_back) = self.stats.failure() {
-                        tracing::warn!(%builder, error = %e, held_back, "recording the placement failed");
-                    }
-                }
-                Err(e) => {
-                    if let Some(held_back) = self.stats.failure() {
-                        tracing::warn!(%builder, error = %e, held_back, "recording the placement: task failed");
-                    }
-                }
+            .record(scheduled(&o.pod, &o.node, s.fallback.as_ref()));
+        // The engine recorded the placement in the store's history (the sink, with the
+        // store); bk-ci's annotation shows that history.
+        let history = match s.history {
+            Some(h) => {
+                self.stats.placements.inc();
+                h
             }
-        }
+            None => vec![o.node.clone()],
+        };
         // The decision summary went with the binding ([`bind_annotator`]); only bk-ci's
         // history needs the store, so it is a patch of its own.
         let mut annotations = serde_json::Map::new();
@@ -489,6 +461,6 @@ mod tests {
         assert!(full.get("fallback").is_none());
         assert_eq!(full["top"][0], json!({"node": "n0699", "score": 699}));
         assert_eq!(full["top"][1], json!({"node": "n1399", "score": 699}));
-        assert!(crate::api::approx_bytes(&slim) * 20 < crate::api::approx_bytes(&d));
+        assert!(crate::decisions::approx_bytes(&slim) * 20 < crate::decisions::approx_bytes(&d));
     }
 }

@@ -41,11 +41,11 @@ use super::recorder;
 use super::reflect;
 use super::tls;
 use super::{Error, Result};
-use crate::api::SinkReport;
 use crate::clock::Clock;
 use crate::cluster::{NodeObserver, Synced};
 use crate::config::Config;
 use crate::config::serve::ServeConfig;
+use crate::decisions::SinkReport;
 use crate::engine::{Drive, Engine, EngineError, Parts, Phase, Running};
 use crate::plugins::build_framework_with;
 use crate::reservation::ReservationSource;
@@ -268,9 +268,10 @@ pub async fn run(
         parts.nodes_observer = Some(r.clone() as Arc<dyn NodeObserver>);
     }
     let engine = Engine::new(config, parts)?;
-    // The reporter hears of every decision through the engine's sink.
-    let (decisions_tx, decisions_rx) = mpsc::channel(4096);
-    let mut running = engine.start(Drive::Timers, Some(decisions_tx))?;
+    // The reporter hears what every decision came to through the engine's sink.
+    let reporter_stats = ReporterStats::default();
+    let (reporter, settled_rx) = super::events::reporter_channel(&reporter_stats);
+    let mut running = engine.start(Drive::Timers, Some(reporter))?;
     let cx = Cx {
         engine: engine.clone(),
         client,
@@ -284,9 +285,7 @@ pub async fn run(
     // writes yield to it.
     let flow = BindFlow::new(cx.serve.binding.clone());
     flow.register(engine.metrics());
-    let (outcomes_tx, outcomes_rx) = mpsc::channel(4096);
-    let (reporter_stats, event_stats) =
-        cx.start_reporting(&mut running, &store, &flow, decisions_rx, outcomes_rx);
+    let event_stats = cx.start_reporting(&mut running, reporter_stats.clone(), &flow, settled_rx);
     let (status_done, gc_done) =
         cx.start_reservations(&mut running, reservations, status_rx, &leader_rx);
     let bind_stats = BindStats::default();
@@ -295,7 +294,6 @@ pub async fn run(
         ApiBinder::new(
             cx.client.clone(),
             Some(engine.queue().clone()),
-            Some(outcomes_tx),
             cx.serve.request_timeout,
         )
         .with_flow(flow, bind_stats),
@@ -409,11 +407,10 @@ impl Cx {
     fn start_reporting(
         &self,
         running: &mut Running,
-        store: &headroom_storage::Store,
+        stats: ReporterStats,
         flow: &Arc<BindFlow>,
-        decisions: mpsc::Receiver<Arc<crate::framework::Decision>>,
-        outcomes: mpsc::Receiver<super::bind::BindOutcome>,
-    ) -> (ReporterStats, Arc<recorder::EventStats>) {
+        settled: mpsc::Receiver<crate::decisions::Settled>,
+    ) -> Arc<recorder::EventStats> {
         let (recorder, events_rx) = recorder::recorder();
         let event_stats = recorder.stats().clone();
         event_stats.register(self.engine.metrics());
@@ -428,22 +425,19 @@ impl Cx {
         running
             .phases
             .spawn(Phase::Writers, futures::FutureExt::map(writer, drop));
-        let stats = ReporterStats::default();
         stats.register(self.engine.metrics());
         let reporter = Reporter {
             client: self.client.clone(),
             recorder,
-            store: Some(store.clone()),
             config: self.serve.clone(),
-            identity: self.engine.config().collectors.identity.clone(),
-            stats: stats.clone(),
+            stats,
             yield_to: Some(flow.clone()),
         };
         let stop = running.phases.stopped(Phase::Writers);
         running.phases.spawn(Phase::Writers, async move {
-            reporter.run(decisions, outcomes, stop).await;
+            reporter.run(settled, stop).await;
         });
-        (stats, event_stats)
+        event_stats
     }
 
     /// The `Reservation` status writer (leader only, drains with the writers) and GC.
@@ -512,7 +506,6 @@ impl Cx {
             let snapshot: extender::SnapshotSource = Arc::new(move || copy.current());
             let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
                 self.client.clone(),
-                None,
                 None,
                 self.serve.request_timeout,
             ));

@@ -1072,6 +1072,7 @@ impl Builds {
                     daily_cycle: self.cycle.clone(),
                     load_curve: self.curve.clone(),
                     scheduler_name: None,
+                    priority: None,
                 }
             })
             .collect()
@@ -1123,6 +1124,7 @@ fn service_defaults() -> Workload {
         daily_cycle: None,
         load_curve: None,
         scheduler_name: None,
+        priority: None,
     }
 }
 

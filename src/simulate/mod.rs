@@ -279,6 +279,8 @@ enum Kill {
     Evicted,
     /// Evicted because the descheduling advice suggested moving it (`--act-on-advice`).
     Moved,
+    /// A victim of a higher-priority pod's preemption.
+    Preempted,
 }
 
 /// A scenario amount, parsed by the usage file's rule (quantity or number, non-negative).
@@ -520,6 +522,7 @@ fn pod_of(
         "metadata": {"name": name, "namespace": w.namespace, "uid": format!("sim-{name}"), "labels": labels, "annotations": annotations},
         "spec": {
             "schedulerName": scheduler_name,
+            "priority": w.priority,
             "nodeSelector": w.node_selector,
             "tolerations": w.tolerations,
             "containers": [{"name": "main", "image": format!("sim/{}", w.name), "resources": {"requests": {

@@ -73,6 +73,9 @@ pub struct PolicyReport {
     pub oom_kills: usize,
     /// Pods the kubelet evicted under memory pressure.
     pub evictions: usize,
+    /// Pods preempted by higher-priority pods (DefaultPreemption's victims; the scenario's
+    /// `workloads[].priority`).
+    pub preemptions: usize,
     /// Build time thrown away by OOM kills, evictions and advice moves (the build runs
     /// again from scratch), hours.
     pub build_hours_lost: f64,
@@ -170,6 +173,7 @@ impl PolicyReport {
             build_hours_saved: 0.0,
             oom_kills: 0,
             evictions: 0,
+            preemptions: 0,
             build_hours_lost: 0.0,
             build_hours_slowed: 0.0,
             build_slowdown: 0.0,
@@ -377,6 +381,9 @@ impl Report {
             }),
             ("OOM kills / evictions", |r| {
                 format!("{} / {}", r.oom_kills, r.evictions)
+            }),
+            ("preempted by higher priority", |r| {
+                r.preemptions.to_string()
             }),
             ("builds failed (backoffLimit)", |r| {
                 r.builds_failed.to_string()

@@ -19,7 +19,9 @@ use super::{
 use crate::clock::{Clock, ManualTime};
 use crate::cluster::ClusterState;
 use crate::config::Config;
+use crate::decisions::{OutcomeHandler, Settled};
 use crate::engine::{Drive, Engine, Parts};
+use crate::framework::Nomination;
 use crate::reservation::InMemoryReservations;
 use crate::scheduling_loop::SchedulingLoop;
 use crate::usage::file::UsageFile;
@@ -74,7 +76,8 @@ pub(super) async fn run_policy(
         cooldown_ms: config.analytics.node_window.as_millis() as i64 + refresh_ms,
     };
     let engine = Engine::new(config, parts)?;
-    let running = engine.start(Drive::Manual, None)?;
+    let outcomes = Arc::new(Preemptions::default());
+    let running = engine.start(Drive::Manual, Some(outcomes.clone()))?;
     let attached = hook.map(|h| attach(h, &engine)).transpose()?;
     let fixed = Fixed {
         policy,
@@ -84,7 +87,7 @@ pub(super) async fn run_policy(
         timers,
         act_on_advice: options.act_on_advice,
     };
-    let mut sim = Sim::new(s, plan, store, engine.clone(), fixed)?;
+    let mut sim = Sim::new(s, plan, store, engine.clone(), fixed, outcomes)?;
     let ticks = (s.duration.as_millis() as i64 / sim.step_ms) as usize;
     let bar = options.progress.then(|| {
         let b = indicatif::ProgressBar::new(ticks as u64);
@@ -148,6 +151,21 @@ fn scheduler_names(s: &Scenario, config: &Config) -> Result<Vec<String>, Error> 
     Ok(names)
 }
 
+/// The simulator's [`OutcomeHandler`]: keeps the preemptions the step's decisions asked
+/// for, acted on once the step's decisions are settled ([`Sim::preempt`]). (Placements
+/// need nothing here: the binder started them, and the engine's sink wrote the placement
+/// history.)
+#[derive(Default)]
+struct Preemptions(std::sync::Mutex<Vec<Nomination>>);
+
+impl OutcomeHandler for Preemptions {
+    fn settled(&self, s: Settled) {
+        if let Some(n) = s.nomination {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(n);
+        }
+    }
+}
+
 /// The engine's timed work, in milliseconds of simulated time.
 struct Timers {
     /// The analytics refresh (and the advice on its view).
@@ -182,6 +200,7 @@ struct Sim<'a> {
     cluster: Arc<ClusterState>,
     binder: Arc<SimBinder>,
     lp: SchedulingLoop,
+    preemptions: Arc<Preemptions>,
     fixed: Fixed,
     step_ms: i64,
     eviction_threshold: f64,
@@ -215,6 +234,7 @@ impl<'a> Sim<'a> {
         store: Store,
         engine: Arc<Engine>,
         fixed: Fixed,
+        preemptions: Arc<Preemptions>,
     ) -> Result<Sim<'a>, Error> {
         let cluster = engine.cluster().clone();
         let binder = Arc::new(SimBinder {
@@ -245,6 +265,7 @@ impl<'a> Sim<'a> {
             cluster,
             binder,
             lp,
+            preemptions,
             fixed,
             events,
             next_event: 0,
@@ -280,6 +301,7 @@ impl<'a> Sim<'a> {
         self.timers(rel, now).await?;
         self.engine.flush_queue();
         self.schedule(now).await;
+        self.preempt(now)?;
         let pending = self.engine.queue().len().total();
         let mem = self.r.tick_mean_mem();
         self.r.series.push((rel as f64 / 3_600_000.0, mem, pending));
@@ -321,6 +343,7 @@ impl<'a> Sim<'a> {
             Kill::Oom => self.r.oom_kills += 1,
             Kill::Evicted => self.r.evictions += 1,
             Kill::Moved => self.r.advice_moves += 1,
+            Kill::Preempted => self.r.preemptions += 1,
         }
         if kill == Kill::Oom && p.arrival.builder.is_none() {
             // restartPolicy Always: its memory builds up again from nothing.
@@ -450,7 +473,6 @@ impl<'a> Sim<'a> {
             if let Some(b) = p.arrival.builder {
                 let builder = format!("{}-b{b}", self.s.workloads[p.arrival.workload].name);
                 self.store.put_run(&builder, &run_record(&p, now))?;
-                self.store.record_placement(&builder, &p.node)?;
             }
         }
         Ok(())
@@ -660,6 +682,9 @@ impl<'a> Sim<'a> {
     /// warm-cache placements (a builder back on a node it ran on) and their speed-up.
     async fn schedule(&mut self, now: i64) {
         let stats = self.lp.run_until_settled().await;
+        // The step's placements reach the store's placement history (the engine's sink
+        // writes it, as under `serve`) before simulated time moves on.
+        self.engine.settle_decisions().await;
         self.r.attempts += stats.attempts as usize;
         self.r.unschedulable_attempts += stats.unschedulable as usize;
         self.sched_wall += stats.cycle_time;
@@ -713,6 +738,20 @@ impl<'a> Sim<'a> {
                 },
             );
         }
+    }
+
+    /// Preemption, as `serve`'s reporter acts on it: each nominated node's victims leave
+    /// (their controllers make them again); the preemptor, already nominated there in the
+    /// scheduler's snapshot, is retried when the deletions reach the queue.
+    fn preempt(&mut self, now: i64) -> Result<(), Error> {
+        let nominations =
+            std::mem::take(&mut *self.preemptions.0.lock().unwrap_or_else(|e| e.into_inner()));
+        for n in nominations {
+            for v in &n.victims {
+                self.take_off(format!("{}/{}", v.namespace, v.name), Kill::Preempted, now)?;
+            }
+        }
+        Ok(())
     }
 
     /// The store's last flush and what is left at the end.

@@ -244,6 +244,12 @@ pub struct Workload {
     /// simulation starts (the pods would never be scheduled).
     #[serde(default)]
     pub scheduler_name: Option<String>,
+    /// The pods' `spec.priority` (what a PriorityClass would give them). A pod that fits
+    /// no node may preempt pods of lower priority (DefaultPreemption): the victims leave
+    /// their node and their controllers make them again. Default: none (0). User
+    /// priorities go up to 1,000,000,000, as the API server allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
 }
 
 /// A cyclic arrival rate: `arrivalsPerHour × (1 + amplitude × cos(2π (t − peakAt) /
@@ -505,6 +511,9 @@ fn seed() -> u64 {
 pub const MIN_STEP: Duration = Duration::from_secs(1);
 /// The most steps (`duration / step`) a scenario may take.
 pub const MAX_TICKS: u128 = 10_000_000;
+/// The highest priority a user's PriorityClass may have (upstream's
+/// `HighestUserDefinablePriority`).
+const MAX_USER_PRIORITY: i32 = 1_000_000_000;
 /// The longest simulated time (and the longest mean run time of a builder): 10 years.
 pub const MAX_DURATION: Duration = Duration::from_secs(3660 * 24 * 3600);
 /// The most nodes, over every generator and `addNodes` event.
@@ -696,6 +705,15 @@ fn check_workload(w: &Workload, at: &Path, errors: &mut ErrorList) {
         errors,
     );
     check_range(w.noise, at.child("noise"), 0.0, 1.0, false, errors);
+    if let Some(pri) = w.priority
+        && pri > MAX_USER_PRIORITY
+    {
+        errors.push(FieldError::out_of_range(
+            at.child("priority"),
+            pri.to_string(),
+            format!("at most {MAX_USER_PRIORITY} (higher values are for system classes)"),
+        ));
+    }
     if let Some(c) = &w.daily_cycle {
         let p = at.child("dailyCycle");
         check_range(c.amplitude, p.child("amplitude"), 0.0, 1.0, false, errors);

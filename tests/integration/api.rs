@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use headroom::api::{ApiState, DecisionLog, LogLimits};
+use headroom::api::ApiState;
 use headroom::clock::Clock;
 use headroom::config::Config;
+use headroom::decisions::{DecisionLog, LogLimits};
 use headroom::engine::{Drive, Engine, Parts, Phase, Running};
 use headroom::framework::{BindPlugin, BoxFuture, Plugin, Status};
 use headroom::metrics::Metrics;
@@ -649,11 +650,17 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
             max_entries: 1,
             max_bytes: usize::MAX,
         })));
-    let (tx, rx) = headroom::api::decision_channel(8, usize::MAX);
-    let sink = runtime.spawn(headroom::api::run_decision_sink(
+    let (tx, rx) = headroom::decisions::decision_channel(8, usize::MAX);
+    let sink = headroom::decisions::Sink {
+        metrics: state.metrics().clone(),
+        log: state.decisions().clone(),
+        store: Some(store.clone()),
+        now_ms: Arc::new(|| 0),
+        handler: None,
+    };
+    let sink = runtime.spawn(headroom::decisions::run_decision_sink(
         rx,
-        state.clone(),
-        None,
+        sink,
         std::future::pending(),
     ));
     for (i, name) in ["first", "second"].iter().enumerate() {

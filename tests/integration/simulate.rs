@@ -775,3 +775,48 @@ fn a_second_simulation_on_the_same_data_dir_appends() {
         "{rows}"
     );
 }
+
+/// Issue #23: `simulate` acts on preemption as `serve` does. A high-priority build that
+/// fits nowhere preempts a lower-priority service pod (DefaultPreemption nominates the
+/// node; the simulator's outcome handler takes the victim off, its ReplicaSet makes it
+/// again) and runs; without the priority nothing is preempted and the build waits.
+#[test]
+fn simulate_acts_on_preemption() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fast_config(&dir);
+    let scenario = |priority: &str| {
+        let p = dir.path().join(format!("preempt{}.yaml", priority.len()));
+        std::fs::write(
+            &p,
+            format!(
+                "duration: 30m\nseed: 3\nnodes: [{{count: 1}}]\nworkloads:\n  - {{name: low, kind: service, count: 4, requests: {{cpu: \"2\", memory: 4Gi}}}}\n  - {{name: urgent, builders: 1, arrivalsPerHour: 12, duration: 5m, requests: {{cpu: \"2\", memory: 2Gi}}{priority}}}\n"
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let with = scenario(", priority: 1000");
+    let v = simulate_json(&[with.to_str().unwrap(), "--config", &config]);
+    for p in v["policies"].as_array().unwrap() {
+        let preempted = p["preemptions"].as_u64().unwrap();
+        assert!(preempted >= 1, "{p}");
+        // Each victim left to be made again by its ReplicaSet; builds got placed.
+        assert!(
+            p["lostAndResubmitted"].as_u64().unwrap() >= preempted,
+            "{p}"
+        );
+        assert!(p["placed"].as_u64().unwrap() > 4, "{p}");
+    }
+    let without = scenario("");
+    let v = simulate_json(&[without.to_str().unwrap(), "--config", &config]);
+    for p in v["policies"].as_array().unwrap() {
+        assert_eq!(p["preemptions"], 0, "{p}");
+        assert_eq!(p["placed"], 4, "only the services: {p}");
+    }
+    // A priority above what users may give is refused, naming the field.
+    let bad = scenario(", priority: 2000000000");
+    let o = run(&["simulate", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("workloads[1].priority"), "{err}");
+}

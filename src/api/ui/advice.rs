@@ -7,7 +7,8 @@ use axum::response::Response;
 
 use super::{Page, age, bytes, load_class};
 use crate::advice::HotNode;
-use crate::api::{ApiState, DecisionLog};
+use crate::api::ApiState;
+use crate::decisions::DecisionLog;
 
 /// `GET /ui/advice`.
 pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {

@@ -5,7 +5,7 @@
 //!
 //! | page | what | from |
 //! |---|---|---|
-//! | `/ui`, `/ui/pods` | recent decisions, newest first | the [`DecisionLog`](super::DecisionLog) |
+//! | `/ui`, `/ui/pods` | recent decisions, newest first | the [`DecisionLog`](crate::decisions::DecisionLog) |
 //! | `/ui/pods/{namespace}/{pod}` | one decision: every node's verdict, scores as bars, inputs, fallback | `/explain`'s lookup |
 //! | `/ui/nodes` | each node's real headroom next to its requests | `/nodes` |
 //! | `/ui/queue` | pending pods, where and why | `/queue` |

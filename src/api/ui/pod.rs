@@ -11,7 +11,8 @@ use axum::response::Response;
 
 use super::{Page, age, bytes, error_page, load_class, when};
 use crate::api::explain::{Key, lookup};
-use crate::api::{ApiError, ApiState, DecisionInputs, ExplainResponse};
+use crate::api::{ApiError, ApiState};
+use crate::decisions::{DecisionInputs, ExplainResponse};
 use crate::framework::Code;
 use crate::framework::decision::{Explanation, NodeVerdict};
 

@@ -8,7 +8,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
-use crate::api::{ApiState, DecisionInputs, LoggedDecision, QueueView, router};
+use crate::api::{ApiState, QueueView, router};
+use crate::decisions::{DecisionInputs, LoggedDecision};
 use crate::framework::Status;
 use crate::framework::decision::{Decision, Fallback, Outcome, ScoreColumn};
 use crate::metrics::Metrics;

@@ -121,7 +121,7 @@ async fn kube_serve_learns_a_jobs_profile_from_collected_runs_and_places_by_it()
         .collect();
     ka.set_pods(stats);
     let yaml = format!(
-        "{BASE}analytics: {{refreshInterval: 1s}}\n{}",
+        "{BASE}  builderHistoryAnnotation: true\nanalytics: {{refreshInterval: 1s}}\n{}",
         collectors_yaml(&[("node-a", &ka), ("node-b", &kb)])
     );
     let store = Store::open_temporary(StoreConfig::default()).unwrap();
@@ -187,6 +187,16 @@ async fn kube_serve_learns_a_jobs_profile_from_collected_runs_and_places_by_it()
         fake.node_of("default", "build-3").as_deref(),
         Some("node-a")
     );
+    // The engine's sink recorded the placement in the builder's history once the bind
+    // ended, and the reporter wrote bk-ci's annotation from it.
+    let annotation = eventually(10, "build-3's bk-ci history annotation", || async {
+        fake.get("pods", "default", "build-3")?["metadata"]["annotations"]
+            ["bkci.dispatch.kubenetes/builder-history-nodes"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    assert_eq!(annotation, r#"["node-a"]"#);
 
     // The collectors' counters reach /metrics, with the watch and event counters.
     let metrics = get_text(&s.url("/metrics")).await;
@@ -205,6 +215,10 @@ async fn kube_serve_learns_a_jobs_profile_from_collected_runs_and_places_by_it()
     }
     let report = s.stop().await;
     assert!(report.sink.decisions >= 1, "{report:?}");
+    assert!(
+        report.sink.placements >= 1 && report.sink.settled >= 1,
+        "{report:?}"
+    );
     let m = report.maintenance.expect("maintenance ran");
     assert!(m.final_flush_ok, "{m:?}");
 }
