@@ -1,0 +1,98 @@
+//! `headroom sweep`: placement quality across a family of generated farms, every farm ×
+//! seed × policy; or, with `--write-farms`, the farms' scenarios written out.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::args::{Output, SweepArgs};
+use super::error::CliError;
+use super::{load_config, out, outln, print_json};
+use crate::config::Mode;
+use crate::simulate::Policy;
+use crate::simulate::families::Family;
+use crate::simulate::sweep::SweepOptions;
+
+/// `headroom sweep`: exit 0 when every run accounted for every pod (3 otherwise; with
+/// `--check-targets` also when a target is missed), 2 on bad input.
+pub(crate) fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
+    let config = load_config(a.config.as_ref())?;
+    for u in config.unused_in(Mode::Simulate) {
+        eprintln!("note: {u}");
+    }
+    let family = Family::load(&a.family)?;
+    let mut policies: Vec<Policy> = Vec::new();
+    for p in &a.policy {
+        if !policies.contains(p) {
+            policies.push(*p);
+        }
+    }
+    let compared = [Policy::Headroom, Policy::Requests];
+    if a.check_targets && !compared.iter().all(|p| policies.contains(p)) {
+        return Err(CliError::Usage(
+            "--check-targets needs --policy to include headroom and requests".into(),
+        ));
+    }
+    let mut options = SweepOptions {
+        farms: a.farms,
+        seeds: a.seeds,
+        policies,
+        act_on_advice: a.act_on_advice,
+        progress: true,
+        ..SweepOptions::default()
+    };
+    if let Some(j) = a.jobs {
+        options.jobs = j.max(1);
+    }
+    let base = a.family.parent().unwrap_or(Path::new("."));
+    if let Some(dir) = &a.write_farms {
+        return write_farms(family, a.farms, base, dir);
+    }
+    let report = crate::simulate::sweep::run(&family, base, &config, &options)?;
+    match a.output {
+        Output::Text => out(report.to_text()),
+        Output::Json => print_json(&report)?,
+    }
+    if let Some(p) = a.plot
+        && let Err(e) = std::fs::write(&p, report.to_svg())
+    {
+        return Err(CliError::Write {
+            path: p,
+            reason: e.to_string(),
+        });
+    }
+    if !report.no_pod_lost() {
+        return Err(CliError::PodsLost);
+    }
+    if a.check_targets && report.targets.iter().any(|t| !t.met) {
+        return Err(CliError::TargetsMissed);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--write-farms DIR`: writes every farm's scenario (`<farm>.yaml`, `farms` of them when
+/// given) into `dir` and prints each path, without running them.
+fn write_farms(
+    mut family: Family,
+    farms: Option<usize>,
+    base: &Path,
+    dir: &Path,
+) -> Result<ExitCode, CliError> {
+    if let Some(n) = farms {
+        family.farms = n;
+    }
+    for farm in family.farms(base)? {
+        let path = dir.join(format!("{}.yaml", farm.name));
+        let written = serde_norway::to_string(&farm.scenario)
+            .map_err(|e| e.to_string())
+            .and_then(|text| {
+                std::fs::create_dir_all(dir)
+                    .and_then(|()| std::fs::write(&path, text))
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(reason) = written {
+            return Err(CliError::Write { path, reason });
+        }
+        outln(path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
