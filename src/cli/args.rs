@@ -69,43 +69,7 @@ pub enum Command {
     /// Each policy runs on the same arrivals; the report compares placements, time to
     /// schedule, real utilisation, memory hot spots and warm-cache placements. Exit code 0
     /// when every policy accounted for every pod, 3 otherwise, 2 on bad input.
-    Simulate {
-        /// The scenario (YAML).
-        scenario: PathBuf,
-        /// Policies to run, comma-separated: headroom (the configuration as given),
-        /// requests (kube-scheduler's request-based default, the baseline), and the peers
-        /// trimaran-tlp, trimaran-lvrb, koordinator, crane (README: *The peers*).
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "headroom")]
-        policy: Vec<crate::simulate::Policy>,
-        /// Run headroom and the requests baseline on the same arrivals.
-        #[arg(long)]
-        compare: bool,
-        /// Seed (default: the scenario's).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Configuration file (default: built-in defaults).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// Keep the first policy's store here (default: a temporary store).
-        #[arg(long, value_name = "DIR")]
-        data_dir: Option<PathBuf>,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
-        /// Also write an SVG plot of memory utilisation and pending pods over time.
-        #[arg(long, value_name = "FILE")]
-        plot: Option<PathBuf>,
-        /// Serve the inspection API (/explain, /nodes, /builders, /queue, /advice,
-        /// /metrics) on this address over the first policy's run, and keep serving after
-        /// it until Ctrl-C.
-        #[arg(long, value_name = "ADDR")]
-        serve: Option<std::net::SocketAddr>,
-        /// Act on the descheduling advice (/advice) at every usage refresh: the suggested
-        /// pods are evicted (a build runs again from scratch) and placed anew; the report
-        /// counts the moves.
-        #[arg(long)]
-        act_on_advice: bool,
-    },
+    Simulate(SimulateArgs),
     /// Placement quality across a family of generated farms: every farm × seed × policy.
     ///
     /// FAMILY describes how farms are generated (node size mixes, builder families with
@@ -279,6 +243,46 @@ pub struct ServeArgs {
 
 /// Where `headroom explain` looks for the API when no `--server` is given.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+/// The flags of `headroom simulate`.
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// The scenario (YAML).
+    pub scenario: PathBuf,
+    /// Policies to run, comma-separated: headroom (the configuration as given),
+    /// requests (kube-scheduler's request-based default, the baseline), and the peers
+    /// trimaran-tlp, trimaran-lvrb, koordinator, crane (README: *The peers*).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "headroom")]
+    pub policy: Vec<crate::simulate::Policy>,
+    /// Run headroom and the requests baseline on the same arrivals.
+    #[arg(long)]
+    pub compare: bool,
+    /// Seed (default: the scenario's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Configuration file (default: built-in defaults).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Keep the first policy's store here (default: a temporary store).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Also write an SVG plot of memory utilisation and pending pods over time.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Serve the inspection API (/explain, /nodes, /builders, /queue, /advice,
+    /// /metrics) on this address over the first policy's run, and keep serving after
+    /// it until Ctrl-C.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
+    /// Act on the descheduling advice (/advice) at every usage refresh: the suggested
+    /// pods are evicted (a build runs again from scratch) and placed anew; the report
+    /// counts the moves.
+    #[arg(long)]
+    pub act_on_advice: bool,
+}
 
 /// The flags of `headroom sweep`.
 #[derive(Debug, clap::Args)]

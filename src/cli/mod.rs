@@ -31,7 +31,7 @@ mod serve;
 mod simulate;
 mod sweep;
 
-pub use args::{Cli, Command, DEFAULT_SERVER, Output, ServeArgs, SweepArgs};
+pub use args::{Cli, Command, DEFAULT_SERVER, Output, ServeArgs, SimulateArgs, SweepArgs};
 pub use client::{
     Access, ExplainError, fetch_advice, fetch_explanation, fetch_explanation_with, parse_pod_arg,
 };
@@ -80,29 +80,7 @@ fn dispatch(command: Command) -> Result<ExitCode, CliError> {
             },
             output,
         ),
-        Command::Simulate {
-            scenario,
-            policy,
-            compare,
-            seed,
-            config,
-            data_dir,
-            output,
-            plot,
-            serve,
-            act_on_advice,
-        } => simulate::run(
-            scenario,
-            policy,
-            compare,
-            seed,
-            config,
-            data_dir,
-            output,
-            plot,
-            serve,
-            act_on_advice,
-        ),
+        Command::Simulate(args) => simulate::run(args),
         Command::Sweep(args) => sweep::run(args),
         Command::CheckConfig { file } => check_config::run(&file),
         Command::Collect {

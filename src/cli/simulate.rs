@@ -2,11 +2,10 @@
 //! optionally serving the inspection API over the first policy's run.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use super::args::Output;
+use super::args::{Output, SimulateArgs};
 use super::error::CliError;
 use super::{load_config, out, print_json};
 use crate::config::Mode;
@@ -14,19 +13,19 @@ use crate::simulate::{ApiHook, Options, Policy, Scenario};
 
 /// `headroom simulate`: exit 0 when every policy accounted for every pod, 3 otherwise, 2 on
 /// bad input.
-#[allow(clippy::too_many_arguments)] // one per CLI flag
-pub(crate) fn run(
-    scenario: PathBuf,
-    mut policies: Vec<Policy>,
-    compare: bool,
-    seed: Option<u64>,
-    config: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    output: Output,
-    plot: Option<PathBuf>,
-    serve: Option<SocketAddr>,
-    act_on_advice: bool,
-) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: SimulateArgs) -> Result<ExitCode, CliError> {
+    let SimulateArgs {
+        scenario,
+        policy: mut policies,
+        compare,
+        seed,
+        config,
+        data_dir,
+        output,
+        plot,
+        serve,
+        act_on_advice,
+    } = args;
     use std::io::IsTerminal;
     let config = load_config(config.as_ref())?;
     for u in config.unused_in(Mode::Simulate) {
