@@ -18,7 +18,6 @@ use crate::engine::{Engine, EngineError, Parts};
 use crate::framework::decision::Explanation;
 use crate::objects::{LoadError, Objects};
 use crate::reservation::InMemoryReservations;
-use crate::snapshot::PodInfo;
 use crate::usage::file::UsageFile;
 
 /// Why `place` could not run (exit code 2).
@@ -208,18 +207,13 @@ pub fn place_objects(
     feed.replace_pods(cluster.pods.clone());
     feed.replace_pdbs(cluster.pdbs.clone());
     feed.replace_priority_classes(cluster.priority_classes.clone());
-    let mut scheduler = engine.scheduler().lock().unwrap_or_else(|e| e.into_inner());
-    let mut results = Vec::new();
-    for pod in &pods.pods {
-        let info = PodInfo::new(Arc::new(pod.clone()));
-        let attempt = scheduler.schedule_one(&info, options.profile.as_deref(), true);
-        results.push(crate::preemption::place_after_preemption(
-            &mut scheduler,
-            pod,
-            attempt.decision,
-            options.profile.as_deref(),
-        ));
-    }
+    let scheduler = engine.scheduler();
+    let evict = crate::preemption::EvictAtOnce::new(scheduler.clone());
+    let results = pods
+        .pods
+        .iter()
+        .map(|pod| crate::preemption::place_one(scheduler, &evict, pod, options.profile.as_deref()))
+        .collect();
     let mut ignored = cluster.ignored.clone();
     ignored.extend(pods.ignored.iter().cloned());
     Ok(PlaceReport { results, ignored })

@@ -2,21 +2,23 @@
 //!
 //! DefaultPreemption (`plugins::default_preemption`) only records a
 //! [`Nomination`](crate::framework::Nomination) in the decision. What follows is the caller's:
-//! - `place`: the victims leave the what-if cluster and the pod is scheduled again with its
-//!   `status.nominatedNodeName` set, as kube-scheduler retries it once the victims are gone
-//!   ([`place_after_preemption`]);
+//! - `place`: the victims leave the what-if cluster ([`EvictAtOnce`], its
+//!   [`OutcomeHandler`]) and the pod is scheduled again with its `status.nominatedNodeName`
+//!   set, as kube-scheduler retries it once the victims are gone ([`place_one`]);
+//! - `simulate`: the victims leave the farm and their controllers make them again
+//!   (`simulate::run`'s handler);
 //! - `serve`: the pod's `status.nominatedNodeName` is patched with its FailedScheduling
 //!   condition, and every victim gets upstream's `DisruptionTarget` condition and is deleted
 //!   (`kube::preempt`, with the bodies built here: [`nominated_node_patch`],
 //!   [`disruption_target_patch`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
+use crate::decisions::{OutcomeHandler, Settled};
 use crate::framework::decision::Explanation;
-use crate::framework::{Decision, Nomination};
 use crate::plugins::default_preemption::REASON_PREEMPTION_BY_SCHEDULER;
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
@@ -48,29 +50,58 @@ pub fn nominated_node_patch(node: &str) -> Value {
     json!({ "status": { "nominatedNodeName": node } })
 }
 
-/// `place`: when `first` nominated a node, removes its victims from the scheduler's
-/// snapshot (a what-if run deletes them at once: no grace period) and schedules `pod` again
-/// with `status.nominatedNodeName` set, so it goes to the nominated node as kube-scheduler's
+/// `place`'s [`OutcomeHandler`]: a what-if run deletes preemption's victims at once (no
+/// grace period) from the engine's snapshot, as `serve`'s reporter deletes them from the
+/// cluster and `simulate` from its farm.
+pub struct EvictAtOnce {
+    scheduler: Arc<Mutex<Scheduler>>,
+}
+
+impl EvictAtOnce {
+    /// The handler over the engine's scheduler.
+    pub fn new(scheduler: Arc<Mutex<Scheduler>>) -> EvictAtOnce {
+        EvictAtOnce { scheduler }
+    }
+}
+
+impl OutcomeHandler for EvictAtOnce {
+    fn settled(&self, settled: Settled) {
+        if let Some(n) = &settled.nomination {
+            let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
+            let snap = s.snapshot_mut();
+            for v in &n.victims {
+                snap.remove_pod(&v.namespace, &v.name, &v.uid);
+            }
+        }
+    }
+}
+
+/// `place`: schedules `pod`; when the cycle nominated a node, `handler` acts on the
+/// outcome (the victims leave) and `pod` is scheduled again with
+/// `status.nominatedNodeName` set, so it goes to the nominated node as kube-scheduler's
 /// retry does. The explanation is the second cycle's, carrying the nomination and the
-/// victims, with the first FailedScheduling message as a note. Without a nomination it is
-/// `first`'s.
-pub fn place_after_preemption(
-    scheduler: &mut Scheduler,
+/// victims, with the first FailedScheduling message as a note; without a nomination it
+/// is the first's.
+pub fn place_one(
+    scheduler: &Mutex<Scheduler>,
+    handler: &dyn OutcomeHandler,
     pod: &Pod,
-    first: Decision,
     profile: Option<&str>,
 ) -> Explanation {
+    let lock = || scheduler.lock().unwrap_or_else(|e| e.into_inner());
+    let info = PodInfo::new(Arc::new(pod.clone()));
+    let first = lock().schedule_one(&info, profile, true).decision;
     let Some(nomination) = first.nomination.clone() else {
         return first.explain();
     };
-    remove_victims(scheduler, &nomination);
+    handler.settled(Settled::of(&first, None));
     let mut nominated = pod.clone();
     nominated
         .status
         .get_or_insert_with(Default::default)
         .nominated_node_name = Some(nomination.node.to_string());
     let info = PodInfo::new(Arc::new(nominated));
-    let second = scheduler.schedule_one(&info, profile, true).decision;
+    let second = lock().schedule_one(&info, profile, true).decision;
     let mut out = second.explain();
     out.nominated_node = Some(nomination.node.to_string());
     out.victims = nomination.victim_keys();
@@ -79,14 +110,6 @@ pub fn place_after_preemption(
             .insert(0, format!("first attempt (before preemption): {message}"));
     }
     out
-}
-
-/// Removes the victims of `nomination` from the scheduler's snapshot.
-fn remove_victims(scheduler: &mut Scheduler, nomination: &Nomination) {
-    let snap = scheduler.snapshot_mut();
-    for v in &nomination.victims {
-        snap.remove_pod(&v.namespace, &v.name, &v.uid);
-    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@
 //!     kind: service            # long-running
 //!     count: 6
 //!     requests: {cpu: "1", memory: 2Gi}
+//!     priority: 100            # spec.priority: may preempt lower-priority pods
 //! reservations: []             # as in the usage file (src/usage/file.rs)
 //! events:
 //!   - {at: 2h, cordon: build-3}
