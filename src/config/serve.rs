@@ -67,6 +67,14 @@ pub struct ServeConfig {
     /// array of node names, newest first) on each bound pod, so tooling that reads it keeps
     /// working. Default false.
     pub builder_history_annotation: bool,
+    /// Build the numbers behind every node's verdict and score in each decision — what
+    /// `headroom place` prints: free memory against the pod's predicted demand, the memory
+    /// risk with `usage.memoryRiskPercent`, each score's inputs — so `/explain` shows them
+    /// under `serve` too. Off by default: without it `/explain` gives each node's verdict
+    /// (plugin and upstream reason) and every score, but not the numbers behind them;
+    /// building them costs a few strings per node per cycle, cheap on a few hundred nodes,
+    /// not at thousands. Default false.
+    pub detailed_explanations: bool,
     /// The `Reservation` custom resource (`headroom.io/v1alpha1`).
     pub reservations: ReservationsConfig,
     /// How long an assumed pod may wait for the watch to show it bound after its bind call
@@ -104,6 +112,7 @@ impl Default for ServeConfig {
             events: EventsConfig::default(),
             decision_annotation: true,
             builder_history_annotation: false,
+            detailed_explanations: false,
             reservations: ReservationsConfig::default(),
             assume_ttl: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),

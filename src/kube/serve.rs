@@ -263,6 +263,7 @@ pub async fn run(
     };
     let mut parts = Parts::new(clock, store.clone());
     parts.schedule = serve.schedule;
+    parts.explain = serve.detailed_explanations;
     if let Some(r) = &reservations {
         parts.reservations = Some(r.clone() as Arc<dyn ReservationSource>);
         parts.nodes_observer = Some(r.clone() as Arc<dyn NodeObserver>);

@@ -445,20 +445,22 @@ async fn kube_serve_places_a_waiting_pod_by_the_usage_fallback_after_max_wait() 
 
 /// Issue #21's memory fit built on risk, under `serve` from its config: with
 /// `usage.memoryRiskPercent` a node whose real memory would likely pass what it can give is
-/// rejected by RealMemoryFit, and the pod goes to the one with room. (`serve` records no
-/// per-node numbers; `place` shows each node's risk, `tests/integration/usage.rs`.)
+/// rejected by RealMemoryFit, and the pod goes to one with room; with
+/// `serve.detailedExplanations` `/explain` shows each node's risk, as `place` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_serve_rejects_by_memory_risk() {
     let fake = Fake::start().await;
     let gi = (1u64 << 30) as f64;
     let a = FakeKubelet::start("node-a", 1.0, 15.0 * gi).await;
     let b = FakeKubelet::start("node-b", 1.0, 2.0 * gi).await;
+    let c = FakeKubelet::start("node-c", 1.0, 2.0 * gi).await;
     fake.put("namespaces", namespace("default"));
-    fake.put("nodes", node("node-a", "4"));
-    fake.put("nodes", node("node-b", "4"));
+    for n in ["node-a", "node-b", "node-c"] {
+        fake.put("nodes", node(n, "4"));
+    }
     let yaml = format!(
-        "{BASE}analytics: {{refreshInterval: 1s}}\nusage: {{memoryRiskPercent: 5}}\n{}",
-        collectors_yaml(&[("node-a", &a), ("node-b", &b)])
+        "{BASE}  detailedExplanations: true\nanalytics: {{refreshInterval: 1s}}\nusage: {{memoryRiskPercent: 5}}\n{}",
+        collectors_yaml(&[("node-a", &a), ("node-b", &b), ("node-c", &c)])
     );
     let s = serve_with(
         &fake,
@@ -466,7 +468,7 @@ async fn kube_serve_rejects_by_memory_risk() {
         Store::open_temporary(StoreConfig::default()).unwrap(),
     )
     .await;
-    for n in ["node-a", "node-b"] {
+    for n in ["node-a", "node-b", "node-c"] {
         eventually(20, "measured usage", || async {
             let (_, v) = get_json(&s.url(&format!("/nodes/{n}"))).await;
             (v["headroom"]["basis"] == "measured").then_some(())
@@ -476,7 +478,7 @@ async fn kube_serve_rejects_by_memory_risk() {
     fake.put("pods", super::pod("p", "headroom", "100m"));
     fake.wait_for(20, "p bound", |f| f.node_of("default", "p").is_some())
         .await;
-    assert_eq!(fake.node_of("default", "p").as_deref(), Some("node-b"));
+    assert_ne!(fake.node_of("default", "p").as_deref(), Some("node-a"));
     let e = eventually(10, "p's decision", || async {
         let (status, e) = get_json(&s.url("/explain/default/p")).await;
         (status == 200 && e["placed"] == true).then_some(e)
@@ -489,6 +491,31 @@ async fn kube_serve_rejects_by_memory_risk() {
         .find(|n| n["name"] == "node-a")
         .unwrap();
     assert_eq!(a["plugin"], "RealMemoryFit", "{e}");
+    // serve.detailedExplanations: each node's risk, as `place` shows it.
+    let detail = a["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("memory risk ") && detail.contains("> target 5 %"),
+        "{e}"
+    );
+    let b = e["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "node-b")
+        .unwrap();
+    let headroom = b["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["plugin"] == "RealHeadroom")
+        .unwrap_or_else(|| panic!("no RealHeadroom score on node-b: {b}"));
+    assert!(
+        headroom["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("; memory risk "),
+        "{headroom}"
+    );
     s.stop().await;
 }
 
