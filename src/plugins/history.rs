@@ -97,6 +97,9 @@ pub struct History {
     args: HistoryArgs,
     identity: headroom_collectors::IdentityConfig,
     policy: Arc<UsagePolicy>,
+    /// The risk target's normal quantile under `usage.memoryRiskPercent` (free memory is
+    /// judged at it), computed once.
+    risk_z: Option<f64>,
 }
 
 impl History {
@@ -120,6 +123,7 @@ impl History {
             args,
             identity: deps.identity.clone(),
             policy: deps.policy.clone(),
+            risk_z: deps.policy.memory_risk_z(),
         })
     }
 
@@ -171,7 +175,7 @@ impl History {
         let mut warm = Vec::new();
         let mut any_fresh = false;
         for &i in feasible {
-            let f = FreeAfter::at(&u, pod, table, i, &self.policy);
+            let f = FreeAfter::at(&u, pod, table, i, &self.policy, self.risk_z);
             any_fresh |= f.fresh;
             frees.push(f.memory());
             if positions.binary_search_by_key(&i, |(n, _)| *n).is_ok() {

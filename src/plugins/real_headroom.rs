@@ -78,6 +78,9 @@ pub struct RealHeadroom {
     args: RealHeadroomArgs,
     policy: Arc<UsagePolicy>,
     identity: headroom_collectors::IdentityConfig,
+    /// The risk target's normal quantile under `usage.memoryRiskPercent` (free memory is
+    /// judged at it), computed once.
+    risk_z: Option<f64>,
 }
 
 impl RealHeadroom {
@@ -103,6 +106,7 @@ impl RealHeadroom {
         Ok(RealHeadroom {
             args,
             policy: deps.policy.clone(),
+            risk_z: deps.policy.memory_risk_z(),
             identity: deps.identity.clone(),
         })
     }
@@ -119,7 +123,7 @@ impl RealHeadroom {
 
     fn inputs(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<FreeAfter> {
         let u = cycle_usage_ref(state)?;
-        Some(FreeAfter::of(u, pod, node, &self.policy))
+        Some(FreeAfter::of(u, pod, node, &self.policy, self.risk_z))
     }
 
     fn score_of(&self, i: &FreeAfter, reserve: f64, fallback: bool) -> i64 {
@@ -208,7 +212,7 @@ impl ScorePlugin for RealHeadroom {
         let fallback = fallback_active(state);
         let table = snapshot.table();
         for &idx in nodes {
-            let i = FreeAfter::at(u, pod, table, idx, &self.policy);
+            let i = FreeAfter::at(u, pod, table, idx, &self.policy, self.risk_z);
             scores.push(self.score_of(&i, reserve, fallback));
         }
         Ok(())
@@ -241,8 +245,15 @@ impl ScorePlugin for RealHeadroom {
             }
             _ => String::new(),
         };
+        // Free memory is judged at the risk target: the demand's quantile against the
+        // point predictions.
+        let margin = if i.memory_margin != 0.0 {
+            format!(" {:+.1} at the risk target", gi(i.memory_margin))
+        } else {
+            String::new()
+        };
         Some(format!(
-            "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1} of {:.1} GiB → {:.0} % free ({basis}){risk}",
+            "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1}{margin} of {:.1} GiB → {:.0} % free ({basis}){risk}",
             self.args.strategy,
             i.cpu_used,
             i.cpu_pod,
@@ -305,6 +316,81 @@ mod tests {
             .into_iter()
             .map(|(_, s)| s)
             .collect()
+    }
+
+    /// Under `usage.memoryRiskPercent` free memory is judged at the risk target: of two
+    /// nodes with the same expected memory, the one whose demand is uncertain (pods placed
+    /// but not sampled yet) scores lower, and `/explain` gives the correction. Without
+    /// the knob both score the same.
+    #[test]
+    fn free_memory_is_scored_at_the_risk_target() {
+        let mut prof = profile("default/Pod/p", 0.1, GI);
+        prof.memory.p95 = 1.5 * GI;
+        prof.runs = 20;
+        let p = info(pod(
+            "p",
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Gi"}}}]}}),
+        ));
+        // 8 GiB nodes. "steady": 3 GiB measured. "warming": 1.5 GiB measured and three
+        // pods placed since, 0.5 GiB each on average but spread (sd ≈ 0.3 GiB each).
+        let mut snap = with_usage(
+            Snapshot::build([node("steady", json!({})), node("warming", json!({}))], []),
+            vec![
+                usage("steady", 0.5, 3.0 * GI, 10, None),
+                usage("warming", 0.5, 1.5 * GI, 10, None),
+            ],
+            vec![prof],
+        );
+        let dist = crate::usage::MemoryDist::from_percentiles(0.5 * GI, GI, 20);
+        for i in 0..3 {
+            snap.usage_mut().record_placement(
+                None,
+                "warming",
+                crate::usage::RecentPlacement {
+                    pod: format!("default/r{i}"),
+                    at_ms: NOW_MS - 1_000,
+                    memory_bytes: 0.5 * GI,
+                    memory_dist: dist,
+                    ..Default::default()
+                },
+            );
+        }
+        let mem_only = RealHeadroomArgs {
+            cpu_weight: 0.0,
+            ..Default::default()
+        };
+        let with = |risk: Option<f64>| {
+            let deps = PluginDeps {
+                policy: Arc::new(UsagePolicy {
+                    memory_risk_percent: risk,
+                    ..UsagePolicy::default()
+                }),
+                ..PluginDeps::default()
+            };
+            RealHeadroom::new(mem_only.clone(), &deps)
+                .unwrap()
+                .register()
+        };
+        let scores = |reg: Registered| -> Vec<i64> {
+            score_all(reg, &snap, &p)
+                .unwrap()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect()
+        };
+        let point = scores(with(None));
+        assert_eq!(point[0], point[1], "same expected memory: {point:?}");
+        let risk = scores(with(Some(5.0)));
+        assert!(
+            risk[1] < risk[0],
+            "the uncertain node scores lower: {risk:?}"
+        );
+        let fw = crate::framework::Framework::new("t", vec![with(Some(5.0))], &[]);
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+        let (d, _) = fw.schedule(&p, &snap, &mut rng, true);
+        let details = d.scores[0].details.as_ref().unwrap();
+        let warming = details[1].as_deref().unwrap();
+        assert!(warming.contains("at the risk target"), "{warming}");
     }
 
     #[test]

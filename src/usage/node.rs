@@ -388,14 +388,27 @@ pub struct FreeAfter {
     pub memory_used: f64,
     /// The pod's memory, bytes.
     pub memory_pod: f64,
+    /// Under the risk-based memory fit (`usage.memoryRiskPercent`): what the node's demand
+    /// at the risk target (mean + z·sd of its pods' memory, this one's included) adds to
+    /// `memory_used + memory_pod`, bytes — negative where the point predictions are
+    /// already above it. 0 otherwise. Free memory is judged after it, so warm caches and
+    /// free room are scored against the same risk the fit keeps.
+    pub memory_margin: f64,
 }
 
 impl FreeAfter {
-    /// The numbers for `pod` on `node` in the cycle `u`.
-    pub fn of(u: &CycleUsage, pod: &PodInfo, node: &NodeInfo, policy: &UsagePolicy) -> FreeAfter {
+    /// The numbers for `pod` on `node` in the cycle `u`; `risk_z`: the risk target's
+    /// normal quantile ([`UsagePolicy::memory_risk_z`], computed once by the caller).
+    pub fn of(
+        u: &CycleUsage,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        policy: &UsagePolicy,
+        risk_z: Option<f64>,
+    ) -> FreeAfter {
         let real = u.node_real(node, policy);
         let requested = (node.requested.milli_cpu, node.requested.memory);
-        FreeAfter::from_real(u, pod, &real, requested)
+        FreeAfter::from_real(u, pod, &real, requested, risk_z)
     }
 
     /// [`FreeAfter::of`] for node `idx` of the cycle's snapshot, from its node table.
@@ -406,10 +419,11 @@ impl FreeAfter {
         table: &NodeTable,
         idx: NodeIdx,
         policy: &UsagePolicy,
+        risk_z: Option<f64>,
     ) -> FreeAfter {
         let real = u.node_real_at(table, idx, policy);
         let r = &table.requested[idx as usize];
-        FreeAfter::from_real(u, pod, &real, (r[res::CPU], r[res::MEMORY]))
+        FreeAfter::from_real(u, pod, &real, (r[res::CPU], r[res::MEMORY]), risk_z)
     }
 
     /// The numbers from the node's real state and its requested CPU (millicores) and
@@ -420,6 +434,7 @@ impl FreeAfter {
         pod: &PodInfo,
         real: &NodeReal,
         requested: (i64, i64),
+        risk_z: Option<f64>,
     ) -> FreeAfter {
         let h = Headroom::from_requested(real, requested);
         let fresh = h.basis == Basis::Measured;
@@ -431,6 +446,13 @@ impl FreeAfter {
                 pod.requests.non_zero_memory as f64,
             )
         };
+        let memory_margin = match risk_z {
+            Some(z) if fresh => {
+                let demand = real.memory_demand(u.pod.prediction.memory_dist);
+                demand.mean + z * demand.sd() - (h.memory_used + memory_pod)
+            }
+            _ => 0.0,
+        };
         FreeAfter {
             fresh,
             cpu_total: h.cpu_total,
@@ -439,6 +461,7 @@ impl FreeAfter {
             memory_total: h.memory_total,
             memory_used: h.memory_used,
             memory_pod,
+            memory_margin,
         }
     }
 
@@ -447,9 +470,13 @@ impl FreeAfter {
         fraction(self.cpu_total, self.cpu_used + self.cpu_pod)
     }
 
-    /// Free memory after the pod, a fraction of capacity in 0..=1.
+    /// Free memory after the pod (at the risk target under the risk-based fit), a fraction
+    /// of capacity in 0..=1.
     pub fn memory(&self) -> f64 {
-        fraction(self.memory_total, self.memory_used + self.memory_pod)
+        fraction(
+            self.memory_total,
+            self.memory_used + self.memory_pod + self.memory_margin,
+        )
     }
 }
 
