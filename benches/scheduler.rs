@@ -17,6 +17,7 @@ use std::time::Instant;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use headroom::config::Config;
 use headroom::framework::Framework;
+use headroom::key::PodKey;
 use headroom::plugins::build_framework;
 use headroom::snapshot::{PodInfo, Snapshot};
 use headroom::synthetic::{self, Case};
@@ -104,7 +105,8 @@ fn snapshot_update(c: &mut Criterion) {
     group.bench_function("add+remove pod (5k nodes)", |b| {
         b.iter(|| {
             snap.add_pod(info.clone(), "node-00042");
-            snap.remove_pod("default", "churn", "uid-churn").unwrap();
+            snap.remove_pod(&PodKey::new("default", "churn"), "uid-churn")
+                .unwrap();
         })
     });
     // What one change costs when a reader still holds the scheduler's snapshot (the copy

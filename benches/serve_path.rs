@@ -22,6 +22,7 @@ use headroom::clock::Clock;
 use headroom::config::Config;
 use headroom::config::serve::ServeConfig;
 use headroom::engine::{Drive, Engine, Parts};
+use headroom::key::PodKey;
 use headroom::scheduling_loop::{InstantBinder, SchedulingLoop};
 use headroom::synthetic;
 
@@ -76,20 +77,14 @@ fn batch(s: &Setup, n: usize) -> Duration {
             p
         })
         .collect();
-    let last = format!("p-{}", first + n - 1);
+    let last = PodKey::new("default", format!("p-{}", first + n - 1));
     let start = Instant::now();
     for p in pods {
         s.engine.cluster().apply_pod(p);
     }
     s.rt.block_on(async {
         s.lp.run_until_settled().await;
-        while s
-            .engine
-            .api_state()
-            .decisions()
-            .by_pod("default", &last)
-            .is_none()
-        {
+        while s.engine.api_state().decisions().by_pod(&last).is_none() {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
     });

@@ -23,6 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::key::PodKey;
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::{Headroom, PodUsage, UsagePolicy};
 
@@ -74,8 +75,8 @@ impl AdviceConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Move {
-    /// The pod, `namespace/name`.
-    pub pod: String,
+    /// The pod (`namespace/name` in JSON).
+    pub pod: PodKey,
     /// Its uid.
     pub uid: String,
     /// Its builder identity.
@@ -347,7 +348,7 @@ pub fn advise(
             d.pods += 1;
             left -= mem;
             moves.push(Move {
-                pod: format!("{}/{}", p.namespace, p.name),
+                pod: p.key(),
                 uid: p.uid.clone(),
                 builder: u.builder.to_string(),
                 predicted_memory_bytes: mem,
@@ -464,7 +465,7 @@ mod tests {
         assert_eq!(h.node, "hot");
         assert!((h.memory_percent - 95.0).abs() < 1e-9);
         assert!((h.excess_bytes - 1.2 * GI).abs() < 1.0);
-        let moved: Vec<&str> = h.moves.iter().map(|m| m.pod.as_str()).collect();
+        let moved: Vec<String> = h.moves.iter().map(|m| m.pod.to_string()).collect();
         // The cheap big build first, then the small one (a little memory, little lost)
         // before the big one 40 minutes in; never the DaemonSet pod or the database.
         assert_eq!(moved, ["default/fresh-big", "default/small"]);

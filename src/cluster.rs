@@ -32,7 +32,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::Notify;
 
-use crate::queue::{ClusterEvent, PodKey, SchedulingQueue};
+use crate::key::PodId;
+use crate::queue::{ClusterEvent, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
 use crate::snapshot::volumes::{VolumeKind, VolumeObject};
@@ -253,11 +254,11 @@ impl Synced {
 #[derive(Default)]
 struct Known {
     /// Assigned pods in the snapshot (or waiting for their node): key → node.
-    assigned: HashMap<PodKey, String>,
+    assigned: HashMap<PodId, String>,
     /// Pods on nodes the snapshot does not have yet, by node.
-    orphans: HashMap<String, HashMap<PodKey, Arc<PodInfo>>>,
+    orphans: HashMap<String, HashMap<PodId, Arc<PodInfo>>>,
     /// Pods handed to the queue.
-    queued: HashSet<PodKey>,
+    queued: HashSet<PodId>,
 }
 
 /// The shared state every cluster feed updates.
@@ -275,17 +276,6 @@ pub struct ClusterState {
     /// Counters.
     pub stats: FeedStats,
     known: Mutex<Known>,
-}
-
-fn key_of(pod: &Pod) -> PodKey {
-    PodKey::new(
-        pod.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        pod.metadata.name.clone().unwrap_or_default(),
-        pod.metadata.uid.clone().unwrap_or_default(),
-    )
 }
 
 /// The feed kind of a volume kind (metric labels).
@@ -400,7 +390,7 @@ impl ClusterState {
             let mut known = self.known();
             let slot = known.orphans.entry(name.to_string()).or_default();
             for p in pods {
-                slot.insert(PodKey::of(&p), p);
+                slot.insert(PodId::of(&p), p);
             }
             removed
         };
@@ -444,14 +434,14 @@ impl ClusterState {
 
     /// A pod was added or changed.
     pub fn apply_pod(&self, pod: Pod) {
-        let key = key_of(&pod);
-        if key.name.is_empty() {
+        let id = PodId::of_pod(&pod);
+        if id.key.name.is_empty() {
             self.stats.bad_object(Kind::Pod);
             return;
         }
         if is_terminal(&pod) {
             // A finished pod frees its node, as a deleted one does.
-            self.delete_pod_key(&key);
+            self.delete_pod_id(&id);
             return;
         }
         let node = pod
@@ -461,31 +451,29 @@ impl ClusterState {
             .filter(|n| !n.is_empty());
         let info = Arc::new(PodInfo::new(Arc::new(pod)));
         match node {
-            Some(node) => self.apply_assigned(key, info, node),
-            None => self.apply_pending(key, info),
+            Some(node) => self.apply_assigned(id, info, node),
+            None => self.apply_pending(id, info),
         }
     }
 
-    fn apply_assigned(&self, key: PodKey, info: Arc<PodInfo>, node: String) {
+    fn apply_assigned(&self, id: PodId, info: Arc<PodInfo>, node: String) {
         let mut known = self.known();
-        let previous = known.assigned.insert(key.clone(), node.clone());
-        let was_queued = known.queued.remove(&key);
+        let previous = known.assigned.insert(id.clone(), node.clone());
+        let was_queued = known.queued.remove(&id);
         let event = {
             let mut s = self.sched();
-            s.confirm(&key.namespace, &key.name);
+            s.confirm(&id.key);
             let event = match previous {
                 None => Some(ClusterEvent::AssignedPodAdded),
                 Some(_) => {
                     let snap = s.snapshot();
-                    let old = snap
-                        .node_of_pod(&key.namespace, &key.name, &key.uid)
-                        .and_then(|i| {
-                            snap.node(i)
-                                .pods
-                                .iter()
-                                .find(|p| p.uid == key.uid && p.name == key.name)
-                                .cloned()
-                        });
+                    let old = snap.node_of_pod(&id.key, &id.uid).and_then(|i| {
+                        snap.node(i)
+                            .pods
+                            .iter()
+                            .find(|p| p.uid == id.uid && p.name == id.key.name)
+                            .cloned()
+                    });
                     // Status-only updates (the common case: readiness, container states)
                     // refresh the object without waking unschedulable pods.
                     let same = old.is_some_and(|o| {
@@ -500,7 +488,7 @@ impl ClusterState {
                     .orphans
                     .entry(node)
                     .or_default()
-                    .insert(key.clone(), info.clone());
+                    .insert(id.clone(), info.clone());
             }
             event
         };
@@ -515,7 +503,7 @@ impl ClusterState {
         }
     }
 
-    fn apply_pending(&self, key: PodKey, info: Arc<PodInfo>) {
+    fn apply_pending(&self, id: PodId, info: Arc<PodInfo>) {
         let ours = info
             .pod
             .spec
@@ -525,13 +513,13 @@ impl ClusterState {
         let deleting = info.pod.metadata.deletion_timestamp.is_some();
         let mut known = self.known();
         if !ours || deleting {
-            if known.queued.remove(&key) {
+            if known.queued.remove(&id) {
                 drop(known);
-                self.queue.delete(&key);
+                self.queue.delete(&id);
             }
             return;
         }
-        let fresh = known.queued.insert(key);
+        let fresh = known.queued.insert(id);
         drop(known);
         if fresh {
             self.stats.queued.inc();
@@ -541,40 +529,31 @@ impl ClusterState {
 
     /// A pod was deleted.
     pub fn delete_pod(&self, pod: &Pod) {
-        self.delete_pod_key(&key_of(pod));
-        let key = key_of(pod);
+        let id = PodId::of_pod(pod);
+        self.delete_pod_id(&id);
         let mut sched = self.sched();
-        if sched
-            .snapshot()
-            .policy()
-            .is_nominated(&key.namespace, &key.name)
-        {
+        if sched.snapshot().policy().is_nominated(&id.key) {
             // A deleted pod no longer holds its nominated node.
-            sched
-                .snapshot_mut()
-                .policy_mut()
-                .unnominate(&key.namespace, &key.name);
+            sched.snapshot_mut().policy_mut().unnominate(&id.key);
         }
     }
 
-    fn delete_pod_key(&self, key: &PodKey) {
+    fn delete_pod_id(&self, id: &PodId) {
         let mut known = self.known();
-        let was_queued = known.queued.remove(key);
-        let node = known.assigned.remove(key);
+        let was_queued = known.queued.remove(id);
+        let node = known.assigned.remove(id);
         if let Some(n) = &node
             && let Some(o) = known.orphans.get_mut(n)
         {
-            o.remove(key);
+            o.remove(id);
         }
         drop(known);
         if was_queued {
-            self.queue.delete(key);
+            self.queue.delete(id);
         }
         let removed = {
             let mut s = self.sched();
-            s.snapshot_mut()
-                .remove_pod(&key.namespace, &key.name, &key.uid)
-                .is_some()
+            s.snapshot_mut().remove_pod(&id.key, &id.uid).is_some()
         };
         if removed || node.is_some() {
             self.queue
@@ -584,29 +563,29 @@ impl ClusterState {
 
     /// A complete pod list (initial list or re-list): pods not in it are gone.
     pub fn replace_pods(&self, pods: Vec<Pod>) {
-        let keys: HashSet<PodKey> = pods.iter().map(key_of).collect();
+        let ids: HashSet<PodId> = pods.iter().map(PodId::of_pod).collect();
         for p in pods {
             self.apply_pod(p);
         }
-        self.pods_listed(&keys);
+        self.pods_listed(&ids);
     }
 
     /// A complete pod list ended, its pods already applied one by one as they arrived:
     /// pods not in it are gone.
-    pub fn pods_listed(&self, keys: &HashSet<PodKey>) {
+    pub fn pods_listed(&self, ids: &HashSet<PodId>) {
         self.stats.list(Kind::Pod);
-        let stale: Vec<PodKey> = {
+        let stale: Vec<PodId> = {
             let known = self.known();
             known
                 .assigned
                 .keys()
                 .chain(known.queued.iter())
-                .filter(|k| !keys.contains(*k))
+                .filter(|k| !ids.contains(*k))
                 .cloned()
                 .collect()
         };
         for k in stale {
-            self.delete_pod_key(&k);
+            self.delete_pod_id(&k);
         }
         self.synced.set(&self.synced.pods);
     }

@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 
 use crate::cli::{ExplainError, Output, api_answer, format_param, parse_pod_arg, print_fetched};
+use crate::key::PodKey;
 
 /// The file name that makes the binary behave as the kubectl plugin.
 pub const PLUGIN_NAME: &str = "kubectl-headroom";
@@ -341,11 +342,11 @@ fn queue_text(body: &str) -> String {
     for p in &pods {
         out.push_str(&format!(
             "{:<40} {:<14} {:>8} {:>10}  {}\n",
-            format!(
-                "{}/{}",
+            PodKey::new(
                 p["namespace"].as_str().unwrap_or("?"),
                 p["name"].as_str().unwrap_or("?")
-            ),
+            )
+            .to_string(),
             p["queue"].as_str().unwrap_or("?"),
             p["attempts"].to_string(),
             p["waiting"]

@@ -4,6 +4,8 @@
 //! - [`quantity`], [`resources`], [`selector`]: Kubernetes quantities, pod requests and
 //!   selectors, read exactly as upstream reads them;
 //! - [`snapshot`]: the immutable-per-cycle view of nodes and the pods on them;
+//! - [`key`]: a pod's identity, `namespace/name` ([`key::PodKey`]) and with its uid
+//!   ([`key::PodId`]);
 //! - [`framework`]: extension-point traits, statuses, the runtime and decision records;
 //! - [`plugins`]: the plugins, one file each, and the registry that builds profiles;
 //! - [`queue`]: active, backoff and unschedulable queues;
@@ -32,6 +34,7 @@ pub mod engine;
 pub mod field;
 pub mod framework;
 pub mod fuzzing;
+pub mod key;
 pub mod kube;
 pub mod kubectl;
 pub mod logging;

@@ -1151,7 +1151,7 @@ mod tests {
             None,
             "fresh",
             crate::usage::RecentPlacement {
-                pod: "ci/new".into(),
+                pod: crate::key::PodKey::new("ci", "new"),
                 at_ms: now - 1_000,
                 cpu_cores: 0.5,
                 memory_bytes: 1e9,

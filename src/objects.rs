@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::field::{self, Error as FieldError, ErrorList, Path as FieldPath};
+use crate::key::PodKey;
 use crate::quantity::Quantity;
 use crate::snapshot::workloads::Workload;
 
@@ -93,8 +94,10 @@ fn label(position: &str, kind: &str, v: &Value) -> String {
         .and_then(Value::as_str);
     let what = match (name, ns, kind) {
         (Some(""), _, _) => kind.to_string(),
-        (Some(n), Some(ns), "Pod") => format!("{kind} {:?}", field::shown(&format!("{ns}/{n}"))),
-        (Some(n), None, "Pod") => format!("{kind} {:?}", field::shown(&format!("default/{n}"))),
+        (Some(n), ns, "Pod") => {
+            let key = PodKey::new(ns.unwrap_or("default"), n);
+            format!("{kind} {:?}", field::shown(&key.to_string()))
+        }
         (Some(n), _, _) => format!("{kind} {:?}", field::shown(n)),
         (None, _, _) => kind.to_string(),
     };

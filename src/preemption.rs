@@ -70,7 +70,7 @@ impl OutcomeHandler for EvictAtOnce {
             let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
             let snap = s.snapshot_mut();
             for v in &n.victims {
-                snap.remove_pod(&v.namespace, &v.name, &v.uid);
+                snap.remove_pod(&v.key(), &v.uid);
             }
         }
     }
@@ -117,6 +117,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::framework::Outcome;
+    use crate::key::PodKey;
     use crate::plugins::testutil::{info, node, pod};
     use crate::snapshot::Snapshot;
     use serde_json::json;
@@ -147,7 +148,8 @@ mod tests {
             matches!(&first.outcome, Outcome::Unschedulable { message } if !message.contains("preemption:"))
         );
         // The victim is gone (deleted); `a` has not been retried yet.
-        s.snapshot_mut().remove_pod("default", "low", &low.uid);
+        s.snapshot_mut()
+            .remove_pod(&PodKey::new("default", "low"), &low.uid);
         // b (500 ≤ 1000) would fit alone (4 free) but not beside a's 2 CPUs.
         let b = s
             .schedule_one(&prio_pod("b", "3", 500, None), None, true)

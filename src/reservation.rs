@@ -16,6 +16,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::key::PodKey;
 use crate::selector::{Labels, Selector};
 use crate::snapshot::PodInfo;
 
@@ -89,7 +90,7 @@ impl Reservation {
     /// Human-readable target, for reasons: `ns/name` or `ns/{selector}`.
     pub fn target(&self) -> String {
         match &self.pod {
-            ReservedFor::Name(n) => format!("{}/{n}", self.namespace),
+            ReservedFor::Name(n) => PodKey::new(self.namespace.as_str(), n.as_str()).to_string(),
             ReservedFor::Selector(s) => format!("{}/{s:?}", self.namespace),
         }
     }
@@ -104,7 +105,7 @@ pub trait ReservationSource: Send + Sync {
     fn current(&self) -> Arc<[Reservation]>;
 
     /// The reserving pod was assumed on `node`: mark reservation `id` consumed.
-    fn consume(&self, id: &str, namespace: &str, pod: &str, node: &str);
+    fn consume(&self, id: &str, pod: &PodKey, node: &str);
 
     /// Undo [`consume`](Self::consume) (a later step failed before binding).
     fn release(&self, id: &str);
@@ -151,7 +152,7 @@ impl ReservationSource for InMemoryReservations {
         self.list.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn consume(&self, id: &str, _namespace: &str, _pod: &str, _node: &str) {
+    fn consume(&self, id: &str, _pod: &PodKey, _node: &str) {
         self.update(|v| {
             for r in v.iter_mut().filter(|r| r.id == id) {
                 r.phase = Phase::Consumed;
@@ -211,7 +212,7 @@ mod tests {
         let src = InMemoryReservations::new(vec![r("a", "p", 100), r("b", "q", 1000)]);
         assert!(src.current()[0].holds_at(99));
         assert!(!src.current()[0].holds_at(100));
-        src.consume("a", "default", "p", "worker-1");
+        src.consume("a", &PodKey::new("default", "p"), "worker-1");
         assert_eq!(src.current()[0].phase, Phase::Consumed);
         src.release("a");
         assert_eq!(src.current()[0].phase, Phase::Active);
@@ -220,7 +221,7 @@ mod tests {
         let now = src.current();
         assert_eq!(now.len(), 1);
         assert_eq!(now[0].id, "b");
-        src.consume("b", "default", "q", "worker-2");
+        src.consume("b", &PodKey::new("default", "q"), "worker-2");
         assert_eq!(src.purge_expired(200), 1);
         assert!(src.current().is_empty());
     }

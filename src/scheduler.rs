@@ -17,8 +17,10 @@ use rand::rngs::SmallRng;
 use crate::analytics::UsageView;
 use crate::config::{Config, ConfigError};
 use crate::framework::{CycleState, Decision, Fallback, Framework, Outcome, Status};
+use crate::key::PodKey;
 use crate::plugins::volume_binding::{self, Reserved};
 use crate::plugins::{PluginDeps, build_framework_with};
+use crate::snapshot::volumes::claim_key;
 use crate::snapshot::{PodInfo, Snapshot};
 use crate::usage::wait::{Wait, relaxable_rejections, waiting_message};
 use crate::usage::{PodUsage, RecentPlacement, release_cycle_usage};
@@ -103,7 +105,7 @@ pub struct Scheduler {
     frameworks: Arc<[Framework]>,
     snapshot: Arc<Snapshot>,
     rng: SmallRng,
-    assumed: HashMap<String, Assumed>,
+    assumed: HashMap<PodKey, Assumed>,
     assume_ttl: Duration,
     deps: PluginDeps,
     /// Changes that had to copy the whole snapshot because a reader still held it
@@ -188,10 +190,6 @@ fn make_mut<'a>(
         copies.inc();
     }
     Arc::make_mut(snapshot)
-}
-
-fn key(p: &PodInfo) -> String {
-    format!("{}/{}", p.namespace, p.name)
 }
 
 impl Scheduler {
@@ -432,15 +430,8 @@ impl Scheduler {
                 .snapshot_mut()
                 .policy_mut()
                 .nominate(Arc::new(pod.clone()), &node);
-        } else if decision.node().is_some()
-            && self
-                .snapshot
-                .policy()
-                .is_nominated(&pod.namespace, &pod.name)
-        {
-            self.snapshot_mut()
-                .policy_mut()
-                .unnominate(&pod.namespace, &pod.name);
+        } else if decision.node().is_some() && self.snapshot.policy().is_nominated(&pod.key()) {
+            self.snapshot_mut().policy_mut().unnominate(&pod.key());
         }
         let Some(node) = decision.node().map(str::to_string) else {
             return Attempt {
@@ -507,7 +498,7 @@ impl Scheduler {
                 let bindings = v
                     .static_bindings
                     .iter()
-                    .map(|b| (format!("{}/{}", b.namespace, b.claim), b.pv.clone()))
+                    .map(|b| (claim_key(&b.namespace, &b.claim), b.pv.clone()))
                     .collect();
                 match make_mut(&mut self.snapshot, &self.snapshot_copies)
                     .volumes_mut()
@@ -539,7 +530,7 @@ impl Scheduler {
             },
         );
         let recent = RecentPlacement {
-            pod: key(pod),
+            pod: pod.key(),
             at_ms: self.snapshot.usage().now_ms,
             cpu_cores: usage.prediction.cpu_cores,
             memory_bytes: usage.prediction.memory_bytes,
@@ -558,7 +549,7 @@ impl Scheduler {
             recent,
         };
         self.assumed.insert(
-            key(pod),
+            pod.key(),
             Assumed {
                 node: node.to_string(),
                 uid: pod.uid.clone(),
@@ -571,44 +562,45 @@ impl Scheduler {
 
     /// Marks the bind of an assumed pod as finished: from `now`, it expires after the TTL
     /// unless the API confirms it.
-    pub fn finish_binding(&mut self, namespace: &str, name: &str, now: Instant) {
-        if let Some(a) = self.assumed.get_mut(&format!("{namespace}/{name}")) {
+    pub fn finish_binding(&mut self, pod: &PodKey, now: Instant) {
+        if let Some(a) = self.assumed.get_mut(pod) {
             a.deadline = Some(now + self.assume_ttl);
         }
     }
 
     /// The API shows the pod bound: it is no longer merely assumed.
-    pub fn confirm(&mut self, namespace: &str, name: &str) {
-        self.assumed.remove(&format!("{namespace}/{name}"));
+    pub fn confirm(&mut self, pod: &PodKey) {
+        self.assumed.remove(pod);
     }
 
     /// The bind failed: the pod leaves its node. Returns the node it had been assumed on.
     pub fn forget(&mut self, pod: &PodInfo) -> Option<String> {
-        let a = self.assumed.remove(&key(pod))?;
+        let key = pod.key();
+        let a = self.assumed.remove(&key)?;
         let snapshot = self.snapshot_mut();
         if !a.volumes.is_empty() {
             snapshot.volumes_mut().restore(&a.volumes);
         }
-        snapshot.remove_pod(&pod.namespace, &pod.name, &pod.uid);
-        snapshot.forget_placement(&a.node, &key(pod));
+        snapshot.remove_pod(&key, &pod.uid);
+        snapshot.forget_placement(&a.node, &key);
         Some(a.node)
     }
 
-    /// Drops assumed pods whose deadline passed; returns their `namespace/name` keys.
-    pub fn expire_assumed(&mut self, now: Instant) -> Vec<String> {
-        let expired: Vec<String> = self
+    /// Drops assumed pods whose deadline passed; returns their keys.
+    pub fn expire_assumed(&mut self, now: Instant) -> Vec<PodKey> {
+        let expired: Vec<PodKey> = self
             .assumed
             .iter()
             .filter(|(_, a)| a.deadline.is_some_and(|d| d <= now))
             .map(|(k, _)| k.clone())
             .collect();
         for k in &expired {
-            if let (Some(a), Some((ns, name))) = (self.assumed.remove(k), k.split_once('/')) {
+            if let Some(a) = self.assumed.remove(k) {
                 let snapshot = self.snapshot_mut();
                 if !a.volumes.is_empty() {
                     snapshot.volumes_mut().restore(&a.volumes);
                 }
-                snapshot.remove_pod(ns, name, &a.uid);
+                snapshot.remove_pod(k, &a.uid);
                 snapshot.forget_placement(&a.node, k);
             }
         }
@@ -759,18 +751,18 @@ mod tests {
         // An unconfirmed bind expires after the TTL; a confirmed one stays.
         let t0 = Instant::now();
         s.set_assume_ttl(Duration::from_secs(30));
-        s.finish_binding("default", "b", t0);
+        s.finish_binding(&PodKey::new("default", "b"), t0);
         assert!(s.expire_assumed(t0 + Duration::from_secs(29)).is_empty());
         assert_eq!(
             s.expire_assumed(t0 + Duration::from_secs(31)),
-            vec!["default/b"]
+            vec![PodKey::new("default", "b")]
         );
         assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 0);
 
         let c = s.schedule_one(&cpu_pod("c", "1"), None, false);
         assert!(c.assumed.is_some());
-        s.finish_binding("default", "c", t0);
-        s.confirm("default", "c");
+        s.finish_binding(&PodKey::new("default", "c"), t0);
+        s.confirm(&PodKey::new("default", "c"));
         assert!(s.expire_assumed(t0 + Duration::from_secs(60)).is_empty());
         assert_eq!(s.assumed_count(), 0);
         assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 1000);

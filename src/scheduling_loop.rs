@@ -18,7 +18,8 @@ use tokio::task::JoinSet;
 
 use crate::decisions::{Bound, DecisionInputs, Settled};
 use crate::framework::{BindAnnotations, BindPlugin, Decision};
-use crate::queue::{Failure, PodKey, QueuedPodInfo, SchedulingQueue};
+use crate::key::{PodId, PodKey};
+use crate::queue::{Failure, QueuedPodInfo, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
 
@@ -323,16 +324,13 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
     let status = parts.binder.bind(&assumed, &node, &annotations).await;
     let mut s = parts.scheduler.lock().unwrap_or_else(|e| e.into_inner());
     if status.is_success() {
-        s.finish_binding(
-            &pod.namespace,
-            &pod.name,
-            tokio::time::Instant::now().into_std(),
-        );
+        let key = pod.key();
+        s.finish_binding(&key, tokio::time::Instant::now().into_std());
         if parts.confirm {
-            s.confirm(&pod.namespace, &pod.name);
+            s.confirm(&key);
         }
         drop(s);
-        parts.queue.done(&PodKey::of(&pod));
+        parts.queue.done(&PodId::of(&pod));
         parts.stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
         if let (Some(m), Some(first)) = (&parts.metrics, first_attempt) {
             m.upstream().observe_scheduled(
@@ -358,7 +356,7 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
 /// A binder that binds instantly and remembers every binding (the simulator, tests).
 #[derive(Default)]
 pub struct InstantBinder {
-    bound: Mutex<Vec<(String, String)>>,
+    bound: Mutex<Vec<(PodKey, String)>>,
 }
 
 impl InstantBinder {
@@ -367,8 +365,8 @@ impl InstantBinder {
         InstantBinder::default()
     }
 
-    /// `(namespace/name, node)` of every binding so far.
-    pub fn bindings(&self) -> Vec<(String, String)> {
+    /// `(pod, node)` of every binding so far.
+    pub fn bindings(&self) -> Vec<(PodKey, String)> {
         self.bound.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
@@ -493,9 +491,9 @@ mod tests {
         }));
 
         let first = next(&mut rx, &mut settled).await;
-        assert_eq!((first.name.as_str(), first.node()), ("a", Some("n1")));
+        assert_eq!((&*first.name, first.node()), ("a", Some("n1")));
         let second = next(&mut rx, &mut settled).await;
-        assert_eq!(second.name, "b");
+        assert_eq!(&*second.name, "b");
         assert!(
             second.node().is_none(),
             "a is assumed on n1 before its bind finished"
@@ -516,11 +514,11 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
         let third = next(&mut rx, &mut settled).await;
-        assert_eq!((third.name.as_str(), third.node()), ("a", Some("n1")));
+        assert_eq!((&*third.name, third.node()), ("a", Some("n1")));
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
             binder.inner.bindings(),
-            vec![("default/a".to_string(), "n1".to_string())]
+            vec![(PodKey::new("default", "a"), "n1".to_string())]
         );
 
         // b waits until a node is added.
@@ -538,7 +536,7 @@ mod tests {
             .upsert_node(Arc::new(node("n2", json!({}))));
         queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
         let fourth = next(&mut rx, &mut settled).await;
-        assert_eq!((fourth.name.as_str(), fourth.node()), ("b", Some("n2")));
+        assert_eq!((&*fourth.name, fourth.node()), ("b", Some("n2")));
 
         stop_tx.send(()).unwrap();
         let stats = handle.await.unwrap();
@@ -553,7 +551,7 @@ mod tests {
             .iter()
             .map(|s| {
                 let b = s.bind.as_ref().unwrap();
-                (s.name.as_str(), b.result.is_ok(), b.node.as_str())
+                (&*s.pod.name, b.result.is_ok(), b.node.as_str())
             })
             .collect();
         assert_eq!(

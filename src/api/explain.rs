@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiState};
 use crate::decisions::ExplainResponse;
+use crate::key::PodKey;
 
 /// `?format=` of `/explain`.
 #[derive(Debug, Default, Deserialize)]
@@ -46,8 +47,9 @@ struct Answer<'a> {
 }
 
 fn respond(r: ExplainResponse, f: Format) -> Response {
-    let (namespace, name) = r.explanation.pod.split_once('/').unwrap_or(("", ""));
-    let ui = super::ui::pod_page_path(namespace, name);
+    // Always `namespace/name`: the record was rendered from the decision's key.
+    let pod = r.explanation.pod.parse().unwrap_or_default();
+    let ui = super::ui::pod_page_path(&pod);
     match f {
         Format::Json => Json(Answer { response: &r, ui }).into_response(),
         Format::Text => (
@@ -61,7 +63,7 @@ fn respond(r: ExplainResponse, f: Format) -> Response {
 /// Which pod's decision to look up.
 pub(super) enum Key {
     /// By namespace and name.
-    Pod(String, String),
+    Pod(PodKey),
     /// By uid.
     Uid(String),
 }
@@ -69,7 +71,7 @@ pub(super) enum Key {
 impl Key {
     fn describe(&self) -> String {
         match self {
-            Key::Pod(ns, name) => format!("pod {ns}/{name}"),
+            Key::Pod(pod) => format!("pod {pod}"),
             Key::Uid(uid) => format!("uid {uid}"),
         }
     }
@@ -79,7 +81,7 @@ impl Key {
 /// renders); 404 when neither has one.
 pub(super) async fn lookup(state: &ApiState, key: Key) -> Result<ExplainResponse, ApiError> {
     let held = match &key {
-        Key::Pod(ns, name) => state.decisions().by_pod(ns, name),
+        Key::Pod(pod) => state.decisions().by_pod(pod),
         Key::Uid(uid) => state.decisions().by_uid(uid),
     };
     if let Some(d) = held {
@@ -91,7 +93,7 @@ pub(super) async fn lookup(state: &ApiState, key: Key) -> Result<ExplainResponse
         return Err(not_found());
     };
     let bytes = tokio::task::spawn_blocking(move || match &key {
-        Key::Pod(ns, name) => store.decision_by_pod(ns, name),
+        Key::Pod(pod) => store.decision_by_pod(&pod.namespace, &pod.name),
         Key::Uid(uid) => store.decision_by_uid(uid),
     })
     .await
@@ -114,17 +116,16 @@ pub(super) async fn by_pod(
     let Path((namespace, pod)) = path.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let Query(q) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let f = format(&q)?;
-    Ok(respond(lookup(&state, Key::Pod(namespace, pod)).await?, f))
+    Ok(respond(
+        lookup(&state, Key::Pod(PodKey::new(namespace, pod))).await?,
+        f,
+    ))
 }
 
 /// `NAMESPACE/NAME` (`?pod=` of `/explain` and of `/ui/find`), or 400.
-pub(super) fn parse_pod(pod: &str) -> Result<(&str, &str), ApiError> {
-    match pod.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Ok((ns, name)),
-        _ => Err(ApiError::BadRequest(format!(
-            "pod must be NAMESPACE/NAME, got {pod:?}"
-        ))),
-    }
+pub(super) fn parse_pod(pod: &str) -> Result<PodKey, ApiError> {
+    pod.parse()
+        .map_err(|_| ApiError::BadRequest(format!("pod must be NAMESPACE/NAME, got {pod:?}")))
 }
 
 /// `GET /explain?uid=UID` or `GET /explain?pod=NAMESPACE/NAME`.
@@ -136,10 +137,7 @@ pub(super) async fn by_query(
     let f = format(&q)?;
     let key = match (q.uid, q.pod) {
         (Some(uid), None) if !uid.is_empty() => Key::Uid(uid),
-        (None, Some(pod)) => {
-            let (ns, name) = parse_pod(&pod)?;
-            Key::Pod(ns.to_string(), name.to_string())
-        }
+        (None, Some(pod)) => Key::Pod(parse_pod(&pod)?),
         _ => {
             return Err(ApiError::BadRequest(
                 "give exactly one of ?uid=UID or ?pod=NAMESPACE/NAME (or use /explain/{namespace}/{pod})"

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::analytics::{BuilderProfile, NodeUsage};
 use crate::framework::Decision;
 use crate::framework::decision::Explanation;
+use crate::key::PodKey;
 use crate::usage::Headroom;
 
 /// Bounds of the in-memory log.
@@ -251,16 +252,17 @@ struct Entry {
 
 #[derive(Default)]
 struct Inner {
-    by_pod: HashMap<String, Entry>,
-    by_uid: HashMap<String, String>,
+    by_pod: HashMap<PodKey, Entry>,
+    /// Uid → the key of its pod's entry.
+    by_uid: HashMap<String, PodKey>,
     /// Insertion order, oldest first; an item whose `seq` no longer matches its pod's entry
     /// was superseded and is skipped.
-    order: VecDeque<(u64, String)>,
+    order: VecDeque<(u64, PodKey)>,
     bytes: usize,
     seq: u64,
 }
 
-/// The latest decision per pod (`namespace/name`) and per uid, in memory.
+/// The latest decision per pod ([`PodKey`]) and per uid, in memory.
 pub struct DecisionLog {
     limits: LogLimits,
     inner: Mutex<Inner>,
@@ -283,10 +285,6 @@ impl Default for DecisionLog {
     }
 }
 
-fn pod_key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
-
 impl DecisionLog {
     /// An empty log.
     pub fn new(limits: LogLimits) -> DecisionLog {
@@ -305,7 +303,7 @@ impl DecisionLog {
     /// Records a decision as its pod's latest (and its uid's), evicting the oldest entries
     /// beyond the limits. A decision older than the one held for the pod is ignored.
     pub fn insert(&self, record: LoggedDecision) {
-        let key = pod_key(&record.decision.namespace, &record.decision.name);
+        let key = record.decision.key();
         let bytes = approx_bytes(&record.decision);
         let uid = record.decision.uid.clone();
         let mut inner = self.lock();
@@ -357,12 +355,9 @@ impl DecisionLog {
         }
     }
 
-    /// The latest decision of pod `namespace/name` held in memory.
-    pub fn by_pod(&self, namespace: &str, name: &str) -> Option<Arc<LoggedDecision>> {
-        self.lock()
-            .by_pod
-            .get(&pod_key(namespace, name))
-            .map(|e| e.record.clone())
+    /// The latest decision of pod `pod` held in memory.
+    pub fn by_pod(&self, pod: &PodKey) -> Option<Arc<LoggedDecision>> {
+        self.lock().by_pod.get(pod).map(|e| e.record.clone())
     }
 
     /// The latest decision of the pod with this uid held in memory.
@@ -423,12 +418,15 @@ mod tests {
         log.insert(logged("a", "u2", 20, 0));
         // An older decision arriving late does not replace the newer one.
         log.insert(logged("a", "u0", 5, 0));
-        assert_eq!(log.by_pod("ns", "a").unwrap().decided_at_ms, 20);
+        assert_eq!(
+            log.by_pod(&PodKey::new("ns", "a")).unwrap().decided_at_ms,
+            20
+        );
         assert_eq!(log.by_uid("u2").unwrap().decided_at_ms, 20);
         // The recreated pod's old uid no longer finds the pod's newer decision.
         assert!(log.by_uid("u1").is_none());
-        assert!(log.by_pod("ns", "b").is_none());
-        assert!(log.by_pod("other", "a").is_none());
+        assert!(log.by_pod(&PodKey::new("ns", "b")).is_none());
+        assert!(log.by_pod(&PodKey::new("other", "a")).is_none());
         assert_eq!(log.size().0, 1);
         log.insert(logged("b", "u3", 30, 0));
         log.insert(logged("c", "u4", 40, 0));
@@ -449,9 +447,9 @@ mod tests {
             log.insert(logged(&format!("p{i}"), &format!("u{i}"), i, 0));
         }
         assert_eq!(log.size().0, 3);
-        assert!(log.by_pod("ns", "p1").is_none());
+        assert!(log.by_pod(&PodKey::new("ns", "p1")).is_none());
         assert!(log.by_uid("u1").is_none());
-        assert!(log.by_pod("ns", "p4").is_some());
+        assert!(log.by_pod(&PodKey::new("ns", "p4")).is_some());
 
         let one = approx_bytes(&logged("x", "x", 0, 10_000).decision);
         let log = DecisionLog::new(LogLimits {
@@ -464,14 +462,14 @@ mod tests {
         let (entries, bytes) = log.size();
         assert_eq!(entries, 2);
         assert!(bytes <= one * 2 + one / 2);
-        assert!(log.by_pod("ns", "p3").is_some());
+        assert!(log.by_pod(&PodKey::new("ns", "p3")).is_some());
         // A single entry over the byte limit is still kept: the newest decision matters most.
         let tiny = DecisionLog::new(LogLimits {
             max_entries: 10,
             max_bytes: 1,
         });
         tiny.insert(logged("big", "ub", 1, 10_000));
-        assert!(tiny.by_pod("ns", "big").is_some());
+        assert!(tiny.by_pod(&PodKey::new("ns", "big")).is_some());
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub use log::{
 pub use sink::{STORED_NODES, Sink, SinkReport, run_decision_sink};
 
 use crate::framework::{Decision, Fallback, Nomination, Outcome};
+use crate::key::PodKey;
 use crate::snapshot::PodInfo;
 
 /// What a decision came to, as a mode acts on it: the decision's outcome (with the usage
@@ -44,10 +45,8 @@ use crate::snapshot::PodInfo;
 /// the placement. The per-node numbers stay in the [`DecisionLog`].
 #[derive(Debug, Clone)]
 pub struct Settled {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub name: String,
+    /// The pod.
+    pub pod: PodKey,
     /// The pod's uid (empty when the pod had none).
     pub uid: String,
     /// The profile that decided.
@@ -83,8 +82,7 @@ impl Settled {
     /// placement.
     pub fn of(decision: &Decision, builder: Option<String>) -> Settled {
         Settled {
-            namespace: decision.namespace.clone(),
-            name: decision.name.clone(),
+            pod: decision.key(),
             uid: decision.uid.clone(),
             profile: decision.profile.clone(),
             outcome: decision.outcome.clone(),

@@ -322,8 +322,8 @@ fn store_decision(
     let mut rendered = r.render_at_most(STORED_NODES);
     rendered.inputs.warm_cache = warm;
     let key = DecisionKey {
-        namespace: r.decision.namespace.clone(),
-        name: r.decision.name.clone(),
+        namespace: r.decision.namespace.to_string(),
+        name: r.decision.name.to_string(),
         uid: r.decision.uid.clone(),
         ts_ms: r.decided_at_ms.max(0),
     };
@@ -340,7 +340,7 @@ fn store_decision(
         Err(e) => {
             w.errors += 1;
             if let Some(held_back) = failures.failure(now) {
-                tracing::warn!(error = %e, pod = %format!("{}/{}", key.namespace, key.name), held_back, "storing a decision failed");
+                tracing::warn!(error = %e, pod = %r.decision.key(), held_back, "storing a decision failed");
             }
         }
     }
@@ -380,6 +380,7 @@ mod tests {
     use super::*;
     use crate::decisions::{Bound, DecisionInputs, decision_channel};
     use crate::framework::Decision;
+    use crate::key::PodKey;
     use crate::snapshot::PodInfo;
     use headroom_storage::StoreConfig;
     use std::sync::Mutex;
@@ -459,11 +460,18 @@ mod tests {
         tx.send(first.clone(), inputs("default/Job/b")).unwrap();
         tx.barrier().await;
         let names = |h: &Collect| -> Vec<String> {
-            h.0.lock().unwrap().iter().map(|s| s.name.clone()).collect()
+            h.0.lock()
+                .unwrap()
+                .iter()
+                .map(|s| s.pod.name.to_string())
+                .collect()
         };
         assert_eq!(names(&handler), ["u"], "the placed pod waits for its bind");
         assert_eq!(
-            log.by_pod("default", "a").unwrap().inputs.warm_cache,
+            log.by_pod(&PodKey::new("default", "a"))
+                .unwrap()
+                .inputs
+                .warm_cache,
             Some(false)
         );
 
@@ -487,7 +495,10 @@ mod tests {
         assert_eq!(store.placement_history("default/Job/b").unwrap(), ["n1"]);
         // The history held n1 when c was decided: a warm cache.
         assert_eq!(
-            log.by_pod("default", "c").unwrap().inputs.warm_cache,
+            log.by_pod(&PodKey::new("default", "c"))
+                .unwrap()
+                .inputs
+                .warm_cache,
             Some(true)
         );
         drop(tx);

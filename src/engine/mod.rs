@@ -766,8 +766,7 @@ mod tests {
             "profiles:\n  - schedulerName: headroom\n  - schedulerName: ungated\n    plugins: {SchedulingGates: {enabled: false}}\n",
         );
         assert_eq!(e.queue().add(gated("headroom")), Some(SubQueue::Gated));
-        e.queue()
-            .delete(&crate::queue::PodKey::of(&gated("headroom")));
+        e.queue().delete(&crate::key::PodId::of(&gated("headroom")));
         assert_eq!(e.queue().add(gated("ungated")), Some(SubQueue::Active));
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::status::{Code, Status};
+use crate::key::PodKey;
 use crate::snapshot::{NameRanks, NodeIdx};
 
 /// Upstream's `NoNodeAvailableMsg` prefix.
@@ -84,11 +85,7 @@ pub struct Nomination {
 impl Nomination {
     /// The victims as `namespace/name`, sorted (what `place` prints and the oracle lists).
     pub fn victim_keys(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .victims
-            .iter()
-            .map(|p| format!("{}/{}", p.namespace, p.name))
-            .collect();
+        let mut v: Vec<String> = self.victims.iter().map(|p| p.key().to_string()).collect();
         v.sort();
         v
     }
@@ -121,10 +118,10 @@ impl ScoreColumn {
 /// The record of one scheduling cycle.
 #[derive(Debug, Clone)]
 pub struct Decision {
-    /// Pod namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub name: String,
+    /// Pod namespace (shared with the pod's [`PodKey`]).
+    pub namespace: Arc<str>,
+    /// Pod name (shared with the pod's [`PodKey`]).
+    pub name: Arc<str>,
     /// Pod uid.
     pub uid: String,
     /// Profile (scheduler name) that decided.
@@ -243,6 +240,14 @@ impl Decision {
         });
     }
 
+    /// The decided pod's key (shares the record's strings: allocates nothing).
+    pub fn key(&self) -> PodKey {
+        PodKey {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
     /// An empty record for a pod.
     pub fn new(
         namespace: &str,
@@ -253,8 +258,8 @@ impl Decision {
         node_names: Arc<Vec<Arc<str>>>,
     ) -> Decision {
         Decision {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: namespace.into(),
+            name: name.into(),
             uid: uid.to_string(),
             profile: profile.to_string(),
             generation,
@@ -544,7 +549,7 @@ impl Decision {
             }
         };
         Explanation {
-            pod: format!("{}/{}", self.namespace, self.name),
+            pod: self.key().to_string(),
             uid: self.uid.clone(),
             profile: self.profile.clone(),
             snapshot_generation: self.generation,

@@ -746,7 +746,7 @@ impl Framework {
                 // Unresolvable or an error ends the phase (upstream); an error's message
                 // is still the tail (upstream logs it and keeps the fit error).
                 if s.code == Code::Error {
-                    tracing::warn!(plugin = p.name, pod = %format!("{}/{}", pod.namespace, pod.name), error = %s.message(), "PostFilter failed");
+                    tracing::warn!(plugin = p.name, pod = %pod.key(), error = %s.message(), "PostFilter failed");
                 }
                 break;
             }
@@ -818,10 +818,7 @@ impl Framework {
         if s.is_success() {
             return None;
         }
-        let names: Vec<String> = nominated
-            .iter()
-            .map(|p| format!("{}/{}", p.namespace, p.name))
-            .collect();
+        let names: Vec<String> = nominated.iter().map(|p| p.key().to_string()).collect();
         Some(s.with_detail(format!(
             "with the pod(s) nominated to this node: {}",
             names.join(", ")

@@ -30,7 +30,8 @@ use prometheus_client::metrics::counter::Counter;
 use super::extender::{ExtenderBinder, ExtenderBindingArgs};
 use super::flow::{BindFlow, Signal};
 use crate::framework::{BindPlugin, BoxFuture, Plugin, Status};
-use crate::queue::{PodKey, SchedulingQueue};
+use crate::key::PodId;
+use crate::queue::SchedulingQueue;
 use crate::snapshot::PodInfo;
 
 /// Why a bind failed.
@@ -266,7 +267,7 @@ impl ApiBinder {
             _ => false,
         };
         if drop_it {
-            queue.delete(&PodKey::of(pod));
+            queue.delete(&PodId::of(pod));
         }
     }
 }
@@ -316,7 +317,7 @@ impl BindPlugin for ApiBinder {
                         }
                         Lookup::Settled => {
                             if let Some(queue) = &self.queue {
-                                queue.delete(&PodKey::of(pod));
+                                queue.delete(&PodId::of(pod));
                             }
                         }
                         Lookup::Pending => {}

@@ -35,6 +35,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
+use crate::key::PodKey;
 use crate::quantity::Quantity;
 use crate::reservation::{Phase, Reservation as Hold, ReservationSource, ReservedFor};
 use crate::selector::Selector;
@@ -563,13 +564,8 @@ impl ReservationSource for KubeReservations {
             .clone()
     }
 
-    fn consume(&self, id: &str, namespace: &str, pod: &str, node: &str) {
-        self.set_phase(
-            id,
-            Phase::Consumed,
-            Some(format!("{namespace}/{pod} on {node}")),
-            None,
-        );
+    fn consume(&self, id: &str, pod: &PodKey, node: &str) {
+        self.set_phase(id, Phase::Consumed, Some(format!("{pod} on {node}")), None);
     }
 
     fn release(&self, id: &str) {
@@ -836,7 +832,7 @@ mod tests {
         src.node_changed("other", true);
         assert!(rx.try_recv().is_err());
 
-        src.consume("ci/a", "ci", "p", "n1");
+        src.consume("ci/a", &PodKey::new("ci", "p"), "n1");
         let w = rx.try_recv().unwrap();
         assert_eq!(
             (w.phase, w.consumed_by.as_deref()),

@@ -307,13 +307,13 @@ impl Reporter {
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
-            namespace: Some(d.namespace.clone()),
-            name: Some(d.name.clone()),
+            namespace: Some(d.pod.namespace.to_string()),
+            name: Some(d.pod.name.to_string()),
             uid: (!d.uid.is_empty()).then(|| d.uid.clone()),
             ..Default::default()
         };
         // kube-scheduler logs this at -v 2 ("Unable to schedule pod; no fit; waiting").
-        tracing::debug!(pod = %format!("{}/{}", d.namespace, d.name), reason, %message, "unable to schedule the pod");
+        tracing::debug!(pod = %d.pod, reason, %message, "unable to schedule the pod");
         self.recorder.record(failed_scheduling(regarding, &message));
         // Preemption: the victims go first (upstream's executor runs before the failure
         // handler writes the condition), whatever the API's load: the pod cannot be placed
@@ -326,7 +326,7 @@ impl Reporter {
                 &self.stats.preemption,
                 self.config.request_timeout,
                 &d.profile,
-                (&d.namespace, &d.name, &d.uid),
+                (&d.pod, &d.uid),
                 n,
             )
             .await;
@@ -335,14 +335,18 @@ impl Reporter {
         if st.conditions.get(&d.uid) == Some(&dedupe) || self.yield_to_binds() {
             return;
         }
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &d.namespace);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &d.pod.namespace);
         let mut patch = unschedulable_condition(reason, &message, now);
         if let Some(n) = &d.nomination {
             patch["status"]["nominatedNodeName"] = json!(n.node.as_ref());
         }
         let res = tokio::time::timeout(
             self.config.request_timeout,
-            api.patch_status(&d.name, &PatchParams::default(), &Patch::Strategic(patch)),
+            api.patch_status(
+                &d.pod.name,
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            ),
         )
         .await;
         match res {
@@ -353,12 +357,12 @@ impl Reporter {
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
             Ok(Err(e)) => {
                 if let Some(held_back) = self.stats.failure() {
-                    tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), error = %e, held_back, "patching the PodScheduled condition failed");
+                    tracing::warn!(pod = %d.pod, error = %e, held_back, "patching the PodScheduled condition failed");
                 }
             }
             Err(_) => {
                 if let Some(held_back) = self.stats.failure() {
-                    tracing::warn!(pod = %format!("{}/{}", d.namespace, d.name), held_back, "patching the PodScheduled condition timed out");
+                    tracing::warn!(pod = %d.pod, held_back, "patching the PodScheduled condition timed out");
                 }
             }
         }

@@ -18,6 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::recorder::{EventSpec, Recorder};
 use crate::framework::Nomination;
+use crate::key::PodKey;
 use crate::preemption::disruption_target_patch;
 use crate::snapshot::PodInfo;
 
@@ -66,8 +67,8 @@ pub enum PreemptError {
     Api {
         /// `DisruptionTarget patch`, `delete` or `nominatedNodeName clearing`.
         step: &'static str,
-        /// `namespace/name` (of the victim, or of the pod whose nomination is cleared).
-        victim: String,
+        /// The victim, or the pod whose nomination is cleared.
+        victim: PodKey,
         /// The client's error.
         source: kube::Error,
     },
@@ -76,8 +77,8 @@ pub enum PreemptError {
     Timeout {
         /// `DisruptionTarget patch` or `delete`.
         step: &'static str,
-        /// `namespace/name`.
-        victim: String,
+        /// The victim.
+        victim: PodKey,
     },
 }
 
@@ -90,17 +91,17 @@ pub async fn actuate(
     stats: &PreemptStats,
     timeout: std::time::Duration,
     scheduler_name: &str,
-    preemptor: (&str, &str, &str),
+    preemptor: (&PodKey, &str),
     nomination: &Nomination,
 ) -> Vec<PreemptError> {
     stats.nominations.inc();
-    let (ns, name, uid) = preemptor;
+    let (preemptor, uid) = preemptor;
     let mut errors = Vec::new();
     for p in &nomination.cleared {
         // Upstream's `clearNominatedNodeName` for lower-priority pods nominated there.
         if let Err(e) = clear_nomination(client, timeout, p).await {
             stats.failures.inc();
-            tracing::warn!(pod = %format!("{}/{}", p.namespace, p.name), error = %e, "clearing nominatedNodeName failed");
+            tracing::warn!(pod = %p.key(), error = %e, "clearing nominatedNodeName failed");
             errors.push(e);
         }
     }
@@ -109,11 +110,11 @@ pub async fn actuate(
             Ok(()) => {
                 stats.victims_deleted.inc();
                 recorder.record(preempted_event(v, uid, &nomination.node));
-                tracing::info!(preemptor = %format!("{ns}/{name}"), victim = %format!("{}/{}", v.namespace, v.name), node = %nomination.node, "preempted");
+                tracing::info!(%preemptor, victim = %v.key(), node = %nomination.node, "preempted");
             }
             Err(e) => {
                 stats.failures.inc();
-                tracing::warn!(preemptor = %format!("{ns}/{name}"), error = %e, "preemption failed");
+                tracing::warn!(%preemptor, error = %e, "preemption failed");
                 errors.push(e);
             }
         }
@@ -127,8 +128,8 @@ pub fn preempted_event(victim: &PodInfo, preemptor_uid: &str, node: &str) -> Eve
         regarding: ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
-            namespace: Some(victim.namespace.clone()),
-            name: Some(victim.name.clone()),
+            namespace: Some(victim.namespace.to_string()),
+            name: Some(victim.name.to_string()),
             uid: (!victim.uid.is_empty()).then(|| victim.uid.clone()),
             ..Default::default()
         },
@@ -146,7 +147,7 @@ async fn clear_nomination(
 ) -> Result<(), PreemptError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &p.namespace);
     let step = "nominatedNodeName clearing";
-    let victim = format!("{}/{}", p.namespace, p.name);
+    let victim = p.key();
     let patch = serde_json::json!({"status": {"nominatedNodeName": null}});
     match tokio::time::timeout(
         timeout,
@@ -172,7 +173,7 @@ async fn evict(
     v: &PodInfo,
 ) -> Result<(), PreemptError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &v.namespace);
-    let victim = format!("{}/{}", v.namespace, v.name);
+    let victim = v.key();
     let patch = disruption_target_patch(scheduler_name, &super::rfc3339(super::now_ms()));
     let step = "DisruptionTarget patch";
     match tokio::time::timeout(

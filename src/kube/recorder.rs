@@ -49,8 +49,8 @@ pub fn pod_ref(pod: &PodInfo) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
-        namespace: Some(pod.namespace.clone()),
-        name: Some(pod.name.clone()),
+        namespace: Some(pod.namespace.to_string()),
+        name: Some(pod.name.to_string()),
         uid: (!pod.uid.is_empty()).then(|| pod.uid.clone()),
         resource_version: pod.pod.metadata.resource_version.clone(),
         ..Default::default()

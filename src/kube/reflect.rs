@@ -19,9 +19,8 @@ use kube::Client;
 use kube::api::Api;
 
 use super::crd::{KubeReservations, ReservationResource};
-use super::watch::{WatchItem, pump};
+use super::watch::{ObjectKey, WatchItem, pump};
 use crate::cluster::{ClusterState, Kind};
-use crate::queue::PodKey;
 
 /// Runs the watches until `stop` shows true: nodes, pods, namespaces, and reservations
 /// when `reservations` is given.
@@ -59,12 +58,9 @@ pub async fn run(
         false,
         move |item| match item {
             WatchItem::List(l) => s.replace_pods(l),
-            WatchItem::Listed(keys) => s.pods_listed(
-                &keys
-                    .into_iter()
-                    .map(|k| PodKey::new(k.namespace, k.name, k.uid))
-                    .collect(),
-            ),
+            WatchItem::Listed(keys) => {
+                s.pods_listed(&keys.into_iter().map(ObjectKey::into_pod_id).collect())
+            }
             WatchItem::Apply(p) => s.apply_pod(p),
             WatchItem::Delete(p) => s.delete_pod(&p),
         },

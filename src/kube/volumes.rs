@@ -201,10 +201,7 @@ impl KubeVolumeBinder {
             .unwrap_or_else(|e| e.into_inner())
             .snapshot();
         // The assumed pod leaves the snapshot when the watch reports it deleted.
-        if snapshot
-            .node_of_pod(&pod.namespace, &pod.name, &pod.uid)
-            .is_none()
-        {
+        if snapshot.node_of_pod(&pod.key(), &pod.uid).is_none() {
             return Err(format!("pod {} does not exist any more", pod.key()));
         }
         let store = snapshot.volumes();

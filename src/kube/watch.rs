@@ -10,8 +10,11 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use crate::cluster::{FeedStats, Kind};
+use crate::key::{PodId, PodKey};
 
-/// Namespace, name and uid of a listed object.
+/// Namespace, name and uid of a listed object, of any kind (nodes, pods, namespaces,
+/// volume and workload objects all come through `pump`); a pod's becomes a [`PodId`]
+/// with [`ObjectKey::into_pod_id`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObjectKey {
     /// Namespace (empty for cluster-scoped objects).
@@ -29,6 +32,12 @@ impl ObjectKey {
             name: meta.name.clone().unwrap_or_default(),
             uid: meta.uid.clone().unwrap_or_default(),
         }
+    }
+
+    /// The key of a listed pod as the rest of the crate identifies pods. The parts are kept
+    /// as listed (a pod always has a namespace, so none is defaulted here).
+    pub fn into_pod_id(self) -> PodId {
+        PodId::new(PodKey::new(self.namespace, self.name), self.uid)
     }
 }
 

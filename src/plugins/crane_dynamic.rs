@@ -404,6 +404,7 @@ impl super::registry::PluginArgs for DynamicArgs {
 mod tests {
     use super::*;
     use crate::framework::Code;
+    use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::usage::RecentPlacement;
     use serde_json::json;
@@ -464,7 +465,7 @@ mod tests {
                 None,
                 "n",
                 RecentPlacement {
-                    pod: format!("default/b{i}"),
+                    pod: PodKey::new("default", format!("b{i}")),
                     at_ms: NOW_MS - 10_000,
                     cpu_cores: 0.0,
                     memory_bytes: 0.0,

@@ -307,7 +307,7 @@ impl DefaultPreemption {
         }
         let work = work.get_or_insert_with(|| a.snapshot.clone());
         for p in &potential {
-            work.remove_pod(&p.namespace, &p.name, &p.uid);
+            work.remove_pod(&p.key(), &p.uid);
         }
         let restore = |work: &mut Snapshot, pods: &[Arc<PodInfo>]| {
             for p in pods {
@@ -329,13 +329,13 @@ impl DefaultPreemption {
                 work.add_pod(p.clone(), &node_name);
                 let fits = a.framework.filter_node(a.state, a.pod, work, idx);
                 if fits.code == Code::Error {
-                    work.remove_pod(&p.namespace, &p.name, &p.uid);
+                    work.remove_pod(&p.key(), &p.uid);
                     victims.push(p);
                     restore(work, &victims);
                     return Err(fits);
                 }
                 if !fits.is_success() {
-                    work.remove_pod(&p.namespace, &p.name, &p.uid);
+                    work.remove_pod(&p.key(), &p.uid);
                     victims.push(p);
                     if is_violating {
                         violations += 1;
@@ -883,7 +883,7 @@ mod tests {
             ))),
         ];
         let (v, f) = split_by_pdb_violation(pods, &[&b]);
-        let names = |x: &[Arc<PodInfo>]| x.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        let names = |x: &[Arc<PodInfo>]| x.iter().map(|p| p.name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(&v), ["a-low-2"]);
         assert_eq!(names(&f), ["a-low-1", "other-1"]);
     }

@@ -111,7 +111,7 @@ impl InterPodAffinity {
 /// Whether `pod`'s namespace is one `term` is about. The namespace labels are read only when
 /// the term has a namespace selector that needs them.
 fn namespace_matches(term: &AffinityTerm, pod: &PodInfo, snapshot: &Snapshot) -> bool {
-    if term.namespaces.contains(&pod.namespace) {
+    if term.namespaces.contains(&*pod.namespace) {
         return true;
     }
     let sel = &term.namespace_selector;

@@ -390,7 +390,7 @@ impl LoadAwareScheduling {
             }
             let at = recent
                 .iter()
-                .find(|r| r.pod.split_once('/') == Some((&p.namespace[..], &p.name[..])))
+                .find(|r| p.is(&r.pod))
                 .map_or(i64::MIN, |r| r.at_ms);
             if at > cutoff || (keep > 0 && at + keep > load.newest_ms) {
                 let x = self.estimate(p);
@@ -557,6 +557,7 @@ impl super::registry::PluginArgs for LoadAwareSchedulingArgs {
 mod tests {
     use super::*;
     use crate::framework::Code;
+    use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::usage::RecentPlacement;
     use serde_json::json;
@@ -617,7 +618,7 @@ mod tests {
                     None,
                     "n",
                     RecentPlacement {
-                        pod: "default/new".into(),
+                        pod: PodKey::new("default", "new"),
                         at_ms: NOW_MS,
                         cpu_cores: 0.0,
                         memory_bytes: 0.0,

@@ -143,6 +143,7 @@ impl super::registry::PluginArgs for NodeStartRateArgs {
 mod tests {
     use super::*;
     use crate::framework::Code;
+    use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::usage::RecentPlacement;
     use serde_json::json;
@@ -166,7 +167,7 @@ mod tests {
                 None,
                 "a",
                 RecentPlacement {
-                    pod: format!("default/p{i}"),
+                    pod: PodKey::new("default", format!("p{i}")),
                     at_ms: NOW_MS - ago,
                     cpu_cores: 0.0,
                     memory_bytes: 0.0,

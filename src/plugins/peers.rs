@@ -107,12 +107,7 @@ pub fn placed_since<'a>(
     ctx.recent_on(&node.name)
         .iter()
         .filter(move |r| r.at_ms >= since_ms)
-        .filter_map(move |r| {
-            node.pods
-                .iter()
-                .find(|p| r.pod.split_once('/') == Some((&p.namespace[..], &p.name[..])))
-                .map(|p| &**p)
-        })
+        .filter_map(move |r| node.pods.iter().find(|p| p.is(&r.pod)).map(|p| &**p))
 }
 
 fn quantity(

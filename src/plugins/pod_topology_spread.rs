@@ -276,7 +276,7 @@ impl Constraint {
     /// selected (a selector without requirements selects nothing here).
     fn counts(&self, p: &PodInfo, namespace: &str) -> bool {
         !self.selector.requirements.is_empty()
-            && p.namespace == namespace
+            && *p.namespace == *namespace
             && p.pod.metadata.deletion_timestamp.is_none()
             && self.selector.matches(p.labels())
     }

@@ -347,7 +347,7 @@ mod tests {
                 None,
                 "warming",
                 crate::usage::RecentPlacement {
-                    pod: format!("default/r{i}"),
+                    pod: crate::key::PodKey::new("default", format!("r{i}")),
                     at_ms: NOW_MS - 1_000,
                     memory_bytes: 0.5 * GI,
                     memory_dist: dist,

@@ -234,6 +234,7 @@ fn room_elsewhere(u: &CycleUsage, snapshot: &Snapshot, policy: &UsagePolicy) -> 
 mod tests {
     use super::*;
     use crate::framework::Code;
+    use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::usage::RecentPlacement;
     use serde_json::json;
@@ -326,7 +327,7 @@ mod tests {
         );
         // A 3 GiB pod placed 5 s ago, after the newest sample (10 s ago): counted.
         let recent = RecentPlacement {
-            pod: "default/other".into(),
+            pod: PodKey::new("default", "other"),
             at_ms: NOW_MS - 5000,
             cpu_cores: 0.0,
             memory_bytes: 3.0 * GI,
@@ -346,7 +347,8 @@ mod tests {
         );
         // Placed before the newest sample, 20 s ago: the metrics show part of it, the
         // rest still counts while it warms up (93 % of 3 GiB with the default 5 min) ...
-        snap.usage_mut().forget_placement("n", "default/other");
+        snap.usage_mut()
+            .forget_placement("n", &PodKey::new("default", "other"));
         snap.usage_mut().record_placement(
             None,
             "n",
@@ -365,7 +367,8 @@ mod tests {
         };
         assert_eq!(code(no_warmup, &snap), Code::Success);
         // nor once the window is over.
-        snap.usage_mut().forget_placement("n", "default/other");
+        snap.usage_mut()
+            .forget_placement("n", &PodKey::new("default", "other"));
         snap.usage_mut().record_placement(
             None,
             "n",
@@ -440,7 +443,7 @@ mod tests {
                 None,
                 "n",
                 RecentPlacement {
-                    pod: format!("default/r{i}"),
+                    pod: PodKey::new("default", format!("r{i}")),
                     at_ms: NOW_MS - 1_000,
                     memory_bytes: 1.5 * GI,
                     memory_dist: dist,

@@ -158,7 +158,7 @@ impl ReservePlugin for ReservationPlugin {
             .max_by_key(|r| *r.node == *node);
         if let Some(r) = mine {
             let id = r.id.clone();
-            self.source.consume(&id, &pod.namespace, &pod.name, node);
+            self.source.consume(&id, &pod.key(), node);
             state.write(Consumed(id));
         }
         Status::success()

@@ -238,6 +238,7 @@ impl super::registry::PluginArgs for TargetLoadPackingArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::usage::RecentPlacement;
     use serde_json::json;
@@ -308,7 +309,7 @@ mod tests {
                 None,
                 "n",
                 RecentPlacement {
-                    pod: format!("default/{name}"),
+                    pod: PodKey::new("default", name),
                     at_ms: at,
                     cpu_cores: 1.0,
                     memory_bytes: 0.0,

@@ -189,6 +189,7 @@ impl FilterPlugin for VolumeRestrictions {
 mod tests {
     use super::*;
     use crate::framework::Code;
+    use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::snapshot::volumes::VolumeObject;
     use serde_json::json;
@@ -295,7 +296,7 @@ mod tests {
             assert_eq!(verdicts(&snap, p), want, "{what}");
         }
         // Once the user of the RWOP claim is gone, the claim is free.
-        snap.remove_pod("default", "rwop-user", "uid-rwop-user")
+        snap.remove_pod(&PodKey::new("default", "rwop-user"), "uid-rwop-user")
             .unwrap();
         assert_eq!(
             verdicts(&snap, using("p", None, pvc_volume("rwop"))),

@@ -42,11 +42,12 @@ use tokio::time::Instant;
 pub use crate::framework::{ClusterEvent, ClusterEvents, QueueingHints};
 pub use config::QueueConfig;
 pub use event::{Failure, FailureKind};
-pub use sort::{PodKey, QueueSort, QueuedPodInfo, queue_sort_less};
+pub use sort::{QueueSort, QueuedPodInfo, queue_sort_less};
 
 use sort::ActiveOrd;
 
 use crate::framework::Status;
+use crate::key::PodId;
 use crate::snapshot::PodInfo;
 
 /// The PreEnqueue check the queue runs before a pod may enter the active queue: `None` lets
@@ -118,7 +119,7 @@ impl QueueLengths {
 pub struct PendingPod {
     /// Namespace, name and uid.
     #[serde(flatten)]
-    pub key: PodKey,
+    pub id: PodId,
     /// `spec.priority`.
     pub priority: i32,
     /// Where the pod is.
@@ -179,12 +180,12 @@ struct InFlight {
 
 #[derive(Default)]
 struct Inner {
-    pods: HashMap<PodKey, Entry>,
-    active: BTreeMap<ActiveOrd, PodKey>,
-    backoff: BTreeMap<(Instant, u64), PodKey>,
-    unschedulable: HashSet<PodKey>,
-    gated: HashSet<PodKey>,
-    in_flight: HashMap<PodKey, InFlight>,
+    pods: HashMap<PodId, Entry>,
+    active: BTreeMap<ActiveOrd, PodId>,
+    backoff: BTreeMap<(Instant, u64), PodId>,
+    unschedulable: HashSet<PodId>,
+    gated: HashSet<PodId>,
+    in_flight: HashMap<PodId, InFlight>,
     next_seq: u64,
     closed: bool,
 }
@@ -254,7 +255,7 @@ impl SchedulingQueue {
         if pod.node_name().is_some() {
             return None;
         }
-        let key = PodKey::of(&pod);
+        let key = PodId::of(&pod);
         let mut inner = self.lock();
         if inner.pods.contains_key(&key) || inner.in_flight.contains_key(&key) {
             drop(inner);
@@ -291,7 +292,7 @@ impl SchedulingQueue {
     /// A pod that gained `spec.nodeName` was scheduled (by us or another scheduler) and
     /// leaves the queue. Returns where the pod is afterwards.
     pub fn update(&self, pod: Arc<PodInfo>) -> Option<SubQueue> {
-        let key = PodKey::of(&pod);
+        let key = PodId::of(&pod);
         if pod.node_name().is_some() {
             self.delete(&key);
             return None;
@@ -327,7 +328,7 @@ impl SchedulingQueue {
 
     /// Removes a pod (informer Delete) from wherever it is. A pod in flight is marked so that
     /// its requeue drops it. Returns whether the queue knew the pod.
-    pub fn delete(&self, key: &PodKey) -> bool {
+    pub fn delete(&self, key: &PodId) -> bool {
         let mut inner = self.lock();
         if let Some(f) = inner.in_flight.get_mut(key) {
             f.deleted = true;
@@ -420,7 +421,7 @@ impl SchedulingQueue {
         failure: impl Into<Failure>,
     ) -> Option<SubQueue> {
         let failure = failure.into();
-        let key = PodKey::of(&pod);
+        let key = PodId::of(&pod);
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.pods.contains_key(&key) {
@@ -468,7 +469,7 @@ impl SchedulingQueue {
 
     /// The pod's attempt ended (bound, or given up): forget its in-flight record. Upstream's
     /// `Done`. Attempts are forgotten with it, so a pod that comes back later starts afresh.
-    pub fn done(&self, key: &PodKey) {
+    pub fn done(&self, key: &PodId) {
         self.lock().in_flight.remove(key);
     }
 
@@ -487,7 +488,7 @@ impl SchedulingQueue {
         for f in inner.in_flight.values_mut() {
             f.events.insert(event);
         }
-        let candidates: Vec<PodKey> = inner
+        let candidates: Vec<PodId> = inner
             .unschedulable
             .iter()
             .filter(|k| {
@@ -528,7 +529,7 @@ impl SchedulingQueue {
         let now = Instant::now();
         let timeout = self.config.unschedulable_timeout;
         let mut inner = self.lock();
-        let stale: Vec<PodKey> = inner
+        let stale: Vec<PodId> = inner
             .unschedulable
             .iter()
             .chain(inner.gated.iter())
@@ -654,8 +655,8 @@ impl SchedulingQueue {
     pub fn pending(&self) -> Vec<PendingPod> {
         let now = Instant::now();
         let inner = self.lock();
-        let view = |key: &PodKey, e: &Entry, queue: SubQueue| PendingPod {
-            key: key.clone(),
+        let view = |key: &PodId, e: &Entry, queue: SubQueue| PendingPod {
+            id: key.clone(),
             priority: e.info.pod_info.priority,
             queue,
             attempts: e.info.attempts,
@@ -678,16 +679,16 @@ impl SchedulingQueue {
             (&inner.unschedulable, SubQueue::Unschedulable),
             (&inner.gated, SubQueue::Gated),
         ] {
-            let mut keys: Vec<&PodKey> = set.iter().collect();
+            let mut keys: Vec<&PodId> = set.iter().collect();
             keys.sort();
             out.extend(keys.into_iter().map(|k| view(k, &inner.pods[k], queue)));
         }
-        let mut flying: Vec<(&PodKey, &InFlight)> =
+        let mut flying: Vec<(&PodId, &InFlight)> =
             inner.in_flight.iter().filter(|(_, f)| !f.deleted).collect();
         flying.sort_by(|a, b| a.0.cmp(b.0));
         for (key, f) in flying {
             out.push(PendingPod {
-                key: key.clone(),
+                id: key.clone(),
                 priority: f.info.pod_info.priority,
                 queue: SubQueue::InFlight,
                 attempts: f.info.attempts,
@@ -720,11 +721,11 @@ impl SchedulingQueue {
     }
 
     /// Requeues the given unschedulable or gated pods; returns how many left their place.
-    fn requeue_keys(&self, inner: &mut Inner, mut keys: Vec<PodKey>, now: Instant) -> usize {
+    fn requeue_keys(&self, inner: &mut Inner, mut keys: Vec<PodId>, now: Instant) -> usize {
         // The candidates come from hash sets; filing them oldest first (then by key) keeps
         // FIFO fairness among equals and makes the order, and so a simulation, reproducible.
         keys.sort_by(|a, b| {
-            let t = |k: &PodKey| inner.pods.get(k).map(|e| e.info.timestamp);
+            let t = |k: &PodId| inner.pods.get(k).map(|e| e.info.timestamp);
             t(a).cmp(&t(b)).then_with(|| a.cmp(b))
         });
         let mut moved = 0;
@@ -749,7 +750,7 @@ impl SchedulingQueue {
 
     /// Files a detached entry in backoff if it is still backing off, else tries active
     /// (upstream's `movePodsToActiveOrBackoffQueue` for one pod).
-    fn requeue(&self, inner: &mut Inner, key: PodKey, entry: Entry, now: Instant) -> SubQueue {
+    fn requeue(&self, inner: &mut Inner, key: PodId, entry: Entry, now: Instant) -> SubQueue {
         let at = entry.info.timestamp + self.config.backoff_duration(entry.info.attempts);
         if at > now {
             inner.put(key, entry, Target::Backoff(at))
@@ -760,7 +761,7 @@ impl SchedulingQueue {
 
     /// Files a detached entry in active, or in gated when PreEnqueue refuses it (upstream's
     /// `moveToActiveQ`, which runs PreEnqueue on every way into the active queue).
-    fn enter_active(&self, inner: &mut Inner, key: PodKey, mut entry: Entry) -> SubQueue {
+    fn enter_active(&self, inner: &mut Inner, key: PodId, mut entry: Entry) -> SubQueue {
         match (self.pre_enqueue)(&entry.info.pod_info) {
             Some(status) => {
                 entry.last_failure = Some(status.to_string());
@@ -778,7 +779,7 @@ impl Inner {
     }
 
     /// Detaches a queued pod from its sub-queue and the pod map.
-    fn remove(&mut self, key: &PodKey) -> Option<Entry> {
+    fn remove(&mut self, key: &PodId) -> Option<Entry> {
         let entry = self.pods.remove(key)?;
         match entry.location {
             Location::Active(ord) => {
@@ -800,7 +801,7 @@ impl Inner {
     /// Files a detached entry. The active ordering key is built here from the entry's current
     /// priority and timestamp, so no caller can file a pod under a stale priority; a filing
     /// takes a fresh sequence number (FIFO among equals) unless it keeps its place.
-    fn put(&mut self, key: PodKey, mut entry: Entry, target: Target) -> SubQueue {
+    fn put(&mut self, key: PodId, mut entry: Entry, target: Target) -> SubQueue {
         let seq = self.seq();
         let (location, queue) = match target {
             Target::Active(keep) => {

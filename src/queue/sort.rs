@@ -1,59 +1,12 @@
-//! Queue entries, their identity, and the active queue's order (upstream's `PrioritySort`).
+//! Queue entries and the active queue's order (upstream's `PrioritySort`).
 
 use std::cmp::Reverse;
-use std::fmt;
 use std::sync::Arc;
 
-use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::key::PodId;
 use crate::snapshot::PodInfo;
-
-/// The identity of a queued pod: `namespace/name`, plus the uid when the pod has one.
-///
-/// The uid is part of the key so that a pod deleted and recreated under the same name (a
-/// StatefulSet replica, say) is a different entry: a late delete of the old incarnation must
-/// not remove the new one. Pods without a uid (tests, files for `headroom place`) have an
-/// empty uid and are keyed by `namespace/name` alone.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct PodKey {
-    /// `metadata.namespace`.
-    pub namespace: String,
-    /// `metadata.name`.
-    pub name: String,
-    /// `metadata.uid`, empty when absent.
-    pub uid: String,
-}
-
-impl PodKey {
-    /// A key from its parts.
-    pub fn new(
-        namespace: impl Into<String>,
-        name: impl Into<String>,
-        uid: impl Into<String>,
-    ) -> Self {
-        PodKey {
-            namespace: namespace.into(),
-            name: name.into(),
-            uid: uid.into(),
-        }
-    }
-
-    /// The key of a pod.
-    pub fn of(pod: &PodInfo) -> Self {
-        PodKey::new(&pod.namespace, &pod.name, &pod.uid)
-    }
-}
-
-impl fmt::Display for PodKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)?;
-        if !self.uid.is_empty() {
-            write!(f, " ({})", self.uid)?;
-        }
-        Ok(())
-    }
-}
 
 /// A pod as the queue hands it out (upstream's `QueuedPodInfo`).
 #[derive(Debug, Clone)]
@@ -71,9 +24,9 @@ pub struct QueuedPodInfo {
 }
 
 impl QueuedPodInfo {
-    /// The queue key of the pod.
-    pub fn key(&self) -> PodKey {
-        PodKey::of(&self.pod_info)
+    /// The queue's id of the pod.
+    pub fn id(&self) -> PodId {
+        PodId::of(&self.pod_info)
     }
 }
 

@@ -42,8 +42,8 @@ fn gated(name: &str, gates: &[&str]) -> Arc<PodInfo> {
     Arc::new(PodInfo::new(Arc::new(raw_pod(name, 0, gates))))
 }
 
-fn key(name: &str) -> PodKey {
-    PodKey::new("ns", name, format!("uid-{name}"))
+fn key(name: &str) -> PodId {
+    PodId::new(crate::key::PodKey::new("ns", name), format!("uid-{name}"))
 }
 
 /// The hints of the default profile's plugins, as the engine gives them to its queue.
@@ -58,7 +58,7 @@ fn queue() -> SchedulingQueue {
 }
 
 fn popped_name(q: &SchedulingQueue) -> Option<String> {
-    q.try_pop().map(|p| p.pod_info.name.clone())
+    q.try_pop().map(|p| p.pod_info.name.to_string())
 }
 
 fn no_fit(plugin: &'static str) -> Status {
@@ -68,7 +68,7 @@ fn no_fit(plugin: &'static str) -> Status {
 /// Pops `name` and reports its attempt as unschedulable by `plugin`.
 fn fail(q: &SchedulingQueue, name: &str, plugin: &'static str) -> Option<SubQueue> {
     let p = q.try_pop().expect("a pod to pop");
-    assert_eq!(p.pod_info.name, name);
+    assert_eq!(&*p.pod_info.name, name);
     q.add_unschedulable(p.pod_info, no_fit(plugin))
 }
 
@@ -188,7 +188,7 @@ async fn waiting_pop_wakes_when_backoff_expires() {
     let start = Instant::now();
     // No flush loop runs: `pop` itself sleeps until the backoff expiry.
     let p = q.pop().await.unwrap();
-    assert_eq!(p.pod_info.name, "p");
+    assert_eq!(&*p.pod_info.name, "p");
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 }
 
@@ -254,7 +254,7 @@ async fn events_move_only_pods_they_may_help() {
         q.pending()
             .into_iter()
             .filter(|p| p.queue == SubQueue::Unschedulable)
-            .map(|p| p.key.name)
+            .map(|p| p.id.key.name.to_string())
             .collect()
     };
     // A new pod only takes resources: neither taints nor fit can improve.
@@ -312,7 +312,7 @@ async fn flush_loop_brings_back_pods_until_shutdown() {
         waited >= Duration::from_secs(300) && waited <= Duration::from_secs(331),
         "{waited:?}"
     );
-    q.done(&p.key());
+    q.done(&p.id());
     stop.send(()).unwrap();
     looper.await.unwrap();
 }
@@ -333,7 +333,7 @@ async fn gated_pod_never_pops_until_ungated() {
     q.flush();
     assert!(q.try_pop().is_none());
     let listed = q.pending();
-    let g = listed.iter().find(|p| p.key.name == "g").unwrap();
+    let g = listed.iter().find(|p| &*p.id.key.name == "g").unwrap();
     assert_eq!(g.queue, SubQueue::Gated);
     assert!(
         g.last_failure
@@ -348,7 +348,7 @@ async fn gated_pod_never_pops_until_ungated() {
     assert!(q.try_pop().is_none());
     assert_eq!(q.update(gated("g", &[])), Some(SubQueue::Active));
     let p = q.try_pop().unwrap();
-    assert_eq!((p.pod_info.name.as_str(), p.attempts), ("g", 1));
+    assert_eq!((&*p.pod_info.name, p.attempts), ("g", 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -393,7 +393,7 @@ async fn delete_removes_from_every_place() {
     let unsched = q.try_pop().unwrap();
     q.add_unschedulable(unsched.pod_info, no_fit("NodeResourcesFit"));
     let flying = q.try_pop().unwrap();
-    assert_eq!(flying.pod_info.name, "flying");
+    assert_eq!(&*flying.pod_info.name, "flying");
     assert_eq!(
         q.len(),
         QueueLengths {
@@ -494,7 +494,7 @@ async fn events_and_updates_during_a_cycle_are_not_lost() {
     advance(Duration::from_secs(1)).await;
     // Both backoffs expire together; the updated priority puts "u" first.
     let p2 = q.try_pop().unwrap();
-    assert_eq!(p2.pod_info.name, "u");
+    assert_eq!(&*p2.pod_info.name, "u");
     assert_eq!(p2.pod_info.priority, 7);
     // An event that cannot help the pod's rejector does not count.
     q.move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
@@ -509,7 +509,7 @@ async fn done_forgets_attempts_and_bound_pods_leave() {
     let q = queue();
     q.add(pod("p", 0));
     let p = q.try_pop().unwrap();
-    q.done(&p.key());
+    q.done(&p.id());
     assert!(q.is_empty());
     q.add(pod("p", 0));
     assert_eq!(q.try_pop().unwrap().attempts, 1);
@@ -536,10 +536,7 @@ async fn pending_lists_everything_with_reasons() {
         Status::unschedulable("Insufficient cpu").with_plugin("NodeResourcesFit"),
     );
     let list = q.pending();
-    let names: Vec<(&str, SubQueue)> = list
-        .iter()
-        .map(|p| (p.key.name.as_str(), p.queue))
-        .collect();
+    let names: Vec<(&str, SubQueue)> = list.iter().map(|p| (&*p.id.key.name, p.queue)).collect();
     assert_eq!(
         names,
         [
@@ -601,7 +598,7 @@ async fn concurrent_producers_and_consumer() {
             let mut seen = HashSet::new();
             while seen.len() < PRODUCERS * EACH {
                 let p = q.pop().await.expect("queue open");
-                q.done(&p.key());
+                q.done(&p.id());
                 assert!(seen.insert(p.pod_info.name.clone()), "popped twice");
             }
             seen

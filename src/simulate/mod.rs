@@ -31,6 +31,7 @@ use crate::analytics;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, PluginSetting};
 use crate::engine::{Engine, EngineError};
+use crate::key::PodKey;
 use crate::plugins::KNOWN_PLUGINS;
 use crate::snapshot::PodInfo;
 use headroom_storage::{Store, UsageSummary};
@@ -622,12 +623,12 @@ fn attach(hook: ApiHook, engine: &Engine) -> Result<Attached, Error> {
 struct SimBinder {
     cluster: Arc<crate::cluster::ClusterState>,
     clock: Clock,
-    bound: std::sync::Mutex<Vec<(String, String, Arc<Pod>)>>,
+    bound: std::sync::Mutex<Vec<(PodKey, String, Arc<Pod>)>>,
 }
 
 impl SimBinder {
-    /// `(namespace/name, node, the bound pod)` of every binding since the last call.
-    fn take(&self) -> Vec<(String, String, Arc<Pod>)> {
+    /// `(pod, node, the bound pod object)` of every binding since the last call.
+    fn take(&self) -> Vec<(PodKey, String, Arc<Pod>)> {
         std::mem::take(&mut *self.bound.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }

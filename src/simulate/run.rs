@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::decisions::{OutcomeHandler, Settled};
 use crate::engine::{Drive, Engine, Parts};
 use crate::framework::Nomination;
+use crate::key::PodKey;
 use crate::reservation::InMemoryReservations;
 use crate::scheduling_loop::SchedulingLoop;
 use crate::usage::file::UsageFile;
@@ -214,9 +215,9 @@ struct Sim<'a> {
     nodes: Vec<NodeState>,
     node_series: HashMap<String, [SeriesId; 4]>,
     /// Ordered, so float sums (and so the report) are identical run to run.
-    running_pods: BTreeMap<String, Running>,
+    running_pods: BTreeMap<PodKey, Running>,
     /// Pods submitted and not placed yet: when they arrived, and what they are.
-    arrived_at: HashMap<String, (i64, Arrival)>,
+    arrived_at: HashMap<PodKey, (i64, Arrival)>,
     /// The nodes each builder ran on.
     history: HashMap<(usize, usize), HashSet<String>>,
     resubmits: usize,
@@ -324,7 +325,10 @@ impl<'a> Sim<'a> {
     fn resubmit(&mut self, a: Arrival, old: &str, now: i64) -> Result<(), Error> {
         self.resubmits += 1;
         let pname = format!("{old}-r{}", self.resubmits);
-        let key = format!("{}/{pname}", self.s.workloads[a.workload].namespace);
+        let key = PodKey::new(
+            self.s.workloads[a.workload].namespace.as_str(),
+            pname.as_str(),
+        );
         self.arrived_at.insert(key, (now, a.clone()));
         self.r.arrived += 1;
         self.r.resubmitted += 1;
@@ -335,7 +339,7 @@ impl<'a> Sim<'a> {
     /// place; anything else leaves (a build fails and its pipeline runs it again from
     /// scratch; an evicted or moved pod's controller makes a new one) and is submitted
     /// again for the scheduler to place anew.
-    fn take_off(&mut self, k: String, kill: Kill, now: i64) -> Result<(), Error> {
+    fn take_off(&mut self, k: PodKey, kill: Kill, now: i64) -> Result<(), Error> {
         let Some(mut p) = self.running_pods.remove(&k) else {
             return Ok(());
         };
@@ -407,7 +411,7 @@ impl<'a> Sim<'a> {
                 }
             } else if let Some(name) = &e.remove_node {
                 self.nodes.retain(|n| &n.name != name);
-                let lost: Vec<String> = self
+                let lost: Vec<PodKey> = self
                     .running_pods
                     .iter()
                     .filter(|(_, p)| &p.node == name)
@@ -446,7 +450,7 @@ impl<'a> Sim<'a> {
             let w = &self.s.workloads[a.workload];
             let name = format!("{}-{}", w.name, a.seq);
             self.arrived_at.insert(
-                format!("{}/{name}", w.namespace),
+                PodKey::new(w.namespace.as_str(), name.as_str()),
                 (self.fixed.epoch + a.at_ms, a.clone()),
             );
             self.r.arrived += 1;
@@ -458,7 +462,7 @@ impl<'a> Sim<'a> {
     /// Completions: the pod leaves the cluster; its run is recorded as the collectors' run
     /// detection would record it.
     fn complete(&mut self, now: i64) -> Result<(), Error> {
-        let done: Vec<String> = self
+        let done: Vec<PodKey> = self
             .running_pods
             .iter()
             .filter(|(_, p)| p.end_ms.is_some_and(|e| e <= now))
@@ -510,7 +514,7 @@ impl<'a> Sim<'a> {
     fn overcommit(
         &self,
         demand: &HashMap<String, (f64, f64)>,
-    ) -> (HashMap<String, f64>, Vec<(String, Kill)>) {
+    ) -> (HashMap<String, f64>, Vec<(PodKey, Kill)>) {
         let oc = &self.s.overcommit;
         let mut share = HashMap::new();
         let mut victims = Vec::new();
@@ -527,7 +531,7 @@ impl<'a> Sim<'a> {
                 continue;
             }
             // (key, memory, request) of the pods on the node.
-            let mut on: Vec<(&String, f64, f64)> = self
+            let mut on: Vec<(&PodKey, f64, f64)> = self
                 .running_pods
                 .iter()
                 .filter(|(_, p)| p.node == n.name)
@@ -560,7 +564,7 @@ impl<'a> Sim<'a> {
                 // The kubelet: one pod per pass, pods above their requests first, the most
                 // above first.
                 on.sort_by(|a, b| {
-                    let above = |x: &(&String, f64, f64)| x.1 > x.2;
+                    let above = |x: &(&PodKey, f64, f64)| x.1 > x.2;
                     above(b)
                         .cmp(&above(a))
                         .then((b.1 - b.2).total_cmp(&(a.1 - a.2)))
@@ -748,7 +752,7 @@ impl<'a> Sim<'a> {
             std::mem::take(&mut *self.preemptions.0.lock().unwrap_or_else(|e| e.into_inner()));
         for n in nominations {
             for v in &n.victims {
-                self.take_off(format!("{}/{}", v.namespace, v.name), Kill::Preempted, now)?;
+                self.take_off(v.key(), Kill::Preempted, now)?;
             }
         }
         Ok(())

@@ -438,7 +438,7 @@ mod tests {
             let labels: crate::selector::Labels = serde_json::from_value(l).unwrap();
             let mut v: Vec<String> = idx
                 .anti_affinity_terms_for(&labels)
-                .map(|e| e.pod.name.clone())
+                .map(|e| e.pod.name.to_string())
                 .collect();
             v.sort();
             v

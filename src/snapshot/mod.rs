@@ -26,6 +26,7 @@ pub use node_info::{DISK_FREE_ANNOTATION, DISK_TOTAL_ANNOTATION, NodeImage, Node
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 pub use table::NodeTable;
 
+use crate::key::PodKey;
 use crate::selector::Labels;
 use crate::usage::{RecentPlacement, RecentTable, UsageContext, UsageRows};
 
@@ -58,8 +59,8 @@ pub struct Snapshot {
     nodes_with_affinity_pods: u32,
     /// Namespace labels, for namespaceSelector.
     namespace_labels: HashMap<String, Labels>,
-    /// Where each pod sits: pod key (uid, or namespace/name) → node.
-    pod_nodes: HashMap<String, NodeIdx>,
+    /// Where each pod sits ([`PodNodes`]).
+    pod_nodes: PodNodes,
     /// Label index over all assigned pods.
     pod_index: PodIndex,
     /// Real usage, time, reservations and recent placements (see [`crate::usage`]).
@@ -171,11 +172,46 @@ impl<T: Clone> Cached<T> {
     }
 }
 
-fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
-    if uid.is_empty() {
-        format!("{namespace}/{name}")
-    } else {
-        uid.to_string()
+/// The node of each pod in the snapshot: by uid when the pod has one, so that two
+/// incarnations of a pod recreated under the same name (a StatefulSet replica: the old one
+/// still terminating on its node, the new one placed) are told apart; by [`PodKey`] for
+/// pods without a uid (tests and `headroom place`'s files). A lookup goes by the uid it is
+/// given when that is not empty, else by the key.
+#[derive(Debug, Clone, Default)]
+struct PodNodes {
+    /// Pods with a uid, by uid.
+    by_uid: HashMap<String, NodeIdx>,
+    /// Pods without a uid, by namespace/name.
+    by_key: HashMap<PodKey, NodeIdx>,
+}
+
+impl PodNodes {
+    fn get(&self, key: &PodKey, uid: &str) -> Option<NodeIdx> {
+        if uid.is_empty() {
+            self.by_key.get(key).copied()
+        } else {
+            self.by_uid.get(uid).copied()
+        }
+    }
+
+    fn contains(&self, key: &PodKey, uid: &str) -> bool {
+        self.get(key, uid).is_some()
+    }
+
+    fn insert(&mut self, key: PodKey, uid: &str, idx: NodeIdx) {
+        if uid.is_empty() {
+            self.by_key.insert(key, idx);
+        } else {
+            self.by_uid.insert(uid.to_string(), idx);
+        }
+    }
+
+    fn remove(&mut self, key: &PodKey, uid: &str) -> Option<NodeIdx> {
+        if uid.is_empty() {
+            self.by_key.remove(key)
+        } else {
+            self.by_uid.remove(uid)
+        }
     }
 }
 
@@ -253,7 +289,7 @@ impl Snapshot {
 
     /// Forgets a placement ([`UsageContext::forget_placement`]) and folds the node's
     /// recent placements again.
-    pub fn forget_placement(&mut self, node: &str, pod: &str) {
+    pub fn forget_placement(&mut self, node: &str, pod: &PodKey) {
         self.change_recent(node, |u| u.forget_placement(node, pod));
     }
 
@@ -410,9 +446,10 @@ impl Snapshot {
         &self.pod_index
     }
 
-    /// Which node a pod sits on.
-    pub fn node_of_pod(&self, namespace: &str, name: &str, uid: &str) -> Option<NodeIdx> {
-        self.pod_nodes.get(&pod_key(namespace, name, uid)).copied()
+    /// Which node a pod sits on: the pod with `uid` when it is not empty, else the pod
+    /// `key` without a uid.
+    pub fn node_of_pod(&self, key: &PodKey, uid: &str) -> Option<NodeIdx> {
+        self.pod_nodes.get(key, uid)
     }
 
     /// The workload objects default topology spreading reads.
@@ -516,8 +553,7 @@ impl Snapshot {
         self.layout += 1;
         let info = self.nodes[idx as usize].clone();
         for p in &info.pods {
-            self.pod_nodes
-                .remove(&pod_key(&p.namespace, &p.name, &p.uid));
+            self.pod_nodes.remove(&p.key(), &p.uid);
             self.pod_index.remove(idx, p);
             if volumes::has_claims(&p.pod) {
                 Arc::make_mut(&mut self.volumes).count_pod(&p.pod, false);
@@ -543,8 +579,7 @@ impl Snapshot {
             self.index_addresses(&moved, idx, true);
             self.by_name.insert(moved.name.clone(), idx);
             for p in &moved.pods {
-                self.pod_nodes
-                    .insert(pod_key(&p.namespace, &p.name, &p.uid), idx);
+                self.pod_nodes.insert(p.key(), &p.uid, idx);
                 self.pod_index.remove(last as NodeIdx, p);
                 self.pod_index.add(idx, p);
             }
@@ -557,11 +592,12 @@ impl Snapshot {
         let Some(idx) = self.index_of(node) else {
             return false;
         };
-        let key = pod_key(&pod.namespace, &pod.name, &pod.uid);
-        if self.pod_nodes.contains_key(&key) {
+        let key = pod.key();
+        if self.pod_nodes.contains(&key, &pod.uid) {
             // Already present (an update): replace it.
-            self.remove_pod(&pod.namespace, &pod.name, &pod.uid);
+            self.remove_pod(&key, &pod.uid);
         }
+        self.pod_nodes.insert(key, &pod.uid, idx);
         self.generation += 1;
         self.pod_index.add(idx, &pod);
         // Only pods with claims touch the volumes (their claims' use counts).
@@ -573,7 +609,6 @@ impl Snapshot {
             self.nodes_with_affinity_pods += 1;
         }
         self.table.set_requested(idx as usize, info);
-        self.pod_nodes.insert(key, idx);
         if let Some(p) = with_claims {
             Arc::make_mut(&mut self.volumes).count_pod(&p, true);
         }
@@ -591,14 +626,14 @@ impl Snapshot {
         Arc::make_mut(&mut self.policy)
     }
 
-    /// Removes a pod from whatever node it is on; returns it when found.
-    pub fn remove_pod(&mut self, namespace: &str, name: &str, uid: &str) -> Option<Arc<PodInfo>> {
-        let key = pod_key(namespace, name, uid);
-        let idx = self.pod_nodes.remove(&key)?;
+    /// Removes a pod from whatever node it is on (found as [`Snapshot::node_of_pod`]
+    /// finds it); returns it when found.
+    pub fn remove_pod(&mut self, key: &PodKey, uid: &str) -> Option<Arc<PodInfo>> {
+        let idx = self.pod_nodes.remove(key, uid)?;
         self.generation += 1;
         let info = Arc::make_mut(&mut self.nodes[idx as usize]);
         let had_affinity = info.pods_with_affinity > 0;
-        let pod = info.remove_pod(namespace, name, uid)?;
+        let pod = info.remove_pod(key, uid)?;
         if had_affinity && info.pods_with_affinity == 0 {
             self.nodes_with_affinity_pods -= 1;
         }
@@ -633,6 +668,27 @@ mod tests {
         .unwrap()
     }
 
+    /// Pods with a uid are found by uid, pods without one by their key: a pod without a uid
+    /// and one with the same name and a uid (a recreated incarnation) are two pods.
+    #[test]
+    fn pods_found_by_uid_or_by_key() {
+        let mut s = Snapshot::build([node("a", "img:1"), node("b", "img:1")], []);
+        let mut bare = pod("p", "a", "1");
+        bare.metadata.uid = None;
+        let key = PodKey::new("default", "p");
+        assert!(s.add_pod(Arc::new(PodInfo::new(Arc::new(bare))), "a"));
+        assert!(s.add_pod(Arc::new(PodInfo::new(Arc::new(pod("p", "b", "2")))), "b"));
+        let (a, b) = (s.index_of("a"), s.index_of("b"));
+        assert_eq!(s.node_of_pod(&key, ""), a);
+        assert_eq!(s.node_of_pod(&key, "uid-p"), b);
+        assert_eq!(s.node_of_pod(&key, "uid-other"), None);
+        assert!(s.remove_pod(&key, "uid-p").is_some());
+        assert_eq!(s.get("b").unwrap().requested.milli_cpu, 0);
+        assert_eq!(s.node_of_pod(&key, ""), a);
+        assert!(s.remove_pod(&key, "").is_some());
+        assert_eq!(s.get("a").unwrap().requested.milli_cpu, 0);
+    }
+
     #[test]
     fn incremental_updates_keep_aggregates() {
         let mut s = Snapshot::build(
@@ -647,19 +703,26 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert_eq!(s.get("a").unwrap().requested.milli_cpu, 1500);
         assert_eq!(s.image_node_count("img:1"), 2);
-        s.remove_pod("default", "p1", "uid-p1").unwrap();
+        s.remove_pod(&PodKey::new("default", "p1"), "uid-p1")
+            .unwrap();
         assert_eq!(s.get("a").unwrap().requested.milli_cpu, 500);
         // Removing "a" moves "c" into its slot; its pods must follow.
         assert!(s.remove_node("a"));
         assert_eq!(s.len(), 2);
         assert_eq!(s.image_node_count("img:1"), 1);
         let c = s.index_of("c").unwrap();
-        assert_eq!(s.node_of_pod("default", "p3", "uid-p3"), Some(c));
+        assert_eq!(
+            s.node_of_pod(&PodKey::new("default", "p3"), "uid-p3"),
+            Some(c)
+        );
         assert_eq!(s.names()[c as usize].as_ref(), "c");
         assert_eq!(s.get("c").unwrap().idx, c);
         assert_eq!(s.image_nodes("img:2"), [(c, 100)]);
         assert_eq!(s.image_nodes("img:1"), [(s.index_of("b").unwrap(), 100)]);
-        assert!(s.remove_pod("default", "p3", "uid-p3").is_some());
+        assert!(
+            s.remove_pod(&PodKey::new("default", "p3"), "uid-p3")
+                .is_some()
+        );
         assert_eq!(s.get("c").unwrap().requested.milli_cpu, 0);
         let g = s.generation();
         s.upsert_node(Arc::new(node("b", "img:3")));
@@ -700,7 +763,7 @@ mod tests {
         p.spec.as_mut().unwrap().node_name = Some("node-00007".into());
         s.add_pod(Arc::new(PodInfo::new(Arc::new(p))), "node-00007");
         s.table.assert_mirrors(&s.nodes);
-        s.remove_pod("default", "x", "uid-x").unwrap();
+        s.remove_pod(&PodKey::new("default", "x"), "uid-x").unwrap();
         s.table.assert_mirrors(&s.nodes);
         // Label values whose last node left are recycled.
         let col = s.table().labels.column("kubernetes.io/hostname").unwrap();

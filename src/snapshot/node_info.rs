@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 
 use super::NodeIdx;
 use super::pod_info::{HostPort, PodInfo};
+use crate::key::PodKey;
 use crate::resources::{Resources, node_allocatable};
 use crate::selector::Labels;
 
@@ -240,12 +241,12 @@ impl NodeInfo {
     }
 
     /// Removes a pod by uid (or namespace/name when uids are empty); returns it when found.
-    pub fn remove_pod(&mut self, namespace: &str, name: &str, uid: &str) -> Option<Arc<PodInfo>> {
+    pub fn remove_pod(&mut self, key: &PodKey, uid: &str) -> Option<Arc<PodInfo>> {
         let pos = self.pods.iter().position(|p| {
             if !uid.is_empty() && !p.uid.is_empty() {
                 p.uid == uid
             } else {
-                p.namespace == namespace && p.name == name
+                p.is(key)
             }
         })?;
         let pod = self.pods.swap_remove(pos);

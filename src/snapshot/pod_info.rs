@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm};
 
+use crate::key::{PodId, PodKey};
 use crate::resources::{PodRequests, pod_requests};
 use crate::selector::{Labels, Selector};
 
@@ -74,7 +75,7 @@ impl AffinityTerm {
     /// Whether `pod` (in a namespace with `namespace_labels`) is one the term is about.
     #[inline]
     pub fn matches(&self, pod: &PodInfo, namespace_labels: &Labels) -> bool {
-        (self.namespaces.contains(&pod.namespace)
+        (self.namespaces.contains(&*pod.namespace)
             || self.namespace_selector.matches(namespace_labels))
             && self.selector.matches(pod.labels())
     }
@@ -124,15 +125,33 @@ fn preferred_terms(
         .collect()
 }
 
+impl PodKey {
+    /// The key of a pod the scheduler knows (its namespace and name, shared: allocates
+    /// nothing).
+    pub fn of(pod: &PodInfo) -> PodKey {
+        PodKey {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+        }
+    }
+}
+
+impl PodId {
+    /// The id of a pod the scheduler knows (its key and uid).
+    pub fn of(pod: &PodInfo) -> PodId {
+        PodId::new(PodKey::of(pod), pod.uid.clone())
+    }
+}
+
 /// A pod plus what the scheduler derives from it once: requests, ports, affinity terms.
 #[derive(Debug, Clone)]
 pub struct PodInfo {
     /// The pod as given.
     pub pod: Arc<Pod>,
-    /// `metadata.namespace` (`default` when absent).
-    pub namespace: String,
-    /// `metadata.name`.
-    pub name: String,
+    /// `metadata.namespace` (`default` when absent); shared with the pod's [`PodKey`].
+    pub namespace: Arc<str>,
+    /// `metadata.name`; shared with the pod's [`PodKey`].
+    pub name: Arc<str>,
     /// `metadata.uid` (empty when absent).
     pub uid: String,
     /// `spec.priority` (0 when absent).
@@ -157,10 +176,7 @@ impl PodInfo {
     /// Derives the scheduling view of a pod. Never fails: problems land in `error`.
     pub fn new(pod: Arc<Pod>) -> PodInfo {
         let meta = &pod.metadata;
-        let namespace = meta
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string());
+        let PodKey { namespace, name } = PodKey::of_pod(&pod);
         let mut error = None;
         let requests = match pod_requests(&pod) {
             Ok(r) => r,
@@ -195,7 +211,7 @@ impl PodInfo {
         }
         let mut info = PodInfo {
             namespace,
-            name: meta.name.clone().unwrap_or_default(),
+            name,
             uid: meta.uid.clone().unwrap_or_default(),
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
             requests,
@@ -259,9 +275,14 @@ impl PodInfo {
         self.pod.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS)
     }
 
-    /// `namespace/name`.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+    /// The pod's key, `namespace/name` (shares the pod's strings: allocates nothing).
+    pub fn key(&self) -> PodKey {
+        PodKey::of(self)
+    }
+
+    /// Whether `key` is this pod's key.
+    pub fn is(&self, key: &PodKey) -> bool {
+        key.is(&self.namespace, &self.name)
     }
 
     /// The pod's tolerations.

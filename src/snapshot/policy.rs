@@ -14,6 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
 use super::PodInfo;
+use crate::key::PodKey;
 use crate::selector::Selector;
 
 /// One PodDisruptionBudget as preemption reads it.
@@ -61,7 +62,7 @@ impl DisruptionBudget {
     /// `filterPodsWithPDBViolation`: same namespace, a non-empty selector matching the
     /// pod's labels, and the pod not already in `disruptedPods`).
     pub fn covers(&self, pod: &PodInfo) -> bool {
-        if self.namespace != pod.namespace || pod.labels().is_empty() {
+        if *self.namespace != *pod.namespace || pod.labels().is_empty() {
             return false;
         }
         let Some(sel) = &self.selector else {
@@ -70,7 +71,7 @@ impl DisruptionBudget {
         if sel.is_everything() || !sel.matches(pod.labels()) {
             return false;
         }
-        !self.disrupted_pods.contains(&pod.name)
+        !self.disrupted_pods.contains(&*pod.name)
     }
 }
 
@@ -95,11 +96,12 @@ pub struct PolicyObjects {
     /// Pods nominated to a node by preemption and not placed yet (upstream's nominator),
     /// by node name.
     nominated: BTreeMap<String, Vec<Arc<PodInfo>>>,
-    /// The node each nominated pod is on, by `namespace/name`.
-    nominated_pods: BTreeMap<String, String>,
+    /// The node each nominated pod is on.
+    nominated_pods: BTreeMap<PodKey, String>,
 }
 
-fn key(namespace: &str, name: &str) -> String {
+/// A budget's `namespace/name` (the order budgets are listed in).
+fn pdb_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
@@ -107,12 +109,13 @@ impl PolicyObjects {
     /// Adds or replaces a budget.
     pub fn upsert_pdb(&mut self, pdb: &PodDisruptionBudget) {
         let b = DisruptionBudget::new(pdb);
-        self.pdbs.insert(key(&b.namespace, &b.name), Arc::new(b));
+        self.pdbs
+            .insert(pdb_key(&b.namespace, &b.name), Arc::new(b));
     }
 
     /// Removes a budget; true when it was there.
     pub fn remove_pdb(&mut self, namespace: &str, name: &str) -> bool {
-        self.pdbs.remove(&key(namespace, name)).is_some()
+        self.pdbs.remove(&pdb_key(namespace, name)).is_some()
     }
 
     /// Replaces every budget.
@@ -167,8 +170,8 @@ impl PolicyObjects {
     /// of lower priority nominated to the same node lose their nomination (upstream's
     /// executor clears their `nominatedNodeName`): they are returned.
     pub fn nominate(&mut self, pod: Arc<PodInfo>, node: &str) -> Vec<Arc<PodInfo>> {
-        let k = key(&pod.namespace, &pod.name);
-        self.unnominate(&pod.namespace, &pod.name);
+        let k = pod.key();
+        self.unnominate(&k);
         let lower: Vec<Arc<PodInfo>> = self
             .nominated
             .get(node)
@@ -180,7 +183,7 @@ impl PolicyObjects {
             })
             .unwrap_or_default();
         for p in &lower {
-            self.unnominate(&p.namespace, &p.name);
+            self.unnominate(&p.key());
         }
         self.nominated_pods.insert(k, node.to_string());
         self.nominated
@@ -191,12 +194,12 @@ impl PolicyObjects {
     }
 
     /// Forgets a pod's nomination (placed, deleted); true when it had one.
-    pub fn unnominate(&mut self, namespace: &str, name: &str) -> bool {
-        let Some(node) = self.nominated_pods.remove(&key(namespace, name)) else {
+    pub fn unnominate(&mut self, pod: &PodKey) -> bool {
+        let Some(node) = self.nominated_pods.remove(pod) else {
             return false;
         };
         if let Some(pods) = self.nominated.get_mut(&node) {
-            pods.retain(|p| !(p.namespace == namespace && p.name == name));
+            pods.retain(|p| !p.is(pod));
             if pods.is_empty() {
                 self.nominated.remove(&node);
             }
@@ -210,21 +213,19 @@ impl PolicyObjects {
     }
 
     /// Whether this pod has a nomination.
-    pub fn is_nominated(&self, namespace: &str, name: &str) -> bool {
-        self.nominated_pods.contains_key(&key(namespace, name))
+    pub fn is_nominated(&self, pod: &PodKey) -> bool {
+        self.nominated_pods.contains_key(pod)
     }
 
     /// The pods nominated to `node` that count against `pod` (upstream's
     /// `addGENominatedPods`): priority at least the pod's, the pod itself excluded.
     pub fn nominated_against(&self, node: &str, pod: &PodInfo) -> Vec<Arc<PodInfo>> {
+        let key = pod.key();
         self.nominated
             .get(node)
             .map(|pods| {
                 pods.iter()
-                    .filter(|p| {
-                        p.priority >= pod.priority
-                            && !(p.namespace == pod.namespace && p.name == pod.name)
-                    })
+                    .filter(|p| p.priority >= pod.priority && !p.is(&key))
                     .cloned()
                     .collect()
             })
@@ -292,8 +293,8 @@ mod tests {
         };
         assert!(!p.has_nominations());
         p.nominate(with_priority("big", 1000), "n1");
-        assert!(p.has_nominations() && p.is_nominated("default", "big"));
-        let names = |v: Vec<Arc<PodInfo>>| v.iter().map(|x| x.name.clone()).collect::<Vec<_>>();
+        assert!(p.has_nominations() && p.is_nominated(&PodKey::new("default", "big")));
+        let names = |v: Vec<Arc<PodInfo>>| v.iter().map(|x| x.name.to_string()).collect::<Vec<_>>();
         assert_eq!(
             names(p.nominated_against("n1", &with_priority("low", 10))),
             ["big"]
@@ -317,8 +318,8 @@ mod tests {
         // A higher-priority nomination to the same node clears the lower one.
         let cleared = p.nominate(with_priority("bigger", 5000), "n1");
         assert_eq!(names(cleared), ["big"]);
-        assert!(!p.is_nominated("default", "big"));
-        assert!(p.unnominate("default", "bigger"));
+        assert!(!p.is_nominated(&PodKey::new("default", "big")));
+        assert!(p.unnominate(&PodKey::new("default", "bigger")));
         // A new nomination moves it.
         p.nominate(with_priority("big", 1000), "n1");
         p.nominate(with_priority("big", 1000), "n2");
@@ -326,8 +327,8 @@ mod tests {
             p.nominated_against("n1", &with_priority("low", 10))
                 .is_empty()
         );
-        assert!(p.unnominate("default", "big"));
-        assert!(!p.unnominate("default", "big"));
+        assert!(p.unnominate(&PodKey::new("default", "big")));
+        assert!(!p.unnominate(&PodKey::new("default", "big")));
         assert!(!p.has_nominations());
     }
 

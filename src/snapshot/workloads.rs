@@ -226,7 +226,7 @@ impl Workloads {
     /// its controlling ReplicationController's selector (merged) or ReplicaSet's /
     /// StatefulSet's requirements (added). Empty (no requirements) when nothing applies.
     pub fn default_selector(&self, pod: &PodInfo) -> Selector {
-        let Some(objects) = self.by_namespace.get(&pod.namespace) else {
+        let Some(objects) = self.by_namespace.get(&*pod.namespace) else {
             return Selector::everything();
         };
         let labels = pod.labels();

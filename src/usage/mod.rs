@@ -20,6 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::analytics::UsageView;
+use crate::key::PodKey;
 
 pub use node::{
     Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal, UsageRow, UsageRows,
@@ -45,8 +46,8 @@ const MAX_STARTS: usize = 256;
 /// include it (crane's "hot value": usage lags placement by a scrape interval or more).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecentPlacement {
-    /// Pod `namespace/name`.
-    pub pod: String,
+    /// The pod.
+    pub pod: PodKey,
     /// When it was assumed, ms since the epoch.
     pub at_ms: i64,
     /// Predicted CPU, cores.
@@ -118,9 +119,9 @@ impl UsageContext {
     }
 
     /// Forgets a placement (its bind failed or the pod left).
-    pub fn forget_placement(&mut self, node: &str, pod: &str) {
+    pub fn forget_placement(&mut self, node: &str, pod: &PodKey) {
         if let Some(list) = self.recent.get_mut(node) {
-            list.retain(|r| r.pod != pod);
+            list.retain(|r| r.pod != *pod);
             self.recent_version += 1;
         }
     }
@@ -197,7 +198,7 @@ mod tests {
         view.nodes.insert("n".into(), n);
         ctx.view = Arc::new(view);
         let placed = |pod: &str, at_ms: i64| RecentPlacement {
-            pod: pod.into(),
+            pod: PodKey::new("ns", pod),
             at_ms,
             cpu_cores: 1.0,
             memory_bytes: 100.0,
@@ -209,7 +210,7 @@ mod tests {
         ctx.record_placement(None, "n", placed("old", -300_000)); // sampled, 400 s old
         let shares = |warmup: i64| -> Vec<(String, f64)> {
             ctx.uncounted("n", warmup)
-                .map(|(r, s)| (r.pod.clone(), (s * 100.0).round() / 100.0))
+                .map(|(r, s)| (r.pod.name.to_string(), (s * 100.0).round() / 100.0))
                 .collect()
         };
         // Warmup 5 min: the sampled 60 s-old pod still counts 80 %; the old one not at all.

@@ -233,10 +233,11 @@ pub(super) fn newest_of(view: &UsageView, node: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::PodKey;
 
     fn placed(pod: &str, at_ms: i64, x: f64) -> RecentPlacement {
         RecentPlacement {
-            pod: pod.into(),
+            pod: PodKey::new("ns", pod),
             at_ms,
             cpu_cores: x,
             memory_bytes: x * 1e9,
@@ -338,11 +339,11 @@ mod tests {
         snap.usage_mut().view = Arc::new(view);
         snap.usage_mut().now_ms = 100;
         let first = Arc::as_ptr(&snap.recent_table());
-        snap.record_placement(None, "a", placed("ns/p", 60, 1.0));
-        snap.record_placement(None, "b", placed("ns/q", 40, 2.0));
-        snap.record_placement(None, "b", placed("ns/r", 70, 4.0));
-        snap.record_placement(None, "gone", placed("ns/s", 70, 8.0));
-        snap.forget_placement("a", "ns/p");
+        snap.record_placement(None, "a", placed("p", 60, 1.0));
+        snap.record_placement(None, "b", placed("q", 40, 2.0));
+        snap.record_placement(None, "b", placed("r", 70, 4.0));
+        snap.record_placement(None, "gone", placed("s", 70, 8.0));
+        snap.forget_placement("a", &PodKey::new("ns", "p"));
         let kept = snap.recent_table();
         assert_eq!(Arc::as_ptr(&kept), first, "refolded in place");
         let fresh = RecentTable::build(snap.usage(), snap.len(), kept.layout, |n| snap.index_of(n));

@@ -14,6 +14,7 @@ use headroom::config::Config;
 use headroom::decisions::{DecisionLog, LogLimits};
 use headroom::engine::{Drive, Engine, Parts, Phase, Running};
 use headroom::framework::{BindPlugin, BoxFuture, Plugin, Status};
+use headroom::key::PodKey;
 use headroom::metrics::Metrics;
 use headroom::scheduler::Scheduler;
 use headroom::scheduling_loop::InstantBinder;
@@ -676,7 +677,10 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         (2, 2, 0)
     );
     assert!(
-        state.decisions().by_pod("default", "first").is_none(),
+        state
+            .decisions()
+            .by_pod(&PodKey::new("default", "first"))
+            .is_none(),
         "evicted"
     );
 

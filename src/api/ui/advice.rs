@@ -61,14 +61,11 @@ fn hot_node(p: &mut Page, n: &HotNode, decisions: &DecisionLog) {
         p.h.raw("<tr><td>");
         // A link only where there is a decision to show: the pods advice moves have often
         // run for long, past the decision log's memory.
-        match m.pod.split_once('/') {
-            Some((ns, name)) if decisions.by_pod(ns, name).is_some() => {
-                let href = p.pod_href(ns, name);
-                p.h.link(&href, &m.pod);
-            }
-            _ => {
-                p.h.text(&m.pod);
-            }
+        if decisions.by_pod(&m.pod).is_some() {
+            let href = p.pod_href(&m.pod);
+            p.h.link(&href, &m.pod);
+        } else {
+            p.h.text(&m.pod);
         }
         p.h.raw("</td>")
             .td(&m.builder)

@@ -34,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::{ApiError, ApiState};
+use crate::key::PodKey;
 use html::Html;
 
 use html::encode_segment;
@@ -54,11 +55,11 @@ pub(super) fn routes() -> Router<ApiState> {
 
 /// The page of pod `namespace/name`, as a path on the API (`/ui/pods/ci/build-42`): what
 /// `/explain` answers link to.
-pub(super) fn pod_page_path(namespace: &str, name: &str) -> String {
+pub(super) fn pod_page_path(pod: &PodKey) -> String {
     format!(
         "/ui/pods/{}/{}",
-        encode_segment(namespace),
-        encode_segment(name)
+        encode_segment(&pod.namespace),
+        encode_segment(&pod.name)
     )
 }
 
@@ -138,8 +139,8 @@ impl Page {
     }
 
     /// The link to pod `namespace/name`'s page.
-    fn pod_href(&self, namespace: &str, name: &str) -> String {
-        self.href(pod_page_path(namespace, name).trim_start_matches('/'))
+    fn pod_href(&self, pod: &PodKey) -> String {
+        self.href(pod_page_path(pod).trim_start_matches('/'))
     }
 
     /// Ends the page and answers it with `status`.

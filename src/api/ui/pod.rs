@@ -15,6 +15,7 @@ use crate::api::{ApiError, ApiState};
 use crate::decisions::{DecisionInputs, ExplainResponse};
 use crate::framework::Code;
 use crate::framework::decision::{Explanation, NodeVerdict};
+use crate::key::PodKey;
 
 /// At most this many node rows: beyond, the JSON has them all.
 const MAX_ROWS: usize = 1_000;
@@ -25,17 +26,17 @@ pub(super) async fn page(
     uri: Uri,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
-    let (namespace, name) = match path {
-        Ok(Path(p)) => p,
+    let key = match path {
+        Ok(Path((namespace, name))) => PodKey::new(namespace, name),
         Err(e) => return error_page(&uri, &ApiError::BadRequest(e.body_text())),
     };
-    let r = match lookup(&state, Key::Pod(namespace.clone(), name.clone())).await {
+    let r = match lookup(&state, Key::Pod(key.clone())).await {
         Ok(r) => r,
         Err(e) => return error_page(&uri, &e),
     };
-    let title = format!("{namespace}/{name}");
+    let title = key.to_string();
     let mut p = Page::start(&uri, title.as_str());
-    summary(&mut p, &r, &namespace, &name, state.now_ms());
+    summary(&mut p, &r, &key, state.now_ms());
     events(&mut p, &r.explanation);
     rejections(&mut p, &r.explanation);
     verdicts(&mut p, &r.explanation);
@@ -45,7 +46,7 @@ pub(super) async fn page(
 }
 
 /// The result, when, and where the JSON and text are.
-fn summary(p: &mut Page, r: &ExplainResponse, namespace: &str, name: &str, now: i64) {
+fn summary(p: &mut Page, r: &ExplainResponse, pod: &PodKey, now: i64) {
     let e = &r.explanation;
     p.h.raw("<dl><dt>result</dt><dd>");
     match (&e.node, &e.message) {
@@ -81,8 +82,8 @@ fn summary(p: &mut Page, r: &ExplainResponse, namespace: &str, name: &str, now: 
         .raw("<dt>as data</dt><dd>");
     let json = p.href(&format!(
         "explain/{}/{}",
-        super::encode_segment(namespace),
-        super::encode_segment(name)
+        super::encode_segment(&pod.namespace),
+        super::encode_segment(&pod.name)
     ));
     let text = format!("{json}?format=text");
     p.h.link(&json, "JSON").raw(" · ").link(&text, "text");

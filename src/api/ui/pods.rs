@@ -41,10 +41,9 @@ pub(super) async fn list(State(state): State<ApiState>, uri: Uri) -> Response {
         .raw("<th>cycle</th><th>feasible</th><th>fallback</th></tr>");
     for r in &recent {
         let d = &r.decision;
-        let href = p.pod_href(&d.namespace, &d.name);
-        p.h.raw("<tr><td>")
-            .link(&href, format_args!("{}/{}", d.namespace, d.name))
-            .raw("</td><td>");
+        let key = d.key();
+        let href = p.pod_href(&key);
+        p.h.raw("<tr><td>").link(&href, &key).raw("</td><td>");
         match &d.outcome {
             Outcome::Placed { node } => {
                 p.h.raw("<span class=\"tag placed\">placed</span></td>")
@@ -102,8 +101,12 @@ pub(super) async fn find(uri: Uri, query: Result<Query<FindQuery>, QueryRejectio
         Err(e) => return error_page(&uri, &ApiError::BadRequest(e.body_text())),
     };
     match parse_pod(pod.trim()) {
-        Ok((ns, name)) => {
-            let to = format!("pods/{}/{}", encode_segment(ns), encode_segment(name));
+        Ok(key) => {
+            let to = format!(
+                "pods/{}/{}",
+                encode_segment(&key.namespace),
+                encode_segment(&key.name)
+            );
             (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
         }
         Err(e) => error_page(&uri, &e),

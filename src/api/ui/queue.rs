@@ -38,14 +38,14 @@ pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {
     p.h.raw("<table><tr><th>pod</th><th>where</th><th>priority</th><th>attempts</th>")
         .raw("<th>waiting</th><th>rejected by</th><th>last failure</th></tr>");
     for pod in q.pods.iter().take(MAX_ROWS) {
-        let k = &pod.key;
+        let k = &pod.id.key;
         p.h.raw("<tr><td>");
         // Gated pods were never tried: no decision to link to.
-        if state.decisions().by_pod(&k.namespace, &k.name).is_some() {
-            let href = p.pod_href(&k.namespace, &k.name);
-            p.h.link(&href, format_args!("{}/{}", k.namespace, k.name));
+        if state.decisions().by_pod(k).is_some() {
+            let href = p.pod_href(k);
+            p.h.link(&href, k);
         } else {
-            p.h.text(format_args!("{}/{}", k.namespace, k.name));
+            p.h.text(k);
         }
         p.h.raw("</td>");
         p.h.td(match pod.queue {

@@ -12,8 +12,9 @@ use crate::api::{ApiState, QueueView, router};
 use crate::decisions::{DecisionInputs, LoggedDecision};
 use crate::framework::Status;
 use crate::framework::decision::{Decision, Fallback, Outcome, ScoreColumn};
+use crate::key::{PodId, PodKey};
 use crate::metrics::Metrics;
-use crate::queue::{PendingPod, PodKey, QueueLengths, SubQueue};
+use crate::queue::{PendingPod, QueueLengths, SubQueue};
 use crate::snapshot::Snapshot;
 
 const HOSTILE: &str = "<script>alert(1)</script>";
@@ -25,15 +26,17 @@ impl QueueView for Pending {
     fn pending(&self) -> Vec<PendingPod> {
         (0..self.0)
             .map(|i| PendingPod {
-                key: PodKey {
-                    namespace: "ci".into(),
-                    name: if i == 0 {
-                        HOSTILE.into()
-                    } else {
-                        format!("p-{i}")
-                    },
-                    uid: format!("u-{i}"),
-                },
+                id: PodId::new(
+                    PodKey::new(
+                        "ci",
+                        if i == 0 {
+                            HOSTILE.to_string()
+                        } else {
+                            format!("p-{i}")
+                        },
+                    ),
+                    format!("u-{i}"),
+                ),
                 priority: 0,
                 queue: SubQueue::Unschedulable,
                 attempts: 3,

@@ -518,7 +518,11 @@ async fn kube_reservation_lifecycle() {
         serde_json::from_value(fake.get("reservations", "ci", "missing").unwrap()).unwrap();
     cache.set_nodes(["node-a".to_string(), "node-x".to_string()], true);
     cache.apply(Arc::new(obj));
-    cache.consume("ci/missing", "ci", "builder-missing", "node-x");
+    cache.consume(
+        "ci/missing",
+        &headroom::key::PodKey::new("ci", "builder-missing"),
+        "node-x",
+    );
     assert!(
         cache
             .current()
