@@ -141,20 +141,9 @@ pub enum Command {
     Explain {
         /// The pod, as NAMESPACE/NAME.
         pod: String,
-        /// The headroom server's base URL (`headroom serve`'s inspection API is
-        /// `https://HOST:10261`).
-        #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
-        /// Bearer token for a server that authenticates callers (`headroom serve`), e.g.
-        /// from `kubectl create token`.
-        #[arg(long, env = "HEADROOM_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Accept the server's certificate without checking it (a self-signed one).
-        #[arg(long)]
-        insecure_skip_tls_verify: bool,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
+        /// Where to ask, and how.
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// Descheduling advice from a running headroom (`headroom serve` or `headroom simulate
     /// --serve`): the nodes running hot by real memory and the pods whose move would help
@@ -163,22 +152,7 @@ pub enum Command {
     /// Nothing is evicted. A node is hot above `advice.hotMemoryPercent` (90) of its memory
     /// in real use; moves aim at `advice.targetMemoryPercent` (80). Exit code 0 when the
     /// advice was fetched (hot nodes or not), 2 when the server cannot be reached.
-    Advice {
-        /// The headroom server's base URL (`headroom serve`'s inspection API is
-        /// `https://HOST:10261`).
-        #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
-        server: String,
-        /// Bearer token for a server that authenticates callers (`headroom serve`), e.g.
-        /// from `kubectl create token`.
-        #[arg(long, env = "HEADROOM_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Accept the server's certificate without checking it (a self-signed one).
-        #[arg(long)]
-        insecure_skip_tls_verify: bool,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
-    },
+    Advice(ServerArgs),
     /// Schedule a real cluster: a scheduler for pods with our schedulerName, and a
     /// kube-scheduler extender, in one process.
     ///
@@ -243,6 +217,25 @@ pub struct ServeArgs {
 
 /// Where `headroom explain` looks for the API when no `--server` is given.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+/// The flags of the commands that ask a running headroom (`explain`, `advice`).
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// The headroom server's base URL (`headroom serve`'s inspection API is
+    /// `https://HOST:10261`).
+    #[arg(long, value_name = "URL", env = "HEADROOM_SERVER", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Bearer token for a server that authenticates callers (`headroom serve`), e.g.
+    /// from `kubectl create token`.
+    #[arg(long, env = "HEADROOM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Accept the server's certificate without checking it (a self-signed one).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
 
 /// The flags of `headroom simulate`.
 #[derive(Debug, clap::Args)]

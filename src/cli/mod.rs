@@ -31,7 +31,9 @@ mod serve;
 mod simulate;
 mod sweep;
 
-pub use args::{Cli, Command, DEFAULT_SERVER, Output, ServeArgs, SimulateArgs, SweepArgs};
+pub use args::{
+    Cli, Command, DEFAULT_SERVER, Output, ServeArgs, ServerArgs, SimulateArgs, SweepArgs,
+};
 pub use client::{
     Access, ExplainError, fetch_advice, fetch_explanation, fetch_explanation_with, parse_pod_arg,
 };
@@ -101,36 +103,24 @@ fn dispatch(command: Command) -> Result<ExitCode, CliError> {
             config.as_ref(),
             output,
         ),
-        Command::Explain {
-            pod,
-            server,
-            token,
-            insecure_skip_tls_verify,
-            output,
-        } => explain::run_explain(
-            &pod,
-            &server,
-            output,
-            &Access {
-                token,
-                insecure: insecure_skip_tls_verify,
-            },
-        ),
-        Command::Advice {
-            server,
-            token,
-            insecure_skip_tls_verify,
-            output,
-        } => explain::run_advice(
-            &server,
-            output,
-            &Access {
-                token,
-                insecure: insecure_skip_tls_verify,
-            },
-        ),
+        Command::Explain { pod, server } => {
+            explain::run_explain(&pod, &server.server, server.output, &server.access())
+        }
+        Command::Advice(server) => {
+            explain::run_advice(&server.server, server.output, &server.access())
+        }
         Command::Serve(args) => serve::run(args),
         Command::Crd => crd::run(),
+    }
+}
+
+impl ServerArgs {
+    /// How to authenticate to the server.
+    fn access(&self) -> Access {
+        Access {
+            token: self.token.clone(),
+            insecure: self.insecure_skip_tls_verify,
+        }
     }
 }
 
