@@ -101,7 +101,9 @@ impl Settled {
 }
 
 /// What a mode does with what its decisions came to: `serve` writes events and conditions,
-/// evicts preemption's victims and annotates; `simulate` takes victims out of its farm.
+/// evicts preemption's victims and annotates; `simulate` takes victims out of its farm;
+/// `place` out of its what-if snapshot (`preemption::EvictAtOnce`, called by `place`
+/// itself: a what-if makes no bind, so it does not go through the sink).
 ///
 /// The engine's sink calls it for every settled decision, in decision order (a placed pod
 /// once its bind ended). It runs on the sink's task, so it must not block: a mode with slow
