@@ -76,21 +76,31 @@ pub(crate) async fn pump<K, F>(
                 buffer.clear();
                 listed.clear();
             }
-            Ok(Event::InitApply(o)) if buffered => buffer.push(o),
+            Ok(Event::InitApply(o)) if buffered => buffer.push(trim(o)),
             Ok(Event::InitApply(o)) => {
                 listed.insert(ObjectKey::of(o.meta()));
-                on(WatchItem::Apply(o));
+                on(WatchItem::Apply(trim(o)));
             }
             Ok(Event::InitDone) if buffered => on(WatchItem::List(std::mem::take(&mut buffer))),
             Ok(Event::InitDone) => on(WatchItem::Listed(std::mem::take(&mut listed))),
-            Ok(Event::Apply(o)) => on(WatchItem::Apply(o)),
-            Ok(Event::Delete(o)) => on(WatchItem::Delete(o)),
+            Ok(Event::Apply(o)) => on(WatchItem::Apply(trim(o))),
+            Ok(Event::Delete(o)) => on(WatchItem::Delete(trim(o))),
             Err(e) => {
                 stats.watch_error(kind);
                 tracing::warn!(kind = kind.as_str(), error = %e, "watch failed; retrying with backoff");
             }
         }
     }
+}
+
+/// Drops `metadata.managedFields` from a watched object before anything keeps it, as
+/// kube-scheduler's informers do (kubernetes#119556, #137473): server-side apply's field
+/// ownership is often the largest part of a pod's metadata, and nothing here reads it.
+/// Writes stay right: patches never carry it, and an update without it (VolumeBinding's
+/// PV and claim updates) leaves the live object's field ownership as it was.
+fn trim<K: kube::Resource>(mut o: K) -> K {
+    o.meta_mut().managed_fields = None;
+    o
 }
 
 /// One watch event.
@@ -103,4 +113,33 @@ pub enum WatchItem<K> {
     Apply(K),
     /// Deleted.
     Delete(K),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+
+    /// Watched pods and nodes lose their managedFields and nothing else.
+    #[test]
+    fn watched_objects_lose_their_managed_fields() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"a": "b"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                    "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        assert!(pod.metadata.managed_fields.is_some());
+        let mut expected = pod.clone();
+        expected.metadata.managed_fields = None;
+        assert_eq!(trim(pod), expected);
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "managedFields": [{"manager": "kubelet"}]}
+        }))
+        .unwrap();
+        let node = trim(node);
+        assert!(node.metadata.managed_fields.is_none());
+        assert_eq!(node.metadata.name.as_deref(), Some("n"));
+    }
 }
