@@ -237,14 +237,13 @@ impl SchedulingLoop {
         };
         let decisions = self.decisions.clone();
         binds.spawn(async move {
-            let (assumed, node) = (job.assumed.clone(), job.node.clone());
+            // What the settled record names, kept only when there is a sink to tell.
+            let bound = settled
+                .as_ref()
+                .map(|_| (job.assumed.clone(), job.node.clone()));
             let result = bind_one(job, &parts).await;
-            if let (Some(tx), Some(mut s)) = (decisions, settled) {
-                s.bind = Some(Bound {
-                    pod: assumed,
-                    node,
-                    result,
-                });
+            if let (Some(tx), Some(mut s), Some((pod, node))) = (decisions, settled, bound) {
+                s.bind = Some(Bound { pod, node, result });
                 // Only a sink that is gone refuses it: nothing left to tell.
                 let _ = tx.settled(s).await;
             }

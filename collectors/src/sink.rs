@@ -200,6 +200,7 @@ impl Sink for headroom_storage::Store {
 
     fn record_placement(&self, builder: &str, node: &str) -> Result<(), SinkError> {
         headroom_storage::Store::record_placement(self, builder, node)
+            .map(drop)
             .map_err(|e| SinkError(format!("recording placement of {builder} on {node}: {e}")))
     }
 }

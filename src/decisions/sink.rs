@@ -65,11 +65,11 @@ pub struct SinkReport {
 
 /// One record of a batch, in channel order, once its metrics are counted.
 enum Item {
-    /// A decision to log and store; `Some` also settles it (it placed nothing, so it has
-    /// no bind to wait for).
-    Decision(Arc<LoggedDecision>, Option<Settled>),
+    /// A decision to log and store (one that placed nothing is settled with it: it has no
+    /// bind to wait for).
+    Decision(Arc<LoggedDecision>),
     /// A placed pod's bind ended.
-    Settled(Settled),
+    Settled(Box<Settled>),
 }
 
 /// Consumes the scheduling loop's records until every sender is dropped, or until
@@ -136,8 +136,6 @@ fn take_batch(
             }) => {
                 report.decisions += 1;
                 sink.metrics.observe_decision(&d, d.cycle_duration);
-                let settled = (!matches!(d.outcome, Outcome::Placed { .. }))
-                    .then(|| Settled::of(&d, inputs.builder.clone()));
                 let decided_at_ms = if d.decided_at_ms > 0 {
                     d.decided_at_ms
                 } else {
@@ -148,9 +146,9 @@ fn take_batch(
                     decided_at_ms,
                     inputs,
                 };
-                items.push(Item::Decision(Arc::new(logged), settled));
+                items.push(Item::Decision(Arc::new(logged)));
             }
-            Record::Settled(s) => items.push(Item::Settled(s)),
+            Record::Settled(s) => items.push(Item::Settled(Box::new(s))),
             Record::Barrier(b) => barriers.push(b),
         }
     }
@@ -189,7 +187,7 @@ async fn handle_batch(
     }
     for (item, stored) in items.into_iter().zip(stored) {
         let settled = match item {
-            Item::Decision(record, settled) => {
+            Item::Decision(record) => {
                 let warm = match stored {
                     Stored::Warm(w) => w,
                     _ => None,
@@ -201,6 +199,8 @@ async fn handle_batch(
                         None => PlacementCache::Unknown,
                     });
                 }
+                let settled = (!matches!(record.decision.outcome, Outcome::Placed { .. }))
+                    .then(|| Settled::of(&record.decision, record.inputs.builder.clone()));
                 let mut record = Arc::unwrap_or_clone(record);
                 record.inputs.warm_cache = warm;
                 sink.log.insert(record);
@@ -210,7 +210,7 @@ async fn handle_batch(
                 if let Stored::History(h) = stored {
                     s.history = Some(h);
                 }
-                Some(s)
+                Some(*s)
             }
         };
         if let (Some(s), Some(h)) = (settled, &sink.handler) {
@@ -238,7 +238,7 @@ enum Job {
 impl Job {
     fn of(item: &Item) -> Job {
         match item {
-            Item::Decision(r, _) => Job::Decision(r.clone()),
+            Item::Decision(r) => Job::Decision(r.clone()),
             Item::Settled(s) => match (&s.builder, &s.bind) {
                 (Some(builder), Some(b)) if b.result.is_ok() => Job::Placement {
                     builder: builder.clone(),
@@ -357,10 +357,7 @@ fn record_placement(
     now: std::time::Instant,
     w: &mut Written,
 ) -> Option<Vec<String>> {
-    let written = store
-        .record_placement(builder, node)
-        .and_then(|()| store.placement_history(builder));
-    match written {
+    match store.record_placement(builder, node) {
         Ok(history) => {
             w.placements += 1;
             Some(history)

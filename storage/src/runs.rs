@@ -119,8 +119,8 @@ impl Store {
     }
 
     /// Moves `node` to the front of `builder`'s placement history (deduplicated, at most
-    /// `max_history_nodes` entries).
-    pub fn record_placement(&self, builder: &str, node: &str) -> Result<()> {
+    /// `max_history_nodes` entries); returns the history as written, newest first.
+    pub fn record_placement(&self, builder: &str, node: &str) -> Result<Vec<String>> {
         check_builder(builder)?;
         if node.is_empty() || node.len() > 1024 {
             return Err(Error::InvalidArgument(
@@ -133,7 +133,8 @@ impl Store {
         nodes.retain(|n| n != node);
         nodes.insert(0, node.to_string());
         nodes.truncate(self.inner.config.max_history_nodes.max(1));
-        save(tree, PLACEMENTS, builder, &nodes, "placement history")
+        save(tree, PLACEMENTS, builder, &nodes, "placement history")?;
+        Ok(nodes)
     }
 
     /// Every builder's placement history (nodes most recent first), sorted by builder: the
