@@ -98,13 +98,7 @@ fn serve_path(c: &mut Criterion) {
         let s = setup(nodes);
         batch(&s, 200);
         let t = batch(&s, 2_000);
-        let copies = s
-            .engine
-            .scheduler()
-            .lock()
-            .expect("scheduler")
-            .snapshot_copies()
-            .get();
+        let copies = s.engine.scheduler().cache().copies().get();
         println!(
             "serve path, {nodes} nodes: 2,000 pods in {:.2} s = {:.0} pods/s ({:.1} µs a pod); whole-snapshot copies so far: {copies}",
             t.as_secs_f64(),

@@ -27,14 +27,16 @@ use std::sync::{Arc, Mutex};
 
 use headroom_collectors::PodLister;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::Notify;
 
+use crate::cache::{Cache, CacheState};
 use crate::key::PodId;
 use crate::queue::{ClusterEvent, SchedulingQueue};
-use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
 use crate::snapshot::volumes::{VolumeKind, VolumeObject};
 use crate::snapshot::workloads::{Workload, WorkloadKind};
@@ -263,8 +265,8 @@ struct Known {
 
 /// The shared state every cluster feed updates.
 pub struct ClusterState {
-    /// The scheduler (snapshot, assume cache).
-    pub scheduler: Arc<Mutex<Scheduler>>,
+    /// The cache (snapshot, assumed pods) the changes are written to.
+    pub cache: Arc<Cache>,
     /// The scheduling queue.
     pub queue: Arc<SchedulingQueue>,
     /// Told about nodes (the reservation cache under `serve`).
@@ -321,14 +323,14 @@ fn node_changed(old: &Node, new: &Node) -> bool {
 impl ClusterState {
     /// State over the given parts.
     pub fn new(
-        scheduler: Arc<Mutex<Scheduler>>,
+        cache: Arc<Cache>,
         queue: Arc<SchedulingQueue>,
         nodes_observer: Option<Arc<dyn NodeObserver>>,
         scheduler_names: HashSet<String>,
         stats: FeedStats,
     ) -> ClusterState {
         ClusterState {
-            scheduler,
+            cache,
             queue,
             nodes_observer,
             scheduler_names,
@@ -342,32 +344,40 @@ impl ClusterState {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn sched(&self) -> std::sync::MutexGuard<'_, Scheduler> {
-        self.scheduler.lock().unwrap_or_else(|e| e.into_inner())
+    /// Writes `change` to the cache with this state at hand: at once, or after the cycle
+    /// in flight (see [`Cache::write`]). Every change of the feed goes this way, queue
+    /// moves included, so the queue and the snapshot see the changes in the order the
+    /// feed reported them.
+    fn write(
+        self: &Arc<Self>,
+        change: impl FnOnce(&ClusterState, &mut CacheState) + Send + 'static,
+    ) {
+        let this = self.clone();
+        self.cache.write(move |c| change(&this, c));
     }
 
     /// A node was added or changed.
-    pub fn apply_node(&self, node: Node) {
+    pub fn apply_node(self: &Arc<Self>, node: Node) {
         let Some(name) = node.metadata.name.clone().filter(|n| !n.is_empty()) else {
             self.stats.bad_object(Kind::Node);
             return;
         };
+        self.write(move |this, c| this.node_applied(c, node, name));
+    }
+
+    fn node_applied(&self, c: &mut CacheState, node: Node, name: String) {
         let orphans = self.known().orphans.remove(&name);
-        let event = {
-            let mut s = self.sched();
-            let old = s.snapshot().get(&name).map(|i| i.node.clone());
-            let event = match &old {
-                None => Some(ClusterEvent::NodeAdded),
-                Some(o) if node_changed(o, &node) => Some(ClusterEvent::NodeUpdated),
-                Some(_) => None,
-            };
-            let snap = s.snapshot_mut();
-            snap.upsert_node(Arc::new(node));
-            for (_, p) in orphans.into_iter().flatten() {
-                snap.add_pod(p, &name);
-            }
-            event
+        let old = c.snapshot().get(&name).map(|i| i.node.clone());
+        let event = match &old {
+            None => Some(ClusterEvent::NodeAdded),
+            Some(o) if node_changed(o, &node) => Some(ClusterEvent::NodeUpdated),
+            Some(_) => None,
         };
+        let snap = c.snapshot_mut();
+        snap.upsert_node(Arc::new(node));
+        for (_, p) in orphans.into_iter().flatten() {
+            snap.add_pod(p, &name);
+        }
         if let Some(r) = &self.nodes_observer {
             r.node_changed(&name, true);
         }
@@ -377,30 +387,33 @@ impl ClusterState {
     }
 
     /// A node was deleted.
-    pub fn delete_node(&self, name: &str) {
-        let removed = {
-            let mut s = self.sched();
-            let pods: Vec<Arc<PodInfo>> = s
-                .snapshot()
-                .get(name)
-                .map(|n| n.pods.clone())
-                .unwrap_or_default();
-            let removed = s.snapshot_mut().remove_node(name);
-            // Its pods wait for the node to come back (or for their own deletion).
+    pub fn delete_node(self: &Arc<Self>, name: &str) {
+        let name = name.to_string();
+        self.write(move |this, c| this.node_deleted(c, &name));
+    }
+
+    fn node_deleted(&self, c: &mut CacheState, name: &str) {
+        let pods: Vec<Arc<PodInfo>> = c
+            .snapshot()
+            .get(name)
+            .map(|n| n.pods.clone())
+            .unwrap_or_default();
+        let removed = c.snapshot_mut().remove_node(name);
+        // Its pods wait for the node to come back (or for their own deletion).
+        {
             let mut known = self.known();
             let slot = known.orphans.entry(name.to_string()).or_default();
             for p in pods {
                 slot.insert(PodId::of(&p), p);
             }
-            removed
-        };
+        }
         if removed && let Some(r) = &self.nodes_observer {
             r.node_changed(name, false);
         }
     }
 
     /// A complete node list (initial list or re-list).
-    pub fn replace_nodes(&self, nodes: Vec<Node>) {
+    pub fn replace_nodes(self: &Arc<Self>, nodes: Vec<Node>) {
         let names: HashSet<String> = nodes
             .iter()
             .filter_map(|n| n.metadata.name.clone())
@@ -408,32 +421,33 @@ impl ClusterState {
         for n in nodes {
             self.apply_node(n);
         }
-        self.nodes_listed(&names);
+        self.nodes_listed(names);
     }
 
     /// A complete node list ended, its nodes already applied one by one as they arrived:
     /// nodes not in it are gone.
-    pub fn nodes_listed(&self, names: &HashSet<String>) {
+    pub fn nodes_listed(self: &Arc<Self>, names: HashSet<String>) {
         self.stats.list(Kind::Node);
-        let stale: Vec<String> = self
-            .sched()
-            .snapshot()
-            .names()
-            .iter()
-            .filter(|n| !names.contains(n.as_ref()))
-            .map(|n| n.to_string())
-            .collect();
-        for n in stale {
-            self.delete_node(&n);
-        }
-        if let Some(r) = &self.nodes_observer {
-            r.nodes_listed(names);
-        }
-        self.synced.set(&self.synced.nodes);
+        self.write(move |this, c| {
+            let stale: Vec<String> = c
+                .snapshot()
+                .names()
+                .iter()
+                .filter(|n| !names.contains(n.as_ref()))
+                .map(|n| n.to_string())
+                .collect();
+            for n in stale {
+                this.node_deleted(c, &n);
+            }
+            if let Some(r) = &this.nodes_observer {
+                r.nodes_listed(&names);
+            }
+            this.synced.set(&this.synced.nodes);
+        });
     }
 
     /// A pod was added or changed.
-    pub fn apply_pod(&self, pod: Pod) {
+    pub fn apply_pod(self: &Arc<Self>, pod: Pod) {
         let id = PodId::of_pod(&pod);
         if id.key.name.is_empty() {
             self.stats.bad_object(Kind::Pod);
@@ -441,7 +455,7 @@ impl ClusterState {
         }
         if is_terminal(&pod) {
             // A finished pod frees its node, as a deleted one does.
-            self.delete_pod_id(&id);
+            self.write(move |this, c| this.pod_deleted(c, &id));
             return;
         }
         let node = pod
@@ -451,47 +465,42 @@ impl ClusterState {
             .filter(|n| !n.is_empty());
         let info = Arc::new(PodInfo::new(Arc::new(pod)));
         match node {
-            Some(node) => self.apply_assigned(id, info, node),
-            None => self.apply_pending(id, info),
+            Some(node) => self.write(move |this, c| this.assigned_applied(c, id, info, node)),
+            None => self.write(move |this, _| this.pending_applied(id, info)),
         }
     }
 
-    fn apply_assigned(&self, id: PodId, info: Arc<PodInfo>, node: String) {
+    fn assigned_applied(&self, c: &mut CacheState, id: PodId, info: Arc<PodInfo>, node: String) {
         let mut known = self.known();
         let previous = known.assigned.insert(id.clone(), node.clone());
         let was_queued = known.queued.remove(&id);
-        let event = {
-            let mut s = self.sched();
-            s.confirm(&id.key);
-            let event = match previous {
-                None => Some(ClusterEvent::AssignedPodAdded),
-                Some(_) => {
-                    let snap = s.snapshot();
-                    let old = snap.node_of_pod(&id.key, &id.uid).and_then(|i| {
-                        snap.node(i)
-                            .pods
-                            .iter()
-                            .find(|p| p.uid == id.uid && p.name == id.key.name)
-                            .cloned()
-                    });
-                    // Status-only updates (the common case: readiness, container states)
-                    // refresh the object without waking unschedulable pods.
-                    let same = old.is_some_and(|o| {
-                        o.pod.metadata.labels == info.pod.metadata.labels
-                            && o.pod.spec == info.pod.spec
-                    });
-                    (!same).then_some(ClusterEvent::AssignedPodUpdated)
-                }
-            };
-            if !s.snapshot_mut().add_pod(info.clone(), &node) {
-                known
-                    .orphans
-                    .entry(node)
-                    .or_default()
-                    .insert(id.clone(), info.clone());
+        c.confirm(&id.key);
+        let event = match previous {
+            None => Some(ClusterEvent::AssignedPodAdded),
+            Some(_) => {
+                let snap = c.snapshot();
+                let old = snap.node_of_pod(&id.key, &id.uid).and_then(|i| {
+                    snap.node(i)
+                        .pods
+                        .iter()
+                        .find(|p| p.uid == id.uid && p.name == id.key.name)
+                        .cloned()
+                });
+                // Status-only updates (the common case: readiness, container states)
+                // refresh the object without waking unschedulable pods.
+                let same = old.is_some_and(|o| {
+                    o.pod.metadata.labels == info.pod.metadata.labels && o.pod.spec == info.pod.spec
+                });
+                (!same).then_some(ClusterEvent::AssignedPodUpdated)
             }
-            event
         };
+        if !c.snapshot_mut().add_pod(info.clone(), &node) {
+            known
+                .orphans
+                .entry(node)
+                .or_default()
+                .insert(id.clone(), info.clone());
+        }
         drop(known);
         // The queue drops a pod that gained spec.nodeName (bound by us or by another
         // scheduler), including one in flight.
@@ -503,7 +512,7 @@ impl ClusterState {
         }
     }
 
-    fn apply_pending(&self, id: PodId, info: Arc<PodInfo>) {
+    fn pending_applied(&self, id: PodId, info: Arc<PodInfo>) {
         let ours = info
             .pod
             .spec
@@ -528,17 +537,18 @@ impl ClusterState {
     }
 
     /// A pod was deleted.
-    pub fn delete_pod(&self, pod: &Pod) {
+    pub fn delete_pod(self: &Arc<Self>, pod: &Pod) {
         let id = PodId::of_pod(pod);
-        self.delete_pod_id(&id);
-        let mut sched = self.sched();
-        if sched.snapshot().policy().is_nominated(&id.key) {
-            // A deleted pod no longer holds its nominated node.
-            sched.snapshot_mut().policy_mut().unnominate(&id.key);
-        }
+        self.write(move |this, c| {
+            this.pod_deleted(c, &id);
+            if c.snapshot().policy().is_nominated(&id.key) {
+                // A deleted pod no longer holds its nominated node.
+                c.snapshot_mut().policy_mut().unnominate(&id.key);
+            }
+        });
     }
 
-    fn delete_pod_id(&self, id: &PodId) {
+    fn pod_deleted(&self, c: &mut CacheState, id: &PodId) {
         let mut known = self.known();
         let was_queued = known.queued.remove(id);
         let node = known.assigned.remove(id);
@@ -551,10 +561,7 @@ impl ClusterState {
         if was_queued {
             self.queue.delete(id);
         }
-        let removed = {
-            let mut s = self.sched();
-            s.snapshot_mut().remove_pod(&id.key, &id.uid).is_some()
-        };
+        let removed = c.snapshot_mut().remove_pod(&id.key, &id.uid).is_some();
         if removed || node.is_some() {
             self.queue
                 .move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
@@ -562,165 +569,168 @@ impl ClusterState {
     }
 
     /// A complete pod list (initial list or re-list): pods not in it are gone.
-    pub fn replace_pods(&self, pods: Vec<Pod>) {
+    pub fn replace_pods(self: &Arc<Self>, pods: Vec<Pod>) {
         let ids: HashSet<PodId> = pods.iter().map(PodId::of_pod).collect();
         for p in pods {
             self.apply_pod(p);
         }
-        self.pods_listed(&ids);
+        self.pods_listed(ids);
     }
 
     /// A complete pod list ended, its pods already applied one by one as they arrived:
     /// pods not in it are gone.
-    pub fn pods_listed(&self, ids: &HashSet<PodId>) {
+    pub fn pods_listed(self: &Arc<Self>, ids: HashSet<PodId>) {
         self.stats.list(Kind::Pod);
-        let stale: Vec<PodId> = {
-            let known = self.known();
-            known
-                .assigned
-                .keys()
-                .chain(known.queued.iter())
-                .filter(|k| !ids.contains(*k))
-                .cloned()
-                .collect()
-        };
-        for k in stale {
-            self.delete_pod_id(&k);
-        }
-        self.synced.set(&self.synced.pods);
+        self.write(move |this, c| {
+            let stale: Vec<PodId> = {
+                let known = this.known();
+                known
+                    .assigned
+                    .keys()
+                    .chain(known.queued.iter())
+                    .filter(|k| !ids.contains(*k))
+                    .cloned()
+                    .collect()
+            };
+            for k in stale {
+                this.pod_deleted(c, &k);
+            }
+            this.synced.set(&this.synced.pods);
+        });
     }
 
     /// A namespace was added or changed.
-    pub fn apply_namespace(&self, ns: &Namespace) {
-        self.sched().snapshot_mut().upsert_namespace(ns);
+    pub fn apply_namespace(self: &Arc<Self>, ns: Namespace) {
+        self.write(move |_, c| c.snapshot_mut().upsert_namespace(&ns));
     }
 
     /// A complete namespace list.
-    pub fn replace_namespaces(&self, list: Vec<Namespace>) {
-        for ns in &list {
+    pub fn replace_namespaces(self: &Arc<Self>, list: Vec<Namespace>) {
+        for ns in list {
             self.apply_namespace(ns);
         }
         self.namespaces_listed();
     }
 
     /// A complete namespace list ended (its namespaces applied as they arrived).
-    pub fn namespaces_listed(&self) {
+    pub fn namespaces_listed(self: &Arc<Self>) {
         self.stats.list(Kind::Namespace);
-        self.synced.set(&self.synced.namespaces);
+        self.write(|this, _| this.synced.set(&this.synced.namespaces));
     }
 
     /// A workload (Service, ReplicationController, ReplicaSet, StatefulSet) was added or
     /// changed.
-    pub fn apply_workload(&self, w: Workload) {
-        let mut sched = self.sched();
-        // Status updates (a ReplicaSet's replica counts) leave the selectors as they were:
-        // no snapshot change.
-        if sched.snapshot().workloads().contains(&w) {
-            return;
-        }
-        sched.snapshot_mut().workloads_mut().upsert(w);
+    pub fn apply_workload(self: &Arc<Self>, w: Workload) {
+        self.write(move |_, c| {
+            // Status updates (a ReplicaSet's replica counts) leave the selectors as they
+            // were: no snapshot change.
+            if !c.snapshot().workloads().contains(&w) {
+                c.snapshot_mut().workloads_mut().upsert(w);
+            }
+        });
     }
 
     /// A workload was deleted.
-    pub fn delete_workload(&self, kind: WorkloadKind, namespace: &str, name: &str) {
-        self.sched()
-            .snapshot_mut()
-            .workloads_mut()
-            .delete(kind, namespace, name);
+    pub fn delete_workload(self: &Arc<Self>, kind: WorkloadKind, namespace: &str, name: &str) {
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        self.write(move |_, c| {
+            c.snapshot_mut()
+                .workloads_mut()
+                .delete(kind, &namespace, &name);
+        });
     }
 
     /// A complete list of one workload kind.
-    pub fn replace_workloads(&self, kind: WorkloadKind, list: Vec<Workload>) {
-        self.sched()
-            .snapshot_mut()
-            .workloads_mut()
-            .replace(kind, list);
+    pub fn replace_workloads(self: &Arc<Self>, kind: WorkloadKind, list: Vec<Workload>) {
         self.stats.list(Kind::Workload(kind));
-        self.synced.set(&self.synced.workloads[kind as usize]);
+        self.write(move |this, c| {
+            c.snapshot_mut().workloads_mut().replace(kind, list);
+            this.synced.set(&this.synced.workloads[kind as usize]);
+        });
     }
 
     /// A volume object (PV, claim, storage class, CSINode) was added or changed: the
     /// snapshot's volumes take it, and unschedulable pods are retried
     /// ([`ClusterEvent::VolumeChanged`]).
-    pub fn apply_volume(&self, object: VolumeObject) {
+    pub fn apply_volume(self: &Arc<Self>, object: VolumeObject) {
         if object.key().is_empty() || object.key().ends_with('/') {
             self.stats.bad_object(volume_kind(object.kind()));
             return;
         }
-        self.sched().snapshot_mut().volumes_mut().apply(object);
-        self.queue
-            .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+        self.write(move |this, c| {
+            c.snapshot_mut().volumes_mut().apply(object);
+            this.queue
+                .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+        });
     }
 
     /// A volume object was deleted (`key`: `namespace/name` for claims, else the name).
-    pub fn delete_volume(&self, kind: VolumeKind, key: &str) {
-        let removed = self.sched().snapshot_mut().volumes_mut().delete(kind, key);
-        if removed {
-            self.queue
-                .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
-        }
+    pub fn delete_volume(self: &Arc<Self>, kind: VolumeKind, key: &str) {
+        let key = key.to_string();
+        self.write(move |this, c| {
+            if c.snapshot_mut().volumes_mut().delete(kind, &key) {
+                this.queue
+                    .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+            }
+        });
     }
 
     /// A complete list of one volume kind (initial list or re-list): objects of that kind
     /// not in it are gone.
-    pub fn replace_volumes(&self, kind: VolumeKind, objects: Vec<VolumeObject>) {
+    pub fn replace_volumes(self: &Arc<Self>, kind: VolumeKind, objects: Vec<VolumeObject>) {
         self.stats.list(volume_kind(kind));
-        self.synced.set(&self.synced.volumes[kind as usize]);
-        self.sched()
-            .snapshot_mut()
-            .volumes_mut()
-            .replace(kind, objects);
-        self.queue
-            .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+        self.write(move |this, c| {
+            this.synced.set(&this.synced.volumes[kind as usize]);
+            c.snapshot_mut().volumes_mut().replace(kind, objects);
+            this.queue
+                .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+        });
     }
 
     /// A PodDisruptionBudget was added or changed.
-    pub fn apply_pdb(&self, pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
-        self.sched().snapshot_mut().policy_mut().upsert_pdb(pdb);
+    pub fn apply_pdb(self: &Arc<Self>, pdb: PodDisruptionBudget) {
+        self.write(move |_, c| c.snapshot_mut().policy_mut().upsert_pdb(&pdb));
     }
 
     /// A PodDisruptionBudget was deleted.
-    pub fn delete_pdb(&self, namespace: &str, name: &str) {
-        self.sched()
-            .snapshot_mut()
-            .policy_mut()
-            .remove_pdb(namespace, name);
+    pub fn delete_pdb(self: &Arc<Self>, namespace: &str, name: &str) {
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        self.write(move |_, c| {
+            c.snapshot_mut().policy_mut().remove_pdb(&namespace, &name);
+        });
     }
 
     /// A complete PodDisruptionBudget list.
-    pub fn replace_pdbs(&self, list: Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>) {
-        self.sched().snapshot_mut().policy_mut().replace_pdbs(&list);
+    pub fn replace_pdbs(self: &Arc<Self>, list: Vec<PodDisruptionBudget>) {
         self.stats.list(Kind::PodDisruptionBudget);
-        self.synced.set(&self.synced.policy[0]);
+        self.write(move |this, c| {
+            c.snapshot_mut().policy_mut().replace_pdbs(&list);
+            this.synced.set(&this.synced.policy[0]);
+        });
     }
 
     /// A PriorityClass was added or changed.
-    pub fn apply_priority_class(&self, pc: &k8s_openapi::api::scheduling::v1::PriorityClass) {
-        self.sched()
-            .snapshot_mut()
-            .policy_mut()
-            .upsert_priority_class(pc);
+    pub fn apply_priority_class(self: &Arc<Self>, pc: PriorityClass) {
+        self.write(move |_, c| c.snapshot_mut().policy_mut().upsert_priority_class(&pc));
     }
 
     /// A PriorityClass was deleted.
-    pub fn delete_priority_class(&self, name: &str) {
-        self.sched()
-            .snapshot_mut()
-            .policy_mut()
-            .remove_priority_class(name);
+    pub fn delete_priority_class(self: &Arc<Self>, name: &str) {
+        let name = name.to_string();
+        self.write(move |_, c| {
+            c.snapshot_mut().policy_mut().remove_priority_class(&name);
+        });
     }
 
     /// A complete PriorityClass list.
-    pub fn replace_priority_classes(
-        &self,
-        list: Vec<k8s_openapi::api::scheduling::v1::PriorityClass>,
-    ) {
-        self.sched()
-            .snapshot_mut()
-            .policy_mut()
-            .replace_priority_classes(&list);
+    pub fn replace_priority_classes(self: &Arc<Self>, list: Vec<PriorityClass>) {
         self.stats.list(Kind::PriorityClass);
-        self.synced.set(&self.synced.policy[1]);
+        self.write(move |this, c| {
+            c.snapshot_mut()
+                .policy_mut()
+                .replace_priority_classes(&list);
+            this.synced.set(&this.synced.policy[1]);
+        });
     }
 
     /// Number of pods this state queued and still tracks as pending.
@@ -734,11 +744,7 @@ impl ClusterState {
 /// pod's builder.
 impl PodLister for ClusterState {
     fn pods(&self) -> Vec<Arc<Pod>> {
-        let snapshot = self
-            .scheduler
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .snapshot();
+        let snapshot = self.cache.snapshot();
         let mut pods: Vec<Arc<Pod>> = snapshot
             .nodes()
             .iter()

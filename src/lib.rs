@@ -4,6 +4,8 @@
 //! - [`quantity`], [`resources`], [`selector`]: Kubernetes quantities, pod requests and
 //!   selectors, read exactly as upstream reads them;
 //! - [`snapshot`]: the immutable-per-cycle view of nodes and the pods on them;
+//! - [`cache`]: the cluster as the feed writes it, the assumed pods, and the snapshot it
+//!   lends each cycle; [`scheduler`]: the profiles and the cycle;
 //! - [`key`]: a pod's identity, `namespace/name` ([`key::PodKey`]) and with its uid
 //!   ([`key::PodId`]);
 //! - [`framework`]: extension-point traits, statuses, the runtime and decision records;
@@ -24,6 +26,7 @@
 pub mod advice;
 pub mod analytics;
 pub mod api;
+pub mod cache;
 pub mod cli;
 pub mod clock;
 pub mod cluster;

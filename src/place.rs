@@ -147,12 +147,7 @@ pub fn place_objects(
     if let Some(p) = &options.profile
         && engine.scheduler_profile_missing(p)
     {
-        let names = engine
-            .scheduler()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .profiles()
-            .join(", ");
+        let names = engine.scheduler().profiles().join(", ");
         return Err(PlaceError::UnknownProfile(p.clone(), names));
     }
     // Expired holds are gone before the first pod, as the housekeeping tick would have
@@ -208,7 +203,7 @@ pub fn place_objects(
     feed.replace_pdbs(cluster.pdbs.clone());
     feed.replace_priority_classes(cluster.priority_classes.clone());
     let scheduler = engine.scheduler();
-    let evict = crate::preemption::EvictAtOnce::new(scheduler.clone());
+    let evict = crate::preemption::EvictAtOnce::new(scheduler.cache().clone());
     let results = pods
         .pods
         .iter()

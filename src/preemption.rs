@@ -12,11 +12,12 @@
 //!   (`kube::preempt`, with the bodies built here: [`nominated_node_patch`],
 //!   [`disruption_target_patch`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
+use crate::cache::Cache;
 use crate::decisions::{OutcomeHandler, Settled};
 use crate::framework::decision::Explanation;
 use crate::plugins::default_preemption::REASON_PREEMPTION_BY_SCHEDULER;
@@ -54,24 +55,25 @@ pub fn nominated_node_patch(node: &str) -> Value {
 /// grace period) from the engine's snapshot, as `serve`'s reporter deletes them from the
 /// cluster and `simulate` from its farm.
 pub struct EvictAtOnce {
-    scheduler: Arc<Mutex<Scheduler>>,
+    cache: Arc<Cache>,
 }
 
 impl EvictAtOnce {
-    /// The handler over the engine's scheduler.
-    pub fn new(scheduler: Arc<Mutex<Scheduler>>) -> EvictAtOnce {
-        EvictAtOnce { scheduler }
+    /// The handler over the engine's cache.
+    pub fn new(cache: Arc<Cache>) -> EvictAtOnce {
+        EvictAtOnce { cache }
     }
 }
 
 impl OutcomeHandler for EvictAtOnce {
     fn settled(&self, settled: Settled) {
         if let Some(n) = &settled.nomination {
-            let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-            let snap = s.snapshot_mut();
-            for v in &n.victims {
-                snap.remove_pod(&v.key(), &v.uid);
-            }
+            self.cache.update(|c| {
+                let snap = c.snapshot_mut();
+                for v in &n.victims {
+                    snap.remove_pod(&v.key(), &v.uid);
+                }
+            });
         }
     }
 }
@@ -83,14 +85,13 @@ impl OutcomeHandler for EvictAtOnce {
 /// victims, with the first FailedScheduling message as a note; without a nomination it
 /// is the first's.
 pub fn place_one(
-    scheduler: &Mutex<Scheduler>,
+    scheduler: &Scheduler,
     handler: &dyn OutcomeHandler,
     pod: &Pod,
     profile: Option<&str>,
 ) -> Explanation {
-    let lock = || scheduler.lock().unwrap_or_else(|e| e.into_inner());
     let info = PodInfo::new(Arc::new(pod.clone()));
-    let first = lock().schedule_one(&info, profile, true).decision;
+    let first = scheduler.schedule_one(&info, profile, true).decision;
     let Some(nomination) = first.nomination.clone() else {
         return first.explain();
     };
@@ -101,7 +102,7 @@ pub fn place_one(
         .get_or_insert_with(Default::default)
         .nominated_node_name = Some(nomination.node.to_string());
     let info = PodInfo::new(Arc::new(nominated));
-    let second = lock().schedule_one(&info, profile, true).decision;
+    let second = scheduler.schedule_one(&info, profile, true).decision;
     let mut out = second.explain();
     out.nominated_node = Some(nomination.node.to_string());
     out.victims = nomination.victim_keys();
@@ -136,9 +137,14 @@ mod tests {
     /// priority (not higher) until it is placed there.
     #[test]
     fn nominated_pods_hold_their_node() {
-        let mut s = Scheduler::new(&Config::default()).unwrap();
+        let s = Scheduler::new(&Config::default()).unwrap();
         let low = prio_pod("low", "3", 100, Some("n1"));
-        *s.snapshot_mut() = Snapshot::build([node("n1", json!({}))], [(*low.pod).clone()]);
+        s.cache().update(|c| {
+            c.replace(Snapshot::build(
+                [node("n1", json!({}))],
+                [(*low.pod).clone()],
+            ))
+        });
         let a = prio_pod("a", "2", 1000, None);
         let first = s.schedule_one(&a, None, false).decision;
         let n = first.nomination.clone().expect("a preempts");
@@ -148,8 +154,10 @@ mod tests {
             matches!(&first.outcome, Outcome::Unschedulable { message } if !message.contains("preemption:"))
         );
         // The victim is gone (deleted); `a` has not been retried yet.
-        s.snapshot_mut()
-            .remove_pod(&PodKey::new("default", "low"), &low.uid);
+        s.cache().update(|c| {
+            c.snapshot_mut()
+                .remove_pod(&PodKey::new("default", "low"), &low.uid)
+        });
         // b (500 ≤ 1000) would fit alone (4 free) but not beside a's 2 CPUs.
         let b = s
             .schedule_one(&prio_pod("b", "3", 500, None), None, true)

@@ -1,23 +1,24 @@
-//! The scheduler core: profiles, the snapshot, and the assume-before-bind cache.
+//! The scheduler core: profiles and the scheduling cycle.
 //!
-//! `schedule_one` runs a cycle for one pod; when a node is chosen the pod is *assumed* there at
-//! once (added to the snapshot), so the next cycle already counts it, before the asynchronous
-//! bind completes. A bind that fails is `forget`-ten (the pod leaves the node and goes back to
-//! the queue); a successful one is `confirm`-ed. An assumed pod that is neither confirmed nor
-//! forgotten within `assume_ttl` after its bind finished expires, so a lost watch event cannot
-//! leak capacity forever.
+//! `schedule_one` runs a cycle for one pod on the snapshot the [`Cache`] lends it, then
+//! settles the lease: when a node was chosen the pod is *assumed* there at once (added to
+//! the snapshot), so the next cycle already counts it, before the asynchronous bind
+//! completes. What happens to an assumed pod afterwards (bound, forgotten, expired) is
+//! the cache's ([`crate::cache`]). The scheduler itself holds only what no cycle changes
+//! (the profiles and their plugins) and the cycle's tie-breaking random numbers, so it is
+//! shared by `&`: no lock spans a cycle.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use crate::analytics::UsageView;
+use crate::cache::{Cache, CacheState};
 use crate::config::{Config, ConfigError};
 use crate::framework::{CycleState, Decision, Fallback, Framework, Outcome, Status};
-use crate::key::PodKey;
 use crate::plugins::volume_binding::{self, Reserved};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::volumes::claim_key;
@@ -42,6 +43,18 @@ pub struct Attempt {
     pub pre_bind: Option<PreBind>,
 }
 
+impl Attempt {
+    fn unplaced(decision: Decision, gated: Option<Status>) -> Attempt {
+        Attempt {
+            decision,
+            assumed: None,
+            gated,
+            placement: None,
+            pre_bind: None,
+        }
+    }
+}
+
 /// The binding cycle's PreBind for one placed pod: the profile's framework and the cycle
 /// state Reserve left (upstream hands the binding cycle the same state).
 pub struct PreBind {
@@ -64,7 +77,7 @@ impl PreBind {
             .await
     }
 
-    /// Runs Unreserve after a failed PreBind (the scheduler's `forget` restores what was
+    /// Runs Unreserve after a failed PreBind (the cache's `forget` restores what was
     /// assumed in the snapshot).
     pub fn unreserve(&mut self, pod: &PodInfo, node: &str) {
         self.frameworks[self.idx].unreserve(&mut self.state, pod, node);
@@ -82,114 +95,43 @@ pub struct RecentPlacementOf {
     pub recent: RecentPlacement,
 }
 
-/// What assuming a pod produced: the pod on its node, its recorded placement, and the PVs
-/// chosen for its claims (`namespace/claim` → PV).
-type Assumption = (Arc<PodInfo>, RecentPlacementOf, BTreeMap<String, String>);
-
-struct Assumed {
-    node: String,
-    uid: String,
-    /// PVs assumed bound to the pod's claims (restored when the pod is forgotten).
-    volumes: Vec<String>,
-    /// Set once binding finished; the entry expires at this instant unless confirmed.
-    deadline: Option<Instant>,
-}
-
 /// How long a placement counts as "recent" at most when the node's metrics never catch up
 /// (10 minutes: far beyond any scrape interval, short enough not to hoard capacity).
 pub const RECENT_MAX_AGE_MS: i64 = 10 * 60 * 1000;
 
-/// Profiles, snapshot and assumed pods.
+/// A cycle's verdict on the leased snapshot, before the cache takes it.
+struct Verdict {
+    decision: Decision,
+    /// The cycle chose a node (Reserve may still have failed): a nomination the pod held
+    /// is cleared.
+    chose_node: bool,
+    gated: Option<Status>,
+    /// A node was chosen and Reserve and Permit passed: what assuming the pod writes.
+    chosen: Option<Chosen>,
+}
+
+/// What assuming a placed pod writes into the cache.
+struct Chosen {
+    /// The profile's index.
+    idx: usize,
+    /// The cycle state Reserve left (PreBind and Unreserve read it).
+    state: CycleState,
+    node: String,
+    /// The pod with `spec.nodeName` set.
+    info: Arc<PodInfo>,
+    placement: RecentPlacementOf,
+}
+
+/// The profiles and the cycle. Shared by `&` (`Arc<Scheduler>`): the profiles never
+/// change, the cluster state is the [`Cache`]'s, and only the tie-breaking random numbers
+/// are the cycle's own.
 pub struct Scheduler {
     /// Shared with the queue's PreEnqueue check (frameworks are immutable once built).
     frameworks: Arc<[Framework]>,
-    snapshot: Arc<Snapshot>,
-    rng: SmallRng,
-    assumed: HashMap<PodKey, Assumed>,
-    assume_ttl: Duration,
+    cache: Arc<Cache>,
+    /// Only a cycle takes it (one at a time under the loop), for its tie-breaks.
+    rng: Mutex<SmallRng>,
     deps: PluginDeps,
-    /// Changes that had to copy the whole snapshot because a reader still held it
-    /// (`headroom_scheduler_snapshot_copies_total`): each costs O(nodes + pods).
-    snapshot_copies: prometheus_client::metrics::counter::Counter,
-}
-
-/// A copy of the scheduler's snapshot for readers outside the scheduling cycle that must
-/// not hold the scheduler's lock (the extender's requests), refreshed only when the
-/// snapshot changed since and the copy is older than its budget allows.
-///
-/// Why a copy: a reader holding the scheduler's own `Arc<Snapshot>` makes the next change
-/// (a watch event, an assumed pod) copy the whole snapshot under the lock, O(nodes + pods),
-/// whenever the two overlap. Here the copying is explicit and bounded: a refresh is due
-/// once the copy is older than `COPY_BUDGET` times what the last copy took (3 ms at 5,000
-/// nodes: at most every 60 ms), and never sooner than `min_age` — so copies cost at most
-/// about 1/`COPY_BUDGET` of a core whatever the cluster's size, and a request never waits
-/// for a cycle. The price is staleness of up to that age.
-pub struct ReadCopy {
-    scheduler: Arc<std::sync::Mutex<Scheduler>>,
-    min_age: Duration,
-    slot: std::sync::Mutex<Option<Copied>>,
-}
-
-/// The copy a [`ReadCopy`] hands out, and what it cost.
-struct Copied {
-    snapshot: Arc<Snapshot>,
-    generation: u64,
-    taken: Instant,
-    took: Duration,
-}
-
-/// How many times its own cost a copy must age before the next ([`ReadCopy`]).
-const COPY_BUDGET: u32 = 20;
-
-impl ReadCopy {
-    /// Copies of `scheduler`'s snapshot, each kept at least `min_age`.
-    pub fn new(scheduler: Arc<std::sync::Mutex<Scheduler>>, min_age: Duration) -> ReadCopy {
-        ReadCopy {
-            scheduler,
-            min_age,
-            slot: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// The copy, refreshed first when it is due and the scheduler's snapshot has changed.
-    pub fn current(&self) -> Arc<Snapshot> {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = &*slot
-            && c.taken.elapsed() < self.min_age.max(c.took * COPY_BUDGET)
-        {
-            return c.snapshot.clone();
-        }
-        let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = s.snapshot.generation();
-        if let Some(c) = &mut *slot
-            && c.generation == generation
-        {
-            c.taken = Instant::now();
-            return c.snapshot.clone();
-        }
-        // A deep copy: the scheduler's own Arc stays unshared, so its changes stay cheap.
-        let started = Instant::now();
-        let snapshot = Arc::new(Snapshot::clone(&s.snapshot));
-        drop(s);
-        *slot = Some(Copied {
-            snapshot: snapshot.clone(),
-            generation,
-            taken: Instant::now(),
-            took: started.elapsed(),
-        });
-        snapshot
-    }
-}
-
-/// `Arc::make_mut`, counting the copies it makes.
-fn make_mut<'a>(
-    snapshot: &'a mut Arc<Snapshot>,
-    copies: &prometheus_client::metrics::counter::Counter,
-) -> &'a mut Snapshot {
-    if Arc::strong_count(snapshot) > 1 {
-        copies.inc();
-    }
-    Arc::make_mut(snapshot)
 }
 
 impl Scheduler {
@@ -199,7 +141,8 @@ impl Scheduler {
         Scheduler::with_deps(config, &PluginDeps::from_config(config))
     }
 
-    /// Builds the scheduler from a configuration and the handles plugins hold.
+    /// Builds the scheduler from a configuration and the handles plugins hold, over an
+    /// empty cache whose assumed pods expire after `serve.assumeTtl`.
     pub fn with_deps(config: &Config, deps: &PluginDeps) -> Result<Scheduler, ConfigError> {
         let frameworks = config
             .profiles
@@ -212,63 +155,29 @@ impl Scheduler {
         };
         Ok(Scheduler {
             frameworks,
-            snapshot: Arc::new(Snapshot::new()),
-            rng,
-            assumed: HashMap::new(),
-            assume_ttl: Duration::from_secs(30),
+            cache: Arc::new(Cache::new(config.serve.assume_ttl)),
+            rng: Mutex::new(rng),
             deps: deps.clone(),
-            snapshot_copies: Default::default(),
         })
     }
 
-    /// Sets how long an assumed pod may stay unconfirmed after its bind finished.
-    pub fn set_assume_ttl(&mut self, ttl: Duration) {
-        self.assume_ttl = ttl;
+    /// The cache the cycles read and the feed writes.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
     }
 
-    /// The current snapshot (cheap to clone; share it with readers).
+    /// The cache's current snapshot (to read outside a cycle; see [`Cache::snapshot`]).
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshot.clone()
-    }
-
-    /// Mutable access for cluster events (node/pod add, update, delete). Copies the whole
-    /// snapshot when a reader still holds it (counted in [`Scheduler::snapshot_copies`]):
-    /// readers outside the cycle should hold it briefly, or not at all.
-    pub fn snapshot_mut(&mut self) -> &mut Snapshot {
-        make_mut(&mut self.snapshot, &self.snapshot_copies)
-    }
-
-    /// The counter of whole-snapshot copies (a handle: register it on the metrics).
-    pub fn snapshot_copies(&self) -> prometheus_client::metrics::counter::Counter {
-        self.snapshot_copies.clone()
-    }
-
-    /// Replaces the snapshot wholesale (e.g. after a re-list).
-    pub fn set_snapshot(&mut self, snapshot: Snapshot) {
-        self.snapshot = Arc::new(snapshot);
-        self.assumed.clear();
+        self.cache.snapshot()
     }
 
     /// Publishes a new usage view to the following cycles (from the analytics refresh),
-    /// and recalibrates the prediction of pods without a profile on it.
-    pub fn set_usage_view(&mut self, view: Arc<UsageView>) {
-        let warmup_ms = self.deps.policy.warmup_ms();
-        let usage = self.snapshot_mut().usage_mut();
-        usage.view = view;
-        usage.prune(warmup_ms, RECENT_MAX_AGE_MS);
-        // What profiled pods use against their requests, for pods without a profile.
-        let calibration =
-            crate::usage::calibrate(&self.snapshot, &self.deps.policy, &self.deps.identity);
-        self.snapshot_mut().usage_mut().calibration = calibration;
-    }
-
-    /// Sets the scheduler's clock, ms since the epoch: staleness of usage, reservation
-    /// expiry and recent placements are judged against it. The simulator sets simulated
-    /// time; `serve` sets wall-clock time before each cycle.
-    pub fn set_now_ms(&mut self, now_ms: i64) {
-        if self.snapshot.usage().now_ms != now_ms {
-            self.snapshot_mut().usage_mut().now_ms = now_ms;
-        }
+    /// and recalibrates the prediction of pods without a profile on it. Written like any
+    /// cluster change: after the cycle in flight, if any.
+    pub fn set_usage_view(&self, view: Arc<UsageView>) {
+        let (policy, identity) = (self.deps.policy.clone(), self.deps.identity.clone());
+        self.cache
+            .write(move |c| set_usage_view(c, view, &policy, &identity));
     }
 
     /// The usage policy the real-usage plugins judge by (staleness, headroom).
@@ -326,7 +235,7 @@ impl Scheduler {
     /// Runs one scheduling cycle for `pod` under `profile` (the first profile when `None`),
     /// and assumes the pod on the chosen node. The pod counts as not having waited (see
     /// [`schedule_one_waited`](Self::schedule_one_waited)).
-    pub fn schedule_one(&mut self, pod: &PodInfo, profile: Option<&str>, explain: bool) -> Attempt {
+    pub fn schedule_one(&self, pod: &PodInfo, profile: Option<&str>, explain: bool) -> Attempt {
         self.schedule_one_waited(pod, profile, explain, Duration::ZERO)
     }
 
@@ -337,150 +246,175 @@ impl Scheduler {
     /// `usage.maxWait`, scheduled again with the usage fallback (see [`crate::usage::wait`]):
     /// the record of that second cycle, with [`Decision::fallback`] set, is the decision.
     pub fn schedule_one_waited(
-        &mut self,
+        &self,
         pod: &PodInfo,
         profile: Option<&str>,
         explain: bool,
         waited: Duration,
     ) -> Attempt {
+        self.schedule_then(pod, profile, explain, waited, |_, _| ())
+            .0
+    }
+
+    /// [`schedule_one_waited`](Self::schedule_one_waited), then `then` on the attempt and the
+    /// snapshot with the pod assumed, before any change written during the cycle (what the
+    /// loop records beside a decision: the node's headroom with the pod counted).
+    pub fn schedule_then<R>(
+        &self,
+        pod: &PodInfo,
+        profile: Option<&str>,
+        explain: bool,
+        waited: Duration,
+        then: impl FnOnce(&Attempt, &Snapshot) -> R,
+    ) -> (Attempt, R) {
+        let lease = self.cache.lease();
+        let verdict = self.decide(&lease, pod, profile, explain, waited);
+        self.cache.settle(lease, |c| {
+            let attempt = self.assume(c, pod, verdict);
+            let r = then(&attempt, c.snapshot());
+            (attempt, r)
+        })
+    }
+
+    /// The cycle proper, on the leased snapshot: filters, scores, the usage fallback,
+    /// Reserve and Permit. Changes nothing in the cache.
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        profile: Option<&str>,
+        explain: bool,
+        waited: Duration,
+    ) -> Verdict {
         let idx = match profile {
             None => Some(0),
             Some(p) => self.frameworks.iter().position(|f| f.profile() == p),
         };
-        let Some(idx) = idx.filter(|i| *i < self.frameworks.len()) else {
+        let error = |profile: &str, message: String| {
             let mut d = Decision::new(
                 &pod.namespace,
                 &pod.name,
                 &pod.uid,
-                profile.unwrap_or(""),
-                self.snapshot.generation(),
-                self.snapshot.names(),
+                profile,
+                snapshot.generation(),
+                snapshot.names(),
             );
-            d.outcome = Outcome::Error {
-                message: format!("no profile named {:?}", profile.unwrap_or("")),
-            };
-            return Attempt {
-                decision: d,
-                assumed: None,
+            d.outcome = Outcome::Error { message };
+            d
+        };
+        let Some(idx) = idx.filter(|i| *i < self.frameworks.len()) else {
+            let p = profile.unwrap_or("");
+            let decision = error(p, format!("no profile named {p:?}"));
+            return Verdict {
+                decision,
+                chose_node: false,
                 gated: None,
-                placement: None,
-                pre_bind: None,
+                chosen: None,
             };
         };
         let fw = &self.frameworks[idx];
         if let Some(s) = fw.pre_enqueue(pod) {
-            let mut d = Decision::new(
-                &pod.namespace,
-                &pod.name,
-                &pod.uid,
+            let mut decision = error(
                 fw.profile(),
-                self.snapshot.generation(),
-                self.snapshot.names(),
+                format!("pod is not schedulable yet: {}", s.message()),
             );
-            d.outcome = Outcome::Error {
-                message: format!("pod is not schedulable yet: {}", s.message()),
-            };
-            d.pre_filter.push(s.clone());
-            return Attempt {
-                decision: d,
-                assumed: None,
+            decision.pre_filter.push(s.clone());
+            return Verdict {
+                decision,
+                chose_node: false,
                 gated: Some(s),
-                placement: None,
-                pre_bind: None,
+                chosen: None,
             };
         }
+        let (mut decision, mut state) = self.filter_and_score(fw, snapshot, pod, explain, waited);
+        let chose_node = decision.node().is_some();
+        let chosen = decision.node().map(str::to_string).and_then(|node| {
+            match self.reserve(idx, &mut state, snapshot, pod, &node) {
+                Ok(placement) => {
+                    let mut bound = (*pod.pod).clone();
+                    bound.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+                    Some(Chosen {
+                        idx,
+                        state,
+                        node,
+                        info: Arc::new(PodInfo::new(Arc::new(bound))),
+                        placement,
+                    })
+                }
+                Err(s) => {
+                    decision.outcome = Outcome::Error {
+                        message: format!("{} on node {node}: {}", s.plugin, s.message()),
+                    };
+                    None
+                }
+            }
+        });
+        Verdict {
+            decision,
+            chose_node,
+            gated: None,
+            chosen,
+        }
+    }
+
+    /// Filters and scores, with the usage fallback for a pod that waited past
+    /// `usage.maxWait` and that real usage alone keeps off every node.
+    fn filter_and_score(
+        &self,
+        fw: &Framework,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        explain: bool,
+        waited: Duration,
+    ) -> (Decision, CycleState) {
         let cycle_state = |fallback: bool| {
             let mut state = CycleState::new(explain);
             state.write_input(Wait { waited, fallback });
             state
         };
-        let (mut decision, mut state) =
-            fw.schedule_in(pod, &self.snapshot, &mut self.rng, cycle_state(false));
-        if matches!(decision.outcome, Outcome::Unschedulable { .. }) {
-            let relaxable = relaxable_rejections(fw, &decision);
-            let max_wait = self.deps.policy.max_wait;
-            if !relaxable.is_empty() {
-                if waited >= max_wait {
-                    let (mut d, st) =
-                        fw.schedule_in(pod, &self.snapshot, &mut self.rng, cycle_state(true));
-                    if d.node().is_some() {
-                        d.fallback = Some(Fallback {
-                            waited_seconds: waited.as_secs_f64(),
-                            max_wait_seconds: max_wait.as_secs_f64(),
-                            relaxed: relaxable.iter().map(|p| p.to_string()).collect(),
-                        });
-                    } else {
-                        d.notes.push(format!(
-                            "usage fallback: waited past usage.maxWait, but no node fits even with {} relaxed",
-                            relaxable.join(", ")
-                        ));
-                    }
-                    decision = d;
-                    state = st;
-                } else if let Outcome::Unschedulable { message } = &mut decision.outcome {
-                    message.push_str(&waiting_message(max_wait));
-                }
-            }
+        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut decision, mut state) = fw.schedule_in(pod, snapshot, &mut rng, cycle_state(false));
+        if !matches!(decision.outcome, Outcome::Unschedulable { .. }) {
+            return (decision, state);
         }
-        // Upstream's nominator: a pod preemption nominated counts on its node for pods of
-        // lower or equal priority until it is placed (or deleted).
-        if let Some(n) = &mut decision.nomination {
-            let node = n.node.to_string();
-            n.cleared = self
-                .snapshot_mut()
-                .policy_mut()
-                .nominate(Arc::new(pod.clone()), &node);
-        } else if decision.node().is_some() && self.snapshot.policy().is_nominated(&pod.key()) {
-            self.snapshot_mut().policy_mut().unnominate(&pod.key());
+        let relaxable = relaxable_rejections(fw, &decision);
+        let max_wait = self.deps.policy.max_wait;
+        if relaxable.is_empty() {
+            return (decision, state);
         }
-        let Some(node) = decision.node().map(str::to_string) else {
-            return Attempt {
-                decision,
-                assumed: None,
-                gated: None,
-                placement: None,
-                pre_bind: None,
-            };
-        };
-        match self.reserve_and_assume(idx, &mut state, pod, &node) {
-            Ok((assumed, placement, volume_bindings)) => {
-                decision.volume_bindings = volume_bindings;
-                let fw = &self.frameworks[idx];
-                let pre_bind = fw.pre_bind_needed(&state, pod, &node).then(|| PreBind {
-                    frameworks: self.frameworks.clone(),
-                    idx,
-                    state,
+        if waited >= max_wait {
+            let (mut d, st) = fw.schedule_in(pod, snapshot, &mut rng, cycle_state(true));
+            if d.node().is_some() {
+                d.fallback = Some(Fallback {
+                    waited_seconds: waited.as_secs_f64(),
+                    max_wait_seconds: max_wait.as_secs_f64(),
+                    relaxed: relaxable.iter().map(|p| p.to_string()).collect(),
                 });
-                Attempt {
-                    decision,
-                    assumed: Some(assumed),
-                    gated: None,
-                    placement: Some(placement),
-                    pre_bind,
-                }
+            } else {
+                d.notes.push(format!(
+                    "usage fallback: waited past usage.maxWait, but no node fits even with {} relaxed",
+                    relaxable.join(", ")
+                ));
             }
-            Err(s) => {
-                decision.outcome = Outcome::Error {
-                    message: format!("{} on node {node}: {}", s.plugin, s.message()),
-                };
-                Attempt {
-                    decision,
-                    assumed: None,
-                    gated: None,
-                    placement: None,
-                    pre_bind: None,
-                }
-            }
+            decision = d;
+            state = st;
+        } else if let Outcome::Unschedulable { message } = &mut decision.outcome {
+            message.push_str(&waiting_message(max_wait));
         }
+        (decision, state)
     }
 
-    fn reserve_and_assume(
-        &mut self,
+    /// Reserve and Permit for the chosen node, and the placement the pod will be recorded
+    /// with: its builder and predicted usage, counted on the node until its metrics show
+    /// it (compensation).
+    fn reserve(
+        &self,
         idx: usize,
         state: &mut CycleState,
+        snapshot: &Snapshot,
         pod: &PodInfo,
         node: &str,
-    ) -> Result<Assumption, Status> {
+    ) -> Result<RecentPlacementOf, Status> {
         let fw = &self.frameworks[idx];
         let s = fw.reserve(state, pod, node);
         if !s.is_success() {
@@ -491,183 +425,132 @@ impl Scheduler {
             fw.unreserve(state, pod, node);
             return Err(s);
         }
-        // VolumeBinding's choice is assumed with the pod (upstream's AssumePodVolumes):
-        // the next cycle sees the PVs taken.
-        let (volumes, volume_bindings) = match state.read::<Reserved>() {
-            Some(Reserved(v)) if !v.static_bindings.is_empty() => {
-                let bindings = v
-                    .static_bindings
-                    .iter()
-                    .map(|b| (claim_key(&b.namespace, &b.claim), b.pv.clone()))
-                    .collect();
-                match make_mut(&mut self.snapshot, &self.snapshot_copies)
-                    .volumes_mut()
-                    .assume(&v.static_bindings)
-                {
-                    Ok(changed) => (changed, bindings),
-                    Err(e) => {
-                        fw.unreserve(state, pod, node);
-                        return Err(Status::error(e).with_plugin(volume_binding::NAME));
-                    }
-                }
-            }
-            _ => (Vec::new(), BTreeMap::new()),
-        };
-        let mut bound = (*pod.pod).clone();
-        bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-        let info = Arc::new(PodInfo::new(Arc::new(bound)));
-        // The pod's predicted usage counts on the node until its metrics show it
-        // (compensation), and the node joins the builder's history at once.
         // Taken out of the cycle state, not read: the state would otherwise keep the
-        // snapshot's usage context shared, and recording the placement below would copy it
-        // (the peer plugins keep the same context for their per-node calls).
+        // snapshot's usage context shared, and recording the placement when the lease
+        // settles would copy it (the peer plugins keep the same context for their
+        // per-node calls).
         drop(state.take::<crate::plugins::peers::Ctx>());
         let usage = release_cycle_usage(state).map_or_else(
-            || PodUsage::of(pod, &self.snapshot, &self.deps.policy, &self.deps.identity),
+            || PodUsage::of(pod, snapshot, &self.deps.policy, &self.deps.identity),
             |u| match Arc::try_unwrap(u) {
                 Ok(u) => u.pod,
                 Err(u) => u.pod.clone(),
             },
         );
-        let recent = RecentPlacement {
-            pod: pod.key(),
-            at_ms: self.snapshot.usage().now_ms,
-            cpu_cores: usage.prediction.cpu_cores,
-            memory_bytes: usage.prediction.memory_bytes,
-            disk_bytes: usage.disk_bytes as f64,
-            memory_dist: usage.prediction.memory_dist,
+        Ok(RecentPlacementOf {
+            builder: usage.builder.clone(),
+            node: node.to_string(),
+            recent: RecentPlacement {
+                pod: pod.key(),
+                at_ms: snapshot.usage().now_ms,
+                cpu_cores: usage.prediction.cpu_cores,
+                memory_bytes: usage.prediction.memory_bytes,
+                disk_bytes: usage.disk_bytes as f64,
+                memory_dist: usage.prediction.memory_dist,
+            },
+        })
+    }
+
+    /// Applies a verdict to the cache as the lease settles: the nomination, and for a
+    /// placed pod the assumption — its PVs (VolumeBinding's choice, upstream's
+    /// AssumePodVolumes), the pod on its node, its placement in the usage context.
+    fn assume(&self, c: &mut CacheState, pod: &PodInfo, verdict: Verdict) -> Attempt {
+        let Verdict {
+            mut decision,
+            chose_node,
+            gated,
+            chosen,
+        } = verdict;
+        // Upstream's nominator: a pod preemption nominated counts on its node for pods of
+        // lower or equal priority until it is placed (or deleted).
+        if let Some(n) = &mut decision.nomination {
+            let node = n.node.to_string();
+            n.cleared = c
+                .snapshot_mut()
+                .policy_mut()
+                .nominate(Arc::new(pod.clone()), &node);
+        } else if chose_node && c.snapshot().policy().is_nominated(&pod.key()) {
+            c.snapshot_mut().policy_mut().unnominate(&pod.key());
+        }
+        let Some(Chosen {
+            idx,
+            mut state,
+            node,
+            info,
+            placement,
+        }) = chosen
+        else {
+            return Attempt::unplaced(decision, gated);
+        };
+        let fw = &self.frameworks[idx];
+        let volumes = match state.read::<Reserved>() {
+            Some(Reserved(v)) if !v.static_bindings.is_empty() => {
+                match c.snapshot_mut().volumes_mut().assume(&v.static_bindings) {
+                    Ok(changed) => {
+                        decision.volume_bindings = v
+                            .static_bindings
+                            .iter()
+                            .map(|b| (claim_key(&b.namespace, &b.claim), b.pv.clone()))
+                            .collect::<BTreeMap<_, _>>();
+                        changed
+                    }
+                    Err(e) => {
+                        fw.unreserve(&mut state, pod, &node);
+                        let s = Status::error(e).with_plugin(volume_binding::NAME);
+                        decision.outcome = Outcome::Error {
+                            message: format!("{} on node {node}: {}", s.plugin, s.message()),
+                        };
+                        return Attempt::unplaced(decision, None);
+                    }
+                }
+            }
+            _ => Vec::new(),
         };
         // A bare pod's identity is its own name: remembering a history for it would only
         // grow the map.
-        let builder = (!usage.builder.is_pod()).then_some(usage.builder.as_str());
-        let snapshot = self.snapshot_mut();
-        snapshot.add_pod(info.clone(), node);
-        snapshot.record_placement(builder, node, recent.clone());
-        let placement = RecentPlacementOf {
-            builder: usage.builder.clone(),
-            node: node.to_string(),
-            recent,
-        };
-        self.assumed.insert(
-            pod.key(),
-            Assumed {
-                node: node.to_string(),
-                uid: pod.uid.clone(),
-                volumes,
-                deadline: None,
-            },
-        );
-        Ok((info, placement, volume_bindings))
-    }
-
-    /// Marks the bind of an assumed pod as finished: from `now`, it expires after the TTL
-    /// unless the API confirms it.
-    pub fn finish_binding(&mut self, pod: &PodKey, now: Instant) {
-        if let Some(a) = self.assumed.get_mut(pod) {
-            a.deadline = Some(now + self.assume_ttl);
+        let builder = (!placement.builder.is_pod()).then_some(placement.builder.as_str());
+        let snapshot = c.snapshot_mut();
+        snapshot.add_pod(info.clone(), &node);
+        snapshot.record_placement(builder, &node, placement.recent.clone());
+        c.assume(pod, &node, volumes);
+        let pre_bind = fw.pre_bind_needed(&state, pod, &node).then(|| PreBind {
+            frameworks: self.frameworks.clone(),
+            idx,
+            state,
+        });
+        Attempt {
+            decision,
+            assumed: Some(info),
+            gated: None,
+            placement: Some(placement),
+            pre_bind,
         }
     }
+}
 
-    /// The API shows the pod bound: it is no longer merely assumed.
-    pub fn confirm(&mut self, pod: &PodKey) {
-        self.assumed.remove(pod);
-    }
-
-    /// The bind failed: the pod leaves its node. Returns the node it had been assumed on.
-    pub fn forget(&mut self, pod: &PodInfo) -> Option<String> {
-        let key = pod.key();
-        let a = self.assumed.remove(&key)?;
-        let snapshot = self.snapshot_mut();
-        if !a.volumes.is_empty() {
-            snapshot.volumes_mut().restore(&a.volumes);
-        }
-        snapshot.remove_pod(&key, &pod.uid);
-        snapshot.forget_placement(&a.node, &key);
-        Some(a.node)
-    }
-
-    /// Drops assumed pods whose deadline passed; returns their keys.
-    pub fn expire_assumed(&mut self, now: Instant) -> Vec<PodKey> {
-        let expired: Vec<PodKey> = self
-            .assumed
-            .iter()
-            .filter(|(_, a)| a.deadline.is_some_and(|d| d <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &expired {
-            if let Some(a) = self.assumed.remove(k) {
-                let snapshot = self.snapshot_mut();
-                if !a.volumes.is_empty() {
-                    snapshot.volumes_mut().restore(&a.volumes);
-                }
-                snapshot.remove_pod(k, &a.uid);
-                snapshot.forget_placement(&a.node, k);
-            }
-        }
-        expired
-    }
-
-    /// Number of assumed, unconfirmed pods.
-    pub fn assumed_count(&self) -> usize {
-        self.assumed.len()
-    }
+/// A new usage view in the cache's snapshot, with the calibration of pods without a
+/// profile recomputed on it and recent placements the view has caught up with pruned.
+fn set_usage_view(
+    c: &mut CacheState,
+    view: Arc<UsageView>,
+    policy: &crate::usage::UsagePolicy,
+    identity: &headroom_collectors::IdentityConfig,
+) {
+    let usage = c.snapshot_mut().usage_mut();
+    usage.view = view;
+    usage.prune(policy.warmup_ms(), RECENT_MAX_AGE_MS);
+    // What profiled pods use against their requests, for pods without a profile.
+    let calibration = crate::usage::calibrate(c.snapshot(), policy, identity);
+    c.snapshot_mut().usage_mut().calibration = calibration;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use serde_json::json;
-
-    /// The extender's copy never shares the scheduler's own snapshot, so changes after it
-    /// copy nothing; within `max_age` readers get the same copy, and after a change past
-    /// it a fresh one.
-    #[test]
-    fn read_copies_leave_the_schedulers_snapshot_unshared() {
-        let mut s = Scheduler::new(&Config::default()).unwrap();
-        *s.snapshot_mut() = Snapshot::build([node("n1", json!({}))], []);
-        let copies = s.snapshot_copies();
-        let sched = Arc::new(std::sync::Mutex::new(s));
-        let long = ReadCopy::new(sched.clone(), Duration::from_secs(3600));
-        let first = long.current();
-        assert!(
-            Arc::ptr_eq(&first, &long.current()),
-            "within max_age: the same copy"
-        );
-        let mut s = sched.lock().unwrap();
-        s.schedule_one(&cpu_pod("a", "1"), None, false);
-        assert_eq!(copies.get(), 0, "the reader's copy is its own");
-        // A reader of the scheduler's own Arc does make the next change copy (counted).
-        let held = s.snapshot();
-        s.snapshot_mut()
-            .upsert_node(Arc::new(node("n2", json!({}))));
-        assert_eq!(copies.get(), 1);
-        drop((held, s));
-        let fresh = ReadCopy::new(sched.clone(), Duration::ZERO);
-        let c1 = fresh.current();
-        assert_eq!(c1.len(), 2);
-        assert_eq!(
-            c1.get("n1").unwrap().pods.len(),
-            1,
-            "the assumed pod is in the copy"
-        );
-        assert!(
-            Arc::ptr_eq(&c1, &fresh.current()),
-            "unchanged: the copy is kept"
-        );
-        sched.lock().unwrap().snapshot_mut().remove_node("n2");
-        // Past the copy's budget (20 times what copying two nodes took: microseconds).
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(fresh.current().len(), 1, "changed: copied again");
-        assert!(
-            Arc::ptr_eq(&first, &long.current()),
-            "still within its max_age"
-        );
-        assert!(
-            first.get("n1").unwrap().pods.is_empty(),
-            "taken before the pod"
-        );
-    }
+    use std::time::Instant;
 
     fn cpu_pod(name: &str, cpu: &str) -> PodInfo {
         info(pod(
@@ -682,15 +565,17 @@ mod tests {
     /// the others carry no times; no placement changes.
     #[test]
     fn one_cycle_in_ten_times_each_plugin() {
-        let mut s = Scheduler::new(&Config::default()).unwrap();
-        *s.snapshot_mut() = Snapshot::build(
-            [
-                node("n1", json!({})),
-                node("n2", json!({})),
-                node("n3", json!({})),
-            ],
-            [],
-        );
+        let s = Scheduler::new(&Config::default()).unwrap();
+        s.cache().update(|c| {
+            c.replace(Snapshot::build(
+                [
+                    node("n1", json!({})),
+                    node("n2", json!({})),
+                    node("n3", json!({})),
+                ],
+                [],
+            ))
+        });
         let mut sampled = Vec::new();
         for i in 0..20 {
             let r = s.schedule_one(&cpu_pod(&format!("p{i}"), "10m"), None, false);
@@ -731,8 +616,9 @@ mod tests {
     fn assume_forget_expire() {
         let mut config = Config::default();
         config.scheduler.seed = Some(7);
-        let mut s = Scheduler::new(&config).unwrap();
-        *s.snapshot_mut() = Snapshot::build([node("only", json!({}))], []);
+        let s = Scheduler::new(&config).unwrap();
+        s.cache()
+            .update(|c| c.replace(Snapshot::build([node("only", json!({}))], [])));
 
         let a = s.schedule_one(&cpu_pod("a", "3"), None, false);
         assert_eq!(a.decision.node(), Some("only"));
@@ -744,27 +630,43 @@ mod tests {
         );
 
         // A failed bind forgets the pod and frees the node.
-        assert_eq!(s.forget(&cpu_pod("a", "3")).as_deref(), Some("only"));
+        assert_eq!(
+            s.cache()
+                .update(|c| c.forget(&cpu_pod("a", "3")))
+                .as_deref(),
+            Some("only")
+        );
         let b = s.schedule_one(&cpu_pod("b", "3"), None, false);
         assert_eq!(b.decision.node(), Some("only"));
 
         // An unconfirmed bind expires after the TTL; a confirmed one stays.
         let t0 = Instant::now();
-        s.set_assume_ttl(Duration::from_secs(30));
-        s.finish_binding(&PodKey::new("default", "b"), t0);
-        assert!(s.expire_assumed(t0 + Duration::from_secs(29)).is_empty());
+        s.cache()
+            .update(|c| c.finish_binding(&PodKey::new("default", "b"), t0));
+        assert!(
+            s.cache()
+                .update(|c| c.expire_assumed(t0 + Duration::from_secs(29)))
+                .is_empty()
+        );
         assert_eq!(
-            s.expire_assumed(t0 + Duration::from_secs(31)),
+            s.cache()
+                .update(|c| c.expire_assumed(t0 + Duration::from_secs(31))),
             vec![PodKey::new("default", "b")]
         );
         assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 0);
 
         let c = s.schedule_one(&cpu_pod("c", "1"), None, false);
         assert!(c.assumed.is_some());
-        s.finish_binding(&PodKey::new("default", "c"), t0);
-        s.confirm(&PodKey::new("default", "c"));
-        assert!(s.expire_assumed(t0 + Duration::from_secs(60)).is_empty());
-        assert_eq!(s.assumed_count(), 0);
+        s.cache()
+            .update(|c| c.finish_binding(&PodKey::new("default", "c"), t0));
+        s.cache()
+            .update(|c| c.confirm(&PodKey::new("default", "c")));
+        assert!(
+            s.cache()
+                .update(|c| c.expire_assumed(t0 + Duration::from_secs(60)))
+                .is_empty()
+        );
+        assert_eq!(s.cache().read(|c| c.assumed_count()), 0);
         assert_eq!(s.snapshot().get("only").unwrap().requested.milli_cpu, 1000);
     }
 
@@ -777,30 +679,34 @@ mod tests {
         let mut config = Config::default();
         config.scheduler.seed = Some(7);
         config.usage.max_wait = Duration::from_secs(60);
-        let mut s = Scheduler::new(&config).unwrap();
+        let s = Scheduler::new(&config).unwrap();
         // 8 GiB nodes, 10 % reserve (0.8 GiB): a 2 GiB pod fits none. Under the fallback
         // "over" (7 + 2 > 8 GiB) still rejects it while others can hold it.
-        *s.snapshot_mut() = with_usage(
-            Snapshot::build(
-                [
-                    node("hot", json!({})),
-                    node("warm", json!({})),
-                    node("over", json!({})),
+        s.cache().update(|c| {
+            c.replace(with_usage(
+                Snapshot::build(
+                    [
+                        node("hot", json!({})),
+                        node("warm", json!({})),
+                        node("over", json!({})),
+                    ],
+                    [],
+                ),
+                vec![
+                    usage("hot", 0.5, 6.0 * GI, 10, None),
+                    usage("warm", 0.5, 5.5 * GI, 10, None),
+                    usage("over", 0.5, 7.0 * GI, 10, None),
                 ],
-                [],
-            ),
-            vec![
-                usage("hot", 0.5, 6.0 * GI, 10, None),
-                usage("warm", 0.5, 5.5 * GI, 10, None),
-                usage("over", 0.5, 7.0 * GI, 10, None),
-            ],
-            vec![],
-        );
+                vec![],
+            ))
+        });
         // The builder ran on "hot" before: History would pull it there.
-        s.snapshot_mut()
-            .usage_mut()
-            .history
-            .insert("b-1".into(), ["hot".to_string()].into());
+        s.cache().update(|c| {
+            c.snapshot_mut()
+                .usage_mut()
+                .history
+                .insert("b-1".into(), ["hot".to_string()].into())
+        });
         let build = |name: &str, mem: &str| {
             info(pod(
                 name,
@@ -873,8 +779,13 @@ mod tests {
         let predict = |cold: crate::usage::ColdStart, pods: usize| {
             let mut config = Config::default();
             config.usage.cold_start = cold;
-            let mut s = Scheduler::new(&config).unwrap();
-            *s.snapshot_mut() = Snapshot::build([node("n", json!({}))], running[..pods].to_vec());
+            let s = Scheduler::new(&config).unwrap();
+            s.cache().update(|c| {
+                c.replace(Snapshot::build(
+                    [node("n", json!({}))],
+                    running[..pods].to_vec(),
+                ))
+            });
             let view = with_usage(
                 Snapshot::new(),
                 vec![],
@@ -915,8 +826,9 @@ mod tests {
 
     #[test]
     fn gated_and_unknown_profile() {
-        let mut s = Scheduler::new(&Config::default()).unwrap();
-        *s.snapshot_mut() = Snapshot::build([node("n", json!({}))], []);
+        let s = Scheduler::new(&Config::default()).unwrap();
+        s.cache()
+            .update(|c| c.replace(Snapshot::build([node("n", json!({}))], [])));
         let gated = info(pod(
             "g",
             json!({"spec": {"schedulingGates": [{"name": "wait"}]}}),

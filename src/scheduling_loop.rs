@@ -2,10 +2,10 @@
 //! and binds it in the background so the next cycle does not wait for the bind.
 //!
 //! ```text
-//! queue.pop ─► Scheduler::schedule_one ─► no node: queue.add_unschedulable (backoff/unschedulable)
-//!                                     └─► node:    assumed in the snapshot ─► spawn bind
-//!                                                   bind ok:   finish_binding (+ confirm), queue.done
-//!                                                   bind fail: forget (node freed), requeue with backoff
+//! queue.pop ─► Scheduler::schedule_then ─► no node: queue.add_unschedulable (backoff/unschedulable)
+//!              (cycle on the leased       └─► node:    assumed in the cache ─► spawn bind
+//!               snapshot, then settled)                 bind ok:   finish_binding (+ confirm), queue.done
+//!                                                       bind fail: forget (node freed), requeue with backoff
 //! ```
 //!
 //! Shutdown stops taking pods at once and then waits for the binds in flight, so a pod that was
@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinSet;
 
+use crate::cache::Cache;
 use crate::decisions::{Bound, DecisionInputs, Settled};
 use crate::framework::{BindAnnotations, BindPlugin, Decision};
 use crate::key::{PodId, PodKey};
@@ -83,8 +84,8 @@ pub type BindAnnotator =
 
 /// The parts the loop works with.
 pub struct SchedulingLoop {
-    /// The scheduler (profiles, snapshot, assume cache); cycles hold its lock, binds do not.
-    pub scheduler: Arc<Mutex<Scheduler>>,
+    /// The scheduler (profiles, and the cache whose snapshot each cycle leases).
+    pub scheduler: Arc<Scheduler>,
     /// The queue of pending pods.
     pub queue: Arc<SchedulingQueue>,
     /// The binder.
@@ -169,30 +170,38 @@ impl SchedulingLoop {
             });
         let (attempts, first_attempt) = (queued.attempts, queued.initial_attempt_timestamp);
         let pod = queued.pod_info;
-        let attempt = {
-            let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-            // Wall time, not tokio's (possibly paused or simulated) clock: the latency
-            // metric is what the cycle cost.
-            let started = std::time::Instant::now();
-            let mut attempt =
-                s.schedule_one_waited(&pod, profile_of(&pod), self.options.explain, waited);
-            attempt.decision.cycle_duration = started.elapsed();
-            let snapshot = s.snapshot();
-            attempt.decision.decided_at_ms = snapshot.usage().now_ms;
-            let annotations = match (&self.annotate, attempt.decision.node()) {
-                (Some(annotate), Some(_)) => annotate(&attempt.decision, &snapshot),
-                _ => BindAnnotations::new(),
-            };
-            // What the decision log shows besides the record, read here from the snapshot
-            // the cycle saw: reading it later (the sink) would take this lock again and,
-            // while holding the snapshot, make the next assume copy all of it.
-            let inputs = self.decisions.as_ref().map(|_| {
-                let builder = attempt.placement.as_ref().map(|p| p.builder.to_string());
-                DecisionInputs::at_decision(&attempt.decision, builder, &snapshot, s.usage_policy())
-            });
-            (attempt, annotations, inputs)
-        };
-        let (attempt, annotations, inputs) = attempt;
+        // Wall time, not tokio's (possibly paused or simulated) clock: the latency metric
+        // is what the cycle cost.
+        let started = std::time::Instant::now();
+        let (mut attempt, (cycle, decided_at_ms, annotations, inputs)) =
+            self.scheduler.schedule_then(
+                &pod,
+                profile_of(&pod),
+                self.options.explain,
+                waited,
+                // Read from the snapshot the cycle saw, with the pod assumed, as the lease
+                // settles: reading it later (the sink) would hold the cache's snapshot while the
+                // next change copies all of it.
+                |attempt, snapshot| {
+                    let cycle = started.elapsed();
+                    let annotations = match (&self.annotate, attempt.decision.node()) {
+                        (Some(annotate), Some(_)) => annotate(&attempt.decision, snapshot),
+                        _ => BindAnnotations::new(),
+                    };
+                    let inputs = self.decisions.as_ref().map(|_| {
+                        let builder = attempt.placement.as_ref().map(|p| p.builder.to_string());
+                        DecisionInputs::at_decision(
+                            &attempt.decision,
+                            builder,
+                            snapshot,
+                            self.scheduler.usage_policy(),
+                        )
+                    });
+                    (cycle, snapshot.usage().now_ms, annotations, inputs)
+                },
+            );
+        attempt.decision.cycle_duration = cycle;
+        attempt.decision.decided_at_ms = decided_at_ms;
         // What the mode acts on once the bind ended (small: no per-node numbers), joined
         // with the bind's result in the bind task.
         let settled = match (&self.decisions, &attempt.placement) {
@@ -219,7 +228,7 @@ impl SchedulingLoop {
             return;
         };
         let parts = BindParts {
-            scheduler: self.scheduler.clone(),
+            cache: self.scheduler.cache().clone(),
             queue: self.queue.clone(),
             binder: self.binder.clone(),
             stats: stats.clone(),
@@ -264,7 +273,7 @@ impl SchedulingLoop {
 
 /// What a bind task shares with the loop.
 struct BindParts {
-    scheduler: Arc<Mutex<Scheduler>>,
+    cache: Arc<Cache>,
     queue: Arc<SchedulingQueue>,
     binder: Arc<dyn BindPlugin>,
     stats: Arc<Mutex<LoopStats>>,
@@ -303,11 +312,7 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
         if !s.is_success() {
             tracing::warn!(pod = %pod.key(), node = %node, plugin = s.plugin, error = %s.message(), "PreBind failed; retrying the pod");
             pb.unreserve(&assumed, &node);
-            parts
-                .scheduler
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .forget(&pod);
+            forget(&parts.cache, &pod);
             {
                 let mut st = parts.stats.lock().unwrap_or_else(|e| e.into_inner());
                 st.bind_errors += 1;
@@ -321,14 +326,18 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
         }
     }
     let status = parts.binder.bind(&assumed, &node, &annotations).await;
-    let mut s = parts.scheduler.lock().unwrap_or_else(|e| e.into_inner());
     if status.is_success() {
-        let key = pod.key();
-        s.finish_binding(&key, tokio::time::Instant::now().into_std());
-        if parts.confirm {
-            s.confirm(&key);
-        }
-        drop(s);
+        let (key, now, confirm) = (
+            pod.key(),
+            tokio::time::Instant::now().into_std(),
+            parts.confirm,
+        );
+        parts.cache.write(move |c| {
+            c.finish_binding(&key, now);
+            if confirm {
+                c.confirm(&key);
+            }
+        });
         parts.queue.done(&PodId::of(&pod));
         parts.stats.lock().unwrap_or_else(|e| e.into_inner()).bound += 1;
         if let (Some(m), Some(first)) = (&parts.metrics, first_attempt) {
@@ -339,8 +348,7 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
         }
         Ok(())
     } else {
-        s.forget(&pod);
-        drop(s);
+        forget(&parts.cache, &pod);
         parts
             .stats
             .lock()
@@ -350,6 +358,16 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
         parts.queue.add_unschedulable(pod, Failure::error(message));
         Err(status.message().to_string())
     }
+}
+
+/// A failed bind forgets the assumed pod (its node freed). Written like any change: the
+/// pod, requeued right after, is popped only once the cycle in flight has settled, which
+/// applies the forget first.
+fn forget(cache: &Cache, pod: &Arc<PodInfo>) {
+    let pod = pod.clone();
+    cache.write(move |c| {
+        c.forget(&pod);
+    });
 }
 
 /// A binder that binds instantly and remembers every binding (the simulator, tests).
@@ -448,9 +466,13 @@ mod tests {
     async fn binds_requeues_on_bind_failure_and_unblocks_on_node_added() {
         let mut config = Config::default();
         config.scheduler.seed = Some(3);
-        let mut s = Scheduler::new(&config).unwrap();
-        *s.snapshot_mut() = crate::snapshot::Snapshot::build([node("n1", json!({}))], []);
-        let scheduler = Arc::new(Mutex::new(s));
+        let scheduler = Arc::new(Scheduler::new(&config).unwrap());
+        scheduler.cache().update(|c| {
+            c.replace(crate::snapshot::Snapshot::build(
+                [node("n1", json!({}))],
+                [],
+            ))
+        });
         let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
         let binder = Arc::new(FlakyBinder {
             fail: 1,
@@ -501,14 +523,7 @@ mod tests {
         // a's first bind fails: it is forgotten (n1 freed) and comes back after its 1 s backoff.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
-            scheduler
-                .lock()
-                .unwrap()
-                .snapshot()
-                .get("n1")
-                .unwrap()
-                .requested
-                .milli_cpu,
+            scheduler.snapshot().get("n1").unwrap().requested.milli_cpu,
             0
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -528,11 +543,10 @@ mod tests {
                 crate::decisions::Record::Barrier(_) => {}
             }
         }
-        scheduler
-            .lock()
-            .unwrap()
-            .snapshot_mut()
-            .upsert_node(Arc::new(node("n2", json!({}))));
+        scheduler.cache().write(|c| {
+            c.snapshot_mut()
+                .upsert_node(Arc::new(node("n2", json!({}))));
+        });
         queue.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
         let fourth = next(&mut rx, &mut settled).await;
         assert_eq!((&*fourth.name, fourth.node()), ("b", Some("n2")));
@@ -572,6 +586,6 @@ mod tests {
         assert_eq!(stats.bound, 2);
         assert_eq!(stats.bind_errors, 1);
         assert_eq!(stats.unschedulable, 1);
-        assert_eq!(scheduler.lock().unwrap().assumed_count(), 0);
+        assert_eq!(scheduler.cache().read(|c| c.assumed_count()), 0);
     }
 }

@@ -16,7 +16,7 @@
 //! Every error is a status code with a JSON body `{"error": "..."}`.
 //!
 //! [`ApiState`] holds handles only (cheap to clone); whoever runs the scheduler owns the
-//! data: the snapshot (via a [`SnapshotSource`], e.g. the scheduler itself), the usage
+//! data: the snapshot (via a [`SnapshotSource`], e.g. the cache), the usage
 //! view (the one in the snapshot: what the scheduler decides on), the queue, the store. Decisions
 //! reach the [`DecisionLog`] through [`crate::decisions::run_decision_sink`], which reads the scheduling
 //! loop's decision channel.
@@ -48,10 +48,10 @@ pub use nodes::{NodeList, NodeView, ResourceAmounts};
 pub use queue::QueueResponse;
 
 use crate::analytics::UsageView;
+use crate::cache::Cache;
 use crate::decisions::DecisionLog;
 use crate::metrics::Metrics;
 use crate::queue::{PendingPod, QueueLengths, SchedulingQueue};
-use crate::scheduler::Scheduler;
 use crate::snapshot::Snapshot;
 use crate::usage::UsagePolicy;
 
@@ -116,11 +116,11 @@ impl SnapshotSource for watch::Receiver<Arc<Snapshot>> {
     }
 }
 
-/// The scheduler's own snapshot, assumed pods included. Locks the scheduler briefly, so a
-/// request may wait for the cycle in progress.
-impl SnapshotSource for Mutex<Scheduler> {
+/// The cache's snapshot as written so far, assumed pods included. Takes the cache's lock
+/// for an `Arc` clone: a request never waits for a cycle.
+impl SnapshotSource for Cache {
     fn current(&self) -> Arc<Snapshot> {
-        self.lock().unwrap_or_else(|e| e.into_inner()).snapshot()
+        self.snapshot()
     }
 }
 

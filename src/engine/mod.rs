@@ -134,7 +134,7 @@ pub enum Drive {
 pub struct Engine {
     config: Arc<Config>,
     clock: Clock,
-    scheduler: Arc<Mutex<Scheduler>>,
+    scheduler: Arc<Scheduler>,
     queue: Arc<SchedulingQueue>,
     cluster: Arc<ClusterState>,
     deps: PluginDeps,
@@ -170,9 +170,9 @@ impl Engine {
             .reservations
             .unwrap_or_else(|| Arc::new(InMemoryReservations::default()));
         let deps = PluginDeps::from_config(&config).with_reservations(reservations);
-        let mut scheduler = Scheduler::with_deps(&config, &deps)?;
-        scheduler.set_assume_ttl(config.serve.assume_ttl);
-        scheduler.set_now_ms(parts.clock.now_ms());
+        let scheduler = Arc::new(Scheduler::with_deps(&config, &deps)?);
+        let now = parts.clock.now_ms();
+        scheduler.cache().update(|c| c.set_now_ms(now));
         let queue = Arc::new(SchedulingQueue::with_pre_enqueue(
             config.scheduler.queue(),
             scheduler.pre_enqueue_fn(),
@@ -182,9 +182,8 @@ impl Engine {
         metrics.register(
             "headroom_scheduler_snapshot_copies",
             "Changes to the scheduler's snapshot that copied all of it because a reader held it",
-            scheduler.snapshot_copies(),
+            scheduler.cache().copies(),
         );
-        let scheduler = Arc::new(Mutex::new(scheduler));
         let feed = FeedStats::default();
         feed.register(&metrics);
         let names: HashSet<String> = if parts.schedule {
@@ -197,7 +196,7 @@ impl Engine {
             HashSet::new()
         };
         let cluster = Arc::new(ClusterState::new(
-            scheduler.clone(),
+            scheduler.cache().clone(),
             queue.clone(),
             parts.nodes_observer,
             names,
@@ -234,8 +233,8 @@ impl Engine {
         &self.clock
     }
 
-    /// The scheduler (profiles, snapshot, assume cache). Cycles hold its lock.
-    pub fn scheduler(&self) -> &Arc<Mutex<Scheduler>> {
+    /// The scheduler (profiles, the cycle, and the cache it reads).
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
         &self.scheduler
     }
 
@@ -290,7 +289,7 @@ impl Engine {
     /// store, decision log, metrics, clock and usage policy.
     pub fn api_state(&self) -> ApiState {
         let identity = self.deps.identity.clone();
-        let state = ApiState::new(self.scheduler.clone(), self.metrics.clone());
+        let state = ApiState::new(self.scheduler.cache().clone(), self.metrics.clone());
         let state = match &self.store {
             Some(store) => state.with_store(store.clone()),
             None => state,
@@ -334,14 +333,13 @@ impl Engine {
     /// was never confirmed, expired reservations.
     pub fn housekeeping(&self) {
         let now = self.clock.now_ms();
-        let expired = {
-            let mut s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-            s.set_now_ms(now);
-            s.expire_assumed(tokio::time::Instant::now().into_std())
-        };
-        for k in expired {
-            tracing::warn!(pod = %k, "assumed pod expired: the cluster never showed it bound");
-        }
+        let instant = tokio::time::Instant::now().into_std();
+        self.scheduler.cache().write(move |c| {
+            c.set_now_ms(now);
+            for k in c.expire_assumed(instant) {
+                tracing::warn!(pod = %k, "assumed pod expired: the cluster never showed it bound");
+            }
+        });
         let purged = self.deps.reservations.purge_expired(now);
         if purged > 0 {
             tracing::info!(purged, "expired reservations released");
@@ -360,10 +358,9 @@ impl Engine {
     /// [`usage_view`](Self::usage_view) receiver, and retries the pods that real usage
     /// kept off every node ([`ClusterEvent::UsageRefreshed`]).
     pub fn publish_view(&self, view: Arc<UsageView>) {
-        self.scheduler
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .set_usage_view(view.clone());
+        // Written after the cycle in flight, if any; the pods moved below are popped only
+        // once that cycle settled, which applies the view first.
+        self.scheduler.set_usage_view(view.clone());
         self.view.send_replace(view);
         self.queue
             .move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
@@ -372,11 +369,7 @@ impl Engine {
     /// The descheduling advice for the scheduler's current snapshot (what `/advice`
     /// serves): hot nodes by real usage and the moves that would help most.
     pub fn advice(&self) -> crate::advice::Advice {
-        let snapshot = self
-            .scheduler
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .snapshot();
+        let snapshot = self.scheduler.snapshot();
         crate::advice::advise(
             &snapshot,
             &self.deps.policy,
@@ -410,11 +403,7 @@ impl Engine {
 
     /// Whether no profile is named `profile`.
     pub fn scheduler_profile_missing(&self, profile: &str) -> bool {
-        self.scheduler
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .framework(Some(profile))
-            .is_none()
+        self.scheduler.framework(Some(profile)).is_none()
     }
 
     /// One store maintenance pass as of the clock's now: flush, then retention and
@@ -539,10 +528,7 @@ impl Engine {
                                 break;
                             }
                             let view = rx.borrow_and_update().clone();
-                            scheduler
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .set_usage_view(view);
+                            scheduler.set_usage_view(view);
                             queue.move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
                         }
                     }

@@ -47,7 +47,7 @@ use crate::framework::{BoxFuture, Code, Decision, Framework, Outcome, Status};
 use crate::snapshot::{PodInfo, Snapshot};
 
 /// How long the extender's copy of the cluster is kept at least (see
-/// [`ReadCopy`](crate::scheduler::ReadCopy), which also keeps it for 20 times what copying
+/// [`ReadCopy`](crate::cache::ReadCopy), which also keeps it for 20 times what copying
 /// took): pods bound in the last few tens of milliseconds may be missing from what a
 /// request sees (the watch itself lags by about as much).
 pub const EXTENDER_SNAPSHOT_MIN_AGE: std::time::Duration = std::time::Duration::from_millis(20);

@@ -44,7 +44,7 @@ pub async fn run(
         false,
         move |item| match item {
             WatchItem::List(l) => s.replace_nodes(l),
-            WatchItem::Listed(keys) => s.nodes_listed(&keys.into_iter().map(|k| k.name).collect()),
+            WatchItem::Listed(keys) => s.nodes_listed(keys.into_iter().map(|k| k.name).collect()),
             WatchItem::Apply(n) => s.apply_node(n),
             WatchItem::Delete(n) => s.delete_node(n.metadata.name.as_deref().unwrap_or("")),
         },
@@ -59,7 +59,7 @@ pub async fn run(
         move |item| match item {
             WatchItem::List(l) => s.replace_pods(l),
             WatchItem::Listed(keys) => {
-                s.pods_listed(&keys.into_iter().map(ObjectKey::into_pod_id).collect())
+                s.pods_listed(keys.into_iter().map(ObjectKey::into_pod_id).collect())
             }
             WatchItem::Apply(p) => s.apply_pod(p),
             WatchItem::Delete(p) => s.delete_pod(&p),
@@ -75,7 +75,7 @@ pub async fn run(
         move |item| match item {
             WatchItem::List(l) => s.replace_namespaces(l),
             WatchItem::Listed(_) => s.namespaces_listed(),
-            WatchItem::Apply(n) => s.apply_namespace(&n),
+            WatchItem::Apply(n) => s.apply_namespace(n),
             // Labels of a deleted namespace no longer matter: no pod can be in it.
             WatchItem::Delete(_) => {}
         },
@@ -118,7 +118,7 @@ pub async fn run(
         move |item| match item {
             WatchItem::List(l) => s.replace_pdbs(l),
             WatchItem::Listed(_) => {}
-            WatchItem::Apply(o) => s.apply_pdb(&o),
+            WatchItem::Apply(o) => s.apply_pdb(o),
             WatchItem::Delete(o) => s.delete_pdb(
                 o.metadata.namespace.as_deref().unwrap_or(""),
                 o.metadata.name.as_deref().unwrap_or(""),
@@ -135,7 +135,7 @@ pub async fn run(
         move |item| match item {
             WatchItem::List(l) => s.replace_priority_classes(l),
             WatchItem::Listed(_) => {}
-            WatchItem::Apply(o) => s.apply_priority_class(&o),
+            WatchItem::Apply(o) => s.apply_priority_class(o),
             WatchItem::Delete(o) => {
                 s.delete_priority_class(o.metadata.name.as_deref().unwrap_or(""))
             }

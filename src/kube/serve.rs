@@ -395,7 +395,7 @@ impl Cx {
             .volume_binder
             .set(Arc::new(super::volumes::KubeVolumeBinder::new(
                 client.clone(),
-                self.engine.scheduler().clone(),
+                self.engine.scheduler().cache().clone(),
                 self.engine.metrics(),
             )));
         let stop = running.phases.signal(Phase::Intake);
@@ -498,10 +498,10 @@ impl Cx {
                 &self.serve.extender.profile(),
                 self.engine.deps(),
             )?);
-            // A copy refreshed within a CPU budget: requests take no scheduler lock and
-            // never hold the scheduler's own snapshot (see `ReadCopy`).
-            let copy = crate::scheduler::ReadCopy::new(
-                self.engine.scheduler().clone(),
+            // A copy refreshed within a CPU budget: requests never wait for a cycle and
+            // never hold the cache's own snapshot (see `ReadCopy`).
+            let copy = crate::cache::ReadCopy::new(
+                self.engine.scheduler().cache().clone(),
                 extender::EXTENDER_SNAPSHOT_MIN_AGE,
             );
             let snapshot: extender::SnapshotSource = Arc::new(move || copy.current());

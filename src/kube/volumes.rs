@@ -15,7 +15,7 @@
 //! the scheduling loop then unreserves, forgets the pod with its assumed PVs and retries
 //! it with backoff.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -27,15 +27,15 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::watch::{WatchItem, pump};
+use crate::cache::Cache;
 use crate::cluster::{ClusterState, Kind};
 use crate::framework::BoxFuture;
 use crate::plugins::volume_binding::VolumeBinder;
-use crate::scheduler::Scheduler;
-use crate::snapshot::PodInfo;
 use crate::snapshot::volumes::{
     ANN_SELECTED_NODE, PodVolumes, VolumeKind, VolumeObject, claim_key, is_claim_fully_bound,
     pv_node_affinity_matches,
 };
+use crate::snapshot::{PodInfo, Snapshot};
 
 /// Upstream's default `bindTimeoutSeconds`.
 pub const DEFAULT_BIND_TIMEOUT: Duration = Duration::from_secs(600);
@@ -113,17 +113,17 @@ struct ResultLabel {
 /// state.
 pub struct KubeVolumeBinder {
     client: Client,
-    scheduler: Arc<Mutex<Scheduler>>,
+    cache: Arc<Cache>,
     bind_timeout: Duration,
     results: Family<ResultLabel, Counter>,
 }
 
 impl KubeVolumeBinder {
-    /// A binder over `client`, reading the watched volumes from `scheduler`'s snapshot,
-    /// its counters registered on `metrics`.
+    /// A binder over `client`, reading the watched volumes from `cache`'s snapshot, its
+    /// counters registered on `metrics`.
     pub fn new(
         client: Client,
-        scheduler: Arc<Mutex<Scheduler>>,
+        cache: Arc<Cache>,
         metrics: &crate::metrics::Metrics,
     ) -> KubeVolumeBinder {
         let results = Family::<ResultLabel, Counter>::default();
@@ -137,7 +137,7 @@ impl KubeVolumeBinder {
         );
         KubeVolumeBinder {
             client,
-            scheduler,
+            cache,
             bind_timeout: DEFAULT_BIND_TIMEOUT,
             results,
         }
@@ -169,10 +169,9 @@ impl KubeVolumeBinder {
         }
         for key in &volumes.provisions {
             let (ns, name) = key.split_once('/').unwrap_or(("default", key));
-            let claim = {
-                let s = self.scheduler.lock().unwrap_or_else(|e| e.into_inner());
-                s.snapshot().volumes().pvc(ns, name).cloned()
-            };
+            let claim = self
+                .cache
+                .read(|c| c.snapshot().volumes().pvc(ns, name).cloned());
             let Some(claim) = claim else {
                 return Err(format!("persistentvolumeclaim {name:?} not found"));
             };
@@ -195,76 +194,84 @@ impl KubeVolumeBinder {
     /// Upstream's `checkBindings`: `Ok(true)` when every claim is bound, `Ok(false)` to
     /// keep waiting, `Err` when it can no longer happen.
     fn check(&self, pod: &PodInfo, node: &str, volumes: &PodVolumes) -> Result<bool, String> {
-        let snapshot = self
-            .scheduler
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .snapshot();
-        // The assumed pod leaves the snapshot when the watch reports it deleted.
-        if snapshot.node_of_pod(&pod.key(), &pod.uid).is_none() {
-            return Err(format!("pod {} does not exist any more", pod.key()));
-        }
-        let store = snapshot.volumes();
-        let labels = snapshot
-            .get(node)
-            .map(|n| n.labels().clone())
-            .ok_or_else(|| format!("failed to get node {node:?}"))?;
-        for b in &volumes.static_bindings {
-            let pv = store.pv_api(&b.pv).ok_or_else(|| {
-                format!(
-                    "failed to check binding: persistentvolume {:?} not found",
-                    b.pv
-                )
-            })?;
-            let claim = store.pvc(&b.namespace, &b.claim).ok_or_else(|| {
-                format!(
-                    "failed to check binding: persistentvolumeclaim {:?} not found",
-                    b.claim
-                )
-            })?;
-            if !pv_node_affinity_matches(pv, &labels) {
-                return Err(format!(
-                    "pv {:?} node affinity doesn't match node {node:?}",
-                    b.pv
-                ));
-            }
-            let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-            if claim_ref.is_none_or(|r| r.uid.as_deref().unwrap_or("").is_empty()) {
-                // The watch may not have delivered our own write yet.
-                if !store.is_assumed(&b.pv) {
-                    return Err(format!("ClaimRef got reset for pv {:?}", b.pv));
-                }
-                return Ok(false);
-            }
-            if !is_claim_fully_bound(claim) {
-                return Ok(false);
-            }
-        }
-        for key in &volumes.provisions {
-            let (ns, name) = key.split_once('/').unwrap_or(("default", key));
-            let Some(claim) = store.pvc(ns, name) else {
-                return Err(format!(
-                    "failed to check provisioning pvc: persistentvolumeclaim {name:?} not found"
-                ));
-            };
-            let selected = claim
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANN_SELECTED_NODE));
-            match selected {
-                None => return Ok(false),
-                Some(n) if n != node => {
-                    return Err(format!("provisioning failed for PVC {name:?}"));
-                }
-                Some(_) => {}
-            }
-            if !is_claim_fully_bound(claim) {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        // Read under the cache's lock, not from an `Arc` held beside it: holding the
+        // snapshot would make the next change copy it.
+        self.cache
+            .read(|c| check_bindings(c.snapshot(), pod, node, volumes))
     }
+}
+
+/// [`KubeVolumeBinder::check`] on one snapshot.
+fn check_bindings(
+    snapshot: &Snapshot,
+    pod: &PodInfo,
+    node: &str,
+    volumes: &PodVolumes,
+) -> Result<bool, String> {
+    // The assumed pod leaves the snapshot when the watch reports it deleted.
+    if snapshot.node_of_pod(&pod.key(), &pod.uid).is_none() {
+        return Err(format!("pod {} does not exist any more", pod.key()));
+    }
+    let store = snapshot.volumes();
+    let labels = snapshot
+        .get(node)
+        .map(|n| n.labels().clone())
+        .ok_or_else(|| format!("failed to get node {node:?}"))?;
+    for b in &volumes.static_bindings {
+        let pv = store.pv_api(&b.pv).ok_or_else(|| {
+            format!(
+                "failed to check binding: persistentvolume {:?} not found",
+                b.pv
+            )
+        })?;
+        let claim = store.pvc(&b.namespace, &b.claim).ok_or_else(|| {
+            format!(
+                "failed to check binding: persistentvolumeclaim {:?} not found",
+                b.claim
+            )
+        })?;
+        if !pv_node_affinity_matches(pv, &labels) {
+            return Err(format!(
+                "pv {:?} node affinity doesn't match node {node:?}",
+                b.pv
+            ));
+        }
+        let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+        if claim_ref.is_none_or(|r| r.uid.as_deref().unwrap_or("").is_empty()) {
+            // The watch may not have delivered our own write yet.
+            if !store.is_assumed(&b.pv) {
+                return Err(format!("ClaimRef got reset for pv {:?}", b.pv));
+            }
+            return Ok(false);
+        }
+        if !is_claim_fully_bound(claim) {
+            return Ok(false);
+        }
+    }
+    for key in &volumes.provisions {
+        let (ns, name) = key.split_once('/').unwrap_or(("default", key));
+        let Some(claim) = store.pvc(ns, name) else {
+            return Err(format!(
+                "failed to check provisioning pvc: persistentvolumeclaim {name:?} not found"
+            ));
+        };
+        let selected = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_SELECTED_NODE));
+        match selected {
+            None => return Ok(false),
+            Some(n) if n != node => {
+                return Err(format!("provisioning failed for PVC {name:?}"));
+            }
+            Some(_) => {}
+        }
+        if !is_claim_fully_bound(claim) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 impl VolumeBinder for KubeVolumeBinder {

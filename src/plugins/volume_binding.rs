@@ -761,12 +761,14 @@ mod tests {
     fn scheduler_assumes_the_chosen_pv_and_forget_restores_it() {
         let mut config = crate::config::Config::default();
         config.scheduler.seed = Some(1);
-        let mut s = crate::scheduler::Scheduler::new(&config).unwrap();
-        *s.snapshot_mut() = cluster();
+        let s = crate::scheduler::Scheduler::new(&config).unwrap();
         // Only pv-n2 (5Gi) fits a 4Gi claim besides pv-n1-big; take pv-n1-big away.
-        s.snapshot_mut()
-            .volumes_mut()
-            .delete(crate::snapshot::volumes::VolumeKind::Pv, "pv-n1-big");
+        s.cache().update(|c| {
+            c.replace(cluster());
+            c.snapshot_mut()
+                .volumes_mut()
+                .delete(crate::snapshot::volumes::VolumeKind::Pv, "pv-n1-big")
+        });
         let first = with_claims(&["big"]);
         let a = s.schedule_one(&first, None, true);
         assert_eq!(a.decision.node(), Some("n2"));
@@ -779,9 +781,11 @@ mod tests {
         );
         assert!(a.pre_bind.is_some(), "PreBind has a PV to write");
         assert!(s.snapshot().volumes().is_assumed("pv-n2"));
-        s.snapshot_mut()
-            .volumes_mut()
-            .apply(pvc("big2", "4Gi", "local-wffc", json!({})));
+        s.cache().update(|c| {
+            c.snapshot_mut()
+                .volumes_mut()
+                .apply(pvc("big2", "4Gi", "local-wffc", json!({})))
+        });
         let second = info(pod(
             "q",
             json!({"spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "big2"}}]}}),
@@ -796,7 +800,10 @@ mod tests {
                 "0/3 nodes are available: 3 {ERR_REASON_BIND_CONFLICT}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
             )
         );
-        assert_eq!(s.forget(&first).as_deref(), Some("n2"));
+        assert_eq!(
+            s.cache().update(|c| c.forget(&first)).as_deref(),
+            Some("n2")
+        );
         assert!(!s.snapshot().volumes().is_assumed("pv-n2"));
         let b = s.schedule_one(&second, None, false);
         assert_eq!(b.decision.node(), Some("n2"));
@@ -829,9 +836,8 @@ mod tests {
         let deps = crate::plugins::PluginDeps::from_config(&config);
         let failing = Arc::new(FailingBinder(Default::default()));
         deps.volume_binder.set(failing.clone());
-        let mut s = crate::scheduler::Scheduler::with_deps(&config, &deps).unwrap();
-        *s.snapshot_mut() = cluster();
-        let scheduler = Arc::new(Mutex::new(s));
+        let scheduler = Arc::new(crate::scheduler::Scheduler::with_deps(&config, &deps).unwrap());
+        scheduler.cache().update(|c| c.replace(cluster()));
         let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
         let binder = Arc::new(InstantBinder::new());
         let lp = SchedulingLoop {
@@ -851,8 +857,8 @@ mod tests {
         );
         assert_eq!(failing.0.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(binder.bindings().is_empty());
-        let s = scheduler.lock().unwrap();
-        assert_eq!(s.assumed_count(), 0);
+        let s = &scheduler;
+        assert_eq!(s.cache().read(|c| c.assumed_count()), 0);
         assert!(!s.snapshot().volumes().is_assumed("pv-n1-big"));
         assert!(!s.snapshot().volumes().is_assumed("pv-n2"));
         assert!(s.snapshot().nodes().iter().all(|n| n.pods.is_empty()));

@@ -4,8 +4,8 @@
 //! Also `headroom explain` against it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use headroom::api::ApiState;
@@ -641,11 +641,12 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         .build()
         .unwrap();
     let store = Store::open_temporary(StoreConfig::default()).unwrap();
-    let mut scheduler = Scheduler::new(&Config::default()).unwrap();
+    let scheduler = Scheduler::new(&Config::default()).unwrap();
     let (nodes, _) = headroom::synthetic::cluster(3, 0, 1);
-    scheduler.set_snapshot(Snapshot::build(nodes, []));
-    let scheduler = Arc::new(Mutex::new(scheduler));
-    let state = ApiState::new(scheduler.clone(), Arc::new(Metrics::default()))
+    scheduler
+        .cache()
+        .update(|c| c.replace(Snapshot::build(nodes, [])));
+    let state = ApiState::new(scheduler.cache().clone(), Arc::new(Metrics::default()))
         .with_store(store.clone())
         .with_decision_log(Arc::new(DecisionLog::new(LogLimits {
             max_entries: 1,
@@ -666,7 +667,7 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
     ));
     for (i, name) in ["first", "second"].iter().enumerate() {
         let p = PodInfo::new(Arc::new(headroom::synthetic::plain_pod(name)));
-        let mut a = scheduler.lock().unwrap().schedule_one(&p, None, true);
+        let mut a = scheduler.schedule_one(&p, None, true);
         a.decision.decided_at_ms = 1_000 + i as i64;
         tx.send(a.decision, Default::default()).unwrap();
     }

@@ -1,0 +1,522 @@
+//! The cache: the cluster as the feed, the binding tasks and the housekeeping write it,
+//! and the immutable snapshot a scheduling cycle reads.
+//!
+//! Upstream splits the scheduler's Cache (written by informers, and by assume and forget)
+//! from the Snapshot a cycle reads. Here the cache holds the one snapshot and *lends* it
+//! to the cycle: [`Cache::lease`] hands the cycle an `Arc` of it, which nobody changes
+//! while the cycle reads it, and [`Cache::settle`] takes it back together with what the
+//! cycle decided (the pod assumed on its node). While a lease is out, a writer neither
+//! waits for the cycle nor copies the snapshot: [`Cache::write`] queues its change, and
+//! `settle` applies the queued changes, in the order they came, right after the
+//! assumption — as if the cycle had taken no time at all. So
+//!
+//! - no writer waits for a cycle: the lock is held for one change, one lease or one
+//!   settlement, never for a cycle;
+//! - no cycle waits for the cluster: a list of 15,000 nodes arriving mid-cycle is queued;
+//! - the snapshot is never copied because a cycle reads it (copying it is O(nodes + pods):
+//!   milliseconds at 15,000 nodes, ten cycles' worth).
+//!
+//! Readers outside the cycle (the inspection API, the extender) take [`Cache::snapshot`],
+//! or a [`ReadCopy`] when they read often: a reader that holds the cache's own `Arc` makes
+//! the next change copy the snapshot (counted in `headroom_scheduler_snapshot_copies_total`).
+//!
+//! The assume cache lives here too ([`CacheState::assume`]): a pod placed by a cycle counts
+//! on its node at once, before its asynchronous bind; a bind that fails is forgotten, a
+//! successful one confirmed; an assumed pod that is neither confirmed nor forgotten within
+//! the assume TTL after its bind finished expires, so a lost watch event cannot leak
+//! capacity forever.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+
+use crate::key::PodKey;
+use crate::snapshot::{PodInfo, Snapshot};
+
+/// A change queued while a cycle held the snapshot ([`Cache::write`]).
+type Change = Box<dyn FnOnce(&mut CacheState) + Send>;
+
+/// The cluster state the scheduler knows, its assumed pods, and the lease of its snapshot
+/// to the scheduling cycle. Shared (`Arc<Cache>`) by the cluster feed, the scheduling loop,
+/// the binding tasks, the housekeeping tick and the readers.
+pub struct Cache {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    state: CacheState,
+    /// Snapshots lent to cycles and not yet settled (one at most under the loop).
+    leases: u32,
+    /// Changes written while a lease was out, in arrival order.
+    pending: Vec<Change>,
+}
+
+/// What the cache holds: the snapshot and the assumed pods. Writers get it by `&mut` from
+/// [`Cache::write`] and [`Cache::update`], readers by `&` from [`Cache::read`].
+pub struct CacheState {
+    snapshot: Arc<Snapshot>,
+    assumed: HashMap<PodKey, Assumed>,
+    assume_ttl: Duration,
+    /// Changes that had to copy the whole snapshot because a reader still held it.
+    copies: Counter,
+}
+
+/// A pod a cycle placed whose bind the API has not shown yet.
+struct Assumed {
+    node: String,
+    uid: String,
+    /// PVs assumed bound to the pod's claims (restored when the pod is forgotten).
+    volumes: Vec<String>,
+    /// Set once binding finished; the entry expires at this instant unless confirmed.
+    deadline: Option<Instant>,
+}
+
+/// The snapshot lent to one cycle ([`Cache::lease`]). Give it back with [`Cache::settle`];
+/// dropped without that (a cycle that panicked), it settles with no change, so changes
+/// queued meanwhile are never stranded.
+pub struct Lease<'a> {
+    cache: &'a Cache,
+    snapshot: Option<Arc<Snapshot>>,
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = Snapshot;
+    fn deref(&self) -> &Snapshot {
+        self.snapshot
+            .as_deref()
+            .expect("a lease holds its snapshot until settled")
+    }
+}
+
+impl Lease<'_> {
+    /// The leased snapshot as an `Arc` (to keep beyond the lease, e.g. in a record: the
+    /// next change then copies the snapshot).
+    pub fn shared(&self) -> Arc<Snapshot> {
+        self.snapshot
+            .clone()
+            .expect("a lease holds its snapshot until settled")
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.snapshot.take().is_some() {
+            self.cache.end_lease(|_| ());
+        }
+    }
+}
+
+/// `Arc::make_mut`, counting the copies it makes.
+fn make_mut<'a>(snapshot: &'a mut Arc<Snapshot>, copies: &Counter) -> &'a mut Snapshot {
+    if Arc::strong_count(snapshot) > 1 {
+        copies.inc();
+    }
+    Arc::make_mut(snapshot)
+}
+
+impl CacheState {
+    /// The snapshot as written so far.
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snapshot
+    }
+
+    /// Mutable access for cluster events. Copies the whole snapshot when a reader still
+    /// holds it (counted): readers outside the cycle hold it briefly, or not at all.
+    pub fn snapshot_mut(&mut self) -> &mut Snapshot {
+        make_mut(&mut self.snapshot, &self.copies)
+    }
+
+    /// Replaces the snapshot wholesale, forgetting every assumed pod.
+    pub fn replace(&mut self, snapshot: Snapshot) {
+        self.snapshot = Arc::new(snapshot);
+        self.assumed.clear();
+    }
+
+    /// Sets the clock the snapshot's usage is judged by, ms since the epoch (the simulator
+    /// sets simulated time; `serve` sets wall-clock time on every housekeeping tick).
+    pub fn set_now_ms(&mut self, now_ms: i64) {
+        if self.snapshot.usage().now_ms != now_ms {
+            self.snapshot_mut().usage_mut().now_ms = now_ms;
+        }
+    }
+
+    /// Records `pod` as assumed on `node` (already added to the snapshot by the caller),
+    /// with the PVs assumed bound to its claims.
+    pub(crate) fn assume(&mut self, pod: &PodInfo, node: &str, volumes: Vec<String>) {
+        self.assumed.insert(
+            pod.key(),
+            Assumed {
+                node: node.to_string(),
+                uid: pod.uid.clone(),
+                volumes,
+                deadline: None,
+            },
+        );
+    }
+
+    /// Marks the bind of an assumed pod as finished: from `now`, it expires after the TTL
+    /// unless the API confirms it.
+    pub fn finish_binding(&mut self, pod: &PodKey, now: Instant) {
+        if let Some(a) = self.assumed.get_mut(pod) {
+            a.deadline = Some(now + self.assume_ttl);
+        }
+    }
+
+    /// The API shows the pod bound: it is no longer merely assumed.
+    pub fn confirm(&mut self, pod: &PodKey) {
+        self.assumed.remove(pod);
+    }
+
+    /// The bind failed: the pod leaves its node. Returns the node it had been assumed on.
+    pub fn forget(&mut self, pod: &PodInfo) -> Option<String> {
+        let key = pod.key();
+        let a = self.assumed.remove(&key)?;
+        self.unassume(&key, &a);
+        Some(a.node)
+    }
+
+    fn unassume(&mut self, key: &PodKey, a: &Assumed) {
+        let snapshot = self.snapshot_mut();
+        if !a.volumes.is_empty() {
+            snapshot.volumes_mut().restore(&a.volumes);
+        }
+        snapshot.remove_pod(key, &a.uid);
+        snapshot.forget_placement(&a.node, key);
+    }
+
+    /// Drops assumed pods whose deadline passed; returns their keys.
+    pub fn expire_assumed(&mut self, now: Instant) -> Vec<PodKey> {
+        let expired: Vec<PodKey> = self
+            .assumed
+            .iter()
+            .filter(|(_, a)| a.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &expired {
+            if let Some(a) = self.assumed.remove(k) {
+                self.unassume(k, &a);
+            }
+        }
+        expired
+    }
+
+    /// Number of assumed, unconfirmed pods.
+    pub fn assumed_count(&self) -> usize {
+        self.assumed.len()
+    }
+}
+
+impl Cache {
+    /// An empty cache whose assumed pods expire `assume_ttl` after their bind finished
+    /// unless confirmed.
+    pub fn new(assume_ttl: Duration) -> Cache {
+        Cache {
+            inner: Mutex::new(Inner {
+                state: CacheState {
+                    snapshot: Arc::new(Snapshot::new()),
+                    assumed: HashMap::new(),
+                    assume_ttl,
+                    copies: Counter::default(),
+                },
+                leases: 0,
+                pending: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `change` now, or — while a cycle holds the snapshot — when that cycle
+    /// settles, after the changes queued before it. The writer never waits for a cycle.
+    /// What `change` does besides the snapshot (moving pods in the queue) happens then
+    /// too, so it stays in order with the snapshot.
+    pub fn write(&self, change: impl FnOnce(&mut CacheState) + Send + 'static) {
+        let mut inner = self.lock();
+        if inner.leases > 0 {
+            inner.pending.push(Box::new(change));
+        } else {
+            change(&mut inner.state);
+        }
+    }
+
+    /// Applies `change` now and returns what it returns, after any queued change. While a
+    /// cycle holds the snapshot this copies it (counted): for callers that never run
+    /// beside a cycle (tests, `place`) or need the answer at once.
+    pub fn update<R>(&self, change: impl FnOnce(&mut CacheState) -> R) -> R {
+        let mut inner = self.lock();
+        inner.apply_pending();
+        change(&mut inner.state)
+    }
+
+    /// Reads the state as written so far (changes queued behind a lease not yet applied).
+    pub fn read<R>(&self, f: impl FnOnce(&CacheState) -> R) -> R {
+        f(&self.lock().state)
+    }
+
+    /// The snapshot as written so far, to read outside a cycle. Hold it briefly: while it
+    /// is held, the next change copies the snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.lock().state.snapshot.clone()
+    }
+
+    /// The counter of whole-snapshot copies (a handle: register it on the metrics).
+    pub fn copies(&self) -> Counter {
+        self.lock().state.copies.clone()
+    }
+
+    /// Lends the snapshot to a cycle: until the lease is settled (or dropped), writes are
+    /// queued instead of copying it.
+    pub fn lease(&self) -> Lease<'_> {
+        let mut inner = self.lock();
+        inner.leases += 1;
+        Lease {
+            cache: self,
+            snapshot: Some(inner.state.snapshot.clone()),
+        }
+    }
+
+    /// Takes a lease back: `decided` applies what the cycle decided (its `&mut` finds the
+    /// snapshot unshared, so nothing is copied), then the changes queued meanwhile are
+    /// applied in order. Returns what `decided` returns.
+    pub fn settle<R>(&self, mut lease: Lease<'_>, decided: impl FnOnce(&mut CacheState) -> R) -> R {
+        // The cycle's Arc goes first, so `decided` changes the snapshot in place.
+        lease.snapshot = None;
+        self.end_lease(decided)
+    }
+
+    fn end_lease<R>(&self, decided: impl FnOnce(&mut CacheState) -> R) -> R {
+        let mut inner = self.lock();
+        inner.leases = inner.leases.saturating_sub(1);
+        let r = decided(&mut inner.state);
+        if inner.leases == 0 {
+            inner.apply_pending();
+        }
+        r
+    }
+}
+
+impl Inner {
+    fn apply_pending(&mut self) {
+        for change in std::mem::take(&mut self.pending) {
+            change(&mut self.state);
+        }
+    }
+}
+
+/// A copy of the cache's snapshot for readers outside the scheduling cycle that read
+/// often (the extender's requests), refreshed only when the snapshot changed since and the
+/// copy is older than its budget allows.
+///
+/// Why a copy: a reader holding the cache's own `Arc<Snapshot>` makes the next change
+/// copy the whole snapshot under the cache's lock, O(nodes + pods), whenever the two
+/// overlap. Here the copying is explicit and bounded: a refresh is due once the copy is
+/// older than `COPY_BUDGET` times what the last copy took (3 ms at 5,000 nodes: at most
+/// every 60 ms), and never sooner than `min_age` — so copies cost at most about
+/// 1/`COPY_BUDGET` of a core whatever the cluster's size, and a request never waits for a
+/// cycle. The price is staleness of up to that age.
+pub struct ReadCopy {
+    cache: Arc<Cache>,
+    min_age: Duration,
+    slot: Mutex<Option<Copied>>,
+}
+
+/// The copy a [`ReadCopy`] hands out, and what it cost.
+struct Copied {
+    snapshot: Arc<Snapshot>,
+    generation: u64,
+    taken: Instant,
+    took: Duration,
+}
+
+/// How many times its own cost a copy must age before the next ([`ReadCopy`]).
+const COPY_BUDGET: u32 = 20;
+
+impl ReadCopy {
+    /// Copies of `cache`'s snapshot, each kept at least `min_age`.
+    pub fn new(cache: Arc<Cache>, min_age: Duration) -> ReadCopy {
+        ReadCopy {
+            cache,
+            min_age,
+            slot: Mutex::new(None),
+        }
+    }
+
+    /// The copy, refreshed first when it is due and the cache's snapshot has changed.
+    pub fn current(&self) -> Arc<Snapshot> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = &*slot
+            && c.taken.elapsed() < self.min_age.max(c.took * COPY_BUDGET)
+        {
+            return c.snapshot.clone();
+        }
+        let inner = self.cache.lock();
+        let generation = inner.state.snapshot.generation();
+        if let Some(c) = &mut *slot
+            && c.generation == generation
+        {
+            c.taken = Instant::now();
+            return c.snapshot.clone();
+        }
+        // A deep copy: the cache's own Arc stays unshared, so its changes stay cheap.
+        let started = Instant::now();
+        let snapshot = Arc::new(Snapshot::clone(&inner.state.snapshot));
+        drop(inner);
+        *slot = Some(Copied {
+            snapshot: snapshot.clone(),
+            generation,
+            taken: Instant::now(),
+            took: started.elapsed(),
+        });
+        snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::*;
+    use serde_json::json;
+
+    fn cache_with(nodes: &[&str]) -> Arc<Cache> {
+        let cache = Arc::new(Cache::new(Duration::from_secs(30)));
+        cache.update(|c| {
+            c.replace(Snapshot::build(
+                nodes.iter().map(|n| node(n, json!({}))),
+                [],
+            ))
+        });
+        cache
+    }
+
+    /// While a cycle holds its lease, writes wait in order and copy nothing; settling
+    /// applies the cycle's change first, then theirs.
+    #[test]
+    fn writes_behind_a_lease_wait_for_its_settlement_in_order() {
+        let cache = cache_with(&["n1"]);
+        let copies = cache.copies();
+        let lease = cache.lease();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for (i, name) in ["n2", "n3"].into_iter().enumerate() {
+            let order = order.clone();
+            cache.write(move |c| {
+                c.snapshot_mut()
+                    .upsert_node(Arc::new(node(name, json!({}))));
+                order.lock().unwrap().push(i + 1);
+            });
+        }
+        assert_eq!(lease.len(), 1, "the cycle reads what it leased");
+        assert_eq!(cache.snapshot().len(), 1, "the writes wait for the lease");
+        let o = order.clone();
+        let seen = cache.settle(lease, move |c| {
+            o.lock().unwrap().push(0);
+            c.snapshot().len()
+        });
+        assert_eq!(seen, 1, "the cycle's change comes first");
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        assert_eq!(cache.snapshot().len(), 3);
+        assert_eq!(copies.get(), 0, "nothing was copied");
+        // Without a lease a write applies at once.
+        cache.write(|c| {
+            c.snapshot_mut().remove_node("n3");
+        });
+        assert_eq!(cache.read(|c| c.snapshot().len()), 2);
+    }
+
+    /// A lease dropped without settling (a cycle that panicked) still lets the queued
+    /// writes through.
+    #[test]
+    fn a_dropped_lease_releases_the_queued_writes() {
+        let cache = cache_with(&["n1"]);
+        let lease = cache.lease();
+        cache.write(|c| {
+            c.snapshot_mut().remove_node("n1");
+        });
+        assert_eq!(cache.snapshot().len(), 1);
+        drop(lease);
+        assert_eq!(cache.snapshot().len(), 0);
+    }
+
+    /// `update` answers at once, after the queued writes, even behind a lease (copying).
+    #[test]
+    fn update_applies_queued_writes_first() {
+        let cache = cache_with(&["n1"]);
+        let copies = cache.copies();
+        let lease = cache.lease();
+        cache.write(|c| {
+            c.snapshot_mut().remove_node("n1");
+        });
+        let len = cache.update(|c| {
+            c.snapshot_mut()
+                .upsert_node(Arc::new(node("n2", json!({}))));
+            c.snapshot().len()
+        });
+        assert_eq!(len, 1);
+        assert_eq!(
+            copies.get(),
+            1,
+            "the leased snapshot was copied, not changed"
+        );
+        assert_eq!(lease.len(), 1);
+        assert!(lease.get("n1").is_some());
+        drop(lease);
+        assert!(cache.snapshot().get("n2").is_some());
+    }
+
+    /// The extender's copy never shares the cache's own snapshot, so changes after it copy
+    /// nothing; within `min_age` readers get the same copy, and after a change past it a
+    /// fresh one.
+    #[test]
+    fn read_copies_leave_the_cache_snapshot_unshared() {
+        let cache = cache_with(&["n1"]);
+        let copies = cache.copies();
+        let long = ReadCopy::new(cache.clone(), Duration::from_secs(3600));
+        let first = long.current();
+        assert!(
+            Arc::ptr_eq(&first, &long.current()),
+            "within min_age: the same copy"
+        );
+        cache.update(|c| {
+            c.snapshot_mut().add_pod(
+                Arc::new(info(pod("a", json!({"spec": {"nodeName": "n1"}})))),
+                "n1",
+            );
+        });
+        assert_eq!(copies.get(), 0, "the reader's copy is its own");
+        // A reader of the cache's own Arc does make the next change copy (counted).
+        let held = cache.snapshot();
+        cache.update(|c| {
+            c.snapshot_mut()
+                .upsert_node(Arc::new(node("n2", json!({}))))
+        });
+        assert_eq!(copies.get(), 1);
+        drop(held);
+        let fresh = ReadCopy::new(cache.clone(), Duration::ZERO);
+        let c1 = fresh.current();
+        assert_eq!(c1.len(), 2);
+        assert_eq!(
+            c1.get("n1").unwrap().pods.len(),
+            1,
+            "the pod is in the copy"
+        );
+        assert!(
+            Arc::ptr_eq(&c1, &fresh.current()),
+            "unchanged: the copy is kept"
+        );
+        cache.update(|c| c.snapshot_mut().remove_node("n2"));
+        // Past the copy's budget (20 times what copying two nodes took: microseconds).
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(fresh.current().len(), 1, "changed: copied again");
+        assert!(
+            Arc::ptr_eq(&first, &long.current()),
+            "still within its min_age"
+        );
+        assert!(
+            first.get("n1").unwrap().pods.is_empty(),
+            "taken before the pod"
+        );
+    }
+}
