@@ -34,7 +34,7 @@ pub struct Sink {
     /// Explanations and the placement history go here; `None`: nowhere.
     pub store: Option<Store>,
     /// "Now", ms since the epoch, for a decision that carries no time.
-    pub now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+    pub clock: crate::clock::Clock,
     /// What the mode does with each settled decision; `None`: nothing.
     pub handler: Option<Arc<dyn OutcomeHandler>>,
 }
@@ -126,7 +126,7 @@ fn take_batch(
     barriers: &mut Vec<tokio::sync::oneshot::Sender<()>>,
     report: &mut SinkReport,
 ) -> Vec<Item> {
-    let now = (sink.now_ms)();
+    let now = sink.clock.now_ms();
     let mut items = Vec::with_capacity(batch.len());
     for record in batch.drain(..) {
         match record {
@@ -441,7 +441,7 @@ mod tests {
             metrics: Arc::new(Metrics::default()),
             log: log.clone(),
             store: Some(store.clone()),
-            now_ms: Arc::new(|| 5),
+            clock: crate::clock::Clock::from_fn(|| 5),
             handler: Some(handler.clone()),
         };
         let (tx, rx) = decision_channel(16, usize::MAX);

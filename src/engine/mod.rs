@@ -452,7 +452,7 @@ impl Engine {
             metrics: self.metrics.clone(),
             log: self.log.clone(),
             store: self.store.clone(),
-            now_ms: self.clock.as_fn(),
+            clock: self.clock.clone(),
             handler,
         };
         let sink = tokio::spawn(crate::decisions::run_decision_sink(

@@ -657,7 +657,7 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         metrics: state.metrics().clone(),
         log: state.decisions().clone(),
         store: Some(store.clone()),
-        now_ms: Arc::new(|| 0),
+        clock: headroom::clock::Clock::from_fn(|| 0),
         handler: None,
     };
     let sink = runtime.spawn(headroom::decisions::run_decision_sink(
