@@ -1,7 +1,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 //! One decision as `headroom serve` makes it, in process, at 5,000 and 15,000 nodes: the
-//! engine's scheduling loop (cycle, assume, the bind annotation and the decision inputs
-//! under the scheduler's lock), a bind (instant: no API server), and the engine's decision
+//! engine's scheduling loop (the cycle on the leased snapshot, then the assumption, the bind
+//! annotation and the decision inputs as the lease settles), a bind (instant: no API server), and the engine's decision
 //! sink running beside it as under `serve` (metrics, the decision log, the store's decision
 //! log on sled through `spawn_blocking`). Everything but the API server's round trips and
 //! the reporter's events: what a decision costs outside the cycle shows as the difference
@@ -9,7 +9,7 @@
 //!
 //! Each sample schedules a batch of plain pods (500m / 1Gi) and waits until the sink has
 //! logged the batch's last decision. Besides criterion's estimate it prints pods/s over a
-//! batch of 2,000 and how many times the scheduler had to copy its whole snapshot
+//! batch of 2,000 and how many times the cache had to copy its whole snapshot
 //! (`headroom_scheduler_snapshot_copies_total`).
 //!
 //! Run: `cargo bench --bench serve_path` (numbers in benches/README.md).

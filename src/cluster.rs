@@ -744,12 +744,15 @@ impl ClusterState {
 /// pod's builder.
 impl PodLister for ClusterState {
     fn pods(&self) -> Vec<Arc<Pod>> {
-        let snapshot = self.cache.snapshot();
-        let mut pods: Vec<Arc<Pod>> = snapshot
-            .nodes()
-            .iter()
-            .flat_map(|n| n.pods.iter().map(|p| p.pod.clone()))
-            .collect();
+        // Under the cache's lock rather than from an `Arc` of the snapshot held meanwhile,
+        // which would make the next change copy it.
+        let mut pods: Vec<Arc<Pod>> = self.cache.read(|c| {
+            c.snapshot()
+                .nodes()
+                .iter()
+                .flat_map(|n| n.pods.iter().map(|p| p.pod.clone()))
+                .collect()
+        });
         {
             let known = self.known();
             pods.extend(
