@@ -33,7 +33,7 @@ use crate::framework::BoxFuture;
 use crate::plugins::volume_binding::VolumeBinder;
 use crate::snapshot::volumes::{
     ANN_SELECTED_NODE, PodVolumes, VolumeKind, VolumeObject, claim_key, is_claim_fully_bound,
-    pv_node_affinity_matches,
+    pv_node_affinity_matches, selected_node,
 };
 use crate::snapshot::{PodInfo, Snapshot};
 
@@ -255,12 +255,7 @@ fn check_bindings(
                 "failed to check provisioning pvc: persistentvolumeclaim {name:?} not found"
             ));
         };
-        let selected = claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_SELECTED_NODE));
-        match selected {
+        match selected_node(claim) {
             None => return Ok(false),
             Some(n) if n != node => {
                 return Err(format!("provisioning failed for PVC {name:?}"));

@@ -41,9 +41,9 @@ use crate::framework::{
 };
 use crate::selector::Labels;
 use crate::snapshot::volumes::{
-    ANN_SELECTED_NODE, NOT_SUPPORTED_PROVISIONER, PodVolumes, StaticBinding, Volumes,
-    bind_volume_to_claim, claim_class, claim_key, claim_name, claim_size, claim_volume_name,
-    find_matching_volume, is_claim_fully_bound, pv_node_affinity_matches,
+    NOT_SUPPORTED_PROVISIONER, PodVolumes, StaticBinding, Volumes, bind_volume_to_claim,
+    claim_class, claim_key, claim_name, claim_size, claim_volume_name, find_matching_volume,
+    is_claim_fully_bound, pv_node_affinity_matches, selected_node,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -310,13 +310,8 @@ fn find_pod_volumes(st: &State, node: &NodeInfo) -> Result<PodVolumes, Status> {
         let mut to_match = Vec::new();
         let mut to_provision = Vec::new();
         for claim in &st.unbound {
-            let selected = claim
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANN_SELECTED_NODE));
-            match selected {
-                Some(n) if n.as_str() != &*node.name => {
+            match selected_node(claim) {
+                Some(n) if n != &*node.name => {
                     unbound_satisfied = false;
                     break 'unbound;
                 }
@@ -496,6 +491,7 @@ mod tests {
     use super::*;
     use crate::framework::Code;
     use crate::plugins::testutil::*;
+    use crate::snapshot::volumes::ANN_SELECTED_NODE;
     use crate::snapshot::volumes::VolumeObject;
     use serde_json::{Value, json};
 

@@ -458,6 +458,17 @@ pub fn pv_class(pv: &PersistentVolume) -> &str {
         .unwrap_or("")
 }
 
+/// The node chosen for the claim to be provisioned on (its [`ANN_SELECTED_NODE`]
+/// annotation), if any.
+pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_SELECTED_NODE))
+        .map(String::as_str)
+}
+
 /// A claim is fully bound: `volumeName` set and the bind-completed annotation present.
 pub fn is_claim_fully_bound(claim: &PersistentVolumeClaim) -> bool {
     claim

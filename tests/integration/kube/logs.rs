@@ -100,9 +100,10 @@ fn stop(mut child: Child) -> std::process::ExitStatus {
     panic!("serve did not stop within 30 s of SIGTERM");
 }
 
+/// `pods` small pods on enough nodes for them (at most 110 pods a node), 8 at least.
 fn farm(fake: &Fake, pods: usize) {
     fake.put("namespaces", namespace("default"));
-    for i in 0..8 {
+    for i in 0..pods.div_ceil(100).max(8) {
         fake.put("nodes", node(&format!("node-{i}"), "64"));
     }
     for i in 0..pods {
@@ -137,7 +138,9 @@ async fn metric(port: u16, name: &str) -> f64 {
 /// kube-scheduler's `-v 2` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_serve_json_logs_summarise_a_full_disk() {
-    const PODS: usize = 600;
+    // Stored decisions are compressed (a few hundred bytes each here): enough of them to
+    // fill the disk.
+    const PODS: usize = 3000;
     let fake = Fake::start().await;
     farm(&fake, PODS);
     let dir = tempfile::tempdir().unwrap();
