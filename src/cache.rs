@@ -90,16 +90,6 @@ impl std::ops::Deref for Lease<'_> {
     }
 }
 
-impl Lease<'_> {
-    /// The leased snapshot as an `Arc` (to keep beyond the lease, e.g. in a record: the
-    /// next change then copies the snapshot).
-    pub fn shared(&self) -> Arc<Snapshot> {
-        self.snapshot
-            .clone()
-            .expect("a lease holds its snapshot until settled")
-    }
-}
-
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if self.snapshot.take().is_some() {
