@@ -110,8 +110,7 @@ fn snapshot_update(c: &mut Criterion) {
         })
     });
     // What one change costs when a reader still holds the scheduler's snapshot (the copy
-    // `Arc::make_mut` makes; `headroom_scheduler_snapshot_copies_total` counts them), and
-    // what one extender `ReadCopy` refresh costs.
+    // `Arc::make_mut` makes; `headroom_scheduler_snapshot_copies_total` counts them).
     group.sample_size(10);
     for nodes in [5_000usize, 15_000] {
         let (n, p) = synthetic::cluster(nodes, 2, 42);

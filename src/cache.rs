@@ -16,9 +16,11 @@
 //! - the snapshot is never copied because a cycle reads it (copying it is O(nodes + pods):
 //!   milliseconds at 15,000 nodes, ten cycles' worth).
 //!
-//! Readers outside the cycle (the inspection API, the extender) take [`Cache::snapshot`],
-//! or a [`ReadCopy`] when they read often: a reader that holds the cache's own `Arc` makes
-//! the next change copy the snapshot (counted in `headroom_scheduler_snapshot_copies_total`).
+//! Readers outside the cycle take [`Cache::snapshot`] (the inspection API: a reader that
+//! holds the cache's own `Arc` makes the next change copy the snapshot, counted in
+//! `headroom_scheduler_snapshot_copies_total`) or a lease of their own when they read
+//! often (the extender's requests, which are cycles over the nodes kube-scheduler asks
+//! about).
 //!
 //! The assume cache lives here too ([`CacheState::assume`]): a pod placed by a cycle counts
 //! on its node at once, before its asynchronous bind; a bind that fails is forgotten, a
@@ -297,74 +299,6 @@ impl Inner {
     }
 }
 
-/// A copy of the cache's snapshot for readers outside the scheduling cycle that read
-/// often (the extender's requests), refreshed only when the snapshot changed since and the
-/// copy is older than its budget allows.
-///
-/// Why a copy: a reader holding the cache's own `Arc<Snapshot>` makes the next change
-/// copy the whole snapshot under the cache's lock, O(nodes + pods), whenever the two
-/// overlap. Here the copying is explicit and bounded: a refresh is due once the copy is
-/// older than `COPY_BUDGET` times what the last copy took (3 ms at 5,000 nodes: at most
-/// every 60 ms), and never sooner than `min_age` — so copies cost at most about
-/// 1/`COPY_BUDGET` of a core whatever the cluster's size, and a request never waits for a
-/// cycle. The price is staleness of up to that age.
-pub struct ReadCopy {
-    cache: Arc<Cache>,
-    min_age: Duration,
-    slot: Mutex<Option<Copied>>,
-}
-
-/// The copy a [`ReadCopy`] hands out, and what it cost.
-struct Copied {
-    snapshot: Arc<Snapshot>,
-    generation: u64,
-    taken: Instant,
-    took: Duration,
-}
-
-/// How many times its own cost a copy must age before the next ([`ReadCopy`]).
-const COPY_BUDGET: u32 = 20;
-
-impl ReadCopy {
-    /// Copies of `cache`'s snapshot, each kept at least `min_age`.
-    pub fn new(cache: Arc<Cache>, min_age: Duration) -> ReadCopy {
-        ReadCopy {
-            cache,
-            min_age,
-            slot: Mutex::new(None),
-        }
-    }
-
-    /// The copy, refreshed first when it is due and the cache's snapshot has changed.
-    pub fn current(&self) -> Arc<Snapshot> {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = &*slot
-            && c.taken.elapsed() < self.min_age.max(c.took * COPY_BUDGET)
-        {
-            return c.snapshot.clone();
-        }
-        let inner = self.cache.lock();
-        let generation = inner.state.snapshot.generation();
-        if let Some(c) = &mut *slot
-            && c.generation == generation
-        {
-            c.taken = Instant::now();
-            return c.snapshot.clone();
-        }
-        // A deep copy: the cache's own Arc stays unshared, so its changes stay cheap.
-        let started = Instant::now();
-        let snapshot = Arc::new(Snapshot::clone(&inner.state.snapshot));
-        drop(inner);
-        *slot = Some(Copied {
-            snapshot: snapshot.clone(),
-            generation,
-            taken: Instant::now(),
-            took: started.elapsed(),
-        });
-        snapshot
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,59 +388,5 @@ mod tests {
         assert!(lease.get("n1").is_some());
         drop(lease);
         assert!(cache.snapshot().get("n2").is_some());
-    }
-
-    /// The extender's copy never shares the cache's own snapshot, so changes after it copy
-    /// nothing; within `min_age` readers get the same copy, and after a change past it a
-    /// fresh one.
-    #[test]
-    fn read_copies_leave_the_cache_snapshot_unshared() {
-        let cache = cache_with(&["n1"]);
-        let copies = cache.copies();
-        let long = ReadCopy::new(cache.clone(), Duration::from_secs(3600));
-        let first = long.current();
-        assert!(
-            Arc::ptr_eq(&first, &long.current()),
-            "within min_age: the same copy"
-        );
-        cache.update(|c| {
-            c.snapshot_mut().add_pod(
-                Arc::new(info(pod("a", json!({"spec": {"nodeName": "n1"}})))),
-                "n1",
-            );
-        });
-        assert_eq!(copies.get(), 0, "the reader's copy is its own");
-        // A reader of the cache's own Arc does make the next change copy (counted).
-        let held = cache.snapshot();
-        cache.update(|c| {
-            c.snapshot_mut()
-                .upsert_node(Arc::new(node("n2", json!({}))))
-        });
-        assert_eq!(copies.get(), 1);
-        drop(held);
-        let fresh = ReadCopy::new(cache.clone(), Duration::ZERO);
-        let c1 = fresh.current();
-        assert_eq!(c1.len(), 2);
-        assert_eq!(
-            c1.get("n1").unwrap().pods.len(),
-            1,
-            "the pod is in the copy"
-        );
-        assert!(
-            Arc::ptr_eq(&c1, &fresh.current()),
-            "unchanged: the copy is kept"
-        );
-        cache.update(|c| c.snapshot_mut().remove_node("n2"));
-        // Past the copy's budget (20 times what copying two nodes took: microseconds).
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(fresh.current().len(), 1, "changed: copied again");
-        assert!(
-            Arc::ptr_eq(&first, &long.current()),
-            "still within its min_age"
-        );
-        assert!(
-            first.get("n1").unwrap().pods.is_empty(),
-            "taken before the pod"
-        );
     }
 }

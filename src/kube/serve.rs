@@ -498,13 +498,9 @@ impl Cx {
                 &self.serve.extender.profile(),
                 self.engine.deps(),
             )?);
-            // A copy refreshed within a CPU budget: requests never wait for a cycle and
-            // never hold the cache's own snapshot (see `ReadCopy`).
-            let copy = crate::cache::ReadCopy::new(
-                self.engine.scheduler().cache().clone(),
-                extender::EXTENDER_SNAPSHOT_MIN_AGE,
-            );
-            let snapshot: extender::SnapshotSource = Arc::new(move || copy.current());
+            // Each request leases the cache's snapshot for its evaluation, as a cycle
+            // does: it reads the freshest state and copies nothing.
+            let snapshot: extender::SnapshotSource = self.engine.scheduler().cache().clone();
             let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
                 self.client.clone(),
                 None,
