@@ -223,7 +223,7 @@ mod tests {
             plugin: "P",
             weight: 1,
             raw: Some(d.totals.clone()),
-            normalized: d.totals.clone(),
+            normalized: d.totals.iter().map(|t| (t % 101) as u8).collect(),
             details: None,
         }];
         d.outcome = Outcome::Placed { node: "n0".into() };

@@ -22,7 +22,9 @@ use crate::usage::Headroom;
 pub struct LogLimits {
     /// At most this many pods' decisions. Default 10,000.
     pub max_entries: usize,
-    /// At most about this many bytes of decisions. Default 64 MiB.
+    /// At most about this many bytes of decisions. Default 32 MiB: at 15,000 nodes about
+    /// 75 full records of the default profile (~450 KB each; score columns are a byte per
+    /// node and plugin, feasible nodes and totals 4 and 8 bytes).
     pub max_bytes: usize,
 }
 
@@ -30,7 +32,7 @@ impl Default for LogLimits {
     fn default() -> Self {
         LogLimits {
             max_entries: 10_000,
-            max_bytes: 64 << 20,
+            max_bytes: 32 << 20,
         }
     }
 }
@@ -232,7 +234,7 @@ pub fn approx_bytes(d: &Decision) -> usize {
     n += d.absent.as_ref().map_or(0, status);
     n += d.feasible.len() * 4 + d.totals.len() * 8;
     for c in &d.scores {
-        n += 64 + (c.raw.as_ref().map_or(0, Vec::len) + c.normalized.len()) * 8;
+        n += 64 + c.raw.as_ref().map_or(0, Vec::len) * 8 + c.normalized.len();
         if let Some(details) = &c.details {
             n += details
                 .iter()

@@ -57,8 +57,9 @@ const DECISION_CHANNEL: usize = 4096;
 /// Bytes of whole decision records waiting for the sink, at most; past it records wait as
 /// summaries ([`crate::decisions::DecisionSender`]). The decision log's default: at 15,000 nodes
 /// a bursting `serve` outruns the sink, and a budget four times larger kept ~190 MB more of
-/// queued records at the peak (heaptrack on the kit, issue #22).
-const DECISION_CHANNEL_BYTES: usize = 64 << 20;
+/// queued records at the peak (heaptrack on the kit, issue #22). 32 MiB since score columns
+/// are a byte per node: about three quarters of the records 64 MiB held before.
+const DECISION_CHANNEL_BYTES: usize = 32 << 20;
 
 /// How often the housekeeping tick runs under [`Drive::Timers`]: the scheduler's clock,
 /// expired assumed pods, expired reservations.

@@ -100,18 +100,29 @@ pub struct ScoreColumn {
     pub weight: i64,
     /// Raw scores, in feasible-node order; `None` when they are the normalised ones (the
     /// plugin does not normalise, [`crate::framework::ScorePlugin::normalizes`]). Read
-    /// them with [`ScoreColumn::raw_scores`].
+    /// them with [`ScoreColumn::raw_score`].
     pub raw: Option<Vec<i64>>,
-    /// Normalised scores (0..=100), in feasible-node order.
-    pub normalized: Vec<i64>,
+    /// Normalised scores (0..=100, checked by the framework), in feasible-node order. A
+    /// byte each: a record keeps a column per plugin for every feasible node, and the
+    /// decision queue and log are bounded by bytes, so at 15,000 nodes `i64`s were eight
+    /// times the memory for the same records.
+    pub normalized: Vec<u8>,
     /// The numbers behind each raw score, when the cycle explained itself.
     pub details: Option<Vec<Option<String>>>,
 }
 
 impl ScoreColumn {
-    /// The raw scores, in feasible-node order.
-    pub fn raw_scores(&self) -> &[i64] {
-        self.raw.as_deref().unwrap_or(&self.normalized)
+    /// The raw score of the `i`th feasible node.
+    pub fn raw_score(&self, i: usize) -> i64 {
+        match &self.raw {
+            Some(raw) => raw[i],
+            None => i64::from(self.normalized[i]),
+        }
+    }
+
+    /// The normalised score of the `i`th feasible node.
+    pub fn normalized_score(&self, i: usize) -> i64 {
+        i64::from(self.normalized[i])
     }
 }
 
@@ -520,10 +531,10 @@ impl Decision {
                             .iter()
                             .map(|c| PluginScore {
                                 plugin: c.plugin.to_string(),
-                                raw: c.raw_scores()[i],
-                                normalized: c.normalized[i],
+                                raw: c.raw_score(i),
+                                normalized: c.normalized_score(i),
                                 weight: c.weight,
-                                weighted: c.normalized[i] * c.weight,
+                                weighted: c.normalized_score(i) * c.weight,
                                 detail: c
                                     .details
                                     .as_ref()
@@ -865,7 +876,7 @@ mod tests {
             plugin: "P",
             weight: 1,
             raw: None,
-            normalized: d.totals.clone(),
+            normalized: d.totals.iter().map(|t| *t as u8).collect(),
             details: None,
         }];
         d.rejected = (1..10)

@@ -29,7 +29,9 @@ fn summary(d: &Decision) -> String {
                 "{}×{} {:?} → {:?}",
                 c.plugin,
                 c.weight,
-                c.raw_scores(),
+                (0..c.normalized.len())
+                    .map(|i| c.raw_score(i))
+                    .collect::<Vec<_>>(),
                 c.normalized
             )
         })

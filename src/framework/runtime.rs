@@ -1195,7 +1195,11 @@ impl Framework {
             plugin: sp.name(),
             weight: 1,
             raw,
-            normalized,
+            // In range, checked above.
+            normalized: normalized
+                .iter()
+                .map(|v| u8::try_from(*v).unwrap_or(0))
+                .collect(),
             details,
         })
     }

@@ -445,7 +445,7 @@ mod tests {
             plugin: "NodeResourcesFit",
             weight: 1,
             raw: None,
-            normalized: d.totals.clone(),
+            normalized: d.totals.iter().map(|t| (t % 101) as u8).collect(),
             details: None,
         }];
         d.outcome = Outcome::Placed {

@@ -83,7 +83,7 @@ pub fn score_all(reg: Registered, snap: &Snapshot, pod: &PodInfo) -> Option<Vec<
         d.feasible
             .iter()
             .zip(&col.normalized)
-            .map(|(i, s)| (d.node_names[*i as usize].to_string(), *s))
+            .map(|(i, s)| (d.node_names[*i as usize].to_string(), i64::from(*s)))
             .collect(),
     )
 }

@@ -1,0 +1,3 @@
+module nullext
+
+go 1.24
