@@ -639,6 +639,22 @@ pub fn router(state: ExtenderState) -> Router {
 mod tests {
     use super::*;
 
+    /// The default extender profile over `snapshot`, without a binder.
+    fn default_state(snapshot: SnapshotSource) -> ExtenderState {
+        let cfg = crate::config::serve::ExtenderConfig::default();
+        let fw = crate::plugins::build_framework_with(
+            &cfg.profile(),
+            &crate::plugins::PluginDeps::default(),
+        )
+        .unwrap();
+        ExtenderState {
+            framework: Arc::new(fw),
+            snapshot,
+            binder: None,
+            recent: Default::default(),
+        }
+    }
+
     #[test]
     fn scale_maps_weighted_totals_to_0_10() {
         assert_eq!(scale(0, 3), 0);
@@ -659,18 +675,7 @@ mod tests {
             .map(|n| n.metadata.name.clone().unwrap_or_default())
             .collect();
         let snap = Arc::new(Snapshot::build(nodes, pods));
-        let cfg = crate::config::serve::ExtenderConfig::default();
-        let fw = crate::plugins::build_framework_with(
-            &cfg.profile(),
-            &crate::plugins::PluginDeps::default(),
-        )
-        .unwrap();
-        let state = ExtenderState {
-            framework: Arc::new(fw),
-            snapshot: Arc::new(move || snap.clone()),
-            binder: None,
-            recent: Default::default(),
-        };
+        let state = default_state(Arc::new(move || snap.clone()));
         let mut names = known.clone();
         names.insert(1, "x".to_string());
         names.push("n".repeat(10_000));
@@ -790,18 +795,7 @@ mod tests {
         });
         assert!(cache.snapshot().get(&names[0]).is_none(), "applied after");
         assert_eq!(copies.get(), 0, "queued, not copied");
-        let cfg = crate::config::serve::ExtenderConfig::default();
-        let fw = crate::plugins::build_framework_with(
-            &cfg.profile(),
-            &crate::plugins::PluginDeps::default(),
-        )
-        .unwrap();
-        let state = ExtenderState {
-            framework: Arc::new(fw),
-            snapshot: cache.clone(),
-            binder: None,
-            recent: Default::default(),
-        };
+        let state = default_state(cache.clone());
         let r = state
             .filter(ExtenderArgs {
                 pod: Some(crate::synthetic::plain_pod("p")),
