@@ -42,6 +42,7 @@ fn state(extra: &str) -> (ExtenderState, ExtenderArgs) {
         snapshot: Arc::new(move || snap.clone()),
         binder: None,
         recent: Default::default(),
+        metrics: Default::default(),
     };
     let args = ExtenderArgs {
         pod: Some(synthetic::plain_pod("bench")),

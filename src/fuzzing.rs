@@ -225,6 +225,7 @@ fn extender_state() -> Option<&'static crate::kube::extender::ExtenderState> {
                 snapshot: Arc::new(move || snap.clone()),
                 binder: None,
                 recent: Default::default(),
+                metrics: Default::default(),
             })
         })
         .as_ref()

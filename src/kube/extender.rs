@@ -39,6 +39,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
@@ -171,6 +173,56 @@ pub trait ExtenderBinder: Send + Sync {
 /// Where the extender reads the cluster (the watch-fed cache under `serve`).
 pub type SnapshotSource = Arc<dyn ExtenderSnapshots>;
 
+/// The verb of an extender request (a metric label).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct VerbLabel {
+    verb: &'static str,
+}
+
+/// A histogram family whose histograms have the extender's buckets.
+type DurationFamily = Family<VerbLabel, Histogram, fn() -> Histogram>;
+
+/// How long the extender takes to answer, by verb
+/// (`headroom_extender_request_duration_seconds` once registered): from the request's
+/// body to its encoded answer, so kube-scheduler's wait for headroom shows without
+/// tracing its traffic.
+#[derive(Clone)]
+pub struct ExtenderMetrics {
+    duration: DurationFamily,
+}
+
+impl Default for ExtenderMetrics {
+    fn default() -> Self {
+        fn histogram() -> Histogram {
+            // 50 µs .. ~1.6 s: a filter over 500 names takes ~0.2 ms of CPU.
+            Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+        }
+        ExtenderMetrics {
+            duration: Family::new_with_constructor(histogram),
+        }
+    }
+}
+
+impl ExtenderMetrics {
+    /// Registers the histograms on `metrics`.
+    pub fn register(&self, metrics: &crate::metrics::Metrics) {
+        for verb in ["filter", "prioritize", "bind"] {
+            let _ = self.duration.get_or_create(&VerbLabel { verb });
+        }
+        metrics.register(
+            "headroom_extender_request_duration_seconds",
+            "Time to answer one extender request, by verb (filter, prioritize, bind)",
+            self.duration.clone(),
+        );
+    }
+
+    fn observe(&self, verb: &'static str, started: std::time::Instant) {
+        self.duration
+            .get_or_create(&VerbLabel { verb })
+            .observe(started.elapsed().as_secs_f64());
+    }
+}
+
 /// What the handlers share.
 #[derive(Clone)]
 pub struct ExtenderState {
@@ -184,6 +236,8 @@ pub struct ExtenderState {
     /// `filter` for the same pod, with a subset of the nodes `filter` judged, so the scores
     /// `filter`'s cycle computed answer it without a second cycle.
     pub recent: Arc<RecentEvaluations>,
+    /// Request durations by verb.
+    pub metrics: ExtenderMetrics,
 }
 
 /// How many pods' evaluations [`RecentEvaluations`] keeps (kube-scheduler schedules one
@@ -572,20 +626,33 @@ fn rejections(d: &Decision, nodes: usize) -> Vec<Option<&Status>> {
 }
 
 async fn filter_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
-    match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.filter(a)) {
+    let started = std::time::Instant::now();
+    let r = match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.filter(a)) {
         Ok(r) => axum::Json(r).into_response(),
         Err(e) => e.into_response(),
-    }
+    };
+    state.metrics.observe("filter", started);
+    r
 }
 
 async fn prioritize_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
-    match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.prioritize(a)) {
+    let started = std::time::Instant::now();
+    let r = match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.prioritize(a)) {
         Ok(r) => axum::Json(r).into_response(),
         Err(e) => e.into_response(),
-    }
+    };
+    state.metrics.observe("prioritize", started);
+    r
 }
 
 async fn bind_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    let started = std::time::Instant::now();
+    let r = bind(&state, body).await;
+    state.metrics.observe("bind", started);
+    r
+}
+
+async fn bind(state: &ExtenderState, body: Bytes) -> Response {
     let args = match parse::<ExtenderBindingArgs>("ExtenderBindingArgs", &body) {
         Ok(a) => a,
         Err(e) => return e.into_response(),
@@ -652,6 +719,7 @@ mod tests {
             snapshot,
             binder: None,
             recent: Default::default(),
+            metrics: Default::default(),
         }
     }
 
@@ -738,6 +806,7 @@ mod tests {
                 }),
                 binder: None,
                 recent: Default::default(),
+                metrics: Default::default(),
             }
         };
         let args = |pod: &str, names: &[String]| ExtenderArgs {

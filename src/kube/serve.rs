@@ -506,11 +506,14 @@ impl Cx {
                 None,
                 self.serve.request_timeout,
             ));
+            let metrics = extender::ExtenderMetrics::default();
+            metrics.register(self.engine.metrics());
             Some(extender::router(ExtenderState {
                 framework,
                 snapshot,
                 binder: Some(binder),
                 recent: Default::default(),
+                metrics,
             }))
         } else {
             None

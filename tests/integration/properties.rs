@@ -368,6 +368,7 @@ fn extender_state() -> ExtenderState {
         snapshot: Arc::new(move || snap.clone()),
         binder: None,
         recent: Default::default(),
+        metrics: Default::default(),
     }
 }
 

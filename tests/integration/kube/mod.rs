@@ -783,6 +783,26 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         let text = r.text().await.unwrap();
         assert!(text.contains(want), "{path} {body}: {text}");
     }
+    // Every request answered above, good or bad, is timed by verb on /metrics.
+    let metrics = http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |verb: &str| {
+        let key = format!("headroom_extender_request_duration_seconds_count{{verb=\"{verb}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{key} in {metrics}"))
+    };
+    assert!(count("filter") >= 4, "{metrics}");
+    assert!(count("prioritize") >= 4, "{metrics}");
+    assert!(count("bind") >= 4, "{metrics}");
     let report = s.stop().await;
     assert_eq!(report.terms, 0, "extender-only mode never schedules");
     assert_calls_allowed(&fake);
