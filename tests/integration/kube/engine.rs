@@ -63,7 +63,8 @@ async fn get_json(url: &str) -> (u16, Value) {
     )
 }
 
-async fn get_text(url: &str) -> String {
+/// The body of a GET, as text.
+pub(super) async fn get_text(url: &str) -> String {
     reqwest::get(url)
         .await
         .expect("GET")

@@ -784,20 +784,11 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         assert!(text.contains(want), "{path} {body}: {text}");
     }
     // Every request answered above, good or bad, is timed by verb on /metrics.
-    let metrics = http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = engine::get_text(&s.url("/metrics")).await;
     let count = |verb: &str| {
         let key = format!("headroom_extender_request_duration_seconds_count{{verb=\"{verb}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .and_then(|v| v.trim().parse::<u64>().ok())
+        let line = metrics.lines().find_map(|l| l.strip_prefix(&key));
+        line.and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or_else(|| panic!("{key} in {metrics}"))
     };
     assert!(count("filter") >= 4, "{metrics}");
