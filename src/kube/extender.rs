@@ -390,6 +390,64 @@ enum Verdict {
 }
 
 impl Evaluated {
+    /// The verdicts of decision `d` for the request's names, whose indices in the
+    /// snapshot of `nodes` nodes are `found`.
+    fn of(
+        req: &Request,
+        d: &Decision,
+        found: &[Option<crate::snapshot::NodeIdx>],
+        nodes: usize,
+    ) -> Evaluated {
+        let error = match &d.outcome {
+            Outcome::Error { message }
+                if d.feasible.is_empty() && d.rejected.is_empty() && d.absent.is_none() =>
+            {
+                Some(message.clone())
+            }
+            _ => None,
+        };
+        let rejected = rejections(d, nodes);
+        let scores = scores(d, nodes);
+        let verdicts = req
+            .names
+            .iter()
+            .zip(found)
+            .enumerate()
+            .map(|(i, (name, idx))| {
+                if let Candidates::Full(_, parsed) = &req.candidates
+                    && let Err(e) = &parsed[i]
+                {
+                    return Verdict::Unresolvable(e.clone());
+                }
+                let Some(idx) = *idx else {
+                    return Verdict::Unresolvable(format!(
+                        "node {:?} is not known to headroom",
+                        crate::field::shown(name)
+                    ));
+                };
+                match rejected.get(idx as usize).copied().flatten() {
+                    Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
+                        Verdict::Unresolvable(s.message())
+                    }
+                    Some(s) => Verdict::Failed(s.message()),
+                    None => Verdict::Passed(scores.get(idx as usize).copied().unwrap_or(0)),
+                }
+            })
+            .collect();
+        let index = req
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        Evaluated {
+            error,
+            verdicts,
+            index,
+            at: std::time::Instant::now(),
+        }
+    }
+
     /// Whether every name was judged here.
     fn covers(&self, names: &[String]) -> bool {
         names.iter().all(|n| self.index.contains_key(n))
@@ -428,7 +486,9 @@ impl<F: Fn() -> Arc<Snapshot> + Send + Sync> ExtenderSnapshots for F {
 }
 
 impl ExtenderState {
-    /// Evaluates the request's pod on the nodes it names, under a lease of the snapshot.
+    /// Evaluates the request's pod on the nodes it names. Only the cycle runs under the
+    /// lease of the snapshot; the verdicts are built after it ended, so the watch's writes
+    /// wait for the cycle alone.
     fn evaluate(&self, req: &Request) -> Evaluated {
         let mut out = None;
         self.snapshot.lend(&mut |snapshot| {
@@ -446,22 +506,29 @@ impl ExtenderState {
                         })
                         .collect();
                     if missing.is_empty() {
-                        self.evaluate_on(req, snapshot)
+                        self.decide(req, snapshot)
                     } else {
                         let mut copy = snapshot.clone();
                         for n in missing {
                             copy.upsert_node(n.clone());
                         }
-                        self.evaluate_on(req, &copy)
+                        self.decide(req, &copy)
                     }
                 }
-                Candidates::Names(_) => self.evaluate_on(req, snapshot),
+                Candidates::Names(_) => self.decide(req, snapshot),
             });
         });
-        out.expect("the snapshot source calls back once")
+        let (d, found, nodes) = out.expect("the snapshot source calls back once");
+        Evaluated::of(req, &d, &found, nodes)
     }
 
-    fn evaluate_on(&self, req: &Request, snapshot: &Snapshot) -> Evaluated {
+    /// The cycle over the asked nodes of `snapshot`: its decision, each name's index there
+    /// (`None`: unknown), and the snapshot's node count.
+    fn decide(
+        &self,
+        req: &Request,
+        snapshot: &Snapshot,
+    ) -> (Decision, Vec<Option<crate::snapshot::NodeIdx>>, usize) {
         // Only the nodes asked about are filtered and scored (names the cache lacks have
         // no index and no verdict).
         let found: Vec<Option<crate::snapshot::NodeIdx>> =
@@ -473,54 +540,7 @@ impl ExtenderState {
         let (d, _) = self
             .framework
             .schedule_nodes(&req.pod, snapshot, &asked, &mut rng, false);
-        let error = match &d.outcome {
-            Outcome::Error { message }
-                if d.feasible.is_empty() && d.rejected.is_empty() && d.absent.is_none() =>
-            {
-                Some(message.clone())
-            }
-            _ => None,
-        };
-        let rejected = rejections(&d, snapshot.len());
-        let scores = scores(&d, snapshot.len());
-        let verdicts = req
-            .names
-            .iter()
-            .zip(&found)
-            .enumerate()
-            .map(|(i, (name, idx))| {
-                if let Candidates::Full(_, parsed) = &req.candidates
-                    && let Err(e) = &parsed[i]
-                {
-                    return Verdict::Unresolvable(e.clone());
-                }
-                let Some(idx) = *idx else {
-                    return Verdict::Unresolvable(format!(
-                        "node {:?} is not known to headroom",
-                        crate::field::shown(name)
-                    ));
-                };
-                match rejected.get(idx as usize).copied().flatten() {
-                    Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
-                        Verdict::Unresolvable(s.message())
-                    }
-                    Some(s) => Verdict::Failed(s.message()),
-                    None => Verdict::Passed(scores.get(idx as usize).copied().unwrap_or(0)),
-                }
-            })
-            .collect();
-        let index = req
-            .names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), i))
-            .collect();
-        Evaluated {
-            error,
-            verdicts,
-            index,
-            at: std::time::Instant::now(),
-        }
+        (d, found, snapshot.len())
     }
 
     /// `/filter`: which candidates pass headroom's filters.
