@@ -1,6 +1,7 @@
 //! `headroom sweep`: every farm of a [`Family`] × seeds × policies, and what placement
 //! quality looks like across them — each metric's mean, worst farm and spread, and the
-//! issue #17 targets checked farm by farm.
+//! issue #17 targets checked farm by farm (with issue #21's against the peers when the
+//! sweep runs any).
 //!
 //! Farms run in parallel on `jobs` threads; each simulation has its own paused
 //! current-thread runtime, exactly as `headroom simulate` runs one, so a farm and seed give
@@ -252,7 +253,7 @@ pub struct MetricStat {
     pub sd: f64,
 }
 
-/// One target of issue #17 and whether the sweep meets it.
+/// One target (issue #17's, or #21's against the peers) and whether the sweep meets it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetResult {
@@ -503,7 +504,8 @@ fn summarise(
     }
 }
 
-/// Issue #17's targets, headroom against the request baseline, farm by farm.
+/// Issue #17's targets, headroom against the request baseline, farm by farm; then issue
+/// #21's against the peers that ran.
 fn targets(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> Vec<TargetResult> {
     let t = Targets(farms);
     vec![
@@ -514,6 +516,9 @@ fn targets(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> Vec<Targe
         t.wait(),
         lost_or_pending(farms, results),
     ]
+    .into_iter()
+    .chain(t.against_peers())
+    .collect()
 }
 
 /// The farms' summaries, read as headroom (`h`) against the request baseline (`r`).
@@ -547,6 +552,62 @@ impl Targets<'_> {
             .filter(|f| !pred(f))
             .map(|f| format!("{} {}", f.name, show(f)))
             .collect()
+    }
+
+    /// The policies in the sweep other than headroom and the baseline, in report order.
+    fn peers(&self) -> Vec<&str> {
+        Policy::ALL
+            .iter()
+            .filter(|p| !matches!(p, Policy::Headroom | Policy::Requests))
+            .map(|p| p.as_str())
+            .filter(|p| self.0.iter().any(|f| f.policies.contains_key(*p)))
+            .collect()
+    }
+
+    /// Issue #21's targets against the peers, when the sweep ran any: per farm, headroom's
+    /// hot node-hours at most the best peer's and its OOM kills at most every peer's.
+    fn against_peers(&self) -> Vec<TargetResult> {
+        let peers = self.peers();
+        if peers.is_empty() {
+            return Vec::new();
+        }
+        // The peer with the lowest value of `k` on farm `f`, and that value.
+        let best = |f: &FarmSummary, k: &str| -> (f64, &str) {
+            peers
+                .iter()
+                .map(|p| (f.value(p, k), *p))
+                .fold((f64::MAX, ""), |a, b| if b.0 < a.0 { b } else { a })
+        };
+        let target = |k: &'static str, what: &str, show: fn(f64) -> String| {
+            let bad = self.misses(
+                |f| Self::h(f, k) <= best(f, k).0 + 1e-9,
+                |f| {
+                    let (v, p) = best(f, k);
+                    format!("{} vs {} ({p})", show(Self::h(f, k)), show(v))
+                },
+            );
+            let peers_sum: f64 = self.0.iter().map(|f| best(f, k).0).sum();
+            TargetResult {
+                target: format!("{what} in every farm"),
+                met: bad.is_empty(),
+                detail: format!(
+                    "{} vs {} per farm on average (the best peer of each farm); farms missing: {}",
+                    show(self.sums(k).0 / self.n()),
+                    show(peers_sum / self.n()),
+                    none_or(&bad, "; ")
+                ),
+            }
+        };
+        vec![
+            target(
+                "nodeHoursMemoryAbove90",
+                "node-hours above 90 % real memory ≤ the best peer's",
+                |v| format!("{v:.2} h"),
+            ),
+            target("oomKills", "OOM kills ≤ every peer's", |v| {
+                format!("{v:.1}")
+            }),
+        ]
     }
 
     fn warm(&self) -> TargetResult {
@@ -729,7 +790,7 @@ impl SweepReport {
         if !self.targets.is_empty() {
             let _ = writeln!(
                 out,
-                "\ntargets (headroom against requests, per farm = mean over its seeds)"
+                "\ntargets (headroom against requests and the peers, per farm = mean over its seeds)"
             );
             for t in &self.targets {
                 let _ = writeln!(
@@ -759,7 +820,9 @@ impl SweepReport {
         ];
         let (w, ph, pad) = (900.0f64, 130.0f64, 45.0f64);
         let h = pad + panels.len() as f64 * (ph + pad);
-        let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+        let colors = [
+            "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+        ];
         let mut policies: Vec<&str> = Vec::new();
         for f in &self.farm_summaries {
             for p in f.policies.keys() {
@@ -819,5 +882,75 @@ impl SweepReport {
         }
         svg.push_str("</svg>\n");
         svg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn farm(name: &str, values: &[(&str, f64, f64)]) -> FarmSummary {
+        FarmSummary {
+            name: name.into(),
+            nodes: 4,
+            hours: 1.0,
+            arrived: 10.0,
+            policies: values
+                .iter()
+                .map(|(p, hot, oom)| {
+                    let m = BTreeMap::from([
+                        ("nodeHoursMemoryAbove90".to_string(), *hot),
+                        ("oomKills".to_string(), *oom),
+                    ]);
+                    (p.to_string(), m)
+                })
+                .collect(),
+        }
+    }
+
+    /// Issue #21's targets compare headroom with the best peer of each farm, name the farm
+    /// and the peer that beat it, and are absent when no peer ran.
+    #[test]
+    fn peer_targets_are_per_farm_against_the_best_peer() {
+        let farms = [
+            farm(
+                "a",
+                &[
+                    ("headroom", 0.2, 1.0),
+                    ("requests", 1.0, 9.0),
+                    ("koordinator", 0.1, 3.0),
+                    ("crane", 0.4, 0.0),
+                ],
+            ),
+            farm(
+                "b",
+                &[
+                    ("headroom", 0.0, 0.0),
+                    ("requests", 0.5, 2.0),
+                    ("koordinator", 0.0, 0.0),
+                    ("crane", 0.3, 1.0),
+                ],
+            ),
+        ];
+        let t = Targets(&farms).against_peers();
+        assert_eq!(t.len(), 2);
+        assert!(!t[0].met);
+        assert!(
+            t[0].detail
+                .contains("farms missing: a 0.20 h vs 0.10 h (koordinator)"),
+            "{}",
+            t[0].detail
+        );
+        assert!(!t[1].met);
+        assert!(
+            t[1].detail.contains("farms missing: a 1.0 vs 0.0 (crane)"),
+            "{}",
+            t[1].detail
+        );
+        // Ties are met; a farm each policy wins is not listed.
+        let tied = [farms[1].clone()];
+        assert!(Targets(&tied).against_peers().iter().all(|t| t.met));
+        let baseline_only = [farm("c", &[("headroom", 0.0, 0.0), ("requests", 1.0, 1.0)])];
+        assert!(Targets(&baseline_only).against_peers().is_empty());
     }
 }

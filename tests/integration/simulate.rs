@@ -664,6 +664,23 @@ fn sweep_runs_all_six_policies_side_by_side() {
             assert!(m["mean"].is_number(), "{m}");
         }
     }
+    // Issue #21's targets against the peers join issue #17's.
+    let targets = v["targets"].as_array().unwrap();
+    for t in [
+        "node-hours above 90 % real memory ≤ the best peer's in every farm",
+        "OOM kills ≤ every peer's in every farm",
+    ] {
+        let found = targets.iter().find(|x| x["target"] == t);
+        let found = found.unwrap_or_else(|| panic!("no target {t}: {v}"));
+        assert!(found["met"].is_boolean(), "{found}");
+        assert!(
+            found["detail"]
+                .as_str()
+                .unwrap()
+                .contains("the best peer of each farm"),
+            "{found}"
+        );
+    }
     let o = run(&[
         "sweep",
         family,
