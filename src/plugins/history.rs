@@ -475,36 +475,23 @@ mod tests {
                 .unwrap()
                 .register()
         };
-        let p = info(pod(
-            "b",
-            json!({"metadata": {"annotations": {HISTORY_ANNOTATION: r#"["n2","n4","n1"]"#}}}),
-        ));
-        let short: Vec<i64> = score_all(older(), &nodes(), &p)
-            .unwrap()
-            .iter()
-            .map(|(_, s)| *s)
-            .collect();
-        assert_eq!(
-            short,
-            [10, 30, 0, 20],
-            "a node not in the history still scores 0"
-        );
-        let p = info(pod(
-            "b",
-            json!({"metadata": {"annotations": {HISTORY_ANNOTATION: r#"["n2","n4","n1","n3"]"#}}}),
-        ));
-        let long: Vec<i64> = score_all(older(), &nodes(), &p)
-            .unwrap()
-            .iter()
-            .map(|(_, s)| *s)
-            .collect();
-        assert_eq!(long, [10, 30, 5, 20]);
+        let annotated = |list: &str| {
+            info(pod(
+                "b",
+                json!({"metadata": {"annotations": {HISTORY_ANNOTATION: list}}}),
+            ))
+        };
+        let scores = |plugin: Registered, p: &PodInfo| -> Vec<i64> {
+            let got = score_all(plugin, &nodes(), p).unwrap();
+            got.iter().map(|(_, s)| *s).collect()
+        };
+        let p = annotated(r#"["n2","n4","n1"]"#);
+        let short = scores(older(), &p);
+        assert_eq!(short, [10, 30, 0, 20], "a node not in the history scores 0");
+        let p = annotated(r#"["n2","n4","n1","n3"]"#);
+        assert_eq!(scores(older(), &p), [10, 30, 5, 20]);
         // By default an older node scores as the last listed one.
-        let by_default: Vec<i64> = score_all(plugin(), &nodes(), &p)
-            .unwrap()
-            .iter()
-            .map(|(_, s)| *s)
-            .collect();
+        let by_default = scores(plugin(), &p);
         assert_eq!(by_default, [10, 30, 10, 20]);
         let fw = crate::framework::Framework::new("t", vec![older()], &[]);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
