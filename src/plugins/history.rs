@@ -74,7 +74,8 @@ struct Cycle {
     nodes: Vec<String>,
     from: From,
     /// Each node of the snapshot that one of the scored history entries (the first
-    /// `scores.len()`, or all with `olderScore`) names (by name or address), with the first such entry's index; sorted by node.
+    /// `scores.len()`, or all with `olderScore`) names (by name or address), with the
+    /// first such entry's index; sorted by node.
     positions: Vec<(NodeIdx, usize)>,
     /// The headroom band, when it applies.
     band: Option<Band>,
@@ -177,13 +178,16 @@ impl History {
         let mut out: Vec<(NodeIdx, usize)> = Vec::new();
         for (i, h) in nodes.iter().take(self.depth()).enumerate() {
             let named = snapshot.index_of(h).into_iter();
-            for idx in named.chain(snapshot.nodes_with_address(h).iter().copied()) {
-                if !out.iter().any(|(n, _)| *n == idx) {
-                    out.push((idx, i));
-                }
-            }
+            out.extend(
+                named
+                    .chain(snapshot.nodes_with_address(h).iter().copied())
+                    .map(|idx| (idx, i)),
+            );
         }
+        // Each node once, at its first entry's index; sorting rather than a search per
+        // entry, since with `olderScore` an annotation may list thousands of entries.
         out.sort_unstable();
+        out.dedup_by_key(|(idx, _)| *idx);
         out
     }
 }
