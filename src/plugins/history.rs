@@ -155,9 +155,14 @@ impl History {
         }
     }
 
+    /// Whether every history entry scores (`olderScore` past the listed `scores`).
+    fn scores_every_entry(&self) -> bool {
+        self.args.older_score > 0
+    }
+
     /// How many history entries score: those `scores` lists, or all with `olderScore`.
     fn depth(&self) -> usize {
-        if self.args.older_score > 0 {
+        if self.scores_every_entry() {
             usize::MAX
         } else {
             self.args.scores.len()
@@ -393,7 +398,9 @@ impl ScorePlugin for History {
                 ),
                 _ => format!("history index {i} {from} → {}", self.score_at(i)),
             },
-            None if self.depth() == usize::MAX => format!("not in the builder's history {from}"),
+            None if self.scores_every_entry() => {
+                format!("not in the builder's history {from}")
+            }
             None => format!(
                 "not in the builder's last {} nodes {from}",
                 self.args.scores.len()

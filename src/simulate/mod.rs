@@ -106,6 +106,11 @@ impl Policy {
         }
     }
 
+    /// Whether this is one of the peers (it switches a peer's plugin on).
+    pub fn is_peer(self) -> bool {
+        !self.peer().0.is_empty()
+    }
+
     /// The peer plugins this policy switches on (none for `headroom` and `requests`), and
     /// the upstream ones it switches off.
     fn peer(self) -> (&'static [&'static str], &'static [&'static str]) {

@@ -558,7 +558,7 @@ impl Targets<'_> {
     fn peers(&self) -> Vec<&str> {
         Policy::ALL
             .iter()
-            .filter(|p| !matches!(p, Policy::Headroom | Policy::Requests))
+            .filter(|p| p.is_peer())
             .map(|p| p.as_str())
             .filter(|p| self.0.iter().any(|f| f.policies.contains_key(*p)))
             .collect()
