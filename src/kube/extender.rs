@@ -645,31 +645,44 @@ fn rejections(d: &Decision, nodes: usize) -> Vec<Option<&Status>> {
     out
 }
 
-async fn filter_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
+/// Runs one verb's `work` and records how long it took under `verb`, whatever it answers.
+async fn timed(
+    state: &ExtenderState,
+    verb: &'static str,
+    work: impl std::future::Future<Output = Response>,
+) -> Response {
     let started = std::time::Instant::now();
-    let r = match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.filter(a)) {
+    let r = work.await;
+    state.metrics.observe(verb, started);
+    r
+}
+
+/// The verb's answer as JSON, or its error's response.
+fn json_or_error<T: Serialize>(r: Result<T, ExtenderError>) -> Response {
+    match r {
         Ok(r) => axum::Json(r).into_response(),
         Err(e) => e.into_response(),
-    };
-    state.metrics.observe("filter", started);
-    r
+    }
+}
+
+async fn filter_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
+    timed(&state, "filter", async {
+        json_or_error(parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.filter(a)))
+    })
+    .await
 }
 
 async fn prioritize_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
-    let started = std::time::Instant::now();
-    let r = match parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.prioritize(a)) {
-        Ok(r) => axum::Json(r).into_response(),
-        Err(e) => e.into_response(),
-    };
-    state.metrics.observe("prioritize", started);
-    r
+    timed(&state, "prioritize", async {
+        json_or_error(
+            parse::<ExtenderArgs>("ExtenderArgs", &body).and_then(|a| state.prioritize(a)),
+        )
+    })
+    .await
 }
 
 async fn bind_handler(State(state): State<ExtenderState>, body: Bytes) -> Response {
-    let started = std::time::Instant::now();
-    let r = bind(&state, body).await;
-    state.metrics.observe("bind", started);
-    r
+    timed(&state, "bind", bind(&state, body)).await
 }
 
 async fn bind(state: &ExtenderState, body: Bytes) -> Response {

@@ -96,6 +96,79 @@ fn uid_of(fake: &Fake, name: &str) -> String {
         .to_string()
 }
 
+/// History's `olderScore` under `serve`: a pod whose bk-ci history annotation lists four
+/// nodes, newest first, gets 30/20/10 on the first three and the configured `olderScore`
+/// on the fourth, which `/explain` names by its index; with `olderScore` 100 the fourth
+/// node wins the placement, while the default (10) leaves it to the newest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_scores_older_history_nodes_by_the_configured_older_score() {
+    let history_scores = |older: Option<u32>| async move {
+        let fake = Fake::start().await;
+        fake.put("namespaces", namespace("default"));
+        for n in ["n0", "n1", "n2", "n3"] {
+            fake.put("nodes", node(n, "4"));
+        }
+        let args = older.map_or(String::new(), |o| {
+            format!("profiles: [{{schedulerName: headroom, pluginArgs: {{history: {{olderScore: {o}}}}}}}]\n")
+        });
+        let store = Store::open_temporary(StoreConfig::default()).unwrap();
+        // Detailed explanations, so that `/explain` says which history entry scored.
+        let base = BASE.replace("serve:\n", "serve:\n  detailedExplanations: true\n");
+        let s = serve_with(&fake, &format!("{base}{args}"), store).await;
+        let mut p = super::pod("build", "headroom", "100m");
+        p["metadata"]["annotations"] = json!({
+            "bkci.dispatch.kubenetes/builder-history-nodes": r#"["n3", "n2", "n1", "n0"]"#
+        });
+        fake.put("pods", p);
+        fake.wait_for(15, "build bound", |f| {
+            f.node_of("default", "build").is_some()
+        })
+        .await;
+        let e = eventually(10, "build's decision", || async {
+            let (status, e) = get_json(&s.url("/explain/default/build")).await;
+            (status == 200).then_some(e)
+        })
+        .await;
+        let history = |node: &str| {
+            let n = e["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["name"] == node);
+            let score = n.and_then(|n| {
+                n["scores"]
+                    .as_array()?
+                    .iter()
+                    .find(|s| s["plugin"] == "History")
+            });
+            let score = score.unwrap_or_else(|| panic!("no History score on {node}: {e}"));
+            (
+                score["raw"].as_i64().unwrap(),
+                score["detail"].as_str().unwrap_or("").to_string(),
+            )
+        };
+        let scores: Vec<(i64, String)> = ["n3", "n2", "n1", "n0"]
+            .iter()
+            .map(|n| history(n))
+            .collect();
+        let bound = fake.node_of("default", "build").unwrap();
+        s.stop().await;
+        (scores, bound)
+    };
+    let (scores, bound) = history_scores(Some(100)).await;
+    let raw: Vec<i64> = scores.iter().map(|(r, _)| *r).collect();
+    assert_eq!(raw, [30, 20, 10, 100], "{scores:?}");
+    assert!(scores[3].1.contains("history index 3"), "{scores:?}");
+    assert_eq!(
+        bound, "n0",
+        "olderScore 100 outweighs the newest entry's 30"
+    );
+    let (scores, bound) = history_scores(None).await;
+    let raw: Vec<i64> = scores.iter().map(|(r, _)| *r).collect();
+    assert_eq!(raw, [30, 20, 10, 10], "the default olderScore: {scores:?}");
+    assert_eq!(bound, "n3");
+}
+
 /// Issue "One engine": the pods of a Job, collected from a kubelet summary, form one
 /// builder profile under `serve` (the collectors name builders from the engine's cluster
 /// state), and History and RealHeadroom decide the Job's next pod on it.
