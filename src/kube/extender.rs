@@ -170,9 +170,6 @@ pub trait ExtenderBinder: Send + Sync {
     fn bind<'a>(&'a self, args: &'a ExtenderBindingArgs) -> BoxFuture<'a, Result<(), String>>;
 }
 
-/// Where the extender reads the cluster (the watch-fed cache under `serve`).
-pub type SnapshotSource = Arc<dyn ExtenderSnapshots>;
-
 /// The verb of an extender request (a metric label).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 struct VerbLabel {
@@ -229,7 +226,7 @@ pub struct ExtenderState {
     /// The extender profile's framework.
     pub framework: Arc<Framework>,
     /// The cache of nodes and assigned pods.
-    pub snapshot: SnapshotSource,
+    pub snapshot: Arc<dyn ExtenderSnapshots>,
     /// The binder for `/extender/bind`; `None` answers bind with an error.
     pub binder: Option<Arc<dyn ExtenderBinder>>,
     /// The latest evaluations by pod uid: kube-scheduler calls `prioritize` right after
@@ -740,7 +737,7 @@ mod tests {
     use super::*;
 
     /// The default extender profile over `snapshot`, without a binder.
-    fn default_state(snapshot: SnapshotSource) -> ExtenderState {
+    fn default_state(snapshot: Arc<dyn ExtenderSnapshots>) -> ExtenderState {
         let cfg = crate::config::serve::ExtenderConfig::default();
         let fw = crate::plugins::build_framework_with(
             &cfg.profile(),

@@ -500,7 +500,8 @@ impl Cx {
             )?);
             // Each request leases the cache's snapshot for its evaluation, as a cycle
             // does: it reads the freshest state and copies nothing.
-            let snapshot: extender::SnapshotSource = self.engine.scheduler().cache().clone();
+            let snapshot: Arc<dyn extender::ExtenderSnapshots> =
+                self.engine.scheduler().cache().clone();
             let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
                 self.client.clone(),
                 None,
