@@ -89,6 +89,19 @@ where
     }
 }
 
+/// Waits for pod `default/name` to be bound, then for its decision on `/explain`.
+async fn bound_and_explained(fake: &Fake, s: &Running, name: &str) -> Value {
+    fake.wait_for(15, &format!("{name} bound"), |f| {
+        f.node_of("default", name).is_some()
+    })
+    .await;
+    eventually(10, &format!("{name}'s decision"), || async {
+        let (status, e) = get_json(&s.url(&format!("/explain/default/{name}"))).await;
+        (status == 200).then_some(e)
+    })
+    .await
+}
+
 fn uid_of(fake: &Fake, name: &str) -> String {
     fake.get("pods", "default", name).unwrap()["metadata"]["uid"]
         .as_str()
@@ -120,15 +133,7 @@ async fn kube_serve_scores_older_history_nodes_by_the_configured_older_score() {
             "bkci.dispatch.kubenetes/builder-history-nodes": r#"["n3", "n2", "n1", "n0"]"#
         });
         fake.put("pods", p);
-        fake.wait_for(15, "build bound", |f| {
-            f.node_of("default", "build").is_some()
-        })
-        .await;
-        let e = eventually(10, "build's decision", || async {
-            let (status, e) = get_json(&s.url("/explain/default/build")).await;
-            (status == 200).then_some(e)
-        })
-        .await;
+        let e = bound_and_explained(&fake, &s, "build").await;
         let history = |node: &str| {
             let n = e["nodes"]
                 .as_array()
@@ -225,15 +230,7 @@ async fn kube_serve_learns_a_jobs_profile_from_collected_runs_and_places_by_it()
 
     // The Job's next pod: its profile predicts it, its history warms node-a.
     fake.put("pods", job_pod("build-3", "build", None, "Pending"));
-    fake.wait_for(15, "build-3 bound", |f| {
-        f.node_of("default", "build-3").is_some()
-    })
-    .await;
-    let e = eventually(10, "build-3's decision", || async {
-        let (status, e) = get_json(&s.url("/explain/default/build-3")).await;
-        (status == 200).then_some(e)
-    })
-    .await;
+    let e = bound_and_explained(&fake, &s, "build-3").await;
     assert_eq!(e["inputs"]["builder"], "default/Job/build", "{e}");
     assert_eq!(e["inputs"]["profile"]["runs"], 2, "{e}");
     let node_a = e["nodes"]
