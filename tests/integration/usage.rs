@@ -29,7 +29,8 @@ fn verdict<'a>(decision: &'a Value, node: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no node {node} in {decision}"))
 }
 
-fn score(decision: &Value, node: &str, plugin: &str) -> Value {
+/// `plugin`'s score of `node` in a decision record (`Null` when it did not score it).
+pub(crate) fn score(decision: &Value, node: &str, plugin: &str) -> Value {
     verdict(decision, node)["scores"]
         .as_array()
         .unwrap()

@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 
 use super::fake::Fake;
 use super::kubelet::{FakeKubelet, PodStats, collectors_yaml};
+use super::sections::{config, start};
 use super::{BASE, Running, namespace, node};
 
 /// A pod owned by Job `job` (as the Job controller makes them), on `node` when given.
@@ -124,10 +125,9 @@ async fn kube_serve_scores_older_history_nodes_by_the_configured_older_score() {
         let args = older.map_or(String::new(), |o| {
             format!("profiles: [{{schedulerName: headroom, pluginArgs: {{history: {{olderScore: {o}}}}}}}]\n")
         });
-        let store = Store::open_temporary(StoreConfig::default()).unwrap();
         // Detailed explanations, so that `/explain` says which history entry scored.
-        let base = BASE.replace("serve:\n", "serve:\n  detailedExplanations: true\n");
-        let s = serve_with(&fake, &format!("{base}{args}"), store).await;
+        let section = format!("serve: {{detailedExplanations: true}}\n{args}");
+        let s = start(&fake, config(BASE, &section), None).await;
         let mut p = super::pod("build", "headroom", "100m");
         p["metadata"]["annotations"] = json!({
             "bkci.dispatch.kubenetes/builder-history-nodes": r#"["n3", "n2", "n1", "n0"]"#
@@ -135,18 +135,8 @@ async fn kube_serve_scores_older_history_nodes_by_the_configured_older_score() {
         fake.put("pods", p);
         let e = bound_and_explained(&fake, &s, "build").await;
         let history = |node: &str| {
-            let n = e["nodes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|n| n["name"] == node);
-            let score = n.and_then(|n| {
-                n["scores"]
-                    .as_array()?
-                    .iter()
-                    .find(|s| s["plugin"] == "History")
-            });
-            let score = score.unwrap_or_else(|| panic!("no History score on {node}: {e}"));
+            let score = crate::usage::score(&e, node, "History");
+            assert!(score.is_object(), "no History score on {node}: {e}");
             (
                 score["raw"].as_i64().unwrap(),
                 score["detail"].as_str().unwrap_or("").to_string(),
