@@ -48,16 +48,17 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
-# The image: built from scratch with the `image` cargo profile, then started in its own
-# read-only root filesystem as uid 65532 (`serve --help`, a short simulate, the plugin name).
-# The image's build needs about 2 GB of its own. Where the disk is short, the test build
-# (target/debug, no longer needed by this run) makes room for it, rather than failing on
-# "No space left on device" after every test has passed.
+# The image's build needs about 1.3 GB of its own (target/image). Where the disk is short, the
+# test build (target/debug, no longer needed by this run) makes room for it, rather than
+# failing on "No space left on device" after every test has passed.
 free_mb=$(df -Pm "$target" | awk 'NR == 2 { print $4 }')
 if [ "${free_mb:-0}" -lt 6144 ]; then
   echo "==> ${free_mb} MB free: removing $target/debug before the image build"
   rm -rf "$target/debug"
 fi
+
+# The image: built from scratch with the `image` cargo profile, then started in its own
+# read-only root filesystem as uid 65532 (`serve --help`, a short simulate, the plugin name).
 echo "==> OCI image: scripts/image.sh build + check"
 bash scripts/image.sh build
 $SUDO bash scripts/image.sh check
