@@ -120,6 +120,81 @@ async fn wait_bound(fake: &Fake, pods: usize) {
     .await;
 }
 
+/// [`wait_bound`] for a run that may stall: on timeout it fails with what serve was doing
+/// (the pods still unbound, its decision and queue metrics, each thread's state and kernel
+/// wait channel, and the end of its log), so a rare stall can be told apart from slowness.
+async fn wait_bound_or_explain(fake: &Fake, pods: usize, child: &Child, dir: &Path, port: u16) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(120);
+    let unbound = |f: &Fake| {
+        (0..pods)
+            .filter(|i| f.node_of("default", &format!("p{i}")).is_none())
+            .count()
+    };
+    loop {
+        let left = unbound(fake);
+        if left == 0 {
+            return;
+        }
+        if tokio::time::Instant::now() >= end {
+            panic!(
+                "timed out waiting for every pod bound: {left} of {pods} unbound\n{}",
+                serve_state(child.id(), dir, port).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What a stalled serve is doing: metrics about decisions, queues and binds, its threads
+/// (`/proc/PID/task/*`: name, state, wait channel) and the last lines of its log.
+async fn serve_state(pid: u32, dir: &Path, port: u16) -> String {
+    let metrics = match tokio::time::timeout(
+        Duration::from_secs(5),
+        reqwest::get(format!("http://127.0.0.1:{port}/metrics")),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r.text().await.unwrap_or_default(),
+        other => format!("/metrics did not answer: {other:?}"),
+    };
+    let metrics: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            !l.starts_with('#')
+                && !l.contains("_bucket")
+                && ["decision", "queue", "bind", "pending", "store"]
+                    .iter()
+                    .any(|k| l.contains(k))
+        })
+        .collect();
+    let mut threads = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let read = |f: &str| {
+                std::fs::read_to_string(t.path().join(f))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            };
+            let state = read("stat")
+                .rsplit(") ")
+                .next()
+                .and_then(|r| r.split(' ').next().map(str::to_string))
+                .unwrap_or_default();
+            threads.push(format!("{} {} {}", read("comm"), state, read("wchan")));
+        }
+    }
+    threads.sort();
+    let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(30).collect();
+    format!(
+        "metrics:\n{}\nthreads of pid {pid}:\n{}\nlog tail (newest first):\n{}",
+        metrics.join("\n"),
+        threads.join("\n"),
+        tail.join("\n")
+    )
+}
+
 async fn metric(port: u16, name: &str) -> f64 {
     let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await
@@ -152,7 +227,7 @@ async fn kube_serve_json_logs_summarise_a_full_disk() {
         Some(2),
         &["--log-format", "json", "-v", "2"],
     );
-    wait_bound(&fake, PODS).await;
+    wait_bound_or_explain(&fake, PODS, &child, dir.path(), port).await;
     let failed = metric(port, "headroom_api_decision_store_errors_total").await;
     let status = stop(child);
     let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
