@@ -12,25 +12,13 @@ use super::engine::kubeconfig;
 use super::fake::Fake;
 use super::{namespace, node};
 
-/// A free loopback port (bound, read and released: the child binds it right after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `headroom serve` against `fake`, single replica, with `extra` flags; stderr to `log`.
+/// The inspection API listens on a port the kernel picks ([`api_port`] reads it from the
+/// log): a port picked by the test and released for serve to bind could be taken in
+/// between by any other test's connection, and serve would exit before binding a pod.
 /// With `tmpfs_mib`, the store's directory is a tmpfs of that size in a private mount
 /// namespace (`unshare`), so the disk fills as decisions are stored.
-fn spawn_serve(
-    dir: &Path,
-    fake: &Fake,
-    api_port: u16,
-    tmpfs_mib: Option<u32>,
-    extra: &[&str],
-) -> Child {
+fn spawn_serve(dir: &Path, fake: &Fake, tmpfs_mib: Option<u32>, extra: &[&str]) -> Child {
     let kc = kubeconfig(dir, &fake.url());
     let config = dir.join("config.yaml");
     std::fs::write(
@@ -56,7 +44,7 @@ fn spawn_serve(
     .map(|s| s.to_string())
     .collect();
     args.push("--api-listen".into());
-    args.push(format!("127.0.0.1:{api_port}"));
+    args.push("127.0.0.1:0".into());
     args.extend(extra.iter().map(|s| s.to_string()));
     let mut cmd = match tmpfs_mib {
         Some(mib) => {
@@ -113,17 +101,39 @@ fn farm(fake: &Fake, pods: usize) {
     }
 }
 
-async fn wait_bound(fake: &Fake, pods: usize) {
-    fake.wait_for(120, "every pod bound", |f| {
-        (0..pods).all(|i| f.node_of("default", &format!("p{i}")).is_some())
-    })
-    .await;
+/// The inspection API's port, from serve's log line saying where it listens; fails with
+/// the log if serve exits first or does not say within 60 s.
+async fn api_port(child: &mut Child, dir: &Path) -> u16 {
+    let end = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+        let port = log
+            .lines()
+            .find(|l| l.contains("serving the inspection API"))
+            .and_then(|l| l.split("127.0.0.1:").nth(1))
+            .and_then(|rest| {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            });
+        if let Some(port) = port {
+            return port;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("serve exited ({status}) before listening:\n{log}");
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "serve did not say where its API listens within 60 s:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
-/// [`wait_bound`] for a run that may stall: on timeout it fails with what serve was doing
-/// (the pods still unbound, its decision and queue metrics, each thread's state and kernel
-/// wait channel, and the end of its log), so a rare stall can be told apart from slowness.
-async fn wait_bound_or_explain(fake: &Fake, pods: usize, child: &Child, dir: &Path, port: u16) {
+/// Waits up to 120 s for every pod bound. If serve exits first, fails at once with its
+/// status and log; on timeout, with what serve was doing (the pods still unbound, its
+/// decision and queue metrics, each thread's state and kernel wait channel, and the end
+/// of its log), so a stall can be told apart from slowness.
+async fn wait_bound(fake: &Fake, pods: usize, child: &mut Child, dir: &Path, port: u16) {
     let end = tokio::time::Instant::now() + Duration::from_secs(120);
     let unbound = |f: &Fake| {
         (0..pods)
@@ -134,6 +144,10 @@ async fn wait_bound_or_explain(fake: &Fake, pods: usize, child: &Child, dir: &Pa
         let left = unbound(fake);
         if left == 0 {
             return;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+            panic!("serve exited ({status}) with {left} of {pods} pods unbound:\n{log}");
         }
         if tokio::time::Instant::now() >= end {
             panic!(
@@ -219,15 +233,14 @@ async fn kube_serve_json_logs_summarise_a_full_disk() {
     let fake = Fake::start().await;
     farm(&fake, PODS);
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = spawn_serve(
+    let mut child = spawn_serve(
         dir.path(),
         &fake,
-        port,
         Some(2),
         &["--log-format", "json", "-v", "2"],
     );
-    wait_bound_or_explain(&fake, PODS, &child, dir.path(), port).await;
+    let port = api_port(&mut child, dir.path()).await;
+    wait_bound(&fake, PODS, &mut child, dir.path(), port).await;
     let failed = metric(port, "headroom_api_decision_store_errors_total").await;
     let status = stop(child);
     let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
@@ -281,8 +294,9 @@ async fn kube_serve_text_logs_have_no_colour_off_a_terminal() {
     let fake = Fake::start().await;
     farm(&fake, 3);
     let dir = tempfile::tempdir().unwrap();
-    let child = spawn_serve(dir.path(), &fake, free_port(), None, &[]);
-    wait_bound(&fake, 3).await;
+    let mut child = spawn_serve(dir.path(), &fake, None, &[]);
+    let port = api_port(&mut child, dir.path()).await;
+    wait_bound(&fake, 3, &mut child, dir.path(), port).await;
     let status = stop(child);
     let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
     assert!(status.success(), "{status:?}\n{log}");
