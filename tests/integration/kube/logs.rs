@@ -101,12 +101,18 @@ fn farm(fake: &Fake, pods: usize) {
     }
 }
 
+/// What serve has logged so far (empty before its first line): the diagnostics below read
+/// it while serve runs.
+fn serve_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
+}
+
 /// The inspection API's port, from serve's log line saying where it listens; fails with
 /// the log if serve exits first or does not say within 60 s.
 async fn api_port(child: &mut Child, dir: &Path) -> u16 {
     let end = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+        let log = serve_log(dir);
         let port = log
             .lines()
             .find(|l| l.contains("serving the inspection API"))
@@ -146,7 +152,7 @@ async fn wait_bound(fake: &Fake, pods: usize, child: &mut Child, dir: &Path, por
             return;
         }
         if let Some(status) = child.try_wait().unwrap() {
-            let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+            let log = serve_log(dir);
             panic!("serve exited ({status}) with {left} of {pods} pods unbound:\n{log}");
         }
         if tokio::time::Instant::now() >= end {
@@ -199,7 +205,7 @@ async fn serve_state(pid: u32, dir: &Path, port: u16) -> String {
         }
     }
     threads.sort();
-    let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    let log = serve_log(dir);
     let tail: Vec<&str> = log.lines().rev().take(30).collect();
     format!(
         "metrics:\n{}\nthreads of pid {pid}:\n{}\nlog tail (newest first):\n{}",
