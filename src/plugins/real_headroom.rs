@@ -17,6 +17,15 @@
 //! - `target`: utilisation closest to `targetPercent` wins, `100 × (1 − |u − t| /
 //!   max(t, 1 − t))` with `u = 1 − mean(free_after)`.
 //!
+//! Pods that run until removed (services, databases: [`crate::usage::lifetime`]) follow
+//! `longRunningStrategy` when it is set, builds `strategy`. With `longRunningStrategy:
+//! binpack` the services pack together, on nodes with no replica of their own workload
+//! (such a node scores 0, so replicas stay apart), and leave whole nodes to the builds: a
+//! service never leaves its node, and spread over the cluster each one keeps a node from
+//! holding a build as big as the node and takes CPU from the builders whose caches are
+//! there. Measured on the farm families in the README (*Services pack, builds spread*):
+//! fewer hot node-hours on farms of small nodes, not on big ones; off by default.
+//!
 //! In a cycle of the usage fallback (`usage.maxWait`, see [`crate::usage::wait`]) the mean
 //! is memory alone: the pod goes where the least memory is really in use.
 
@@ -27,7 +36,10 @@ use serde::{Deserialize, Serialize};
 use crate::field;
 use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage::{FreeAfter, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage};
+use crate::usage::lifetime::same_workload;
+use crate::usage::{
+    CycleUsage, FreeAfter, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
+};
 
 use super::PluginDeps;
 
@@ -51,8 +63,13 @@ pub enum Strategy {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct RealHeadroomArgs {
-    /// Default `spread`.
+    /// How pods are placed (with `longRunningStrategy` set: the pods that run to
+    /// completion, builds). Default `spread`.
     pub strategy: Strategy,
+    /// How pods that run until removed (services, databases) are placed, when set.
+    /// `binpack` packs them together but never beside a replica of their own workload.
+    /// Default unset: as `strategy`.
+    pub long_running_strategy: Option<Strategy>,
     /// Utilisation aimed at by `target`, percent. Default `70`.
     pub target_percent: f64,
     /// Weight of CPU in the mean. Default `1`.
@@ -65,6 +82,7 @@ impl Default for RealHeadroomArgs {
     fn default() -> Self {
         RealHeadroomArgs {
             strategy: Strategy::Spread,
+            long_running_strategy: None,
             target_percent: 70.0,
             cpu_weight: 1.0,
             memory_weight: 1.0,
@@ -126,7 +144,21 @@ impl RealHeadroom {
         Some(FreeAfter::of(u, pod, node, &self.policy, self.risk_z))
     }
 
-    fn score_of(&self, i: &FreeAfter, reserve: f64, fallback: bool) -> i64 {
+    /// The long-running strategy when it applies to this cycle's pod. The usage fallback
+    /// keeps `strategy` for every pod: it is about overflow, not placement style.
+    fn long_running(&self, u: &CycleUsage, fallback: bool) -> Option<Strategy> {
+        self.args
+            .long_running_strategy
+            .filter(|_| u.pod.long_running && !fallback)
+    }
+
+    /// Whether a long-running pod packed by `longRunningStrategy: binpack` keeps off
+    /// `node`: a replica of its own workload runs there.
+    fn keeps_off(&self, long: Option<Strategy>, pod: &PodInfo, node: &NodeInfo) -> bool {
+        long == Some(Strategy::Binpack) && node.pods.iter().any(|q| same_workload(&q.pod, &pod.pod))
+    }
+
+    fn score_of(&self, i: &FreeAfter, strategy: Strategy, reserve: f64, fallback: bool) -> i64 {
         // The usage fallback places a pod real memory kept off every node: memory alone
         // decides then (it is what an overfull node kills for; CPU only slows down).
         let (wc, wm) = if fallback {
@@ -135,7 +167,7 @@ impl RealHeadroom {
             (self.args.cpu_weight, self.args.memory_weight)
         };
         let free = (i.cpu() * wc + i.memory() * wm) / (wc + wm);
-        let s = match self.args.strategy {
+        let s = match strategy {
             Strategy::Spread => free,
             Strategy::Binpack => {
                 if i.memory() < reserve {
@@ -190,11 +222,16 @@ impl ScorePlugin for RealHeadroom {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let reserve = cycle_usage_ref(state).map_or(0.1, |u| u.pod.class.memory_reserve);
-        let i = self
-            .inputs(state, pod, node)
+        let u = cycle_usage_ref(state)
             .ok_or_else(|| Status::error("RealHeadroom: PreScore did not run"))?;
-        Ok(self.score_of(&i, reserve, fallback_active(state)))
+        let fallback = fallback_active(state);
+        let long = self.long_running(u, fallback);
+        if self.keeps_off(long, pod, node) {
+            return Ok(0);
+        }
+        let i = FreeAfter::of(u, pod, node, &self.policy, self.risk_z);
+        let strategy = long.unwrap_or(self.args.strategy);
+        Ok(self.score_of(&i, strategy, u.pod.class.memory_reserve, fallback))
     }
 
     fn score_batch(
@@ -210,18 +247,36 @@ impl ScorePlugin for RealHeadroom {
             .ok_or_else(|| (0, Status::error("RealHeadroom: PreScore did not run")))?;
         let reserve = u.pod.class.memory_reserve;
         let fallback = fallback_active(state);
+        let long = self.long_running(u, fallback);
+        let strategy = long.unwrap_or(self.args.strategy);
         let table = snapshot.table();
         for &idx in nodes {
+            if self.keeps_off(long, pod, snapshot.node(idx)) {
+                scores.push(0);
+                continue;
+            }
             let i = FreeAfter::at(u, pod, table, idx, &self.policy, self.risk_z);
-            scores.push(self.score_of(&i, reserve, fallback));
+            scores.push(self.score_of(&i, strategy, reserve, fallback));
         }
         Ok(())
     }
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let u = cycle_usage_ref(state)?;
+        let long = self.long_running(u, fallback_active(state));
+        if self.keeps_off(long, pod, node) {
+            return Some(
+                "Binpack (runs until removed): 0, a replica of the pod's workload runs here"
+                    .to_string(),
+            );
+        }
         let i = self.inputs(state, pod, node)?;
         let gi = |b: f64| b / (1u64 << 30) as f64;
+        let who = if long.is_some() {
+            " (runs until removed)"
+        } else {
+            ""
+        };
         let basis = if fallback_active(state) {
             format!(
                 "usage fallback: memory alone; real usage, {}",
@@ -253,8 +308,8 @@ impl ScorePlugin for RealHeadroom {
             String::new()
         };
         Some(format!(
-            "{:?}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1}{margin} of {:.1} GiB → {:.0} % free ({basis}){risk}",
-            self.args.strategy,
+            "{:?}{who}: cpu {:.2} used + {:.2} pod of {:.2} → {:.0} % free; memory {:.1} + {:.1}{margin} of {:.1} GiB → {:.0} % free ({basis}){risk}",
+            long.unwrap_or(self.args.strategy),
             i.cpu_used,
             i.cpu_pod,
             i.cpu_total,
@@ -290,6 +345,11 @@ mod tests {
     }
 
     fn snap() -> Snapshot {
+        snap_with(vec![])
+    }
+
+    /// `snap()` with `pods` on their nodes.
+    fn snap_with(pods: Vec<k8s_openapi::api::core::v1::Pod>) -> Snapshot {
         // 4 CPU / 8 GiB nodes.
         with_usage(
             Snapshot::build(
@@ -299,7 +359,7 @@ mod tests {
                     node("full", json!({})),
                     node("dark", json!({})),
                 ],
-                [],
+                pods,
             ),
             vec![
                 usage("idle", 0.0, 0.0, 5, None),
@@ -391,6 +451,66 @@ mod tests {
         let details = d.scores[0].details.as_ref().unwrap();
         let warming = details[1].as_deref().unwrap();
         assert!(warming.contains("at the risk target"), "{warming}");
+    }
+
+    /// With `longRunningStrategy: binpack`, a pod that runs until removed (a bare pod,
+    /// `restartPolicy: Always` by default) is packed, but a node that runs a replica of its
+    /// workload scores 0; a build (`restartPolicy: Never`) keeps `strategy`. Unset, both
+    /// follow `strategy`.
+    #[test]
+    fn long_running_pods_pack_apart_from_their_replicas() {
+        let svc = |name: &str, extra: serde_json::Value| {
+            let mut v = json!({"metadata": {"labels": {"app": "svc"}},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "memory": "256Mi"}}}]}});
+            crate::plugins::testutil::merge(&mut v, extra);
+            pod(name, v)
+        };
+        let p = info(svc("p", json!({})));
+        let build = info(svc("p", json!({"spec": {"restartPolicy": "Never"}})));
+        let pack = RealHeadroomArgs {
+            long_running_strategy: Some(Strategy::Binpack),
+            ..Default::default()
+        };
+        // As `strategies`: spread by default; binpack's fuller node wins, "full" is below
+        // the reserve.
+        assert_eq!(scores(RealHeadroomArgs::default(), &p), [90, 40, 0, 48]);
+        assert_eq!(scores(pack.clone(), &p), [10, 60, 0, 52]);
+        assert_eq!(scores(pack.clone(), &build), [90, 40, 0, 48]);
+        // A replica on "half" (same labels, no owner), another workload's pod on "idle".
+        let replica = svc("p-2", json!({"spec": {"nodeName": "half"}}));
+        let other = pod(
+            "db-0",
+            json!({"metadata": {"labels": {"app": "db"}}, "spec": {"nodeName": "idle"}}),
+        );
+        let snap = snap_with(vec![replica, other]);
+        let on = |args: RealHeadroomArgs, p: &PodInfo| -> Vec<i64> {
+            score_all(plugin(args), &snap, p)
+                .unwrap()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect()
+        };
+        assert_eq!(
+            on(pack.clone(), &p),
+            [10, 0, 0, 52],
+            "the replica's node scores 0"
+        );
+        assert_eq!(on(RealHeadroomArgs::default(), &p), [90, 40, 0, 48]);
+        let fw = crate::framework::Framework::new("t", vec![plugin(pack)], &[]);
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+        let (d, _) = fw.schedule(&p, &snap, &mut rng, true);
+        let details = d.scores[0].details.as_ref().unwrap();
+        let shown = |i: usize| details[i].as_deref().unwrap();
+        assert!(
+            shown(1).contains("a replica of the pod's workload"),
+            "{}",
+            shown(1)
+        );
+        assert!(
+            shown(0).starts_with("Binpack (runs until removed)"),
+            "{}",
+            shown(0)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! [`Snapshot`]: crate::snapshot::Snapshot
 
 pub mod file;
+pub mod lifetime;
 pub mod node;
 pub mod policy;
 pub mod predict;

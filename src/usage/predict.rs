@@ -181,6 +181,9 @@ pub struct PodUsage {
     pub disk_bytes: i64,
     /// Problems with the pod's annotations (ignored, with the reason).
     pub notes: Vec<String>,
+    /// The pod runs until it is removed (a service, a database), not to completion
+    /// ([`super::lifetime`]).
+    pub long_running: bool,
 }
 
 #[derive(Deserialize)]
@@ -350,6 +353,7 @@ impl PodUsage {
             }
         }
         PodUsage {
+            long_running: super::lifetime::runs_until_removed(&pod.pod, &builder),
             builder,
             class,
             prediction,

@@ -8,6 +8,7 @@ mod engine;
 mod fake;
 mod kubelet;
 mod logs;
+mod long_running;
 mod peers;
 mod plugin;
 mod preemption;
