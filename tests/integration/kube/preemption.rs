@@ -63,6 +63,20 @@ async fn metrics(s: &super::Running) -> String {
         .unwrap()
 }
 
+/// `/metrics` once `ready` holds of it, or as it is after 10 s: serve records a bind in
+/// its metrics after the API server has it, so a test that saw the binding polls.
+async fn metrics_when(s: &super::Running, ready: impl Fn(&str) -> bool) -> String {
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = metrics(s).await;
+        if ready(&m) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    m
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_preemption_evicts_the_victim_nominates_and_binds() {
     let fake = Fake::start().await;
@@ -77,22 +91,12 @@ async fn kube_preemption_evicts_the_victim_nominates_and_binds() {
     );
     let s = serve(&fake, BASE, "a").await;
     // The budget is in the snapshot before the pod arrives.
-    let mut listed = false;
-    for _ in 0..100 {
-        let m = metrics(&s).await;
-        if m.contains("headroom_cluster_lists_total{kind=\"PodDisruptionBudget\"} 1")
+    let listed = |m: &str| {
+        m.contains("headroom_cluster_lists_total{kind=\"PodDisruptionBudget\"} 1")
             && m.contains("headroom_cluster_lists_total{kind=\"PriorityClass\"} 1")
-        {
-            listed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        listed,
-        "PDBs and PriorityClasses listed:\n{}",
-        metrics(&s).await
-    );
+    };
+    let m = metrics_when(&s, listed).await;
+    assert!(listed(&m), "PDBs and PriorityClasses listed:\n{m}");
     fake.put("pods", pending("urgent", "2", 100000, false));
 
     fake.wait_for(20, "urgent bound", |f| {
@@ -135,7 +139,14 @@ async fn kube_preemption_evicts_the_victim_nominates_and_binds() {
             .any(|e| e["note"] == "0/2 nodes are available: 2 Insufficient cpu."),
         "a nominating attempt's message has no preemption tail: {failed:#?}"
     );
-    let m = metrics(&s).await;
+    // The bind is in serve's metrics once its SLI is (CI saw the binding before it).
+    let sli_observed = |m: &str| {
+        m.lines().any(|l| {
+            l.starts_with("scheduler_pod_scheduling_sli_duration_seconds_count{attempts=\"")
+                && !l.ends_with(" 0")
+        })
+    };
+    let m = metrics_when(&s, sli_observed).await;
     // Upstream's names (issue #24): preemption ran and chose one victim; the preemptor's
     // scheduling SLI was observed with its attempts.
     let value = |name: &str| -> f64 {
@@ -145,12 +156,7 @@ async fn kube_preemption_evicts_the_victim_nominates_and_binds() {
     };
     assert!(value("scheduler_preemption_attempts_total ") >= 1.0);
     assert!(value("scheduler_preemption_victims_bucket{le=\"1.0\"} ") >= 1.0);
-    assert!(
-        m.lines().any(|l| l
-            .starts_with("scheduler_pod_scheduling_sli_duration_seconds_count{attempts=\"")
-            && !l.ends_with(" 0")),
-        "{m}"
-    );
+    assert!(sli_observed(&m), "{m}");
     assert!(
         value("scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"headroom\"} ")
             >= 1.0
@@ -199,14 +205,7 @@ async fn kube_preemption_policy_never_deletes_nothing() {
     // Upstream's gauge (issue #24): the pod waits in the unschedulable pool, blamed on
     // the plugin that rejected it, as kube-scheduler's `scheduler_unschedulable_pods`.
     let want = "scheduler_unschedulable_pods{plugin=\"NodeResourcesFit\",profile=\"headroom\"} 1";
-    let mut m = String::new();
-    for _ in 0..100 {
-        m = metrics(&s).await;
-        if m.contains(want) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let m = metrics_when(&s, |m| m.contains(want)).await;
     assert!(m.contains(want), "{want} not in\n{m}");
     assert!(
         m.contains("scheduler_pending_pods{queue=\"unschedulable\"} 1"),
