@@ -139,11 +139,6 @@ impl RealHeadroom {
         }
     }
 
-    fn inputs(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<FreeAfter> {
-        let u = cycle_usage_ref(state)?;
-        Some(FreeAfter::of(u, pod, node, &self.policy, self.risk_z))
-    }
-
     /// The long-running strategy when it applies to this cycle's pod. The usage fallback
     /// keeps `strategy` for every pod: it is about overflow, not placement style.
     fn long_running(&self, u: &CycleUsage, fallback: bool) -> Option<Strategy> {
@@ -263,21 +258,22 @@ impl ScorePlugin for RealHeadroom {
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let u = cycle_usage_ref(state)?;
-        let long = self.long_running(u, fallback_active(state));
+        let fallback = fallback_active(state);
+        let long = self.long_running(u, fallback);
         if self.keeps_off(long, pod, node) {
             return Some(
                 "Binpack (runs until removed): 0, a replica of the pod's workload runs here"
                     .to_string(),
             );
         }
-        let i = self.inputs(state, pod, node)?;
+        let i = FreeAfter::of(u, pod, node, &self.policy, self.risk_z);
         let gi = |b: f64| b / (1u64 << 30) as f64;
         let who = if long.is_some() {
             " (runs until removed)"
         } else {
             ""
         };
-        let basis = if fallback_active(state) {
+        let basis = if fallback {
             format!(
                 "usage fallback: memory alone; real usage, {}",
                 u.pod.prediction.describe()
