@@ -17,18 +17,15 @@ const GI: f64 = (1u64 << 30) as f64;
 /// A bare pod `name` labelled `app`, pending for headroom unless `on` names its node;
 /// `restart` sets its `restartPolicy`.
 fn app_pod(name: &str, app: &str, on: Option<&str>, restart: Option<&str>) -> Value {
-    let mut p = json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
-        "spec": {"schedulerName": "headroom", "containers": [{"name": "c", "image": "x",
-            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]},
-        "status": {"phase": "Pending"}});
-    if let Some(n) = on {
-        p["spec"]["nodeName"] = json!(n);
-        p["status"]["phase"] = json!("Running");
-    }
+    let mut p = super::pod(name, "headroom", "100m");
+    p["metadata"]["labels"]["app"] = json!(app);
     if let Some(r) = restart {
         p["spec"]["restartPolicy"] = json!(r);
     }
-    p
+    match on {
+        Some(n) => super::running_on(p, n),
+        None => p,
+    }
 }
 
 /// Two 4-CPU / 16 GiB nodes: node-a runs the database `db-0` and 6 GiB are in use there,

@@ -42,6 +42,13 @@ fn pod(name: &str, scheduler: &str, cpu: &str) -> Value {
            "status": {"phase": "Pending"}})
 }
 
+/// `p` as a pod already running on `node`.
+fn running_on(mut p: Value, node: &str) -> Value {
+    p["spec"]["nodeName"] = json!(node);
+    p["status"]["phase"] = json!("Running");
+    p
+}
+
 fn namespace(name: &str) -> Value {
     json!({"metadata": {"name": name, "labels": {"team": "ci"}}})
 }

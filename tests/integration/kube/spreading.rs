@@ -8,15 +8,13 @@ use super::fake::Fake;
 use super::{BASE, assert_calls_allowed, node, serve};
 
 fn web(name: &str, node: Option<&str>) -> Value {
-    let mut p = json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
-        "spec": {"schedulerName": "headroom", "containers": [{"name": "c", "image": "registry.invalid/pause:1",
-            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]},
-        "status": {"phase": "Pending"}});
-    if let Some(n) = node {
-        p["spec"]["nodeName"] = json!(n);
-        p["status"]["phase"] = json!("Running");
+    let mut p = super::pod(name, "headroom", "10m");
+    p["metadata"]["labels"]["app"] = json!("web");
+    p["spec"]["containers"][0]["resources"]["requests"]["memory"] = json!("16Mi");
+    match node {
+        Some(n) => super::running_on(p, n),
+        None => p,
     }
-    p
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
