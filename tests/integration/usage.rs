@@ -141,28 +141,40 @@ fn seed_003_disk_rules() {
     assert_eq!(by_name("redis-e")["node"], "db-small");
 }
 
-/// Seed 000: history index 0/1/2 scores 30/20/10 (× weight 10), matched by node IP.
+/// Seed 000: history index 0/1/2 scores 30/20/10 (× weight 10), matched by node IP, with
+/// the seed's scores configured; headroom's defaults score 60/50/40.
 #[test]
 fn seed_000_history_30_20_10() {
-    let (code, d, err) = place(&[
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed-000.yaml");
+    std::fs::write(
+        &seed,
+        "profiles: [{schedulerName: headroom, pluginArgs: {history: {scores: [30, 20, 10], olderScore: 0}}}]\n",
+    )
+    .unwrap();
+    let files = [
         "--cluster",
         &ex("examples/seed-000/cluster.yaml"),
         "--pod",
         &ex("examples/seed-000/pod.yaml"),
         "--usage",
         &ex("examples/seed-000/usage.yaml"),
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    assert_eq!(d[0]["node"], "build-c");
-    for (node, raw) in [
-        ("build-c", 30),
-        ("build-a", 20),
-        ("build-b", 10),
-        ("build-d", 0),
-    ] {
-        let s = score(&d[0], node, "History");
-        assert_eq!(s["raw"], raw, "{node}: {s}");
-        assert_eq!(s["weighted"], raw * 10, "{node}: {s}");
+    ];
+    let seed_args = [&["--config", seed.to_str().unwrap()][..], &files[..]].concat();
+    for (args, want) in [(&seed_args[..], [30, 20, 10]), (&files[..], [60, 50, 40])] {
+        let (code, d, err) = place(args);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(d[0]["node"], "build-c");
+        for (node, raw) in [
+            ("build-c", want[0]),
+            ("build-a", want[1]),
+            ("build-b", want[2]),
+            ("build-d", 0),
+        ] {
+            let s = score(&d[0], node, "History");
+            assert_eq!(s["raw"], raw, "{node}: {s}");
+            assert_eq!(s["weighted"], raw * 10, "{node}: {s}");
+        }
     }
 
     // A garbage annotation is ignored, with a note, and history then scores nothing.
@@ -397,7 +409,7 @@ fn data_dir_feeds_the_usage_view() {
     // n3: as idle as n1 for real, and in the builder's history.
     assert_eq!(d[0]["node"], "n3", "{}", d[0]);
     let h = score(&d[0], "n3", "History");
-    assert_eq!(h["raw"], 30);
+    assert_eq!(h["raw"], 60);
     assert!(h["detail"].as_str().unwrap().contains("placement history"));
     let rh = score(&d[0], "n2", "RealHeadroom");
     assert!(

@@ -111,9 +111,9 @@ fn uid_of(fake: &Fake, name: &str) -> String {
 }
 
 /// History's `olderScore` under `serve`: a pod whose bk-ci history annotation lists four
-/// nodes, newest first, gets 30/20/10 on the first three and the configured `olderScore`
+/// nodes, newest first, gets 60/50/40 on the first three and the configured `olderScore`
 /// on the fourth, which `/explain` names by its index; with `olderScore` 100 the fourth
-/// node wins the placement, while the default (10) leaves it to the newest.
+/// node wins the placement, while the default (40) leaves it to the newest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_serve_scores_older_history_nodes_by_the_configured_older_score() {
     let history_scores = |older: Option<u32>| async move {
@@ -152,15 +152,15 @@ async fn kube_serve_scores_older_history_nodes_by_the_configured_older_score() {
     };
     let (scores, bound) = history_scores(Some(100)).await;
     let raw: Vec<i64> = scores.iter().map(|(r, _)| *r).collect();
-    assert_eq!(raw, [30, 20, 10, 100], "{scores:?}");
+    assert_eq!(raw, [60, 50, 40, 100], "{scores:?}");
     assert!(scores[3].1.contains("history index 3"), "{scores:?}");
     assert_eq!(
         bound, "n0",
-        "olderScore 100 outweighs the newest entry's 30"
+        "olderScore 100 outweighs the newest entry's 60"
     );
     let (scores, bound) = history_scores(None).await;
     let raw: Vec<i64> = scores.iter().map(|(r, _)| *r).collect();
-    assert_eq!(raw, [30, 20, 10, 10], "the default olderScore: {scores:?}");
+    assert_eq!(raw, [60, 50, 40, 40], "the default olderScore: {scores:?}");
     assert_eq!(bound, "n3");
 }
 
@@ -239,7 +239,7 @@ async fn kube_serve_learns_a_jobs_profile_from_collected_runs_and_places_by_it()
             .cloned()
             .unwrap_or_else(|| panic!("no {plugin} score on node-a: {node_a}"))
     };
-    assert_eq!(score("History")["raw"], 30, "{node_a}");
+    assert_eq!(score("History")["raw"], 60, "{node_a}");
     assert!(
         score("RealHeadroom")["raw"].as_i64().unwrap() > 0,
         "{node_a}"
