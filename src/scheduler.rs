@@ -760,11 +760,13 @@ mod tests {
     }
 
     /// `usage.coldStart: calibrated`: with a new view, the scheduler learns what profiled
-    /// pods use against their requests, and predicts a pod without a profile by it.
+    /// pods use against their requests, and predicts a pod without a profile by it;
+    /// `image` by the profiled pods that run the same container images, when some do.
     #[test]
     fn cold_start_calibrated_by_profiled_pods() {
-        let build = |name: &str, builder: &str, node: Option<&str>| {
-            let mut spec = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]});
+        let build = |name: &str, builder: &str, image: &str, node: Option<&str>| {
+            let mut spec = json!({"containers": [{"name": "c", "image": image,
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]});
             if let Some(n) = node {
                 spec["nodeName"] = json!(n);
             }
@@ -773,23 +775,29 @@ mod tests {
                 json!({"metadata": {"labels": {"bkci.dispatch.kubenetes/core": builder}}, "spec": spec}),
             )
         };
-        let running: Vec<_> = (0..5)
-            .map(|i| build(&format!("r{i}"), "heavy", Some("n")))
+        // Five heavy builds (2.5× their memory requests) and, with `light`, one JVM build
+        // that uses a fifth of its requests.
+        let mut running: Vec<_> = (0..5)
+            .map(|i| build(&format!("r{i}"), "heavy", "rust:1", Some("n")))
             .collect();
-        let predict = |cold: crate::usage::ColdStart, pods: usize| {
+        running.push(build("j", "light", "jvm:1", Some("n")));
+        let predict = |cold: crate::usage::ColdStart, pods: usize, light: bool, image: &str| {
             let mut config = Config::default();
             config.usage.cold_start = cold;
             let s = Scheduler::new(&config).unwrap();
-            s.cache().update(|c| {
-                c.replace(Snapshot::build(
-                    [node("n", json!({}))],
-                    running[..pods].to_vec(),
-                ))
-            });
+            let mut on_node = running[..pods].to_vec();
+            if light {
+                on_node.push(running[5].clone());
+            }
+            s.cache()
+                .update(|c| c.replace(Snapshot::build([node("n", json!({}))], on_node)));
             let view = with_usage(
                 Snapshot::new(),
                 vec![],
-                vec![profile("heavy", 0.5, 2.5 * GI)],
+                vec![
+                    profile("heavy", 0.5, 2.5 * GI),
+                    profile("light", 2.0, 0.2 * GI),
+                ],
             )
             .usage()
             .view
@@ -797,30 +805,63 @@ mod tests {
             s.set_usage_view(view);
             let snap = s.snapshot();
             let u = PodUsage::of(
-                &info(build("new", "fresh", None)),
+                &info(build("new", "fresh", image, None)),
                 &snap,
                 &config.usage,
                 &Default::default(),
             );
-            (u.prediction, snap.usage().calibration)
+            (u.prediction, snap.usage().calibration.clone())
         };
         use crate::usage::{ColdStart, Source};
-        let (p, c) = predict(ColdStart::Calibrated, 5);
+        let (p, c) = predict(ColdStart::Calibrated, 5, false, "jvm:1");
         let c = c.expect("five profiled pods");
-        assert_eq!((c.memory_ratio, c.cpu_ratio, c.pods), (2.5, 0.5, 5));
+        assert_eq!(
+            (c.all.memory_ratio, c.all.cpu_ratio, c.all.pods),
+            (2.5, 0.5, 5)
+        );
+        assert!(c.by_image.is_empty(), "{c:?}");
         assert_eq!(p.memory_bytes, 2.5 * GI);
         assert_eq!(p.cpu_cores, 0.5);
-        assert!(matches!(p.source, Source::Calibrated { pods: 5, .. }));
+        assert!(matches!(
+            p.source,
+            Source::Calibrated {
+                pods: 5,
+                image: None,
+                ..
+            }
+        ));
         assert!(
             p.describe().contains("requests × 2.50 memory"),
             "{}",
             p.describe()
         );
-        // Too few profiled pods, or `requests`: the requests.
-        let (p, c) = predict(ColdStart::Calibrated, 4);
+        // `image`: a JVM build is judged by the JVM build, whatever the Rust builds use.
+        let (p, c) = predict(ColdStart::Image, 5, true, "jvm:1");
+        let c = c.expect("six profiled pods");
+        assert_eq!(c.all.pods, 6);
+        assert_eq!(c.by_image["rust:1"].pods, 5);
+        assert_eq!(p.memory_bytes, 0.2 * GI);
+        assert_eq!(p.cpu_cores, 2.0);
+        assert!(
+            p.describe().contains(
+                "requests × 0.20 memory, × 2.00 CPU, p90 of 1 profiled pods with image jvm:1"
+            ),
+            "{}",
+            p.describe()
+        );
+        // An image no profiled pod runs: every profiled pod's p90.
+        let (p, _) = predict(ColdStart::Image, 5, true, "go:1");
+        assert_eq!(p.memory_bytes, 2.5 * GI);
+        assert!(matches!(p.source, Source::Calibrated { image: None, .. }));
+        // Images alone do not make a calibration: five profiled pods are still needed.
+        let (p, c) = predict(ColdStart::Image, 3, true, "jvm:1");
         assert!(c.is_none());
         assert_eq!((p.memory_bytes, p.source), (GI, Source::Requests));
-        let (p, _) = predict(ColdStart::Requests, 5);
+        // Too few profiled pods, or `requests`: the requests.
+        let (p, c) = predict(ColdStart::Calibrated, 4, false, "jvm:1");
+        assert!(c.is_none());
+        assert_eq!((p.memory_bytes, p.source), (GI, Source::Requests));
+        let (p, _) = predict(ColdStart::Requests, 5, true, "jvm:1");
         assert_eq!((p.memory_bytes, p.source), (GI, Source::Requests));
     }
 

@@ -80,7 +80,8 @@ pub struct UsageContext {
     /// before the store's placement history from the view).
     pub history: HashMap<String, VecDeque<String>>,
     /// What profiled pods really use against their requests (`usage.coldStart:
-    /// calibrated`), computed with each new view; `None` with too few profiled pods.
+    /// calibrated`, per container images under `image`), computed with each new view;
+    /// `None` with too few profiled pods.
     pub calibration: Option<Calibration>,
 }
 

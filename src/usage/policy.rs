@@ -8,6 +8,7 @@
 //!   onStale: fallback         # fallback: real filters pass, scores use requests; reject
 //!   predictPercentile: p95    # a builder's profile percentile used as its prediction
 //!   coldStart: calibrated     # a pod without a profile: requests × what profiled pods use
+//!                             # (`image`: those with its container images, when some run)
 //!   maxWait: 0s               # then real memory/CPU filters let a waiting pod through
 //!   defaults:                 # settings of pods that match no class
 //!     realMemoryFit: true
@@ -52,6 +53,10 @@ pub enum ColdStart {
     /// whose builds use twice their requests predicts a new builder at twice its requests.
     #[default]
     Calibrated,
+    /// As `calibrated`, but over the running profiled pods that run the same container
+    /// images as the pod, when at least one does (a new builder on a Rust toolchain image
+    /// is judged by the Rust builds, not by the JVM ones); else over all of them.
+    Image,
 }
 
 /// Which percentile of a builder's profile predicts its next run.
@@ -221,7 +226,9 @@ pub struct UsagePolicy {
     /// The percentile of a builder's profile that predicts its usage. Default `p95`.
     pub predict_percentile: Percentile,
     /// How a pod without a profile is predicted: `calibrated` (default: its requests
-    /// scaled by what profiled pods really use against theirs) or `requests`.
+    /// scaled by what profiled pods really use against theirs), `image` (scaled by what
+    /// the profiled pods with the same container images use, when some run) or
+    /// `requests`.
     pub cold_start: ColdStart,
     /// How long real usage alone may keep a pod off every node, counted from its first
     /// scheduling attempt. Once a pod has waited this long and RealMemoryFit or

@@ -1,12 +1,15 @@
 //! What a pod will really use: its builder's profile, the bk-ci annotation, or its requests
-//! (scaled by what the cluster's profiled pods use against theirs, `usage.coldStart`).
+//! (scaled by what the cluster's profiled pods use against theirs, or under `usage.coldStart:
+//! image` the profiled pods that run the same container images, `usage.coldStart`).
 //!
 //! Computed once per cycle ([`PodUsage::of`]) and shared by every real-usage plugin through
 //! the cycle state ([`pod_usage`]), so the class, the prediction and any ignored annotation
 //! are decided once and read the same way by all of them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
 use super::UsageContext;
@@ -43,7 +46,7 @@ pub enum Source {
     /// The pod's requests (no profile, no annotation).
     Requests,
     /// The pod's requests scaled by what profiled pods use against theirs
-    /// (`usage.coldStart: calibrated`).
+    /// (`usage.coldStart: calibrated` or `image`).
     Calibrated {
         /// Memory ratio applied.
         memory_ratio: f64,
@@ -51,14 +54,17 @@ pub enum Source {
         cpu_ratio: f64,
         /// Profiled pods behind the ratios.
         pods: usize,
+        /// The container images those pods share with this one (`coldStart: image`);
+        /// `None`: every running profiled pod.
+        image: Option<String>,
     },
 }
 
-/// How much the running pods whose builder has a profile really use against their
+/// How much a set of running pods whose builder has a profile really use against their
 /// requests: the p90 over those pods of `profile (at the prediction percentile) /
 /// requests`, for memory and CPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Calibration {
+pub struct Ratios {
     /// Memory: real over requested.
     pub memory_ratio: f64,
     /// CPU: real over requested.
@@ -72,8 +78,89 @@ pub struct Calibration {
     pub memory_ratio_dist: MemoryDist,
 }
 
+/// What the running profiled pods use against their requests: all of them, and under
+/// `usage.coldStart: image` those of each set of container images.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibration {
+    /// Over every running pod whose builder has a profile.
+    pub all: Ratios,
+    /// Per set of container images ([`image_key`]), over the running profiled pods that
+    /// run exactly those images; empty unless `usage.coldStart: image`.
+    pub by_image: HashMap<String, Ratios>,
+}
+
 /// Profiled pods needed before a calibration is trusted.
 pub const CALIBRATION_MIN_PODS: usize = 5;
+
+/// Profiled pods of an image needed before `usage.coldStart: image` prefers them to the
+/// whole cluster's: one. A build image (a toolchain, an SDK) says more about a new builder
+/// than every other image's builds do; measured against two on the farm families (README,
+/// *Pods without a profile*).
+pub const IMAGE_CALIBRATION_MIN_PODS: usize = 1;
+
+/// The pod's container images (not its init containers'), in order and joined by `,`:
+/// the key of [`Calibration::by_image`]. `None` when no container names an image.
+pub fn image_key(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let images: Vec<&str> = spec
+        .containers
+        .iter()
+        .filter_map(|c| c.image.as_deref())
+        .collect();
+    (!images.is_empty()).then(|| images.join(","))
+}
+
+/// Per-pod ratios of profile to requests, gathered for [`Ratios`].
+#[derive(Default)]
+struct RatioSamples {
+    mem: Vec<f64>,
+    mem50: Vec<f64>,
+    mem95: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl RatioSamples {
+    fn push(
+        &mut self,
+        profile: &crate::analytics::BuilderProfile,
+        r: &crate::resources::Resources,
+        p: Percentile,
+    ) {
+        if r.memory > 0 {
+            let req = r.memory as f64;
+            self.mem.push(p.pick(&profile.memory) / req);
+            self.mem50.push(profile.memory.p50 / req);
+            self.mem95.push(profile.memory.p95 / req);
+        }
+        if r.milli_cpu > 0 {
+            self.cpu
+                .push(p.pick(&profile.cpu) / (r.milli_cpu as f64 / 1000.0));
+        }
+    }
+
+    /// The ratios, with `min` pods or more; CPU from `min` CPU ratios, else `cpu_default`.
+    fn ratios(mut self, min: usize, cpu_default: f64) -> Option<Ratios> {
+        if self.mem.len() < min {
+            return None;
+        }
+        let cpu_ratio = if self.cpu.len() >= min {
+            quantile(&mut self.cpu, 0.9)
+        } else {
+            cpu_default
+        };
+        let median = quantile(&mut self.mem50, 0.5);
+        let sd = (quantile(&mut self.mem95, 0.95) - median).max(0.0) / Z95;
+        Some(Ratios {
+            memory_ratio: quantile(&mut self.mem, 0.9),
+            cpu_ratio,
+            pods: self.mem.len(),
+            memory_ratio_dist: MemoryDist {
+                mean: median,
+                var: sd * sd,
+            },
+        })
+    }
+}
 
 /// The calibration over the snapshot's running pods and its usage view; `None` with
 /// fewer than [`CALIBRATION_MIN_PODS`] pods whose builder has a profile.
@@ -87,8 +174,9 @@ pub fn calibrate(
         return None;
     }
     let p = policy.predict_percentile;
-    let (mut mem, mut cpu) = (Vec::new(), Vec::new());
-    let (mut mem50, mut mem95) = (Vec::new(), Vec::new());
+    let per_image = policy.cold_start == ColdStart::Image;
+    let mut all = RatioSamples::default();
+    let mut images: HashMap<String, RatioSamples> = HashMap::new();
     for node in snapshot.nodes() {
         for pod in &node.pods {
             let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
@@ -96,36 +184,33 @@ pub fn calibrate(
                 continue;
             };
             let r = &pod.requests.requests;
-            if r.memory > 0 {
-                let req = r.memory as f64;
-                mem.push(p.pick(&profile.memory) / req);
-                mem50.push(profile.memory.p50 / req);
-                mem95.push(profile.memory.p95 / req);
-            }
-            if r.milli_cpu > 0 {
-                cpu.push(p.pick(&profile.cpu) / (r.milli_cpu as f64 / 1000.0));
+            all.push(profile, r, p);
+            if let Some(key) = per_image.then(|| image_key(&pod.pod)).flatten() {
+                images.entry(key).or_default().push(profile, r, p);
             }
         }
     }
-    if mem.len() < CALIBRATION_MIN_PODS {
-        return None;
+    let all = all.ratios(CALIBRATION_MIN_PODS, 1.0)?;
+    let by_image = images
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v.ratios(IMAGE_CALIBRATION_MIN_PODS, all.cpu_ratio)?)))
+        .collect();
+    Some(Calibration { all, by_image })
+}
+
+impl Calibration {
+    /// The ratios for a pod without a profile: its images' when some running profiled pod
+    /// runs the same ones (`by_image` is empty unless `coldStart: image`), with the key;
+    /// else every profiled pod's.
+    pub fn for_pod(&self, pod: &Pod) -> (&Ratios, Option<String>) {
+        if !self.by_image.is_empty()
+            && let Some(key) = image_key(pod)
+            && let Some(r) = self.by_image.get(&key)
+        {
+            return (r, Some(key));
+        }
+        (&self.all, None)
     }
-    let cpu_ratio = if cpu.len() >= CALIBRATION_MIN_PODS {
-        quantile(&mut cpu, 0.9)
-    } else {
-        1.0
-    };
-    let median = quantile(&mut mem50, 0.5);
-    let sd = (quantile(&mut mem95, 0.95) - median).max(0.0) / Z95;
-    Some(Calibration {
-        memory_ratio: quantile(&mut mem, 0.9),
-        cpu_ratio,
-        pods: mem.len(),
-        memory_ratio_dist: MemoryDist {
-            mean: median,
-            var: sd * sd,
-        },
-    })
 }
 
 /// A pod's predicted real usage.
@@ -156,9 +241,16 @@ impl Prediction {
                 memory_ratio,
                 cpu_ratio,
                 pods,
-            } => format!(
-                "no profile yet: requests × {memory_ratio:.2} memory, × {cpu_ratio:.2} CPU, p90 of {pods} profiled pods"
-            ),
+                image,
+            } => {
+                let of = match image {
+                    Some(i) => format!(" with image {i}"),
+                    None => String::new(),
+                };
+                format!(
+                    "no profile yet: requests × {memory_ratio:.2} memory, × {cpu_ratio:.2} CPU, p90 of {pods} profiled pods{of}"
+                )
+            }
         };
         format!(
             "predicted {:.2} CPU, {} ({from})",
@@ -316,20 +408,24 @@ impl PodUsage {
                         r.requests.milli_cpu as f64 / 1000.0,
                         r.requests.memory as f64,
                     );
-                    match snapshot.usage().calibration {
-                        Some(c) if policy.cold_start == ColdStart::Calibrated => Prediction {
-                            cpu_cores: cpu * c.cpu_ratio,
-                            memory_bytes: mem * c.memory_ratio,
-                            memory_dist: MemoryDist {
-                                mean: mem * c.memory_ratio_dist.mean,
-                                var: mem * mem * c.memory_ratio_dist.var,
-                            },
-                            source: Source::Calibrated {
-                                memory_ratio: c.memory_ratio,
-                                cpu_ratio: c.cpu_ratio,
-                                pods: c.pods,
-                            },
-                        },
+                    match &snapshot.usage().calibration {
+                        Some(c) if policy.cold_start != ColdStart::Requests => {
+                            let (r, image) = c.for_pod(&pod.pod);
+                            Prediction {
+                                cpu_cores: cpu * r.cpu_ratio,
+                                memory_bytes: mem * r.memory_ratio,
+                                memory_dist: MemoryDist {
+                                    mean: mem * r.memory_ratio_dist.mean,
+                                    var: mem * mem * r.memory_ratio_dist.var,
+                                },
+                                source: Source::Calibrated {
+                                    memory_ratio: r.memory_ratio,
+                                    cpu_ratio: r.cpu_ratio,
+                                    pods: r.pods,
+                                    image,
+                                },
+                            }
+                        }
                         _ => Prediction {
                             cpu_cores: cpu,
                             memory_bytes: mem,
@@ -508,6 +604,24 @@ pub fn cycle_usage_ref(state: &CycleState) -> Option<&CycleUsage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key of `coldStart: image`: the containers' images in order, init containers
+    /// aside; none without an image.
+    #[test]
+    fn image_key_joins_the_containers_images() {
+        let pod = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+                .unwrap()
+        };
+        let two = pod(serde_json::json!({
+            "initContainers": [{"name": "i", "image": "init:1"}],
+            "containers": [{"name": "a", "image": "rust:1"}, {"name": "b", "image": "sidecar:2"}]
+        }));
+        assert_eq!(image_key(&two).as_deref(), Some("rust:1,sidecar:2"));
+        let bare = pod(serde_json::json!({"containers": [{"name": "a"}]}));
+        assert_eq!(image_key(&bare), None);
+        assert_eq!(image_key(&Pod::default()), None);
+    }
 
     #[test]
     fn real_resources_annotation() {

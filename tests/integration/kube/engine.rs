@@ -164,6 +164,97 @@ async fn kube_serve_scores_older_history_nodes_by_the_configured_older_score() {
     assert_eq!(bound, "n3");
 }
 
+/// `usage.coldStart` under `serve`: a Job seen for the first time is predicted by what the
+/// running profiled pods use against their requests — under the default (`calibrated`)
+/// all of them, under `image` those that run its container images.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_predicts_a_new_builder_by_the_profiled_pods_of_its_image() {
+    let explain_fresh = |cold_start: Option<&'static str>| async move {
+        let fake = Fake::start().await;
+        fake.put("namespaces", namespace("default"));
+        fake.put("nodes", node("node-a", "8"));
+        fake.put("nodes", node("node-b", "8"));
+        let store = Store::open_temporary(StoreConfig::default()).unwrap();
+        let now = headroom::api::wall_clock_ms();
+        let names = ["node-a", "node-b", "unmeasured"].map(String::from);
+        for k in 0..5u64 {
+            crate::api::write_node_samples(&store, &names, now - 50_000 + k as i64 * 10_000, k);
+        }
+        // Five Rust builds that use 2.5× their 1Gi, one JVM build that uses a fifth of it.
+        let image_pod = |name: &str, job: &str, image: &str, node: Option<&str>, phase: &str| {
+            let mut p = job_pod(name, job, node, phase);
+            p["spec"]["containers"][0]["image"] = json!(image);
+            p
+        };
+        for (job, gib) in [("heavy", 2.5), ("light", 0.2)] {
+            let run = |v: f64| headroom_storage::UsageSummary {
+                mean: v,
+                p95: v,
+                max: v,
+            };
+            store
+                .put_run(
+                    &format!("default/Job/{job}"),
+                    &headroom_storage::RunRecord {
+                        pod_uid: format!("{job}-done"),
+                        node: "node-a".into(),
+                        start_ms: now - 600_000,
+                        end_ms: now - 300_000,
+                        cpu: run(0.5),
+                        memory: run(gib * (1u64 << 30) as f64),
+                    },
+                )
+                .unwrap();
+        }
+        for i in 0..5 {
+            fake.put(
+                "pods",
+                image_pod(
+                    &format!("rust-{i}"),
+                    "heavy",
+                    "rust:1",
+                    Some("node-a"),
+                    "Running",
+                ),
+            );
+        }
+        fake.put(
+            "pods",
+            image_pod("jvm-0", "light", "jvm:1", Some("node-b"), "Running"),
+        );
+        let usage = cold_start.map_or(String::new(), |c| format!("usage: {{coldStart: {c}}}\n"));
+        let yaml = format!(
+            "{BASE}  detailedExplanations: true\nanalytics: {{refreshInterval: 1s}}\n{usage}"
+        );
+        let s = serve_with(&fake, &yaml, store).await;
+        // The profiles are in the usage view; one more refresh calibrates over the
+        // running pods the informers have listed by then.
+        eventually(20, "the JVM Job's profile", || async {
+            let (status, b) = get_json(&s.url("/builders/default/Job/light")).await;
+            (status == 200 && b["profile"]["runs"] == 1).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        fake.put(
+            "pods",
+            image_pod("fresh-0", "fresh", "jvm:1", None, "Pending"),
+        );
+        let e = bound_and_explained(&fake, &s, "fresh-0").await;
+        s.stop().await;
+        e.to_string()
+    };
+    let e = explain_fresh(None).await;
+    assert!(
+        e.contains("no profile yet: requests × 2.50 memory") && !e.contains("with image"),
+        "calibrated by every profiled pod: {e}"
+    );
+    let e = explain_fresh(Some("image")).await;
+    assert!(
+        e.contains("no profile yet: requests × 0.20 memory, × 1.00 CPU, p90 of 1 profiled pods with image jvm:1"),
+        "calibrated by the JVM build: {e}"
+    );
+}
+
 /// Issue "One engine": the pods of a Job, collected from a kubelet summary, form one
 /// builder profile under `serve` (the collectors name builders from the engine's cluster
 /// state), and History and RealHeadroom decide the Job's next pod on it.
