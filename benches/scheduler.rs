@@ -4,7 +4,8 @@
 //! inter-pod anti-affinity, topology spread and the full default profile with usage data
 //! (every real-usage plugin active) at 5k nodes; each on one thread and on two
 //! (`/1t`, `/2t`: `Framework::with_parallelism`). Besides criterion's estimates it prints
-//! p50/p99 over 2,000 timed decisions per case. Plus the cost of a snapshot update.
+//! p50/p99 over 2,000 timed decisions per case. Plus the cost of a snapshot update, and of
+//! the cold-start calibration each usage refresh computes (`usage.coldStart`).
 //!
 //! Run: `cargo bench --bench scheduler` (numbers in benches/README.md);
 //! `HEADROOM_BENCH_FILTER=plain cargo bench --bench scheduler` runs the cases whose id
@@ -122,5 +123,40 @@ fn snapshot_update(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions, snapshot_update);
+/// The calibration a usage refresh computes for pods without a profile (outside the
+/// cache's lock), over 5k nodes of 30 pods each, every pod's builder profiled (the most
+/// work it can have): over all pods (`coldStart: calibrated`, the default) and per
+/// container images too (`image`).
+fn calibration(c: &mut Criterion) {
+    use headroom::usage::{ColdStart, UsagePolicy, calibrate};
+    let mut group = c.benchmark_group("calibrate");
+    group.sample_size(10);
+    let (n, p) = synthetic::cluster(5_000, 30, 42);
+    let snap = Snapshot::build(n, p);
+    let identity = headroom_collectors::IdentityConfig::default();
+    let mut view = synthetic::usage_view(5_000, 0, 1);
+    let profile = view.builders.values().next().expect("a profile").clone();
+    for node in snap.nodes() {
+        for pod in &node.pods {
+            let b = headroom_collectors::builder_identity(&pod.pod.metadata, &identity);
+            view.builders
+                .insert(b.as_str().to_string(), profile.clone());
+        }
+    }
+    let pods = snap.nodes().iter().map(|n| n.pods.len()).sum::<usize>();
+    for cold in [ColdStart::Calibrated, ColdStart::Image] {
+        let policy = UsagePolicy {
+            cold_start: cold,
+            ..UsagePolicy::default()
+        };
+        let c = calibrate(&snap, &view, &policy, &identity).expect("profiled pods");
+        assert_eq!(c.all.pods, pods);
+        group.bench_function(format!("{cold:?} (5k nodes, {pods} pods)"), |b| {
+            b.iter(|| black_box(calibrate(&snap, &view, &policy, &identity)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decisions, snapshot_update, calibration);
 criterion_main!(benches);

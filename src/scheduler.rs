@@ -173,11 +173,21 @@ impl Scheduler {
 
     /// Publishes a new usage view to the following cycles (from the analytics refresh),
     /// and recalibrates the prediction of pods without a profile on it. Written like any
-    /// cluster change: after the cycle in flight, if any.
+    /// cluster change: after the cycle in flight, if any. The calibration reads every pod,
+    /// so it is computed first, on the snapshot as written so far, without the cache's
+    /// lock: neither the cycles nor the informers wait for it (a pod written meanwhile
+    /// counts from the next view; a write meanwhile copies the snapshot once). CPU work:
+    /// async callers run this through `spawn_blocking`.
     pub fn set_usage_view(&self, view: Arc<UsageView>) {
-        let (policy, identity) = (self.deps.policy.clone(), self.deps.identity.clone());
+        let calibration = crate::usage::calibrate(
+            &self.cache.snapshot(),
+            &view,
+            &self.deps.policy,
+            &self.deps.identity,
+        );
+        let policy = self.deps.policy.clone();
         self.cache
-            .write(move |c| set_usage_view(c, view, &policy, &identity));
+            .write(move |c| set_usage_view(c, view, calibration, &policy));
     }
 
     /// The usage policy the real-usage plugins judge by (staleness, headroom).
@@ -529,19 +539,17 @@ impl Scheduler {
 }
 
 /// A new usage view in the cache's snapshot, with the calibration of pods without a
-/// profile recomputed on it and recent placements the view has caught up with pruned.
+/// profile computed on it and recent placements the view has caught up with pruned.
 fn set_usage_view(
     c: &mut CacheState,
     view: Arc<UsageView>,
+    calibration: Option<crate::usage::Calibration>,
     policy: &crate::usage::UsagePolicy,
-    identity: &headroom_collectors::IdentityConfig,
 ) {
     let usage = c.snapshot_mut().usage_mut();
     usage.view = view;
     usage.prune(policy.warmup_ms(), RECENT_MAX_AGE_MS);
-    // What profiled pods use against their requests, for pods without a profile.
-    let calibration = crate::usage::calibrate(c.snapshot(), policy, identity);
-    c.snapshot_mut().usage_mut().calibration = calibration;
+    usage.calibration = calibration;
 }
 
 #[cfg(test)]

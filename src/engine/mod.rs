@@ -529,7 +529,15 @@ impl Engine {
                                 break;
                             }
                             let view = rx.borrow_and_update().clone();
-                            scheduler.set_usage_view(view);
+                            // The calibration it computes reads every pod: off the
+                            // async threads.
+                            let s = scheduler.clone();
+                            if tokio::task::spawn_blocking(move || s.set_usage_view(view))
+                                .await
+                                .is_err()
+                            {
+                                break;
+                            }
                             queue.move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
                         }
                     }
