@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
 };
-use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, image_hash};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, image_hash, normalized_image_name};
 
 /// Plugin name.
 pub const NAME: &str = "ImageLocality";
@@ -16,17 +16,6 @@ const MB: i64 = 1024 * 1024;
 const MIN_THRESHOLD: i64 = 23 * MB;
 /// Per container, above this the score is 100.
 const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
-
-/// Upstream's `normalizedImageName`: an image without a tag gets `:latest`.
-pub fn normalized_image_name(name: &str) -> String {
-    let colon = name.rfind(':');
-    let slash = name.rfind('/');
-    match (colon, slash) {
-        (Some(c), Some(s)) if c > s => name.to_string(),
-        (Some(_), None) => name.to_string(),
-        _ => format!("{name}:latest"),
-    }
-}
 
 /// The ImageLocality plugin (no args).
 #[derive(Debug, Default)]

@@ -7,12 +7,11 @@
 
 use std::sync::Arc;
 
-use crate::framework::{
-    CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
-};
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::{Registered, Status};
+use crate::snapshot::NodeInfo;
 use crate::usage::node::degraded_status;
-use crate::usage::{CycleUsage, NodeReal, UsagePolicy, pod_usage};
+use crate::usage::policy::Class;
+use crate::usage::{CycleUsage, NodeReal, UsagePolicy};
 
 use super::{PluginDeps, real_fit};
 
@@ -39,59 +38,7 @@ impl RealCpuFit {
 
     /// Registers its extension points (PreFilter, Filter).
     pub fn register(self) -> Registered {
-        let me = Arc::new(self);
-        Registered {
-            pre_filter: Some(me.clone()),
-            filter: Some(me),
-            ..Registered::new(NAME)
-        }
-    }
-}
-
-impl Plugin for RealCpuFit {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    /// Reads the usage view: a refresh may show the room.
-    fn events_to_register(&self) -> crate::framework::ClusterEvents {
-        crate::framework::ClusterEvents::OBJECTS
-            .with(crate::framework::ClusterEvent::UsageRefreshed)
-    }
-
-    fn relaxed_by_usage_fallback(&self) -> bool {
-        <Self as super::real_fit::RealFit>::RELAXED_BY_FALLBACK
-    }
-}
-
-impl PreFilterPlugin for RealCpuFit {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snapshot: &Snapshot,
-    ) -> (Status, Option<NodeNames>) {
-        let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
-        if !u.pod.class.real_cpu_fit {
-            return (Status::skip(), None);
-        }
-        (Status::success(), None)
-    }
-}
-
-impl FilterPlugin for RealCpuFit {
-    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        real_fit::filter(self, state, node)
-    }
-
-    fn filter_batch(
-        &self,
-        state: &CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-        batch: &mut NodeBatch,
-    ) {
-        real_fit::filter_batch(self, state, snapshot, batch);
+        real_fit::register(self)
     }
 }
 
@@ -99,8 +46,18 @@ impl real_fit::RealFit for RealCpuFit {
     const NAME: &'static str = NAME;
     const RELAXED_BY_FALLBACK: bool = true;
 
+    const BATCH_FROM_TABLE: bool = true;
+
     fn policy(&self) -> &UsagePolicy {
         &self.policy
+    }
+
+    fn identity(&self) -> &headroom_collectors::IdentityConfig {
+        &self.identity
+    }
+
+    fn enabled(class: &Class) -> bool {
+        class.real_cpu_fit
     }
 
     /// The verdict on a node's real state.
@@ -142,6 +99,7 @@ mod tests {
     use super::*;
     use crate::framework::Code;
     use crate::plugins::testutil::*;
+    use crate::snapshot::Snapshot;
     use serde_json::json;
 
     #[test]

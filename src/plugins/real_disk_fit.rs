@@ -11,14 +11,13 @@
 
 use std::sync::Arc;
 
-use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
-};
+use crate::framework::{Registered, Status};
 use crate::quantity::format_bytes;
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::NodeInfo;
 use crate::usage::node::degraded_status;
+use crate::usage::policy::Class;
 use crate::usage::predict::disk_of;
-use crate::usage::{CycleUsage, DiskSource, NodeReal, UsagePolicy, pod_usage};
+use crate::usage::{CycleUsage, DiskSource, NodeReal, UsagePolicy};
 
 use super::{PluginDeps, real_fit};
 
@@ -47,49 +46,7 @@ impl RealDiskFit {
 
     /// Registers its extension points (PreFilter, Filter).
     pub fn register(self) -> Registered {
-        let me = Arc::new(self);
-        Registered {
-            pre_filter: Some(me.clone()),
-            filter: Some(me),
-            ..Registered::new(NAME)
-        }
-    }
-}
-
-impl Plugin for RealDiskFit {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    /// Reads the usage view: a refresh may show the room.
-    fn events_to_register(&self) -> crate::framework::ClusterEvents {
-        crate::framework::ClusterEvents::OBJECTS
-            .with(crate::framework::ClusterEvent::UsageRefreshed)
-    }
-
-    fn relaxed_by_usage_fallback(&self) -> bool {
-        <Self as super::real_fit::RealFit>::RELAXED_BY_FALLBACK
-    }
-}
-
-impl PreFilterPlugin for RealDiskFit {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snapshot: &Snapshot,
-    ) -> (Status, Option<NodeNames>) {
-        let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
-        if !u.pod.class.real_disk_fit {
-            return (Status::skip(), None);
-        }
-        (Status::success(), None)
-    }
-}
-
-impl FilterPlugin for RealDiskFit {
-    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        real_fit::filter(self, state, node)
+        real_fit::register(self)
     }
 }
 
@@ -98,8 +55,18 @@ impl real_fit::RealFit for RealDiskFit {
     // The hold is a promise to other pods: never relaxed.
     const RELAXED_BY_FALLBACK: bool = false;
 
+    const BATCH_FROM_TABLE: bool = false;
+
     fn policy(&self) -> &UsagePolicy {
         &self.policy
+    }
+
+    fn identity(&self) -> &headroom_collectors::IdentityConfig {
+        &self.identity
+    }
+
+    fn enabled(class: &Class) -> bool {
+        class.real_disk_fit
     }
 
     /// The verdict on a node's disk: from metrics while fresh, else from its annotations
@@ -161,6 +128,7 @@ mod tests {
     use super::*;
     use crate::framework::Code;
     use crate::plugins::testutil::*;
+    use crate::snapshot::{PodInfo, Snapshot};
     use serde_json::json;
 
     fn plugin(policy: UsagePolicy) -> Registered {

@@ -6,21 +6,43 @@
 //! an expected overflow while another node has room) — a stale-data verdict stays, it is
 //! not about room; and a plugin guarding promises to other pods (RealDiskFit's hold) is
 //! never relaxed.
+//!
+//! A plugin implements [`RealFit`] alone; [`register`] serves it as PreFilter and Filter
+//! through [`Fit`], so the three share one plugin skeleton.
 
-use crate::framework::{CycleState, NodeBatch, Status};
-use crate::snapshot::{NodeInfo, Snapshot};
+use std::sync::Arc;
+
+use crate::framework::{
+    ClusterEvent, ClusterEvents, CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin,
+    PreFilterPlugin, Registered, Status,
+};
+use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
+use crate::usage::policy::Class;
 use crate::usage::wait::relaxed;
-use crate::usage::{CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_active};
+use crate::usage::{
+    CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
+};
 
 /// A real-usage filter: its name, its policy and its verdict on one node's real state.
-pub(super) trait RealFit {
+pub(super) trait RealFit: std::fmt::Debug + Send + Sync + 'static {
     /// The plugin name (in the error when PreFilter did not run).
     const NAME: &'static str;
     /// Whether the usage fallback (`usage.maxWait`) lets a fresh node's rejection through.
     const RELAXED_BY_FALLBACK: bool;
+    /// Whether a node without fresh usage always gets the degraded verdict, so a batch of
+    /// nodes can be judged from the snapshot's node table ([`filter_batch`]); RealDiskFit's
+    /// falls back to the node's annotations instead.
+    const BATCH_FROM_TABLE: bool;
     /// The usage policy (staleness, onStale).
     fn policy(&self) -> &UsagePolicy;
+    /// The builder identity settings the pod's prediction is looked up with.
+    fn identity(&self) -> &headroom_collectors::IdentityConfig;
+    /// Whether the pod's class turns this filter on (else PreFilter skips it).
+    fn enabled(class: &Class) -> bool;
+    /// PreFilter's own work once the pod's usage is known (RealMemoryFit: where else the
+    /// pod has room, under the usage fallback).
+    fn pre_filter_with(&self, _state: &mut CycleState, _u: &CycleUsage, _snapshot: &Snapshot) {}
     /// The verdict on a node's real state (a degraded verdict when it is not fresh);
     /// `node` for what the snapshot knows besides usage (the pods on it).
     fn check(&self, u: &CycleUsage, real: &NodeReal, node: &NodeInfo, explain: bool) -> Status;
@@ -37,8 +59,77 @@ pub(super) trait RealFit {
     }
 }
 
+/// A [`RealFit`] served as a plugin.
+#[derive(Debug)]
+pub(super) struct Fit<P>(P);
+
+/// Registers a [`RealFit`]'s extension points (PreFilter, Filter).
+pub(super) fn register<P: RealFit>(plugin: P) -> Registered {
+    let me = Arc::new(Fit(plugin));
+    Registered {
+        pre_filter: Some(me.clone()),
+        filter: Some(me),
+        ..Registered::new(P::NAME)
+    }
+}
+
+impl<P: RealFit> Plugin for Fit<P> {
+    fn name(&self) -> &'static str {
+        P::NAME
+    }
+
+    /// Reads the usage view: a refresh may show the room.
+    fn events_to_register(&self) -> ClusterEvents {
+        ClusterEvents::OBJECTS.with(ClusterEvent::UsageRefreshed)
+    }
+
+    fn relaxed_by_usage_fallback(&self) -> bool {
+        P::RELAXED_BY_FALLBACK
+    }
+}
+
+impl<P: RealFit> PreFilterPlugin for Fit<P> {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Status, Option<NodeNames>) {
+        let p = &self.0;
+        let u = pod_usage(state, pod, snapshot, p.policy(), p.identity());
+        if !P::enabled(&u.pod.class) {
+            return (Status::skip(), None);
+        }
+        p.pre_filter_with(state, &u, snapshot);
+        (Status::success(), None)
+    }
+}
+
+impl<P: RealFit> FilterPlugin for Fit<P> {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        filter(&self.0, state, node)
+    }
+
+    fn filter_batch(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        batch: &mut NodeBatch,
+    ) {
+        if P::BATCH_FROM_TABLE {
+            filter_batch(&self.0, state, snapshot, batch);
+        } else {
+            batch.retain(|idx| {
+                let s = self.filter(state, pod, snapshot.node(idx));
+                (!s.is_success()).then_some(s)
+            });
+        }
+    }
+}
+
 /// `Filter` for one node.
-pub(super) fn filter<P: RealFit>(plugin: &P, state: &CycleState, node: &NodeInfo) -> Status {
+fn filter<P: RealFit>(plugin: &P, state: &CycleState, node: &NodeInfo) -> Status {
     let Some(u) = cycle_usage_ref(state) else {
         return Status::error(format!("{}: PreFilter did not run", P::NAME));
     };
@@ -58,7 +149,7 @@ pub(super) fn filter<P: RealFit>(plugin: &P, state: &CycleState, node: &NodeInfo
 
 /// `Filter` over a batch of nodes from the snapshot's node table (for plugins whose
 /// verdict without fresh usage is the degraded one: RealMemoryFit, RealCpuFit).
-pub(super) fn filter_batch<P: RealFit>(
+fn filter_batch<P: RealFit>(
     plugin: &P,
     state: &CycleState,
     snapshot: &Snapshot,

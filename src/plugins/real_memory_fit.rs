@@ -9,13 +9,12 @@
 
 use std::sync::Arc;
 
-use crate::framework::{
-    CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
-};
+use crate::framework::{CycleState, Registered, Status};
 use crate::quantity::format_bytes;
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, Snapshot};
 use crate::usage::node::degraded_status;
-use crate::usage::{CycleUsage, NodeReal, UsagePolicy, pod_usage};
+use crate::usage::policy::Class;
+use crate::usage::{CycleUsage, NodeReal, UsagePolicy};
 
 use super::{PluginDeps, real_fit};
 
@@ -45,63 +44,7 @@ impl RealMemoryFit {
 
     /// Registers its extension points (PreFilter, Filter).
     pub fn register(self) -> Registered {
-        let me = Arc::new(self);
-        Registered {
-            pre_filter: Some(me.clone()),
-            filter: Some(me),
-            ..Registered::new(NAME)
-        }
-    }
-}
-
-impl Plugin for RealMemoryFit {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    /// Reads the usage view: a refresh may show the room.
-    fn events_to_register(&self) -> crate::framework::ClusterEvents {
-        crate::framework::ClusterEvents::OBJECTS
-            .with(crate::framework::ClusterEvent::UsageRefreshed)
-    }
-
-    fn relaxed_by_usage_fallback(&self) -> bool {
-        <Self as super::real_fit::RealFit>::RELAXED_BY_FALLBACK
-    }
-}
-
-impl PreFilterPlugin for RealMemoryFit {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        snapshot: &Snapshot,
-    ) -> (Status, Option<NodeNames>) {
-        let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
-        if !u.pod.class.real_memory_fit {
-            return (Status::skip(), None);
-        }
-        if crate::usage::fallback_active(state) {
-            let room = room_elsewhere(&u, snapshot, &self.policy);
-            state.write(RoomElsewhere(room));
-        }
-        (Status::success(), None)
-    }
-}
-
-impl FilterPlugin for RealMemoryFit {
-    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        real_fit::filter(self, state, node)
-    }
-
-    fn filter_batch(
-        &self,
-        state: &CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-        batch: &mut NodeBatch,
-    ) {
-        real_fit::filter_batch(self, state, snapshot, batch);
+        real_fit::register(self)
     }
 }
 
@@ -109,8 +52,27 @@ impl real_fit::RealFit for RealMemoryFit {
     const NAME: &'static str = NAME;
     const RELAXED_BY_FALLBACK: bool = true;
 
+    const BATCH_FROM_TABLE: bool = true;
+
     fn policy(&self) -> &UsagePolicy {
         &self.policy
+    }
+
+    fn identity(&self) -> &headroom_collectors::IdentityConfig {
+        &self.identity
+    }
+
+    fn enabled(class: &Class) -> bool {
+        class.real_memory_fit
+    }
+
+    /// Under the usage fallback, whether some node has room for the pod's expected memory
+    /// (read by [`RealFit::fallback_check`](real_fit::RealFit::fallback_check)).
+    fn pre_filter_with(&self, state: &mut CycleState, u: &CycleUsage, snapshot: &Snapshot) {
+        if crate::usage::fallback_active(state) {
+            let room = room_elsewhere(u, snapshot, &self.policy);
+            state.write(RoomElsewhere(room));
+        }
     }
 
     /// The verdict on a node's real state.
@@ -236,6 +198,7 @@ mod tests {
     use crate::framework::Code;
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
+    use crate::snapshot::PodInfo;
     use crate::usage::RecentPlacement;
     use serde_json::json;
 

@@ -22,7 +22,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 
 pub use index::{IndexedPod, IndexedTerm, PodIndex};
-pub use node_info::{DISK_FREE_ANNOTATION, DISK_TOTAL_ANNOTATION, NodeImage, NodeInfo, image_hash};
+pub use node_info::{
+    DISK_FREE_ANNOTATION, DISK_TOTAL_ANNOTATION, NodeImage, NodeInfo, image_hash,
+    normalized_image_name,
+};
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 pub use table::NodeTable;
 

@@ -28,6 +28,19 @@ pub fn image_hash(name: &str) -> u128 {
     (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
+/// Upstream's `normalizedImageName` (ImageLocality): an image without a tag gets `:latest`,
+/// so `maven` and `maven:latest` name one image (ImageLocality, the `image` cold-start
+/// calibration).
+pub fn normalized_image_name(name: &str) -> String {
+    let colon = name.rfind(':');
+    let slash = name.rfind('/');
+    match (colon, slash) {
+        (Some(c), Some(s)) if c > s => name.to_string(),
+        (Some(_), None) => name.to_string(),
+        _ => format!("{name}:latest"),
+    }
+}
+
 /// One image on a node: every name it is known by, and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeImage {

@@ -21,7 +21,7 @@ use crate::framework::CycleState;
 use crate::quantity::{Quantity, format_bytes};
 use crate::selector::Labels;
 use crate::snapshot::table::NodeTable;
-use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, normalized_image_name};
 
 /// bk-ci's annotation with the builder's real usage records (seed 000).
 pub const REAL_RESOURCES_ANNOTATION: &str = "bkci.dispatch.kubenetes/builder-real-resources";
@@ -98,14 +98,17 @@ pub const CALIBRATION_MIN_PODS: usize = 5;
 /// *Pods without a profile*).
 pub const IMAGE_CALIBRATION_MIN_PODS: usize = 1;
 
-/// The pod's container images (not its init containers'), in order and joined by `,`:
-/// the key of [`Calibration::by_image`]. `None` when no container names an image.
+/// The pod's container images (not its init containers'), in order, each as ImageLocality
+/// names it (an untagged name gets `:latest`, so `maven` and `maven:latest` share a key),
+/// and joined by `,`: the key of [`Calibration::by_image`]. `None` when no container names
+/// an image.
 pub fn image_key(pod: &Pod) -> Option<String> {
     let spec = pod.spec.as_ref()?;
-    let images: Vec<&str> = spec
+    let images: Vec<String> = spec
         .containers
         .iter()
         .filter_map(|c| c.image.as_deref())
+        .map(normalized_image_name)
         .collect();
     (!images.is_empty()).then(|| images.join(","))
 }
@@ -620,6 +623,14 @@ mod tests {
             "containers": [{"name": "a", "image": "rust:1"}, {"name": "b", "image": "sidecar:2"}]
         }));
         assert_eq!(image_key(&two).as_deref(), Some("rust:1,sidecar:2"));
+        // Untagged names are `:latest`, as ImageLocality reads them.
+        let untagged = pod(serde_json::json!({
+            "containers": [{"name": "a", "image": "maven"}, {"name": "b", "image": "reg:5000/tool"}]
+        }));
+        assert_eq!(
+            image_key(&untagged).as_deref(),
+            Some("maven:latest,reg:5000/tool:latest")
+        );
         let bare = pod(serde_json::json!({"containers": [{"name": "a"}]}));
         assert_eq!(image_key(&bare), None);
         assert_eq!(image_key(&Pod::default()), None);
