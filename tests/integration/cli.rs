@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{repo, run};
+use super::{repo, run, write};
 
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
@@ -10,12 +10,6 @@ fn stdout(o: &std::process::Output) -> String {
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_string()
 }
 
 #[test]
@@ -123,7 +117,7 @@ fn bad_input_exits_2_naming_object_and_field() {
     let long = write(
         &dir,
         "long.yaml",
-        &format!("kind: Node\nmetadata: {{name: {}}}\n", "n".repeat(65_536)),
+        format!("kind: Node\nmetadata: {{name: {}}}\n", "n".repeat(65_536)),
     );
     let pod = write(
         &dir,
@@ -649,10 +643,10 @@ fn place_preempts_lower_priority_pods() {
             }
         )
     };
-    let plain = write(&dir, "plain.json", &cluster(false));
-    let guarded = write(&dir, "guarded.json", &cluster(true));
-    let urgent = write(&dir, "urgent.json", &pod(false));
-    let polite = write(&dir, "polite.json", &pod(true));
+    let plain = write(&dir, "plain.json", cluster(false));
+    let guarded = write(&dir, "guarded.json", cluster(true));
+    let urgent = write(&dir, "urgent.json", pod(false));
+    let polite = write(&dir, "polite.json", pod(true));
     let json_of = |cluster: &str, pod: &str| {
         let o = run(&[
             "place",

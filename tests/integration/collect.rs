@@ -205,11 +205,7 @@ fn collect_rejects_bad_config_missing_sources_and_missing_once() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.to_str().unwrap();
-    let write = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p.to_str().unwrap().to_string()
-    };
+    let write = |name: &str, text: &str| super::write(&dir, name, text);
 
     let bad = write(
         "bad.yaml",

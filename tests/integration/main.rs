@@ -14,7 +14,7 @@ mod simulate;
 mod spreading;
 mod usage;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The `headroom` binary under test: cargo's, or `HEADROOM_TEST_BIN` when set (several
@@ -35,4 +35,12 @@ pub fn run(args: &[&str]) -> Output {
 /// A path under the repository root.
 pub fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Writes `text` to the file `name` in `dir` (a scenario, a config, a pod) and returns its
+/// path, as the command lines take it.
+pub fn write(dir: impl AsRef<Path>, name: &str, text: impl AsRef<[u8]>) -> String {
+    let p = dir.as_ref().join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
 }

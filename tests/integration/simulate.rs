@@ -13,9 +13,7 @@ use super::{headroom, repo, run};
 fn fast_config(dir: &tempfile::TempDir) -> String {
     // The usage view every simulated minute instead of every 15 s: the same decisions
     // within a step or two, a quarter of the polars work in a debug build.
-    let p = dir.path().join("fast.yaml");
-    std::fs::write(&p, "analytics: {refreshInterval: 1m}\n").unwrap();
-    p.to_str().unwrap().to_string()
+    super::write(dir, "fast.yaml", "analytics: {refreshInterval: 1m}\n")
 }
 
 fn simulate_json(args: &[&str]) -> Value {
@@ -161,45 +159,10 @@ fn simulation_is_deterministic_for_a_seed() {
 /// reserved pod lands on worker-1, the normal 3-core pod stays pending.
 #[test]
 fn reservations_scenario_through_serve() {
-    let mut child = headroom()
-        .args([
-            "simulate",
-            repo("examples/reservations.yaml").to_str().unwrap(),
-            "--serve",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut addr = None;
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap() > 0 {
-        if let Some(a) = line.trim().strip_prefix("serving the inspection API on ") {
-            addr = Some(a.to_string());
-        }
-        if line.contains("simulation done") {
-            break;
-        }
-        line.clear();
-    }
-    let addr = addr.expect("the API address is printed");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let served = Serving::start(repo("examples/reservations.yaml").to_str().unwrap());
     let get = |path: &str| -> (u16, Value) {
-        rt.block_on(async {
-            let r = reqwest::Client::new()
-                .get(format!("{addr}{path}"))
-                .timeout(Duration::from_secs(10))
-                .send()
-                .await
-                .unwrap();
-            let code = r.status().as_u16();
-            (code, r.json().await.unwrap_or(Value::Null))
-        })
+        let (code, body) = served.get(path);
+        (code, serde_json::from_str(&body).unwrap_or(Value::Null))
     };
     let (code, reserved) = get("/explain/default/reserved-3");
     assert_eq!(code, 200, "{reserved}");
@@ -217,13 +180,71 @@ fn reservations_scenario_through_serve() {
     let (_, queue) = get("/queue");
     assert_eq!(queue["pods"][0]["name"], "normal-2");
     // SIGTERM stops the server; the simulation itself accounted for every pod.
-    let pid = child.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(served.stop(), Some(0));
+}
+
+/// `simulate SCENARIO --serve 127.0.0.1:0` once its simulation is done, serving the
+/// inspection API at `addr` until [`Serving::stop`].
+struct Serving {
+    child: std::process::Child,
+    addr: String,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Serving {
+    /// Starts the simulation and waits until it is done (its stderr says so).
+    fn start(scenario: &str) -> Serving {
+        let mut child = headroom()
+            .args(["simulate", scenario, "--serve", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut addr = None;
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap() > 0 {
+            if let Some(a) = line.trim().strip_prefix("serving the inspection API on ") {
+                addr = Some(a.to_string());
+            }
+            if line.contains("simulation done") {
+                break;
+            }
+            line.clear();
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Serving {
+            child,
+            addr: addr.expect("the API address is printed"),
+            rt,
+        }
+    }
+
+    /// GET `path`: the status and the body.
+    fn get(&self, path: &str) -> (u16, String) {
+        self.rt.block_on(async {
+            let r = reqwest::Client::new()
+                .get(format!("{}{path}", self.addr))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        })
+    }
+
+    /// SIGTERM, then the exit code.
+    fn stop(mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        self.child.wait().unwrap().code()
+    }
 }
 
 #[test]
@@ -255,9 +276,8 @@ fn bad_scenarios_exit_2_naming_the_field() {
         ),
     ];
     for (i, (text, field)) in cases.iter().enumerate() {
-        let p = dir.path().join(format!("s{i}.yaml"));
-        std::fs::write(&p, text).unwrap();
-        let o = run(&["simulate", p.to_str().unwrap()]);
+        let p = super::write(&dir, &format!("s{i}.yaml"), text);
+        let o = run(&["simulate", &p]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{text}: {err}");
         assert!(err.contains(field), "{text}: {err}");
@@ -278,42 +298,9 @@ fn advice_through_the_api_the_cli_the_metrics_and_act_on_advice() {
     let dir = tempfile::tempdir().unwrap();
     let farm = dir.path().join("hot.yaml");
     std::fs::write(&farm, HOT_NODE_FARM).unwrap();
-    let mut child = headroom()
-        .args(["simulate", farm.to_str().unwrap(), "--serve", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut addr = None;
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap() > 0 {
-        if let Some(a) = line.trim().strip_prefix("serving the inspection API on ") {
-            addr = Some(a.to_string());
-        }
-        if line.contains("simulation done") {
-            break;
-        }
-        line.clear();
-    }
-    let addr = addr.expect("the API address is printed");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let get = |path: &str| -> String {
-        rt.block_on(async {
-            reqwest::Client::new()
-                .get(format!("{addr}{path}"))
-                .timeout(Duration::from_secs(10))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        })
-    };
+    let served = Serving::start(farm.to_str().unwrap());
+    let get = |path: &str| served.get(path).1;
+    let addr = served.addr.clone();
     let advice: Value = serde_json::from_str(&get("/advice")).unwrap();
     assert_eq!(advice["nodesJudged"], 3, "{advice}");
     let hot = &advice["hotNodes"];
@@ -346,12 +333,7 @@ fn advice_through_the_api_the_cli_the_metrics_and_act_on_advice() {
     for needle in ["headroom_advice_hot_nodes 1", "headroom_advice_moves 1"] {
         assert!(metrics.contains(needle), "no {needle}:\n{metrics}");
     }
-    let pid = child.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(served.stop(), Some(0));
 
     // Acting on it: the pod leaves the hot node, is placed anew, and the node cools.
     let f = farm.to_str().unwrap();

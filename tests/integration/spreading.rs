@@ -9,9 +9,7 @@ use serde_json::{Value, json};
 use super::run;
 
 fn write(dir: &tempfile::TempDir, name: &str, v: &Value) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, serde_json::to_string(v).unwrap()).unwrap();
-    p.to_str().unwrap().to_string()
+    super::write(dir, name, serde_json::to_string(v).unwrap())
 }
 
 fn node(name: &str, zone: &str) -> Value {

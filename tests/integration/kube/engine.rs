@@ -6,11 +6,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use headroom::config::Config;
-use headroom::kube::serve::{ServeOptions, run};
 use headroom_storage::{Labels, Matcher, Store, StoreConfig};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 use super::fake::Fake;
 use super::kubelet::{FakeKubelet, PodStats, collectors_yaml};
@@ -34,24 +31,7 @@ fn job_pod(name: &str, job: &str, node: Option<&str>, phase: &str) -> Value {
 }
 
 async fn serve_with(fake: &Fake, yaml: &str, store: Store) -> Running {
-    let config = Config::from_yaml(yaml, "test").expect("test config");
-    let mut opts = ServeOptions::new(config, fake.client("a"));
-    opts.store = Some(store);
-    let (bound_tx, bound_rx) = oneshot::channel();
-    opts.bound = Some(bound_tx);
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(run(opts, async {
-        let _ = stop_rx.await;
-    }));
-    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
-        .await
-        .expect("listener within 10 s")
-        .expect("listener address");
-    Running {
-        bound,
-        stop,
-        handle,
-    }
+    super::serve_with_store(fake, yaml, "a", store).await
 }
 
 async fn get_json(url: &str) -> (u16, Value) {

@@ -96,22 +96,35 @@ async fn serve_with_store(
     store: headroom_storage::Store,
 ) -> Running {
     let config = Config::from_yaml(yaml, "test").expect("test config");
-    let mut opts = ServeOptions::new(config, fake.client(replica));
-    opts.store = Some(store);
-    let (bound_tx, bound_rx) = oneshot::channel();
-    opts.bound = Some(bound_tx);
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(run(opts, async {
-        let _ = stop_rx.await;
-    }));
-    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
-        .await
-        .expect("listener within 10 s")
-        .expect("listener address");
-    Running {
-        bound,
-        stop,
-        handle,
+    Running::start(fake, config, replica, store).await
+}
+
+impl Running {
+    /// Runs `serve` as `replica` against the fake API server with `config` and `store`,
+    /// once its listeners are bound.
+    async fn start(
+        fake: &Fake,
+        config: Config,
+        replica: &str,
+        store: headroom_storage::Store,
+    ) -> Running {
+        let mut opts = ServeOptions::new(config, fake.client(replica));
+        opts.store = Some(store);
+        let (bound_tx, bound_rx) = oneshot::channel();
+        opts.bound = Some(bound_tx);
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(run(opts, async {
+            let _ = stop_rx.await;
+        }));
+        let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
+            .await
+            .expect("listener within 10 s")
+            .expect("listener address");
+        Running {
+            bound,
+            stop,
+            handle,
+        }
     }
 }
 

@@ -34,24 +34,8 @@ pub(super) fn config(base: &str, section: &str) -> Config {
 }
 
 pub(super) async fn start(fake: &Fake, config: Config, store: Option<Store>) -> Running {
-    let mut opts = ServeOptions::new(config, fake.client("a"));
-    opts.store =
-        Some(store.unwrap_or_else(|| Store::open_temporary(StoreConfig::default()).unwrap()));
-    let (bound_tx, bound_rx) = oneshot::channel();
-    opts.bound = Some(bound_tx);
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(run(opts, async {
-        let _ = stop_rx.await;
-    }));
-    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
-        .await
-        .expect("listener within 10 s")
-        .expect("listener address");
-    Running {
-        bound,
-        stop,
-        handle,
-    }
+    let store = store.unwrap_or_else(|| Store::open_temporary(StoreConfig::default()).unwrap());
+    Running::start(fake, config, "a", store).await
 }
 
 /// Polls `f` every 100 ms for at most `secs`; whether it became true.
