@@ -25,20 +25,16 @@
 //! sample's: headroom recomputes them at every usage refresh, where crane's annotations
 //! lag by up to their `period` (3 m, 15 m, 3 h).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin, Registered,
-    ScorePlugin, Status,
-};
-use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::framework::{Registered, Status};
+use crate::snapshot::{NodeInfo, PodInfo};
 use crate::usage::UsageContext;
 
-use super::peers::{self, Ctx, Load};
+use super::peers::{self, Load};
 
 /// Plugin name.
 pub const NAME: &str = "Dynamic";
@@ -224,14 +220,7 @@ impl Dynamic {
 
     /// Registers its extension points (PreFilter, Filter, PreScore, Score).
     pub fn register(self) -> Registered {
-        let me = Arc::new(self);
-        Registered {
-            pre_filter: Some(me.clone()),
-            filter: Some(me.clone()),
-            pre_score: Some(me.clone()),
-            score: Some(me),
-            ..Registered::new(NAME)
-        }
+        peers::register(self)
     }
 
     /// The metric's usage share on the node, `None` when unknown or expired (crane's
@@ -327,64 +316,19 @@ impl Dynamic {
     }
 }
 
-impl Plugin for Dynamic {
-    fn name(&self) -> &'static str {
-        NAME
+impl peers::PeerPlugin for Dynamic {
+    const NAME: &'static str = NAME;
+    const FILTERS: bool = true;
+
+    fn filter_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Status {
+        self.filter_node(ctx, pod, node)
     }
 
-    /// Filters on the usage view's windows: a refresh may bring a node under them.
-    fn events_to_register(&self) -> crate::framework::ClusterEvents {
-        crate::framework::ClusterEvents::OBJECTS
-            .with(crate::framework::ClusterEvent::UsageRefreshed)
-    }
-}
-
-impl PreFilterPlugin for Dynamic {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-    ) -> (Status, Option<NodeNames>) {
-        Ctx::keep(state, snapshot);
-        (Status::success(), None)
-    }
-}
-
-impl FilterPlugin for Dynamic {
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        match Ctx::of(state, NAME) {
-            Ok(ctx) => self.filter_node(ctx, pod, node),
-            Err(s) => s,
-        }
-    }
-}
-
-impl PreScorePlugin for Dynamic {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-        _feasible: &[NodeIdx],
-    ) -> Status {
-        Ctx::keep(state, snapshot);
-        Status::success()
-    }
-}
-
-impl ScorePlugin for Dynamic {
-    fn normalizes(&self) -> bool {
-        false
+    fn score_at(&self, ctx: &UsageContext, _pod: &PodInfo, node: &NodeInfo) -> i64 {
+        self.score_node(ctx, node).0
     }
 
-    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let ctx = Ctx::of(state, NAME)?;
-        Ok(self.score_node(ctx, node).0)
-    }
-
-    fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let ctx = Ctx::of(state, NAME).ok()?;
+    fn explain_at(&self, ctx: &UsageContext, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let (s, hot) = self.score_node(ctx, node);
         Some(format!(
             "windowed usage score, hot value {hot} (−{}) → {s}",
@@ -406,6 +350,7 @@ mod tests {
     use crate::framework::Code;
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
+    use crate::snapshot::Snapshot;
     use crate::usage::RecentPlacement;
     use serde_json::json;
 

@@ -36,19 +36,15 @@
 //! are refused.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin, Registered,
-    ScorePlugin, Status,
-};
-use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::framework::{Registered, Status};
+use crate::snapshot::{NodeInfo, PodInfo};
 use crate::usage::UsageContext;
 
-use super::peers::{self, Ctx, Load};
+use super::peers::{self, Load};
 
 /// Plugin name.
 pub const NAME: &str = "LoadAwareScheduling";
@@ -333,14 +329,7 @@ impl LoadAwareScheduling {
 
     /// Registers its extension points (PreFilter, Filter, PreScore, Score).
     pub fn register(self) -> Registered {
-        let me = Arc::new(self);
-        Registered {
-            pre_filter: Some(me.clone()),
-            filter: Some(me.clone()),
-            pre_score: Some(me.clone()),
-            score: Some(me),
-            ..Registered::new(NAME)
-        }
+        peers::register(self)
     }
 
     /// Koordinator's `estimatedPodUsed`: `[cpu millicores, memory bytes]`.
@@ -473,65 +462,19 @@ impl LoadAwareScheduling {
     }
 }
 
-impl Plugin for LoadAwareScheduling {
-    fn name(&self) -> &'static str {
-        NAME
+impl peers::PeerPlugin for LoadAwareScheduling {
+    const NAME: &'static str = NAME;
+    const FILTERS: bool = true;
+
+    fn filter_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Status {
+        self.filter_node(ctx, pod, node)
     }
 
-    /// Filters on the usage view (Koordinator's NodeMetric): a refresh may lower a node's
-    /// load below the thresholds.
-    fn events_to_register(&self) -> crate::framework::ClusterEvents {
-        crate::framework::ClusterEvents::OBJECTS
-            .with(crate::framework::ClusterEvent::UsageRefreshed)
-    }
-}
-
-impl PreFilterPlugin for LoadAwareScheduling {
-    fn pre_filter(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-    ) -> (Status, Option<NodeNames>) {
-        Ctx::keep(state, snapshot);
-        (Status::success(), None)
-    }
-}
-
-impl FilterPlugin for LoadAwareScheduling {
-    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        match Ctx::of(state, NAME) {
-            Ok(ctx) => self.filter_node(ctx, pod, node),
-            Err(s) => s,
-        }
-    }
-}
-
-impl PreScorePlugin for LoadAwareScheduling {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-        _feasible: &[NodeIdx],
-    ) -> Status {
-        Ctx::keep(state, snapshot);
-        Status::success()
-    }
-}
-
-impl ScorePlugin for LoadAwareScheduling {
-    fn normalizes(&self) -> bool {
-        false
+    fn score_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        self.score_node(ctx, pod, node)
     }
 
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let ctx = Ctx::of(state, NAME)?;
-        Ok(self.score_node(ctx, pod, node))
-    }
-
-    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let ctx = Ctx::of(state, NAME).ok()?;
+    fn explain_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let load = peers::load(ctx, &node.name)?;
         let est = self.estimated(ctx, &load, self.score_basis, pod, node)?;
         Some(format!(
@@ -559,6 +502,7 @@ mod tests {
     use crate::framework::Code;
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
+    use crate::snapshot::Snapshot;
     use crate::usage::RecentPlacement;
     use serde_json::json;
 

@@ -9,15 +9,24 @@
 //! value per node) gets degenerate windows: the newest value as the mean, the windowed
 //! statistic (`analytics.nodeQuantile` over `analytics.nodeWindow`) as every percentile and
 //! maximum, no deviation.
+//!
+//! A peer implements [`PeerPlugin`], its verdict and score on one node given the usage
+//! context; [`register`] serves it through [`Peer`] (PreFilter and Filter when it filters,
+//! PreScore and Score), so the four share one plugin skeleton.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::analytics::windows::WINDOWS;
 use crate::analytics::{NodeUsage, NodeWindows, WindowStat};
+use crate::framework::{
+    ClusterEvent, ClusterEvents, CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin,
+    PreScorePlugin, Registered, ScorePlugin, Status,
+};
 use crate::quantity::Quantity;
-use crate::snapshot::{NodeInfo, PodInfo};
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::UsageContext;
 
 /// The usage context a peer plugin's PreFilter or PreScore keeps for its per-node calls
@@ -38,6 +47,106 @@ impl Ctx {
         state.read::<Ctx>().map(|c| &*c.0).ok_or_else(|| {
             crate::framework::Status::error(format!("{plugin}: PreFilter/PreScore did not run"))
         })
+    }
+}
+
+/// A peer scheduler's plugin, per node over the usage context the cycle keeps ([`Ctx`]).
+pub(super) trait PeerPlugin: std::fmt::Debug + Send + Sync + 'static {
+    /// The plugin name.
+    const NAME: &'static str;
+    /// Whether it filters (Koordinator's LoadAwareScheduling, crane's Dynamic) or only
+    /// scores (Trimaran's).
+    const FILTERS: bool;
+    /// The Filter verdict on `node` (only called when [`PeerPlugin::FILTERS`]).
+    fn filter_at(&self, _ctx: &UsageContext, _pod: &PodInfo, _node: &NodeInfo) -> Status {
+        Status::success()
+    }
+    /// The score of `node`, 0–100 (the peers normalise nothing).
+    fn score_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64;
+    /// What the score of `node` rests on, for `/explain`.
+    fn explain_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Option<String>;
+}
+
+/// A [`PeerPlugin`] served as a plugin.
+#[derive(Debug)]
+pub(super) struct Peer<P>(P);
+
+/// Registers a [`PeerPlugin`]'s extension points: PreFilter and Filter when it filters,
+/// PreScore and Score.
+pub(super) fn register<P: PeerPlugin>(plugin: P) -> Registered {
+    let me = Arc::new(Peer(plugin));
+    let filters = P::FILTERS.then(|| me.clone());
+    Registered {
+        pre_filter: filters.clone().map(|p| p as Arc<dyn PreFilterPlugin>),
+        filter: filters.map(|p| p as Arc<dyn FilterPlugin>),
+        pre_score: Some(me.clone()),
+        score: Some(me),
+        ..Registered::new(P::NAME)
+    }
+}
+
+impl<P: PeerPlugin> Plugin for Peer<P> {
+    fn name(&self) -> &'static str {
+        P::NAME
+    }
+
+    /// A filtering peer reads the usage view (Koordinator's NodeMetric, crane's windows): a
+    /// refresh may bring a node under its thresholds.
+    fn events_to_register(&self) -> ClusterEvents {
+        if P::FILTERS {
+            ClusterEvents::OBJECTS.with(ClusterEvent::UsageRefreshed)
+        } else {
+            ClusterEvents::OBJECTS
+        }
+    }
+}
+
+impl<P: PeerPlugin> PreFilterPlugin for Peer<P> {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Status, Option<NodeNames>) {
+        Ctx::keep(state, snapshot);
+        (Status::success(), None)
+    }
+}
+
+impl<P: PeerPlugin> FilterPlugin for Peer<P> {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        match Ctx::of(state, P::NAME) {
+            Ok(ctx) => self.0.filter_at(ctx, pod, node),
+            Err(s) => s,
+        }
+    }
+}
+
+impl<P: PeerPlugin> PreScorePlugin for Peer<P> {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+        _feasible: &[NodeIdx],
+    ) -> Status {
+        Ctx::keep(state, snapshot);
+        Status::success()
+    }
+}
+
+impl<P: PeerPlugin> ScorePlugin for Peer<P> {
+    fn normalizes(&self) -> bool {
+        false
+    }
+
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let ctx = Ctx::of(state, P::NAME)?;
+        Ok(self.0.score_at(ctx, pod, node))
+    }
+
+    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        self.0.explain_at(Ctx::of(state, P::NAME).ok()?, pod, node)
     }
 }
 

@@ -20,16 +20,14 @@
 //! `metricProvider` and `watcherAddress` are accepted, unused (see
 //! [`super::trimaran_tlp`]).
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
-use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::framework::Registered;
+use crate::snapshot::{NodeInfo, PodInfo};
 use crate::usage::UsageContext;
 
-use super::peers::{self, Ctx};
+use super::peers::{self};
 use super::trimaran_tlp::WINDOW_S;
 
 /// Plugin name.
@@ -116,12 +114,7 @@ impl LoadVariationRiskBalancing {
 
     /// Registers its extension points (PreScore, Score).
     pub fn register(self) -> Registered {
-        let me = Arc::new(self);
-        Registered {
-            pre_score: Some(me.clone()),
-            score: Some(me),
-            ..Registered::new(NAME)
-        }
+        peers::register(self)
     }
 
     /// CPU's and memory's statistics on `node` (`None` each without usage).
@@ -173,39 +166,16 @@ impl LoadVariationRiskBalancing {
     }
 }
 
-impl Plugin for LoadVariationRiskBalancing {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-}
+impl peers::PeerPlugin for LoadVariationRiskBalancing {
+    const NAME: &'static str = NAME;
+    const FILTERS: bool = false;
 
-impl PreScorePlugin for LoadVariationRiskBalancing {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-        _feasible: &[NodeIdx],
-    ) -> Status {
-        Ctx::keep(state, snapshot);
-        Status::success()
-    }
-}
-
-impl ScorePlugin for LoadVariationRiskBalancing {
-    fn normalizes(&self) -> bool {
-        false
+    fn score_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        self.stats(ctx, pod, node)
+            .map_or(0, |(c, m)| self.score_of(c, m))
     }
 
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let ctx = Ctx::of(state, NAME)?;
-        Ok(self
-            .stats(ctx, pod, node)
-            .map_or(0, |(c, m)| self.score_of(c, m)))
-    }
-
-    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let ctx = Ctx::of(state, NAME).ok()?;
+    fn explain_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let Some((c, m)) = self.stats(ctx, pod, node) else {
             return Some("no usage for the node: minimum score (Trimaran)".into());
         };
@@ -234,6 +204,7 @@ impl super::registry::PluginArgs for LoadVariationRiskBalancingArgs {
 mod tests {
     use super::*;
     use crate::plugins::testutil::*;
+    use crate::snapshot::Snapshot;
     use serde_json::json;
 
     /// scheduler-plugins `loadvariationriskbalancing/analysis_test.go` `TestComputeScore`,

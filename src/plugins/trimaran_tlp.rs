@@ -24,17 +24,16 @@
 //! reads unchanged, and ignored: usage comes from headroom's collectors.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
+use crate::framework::Registered;
 use crate::quantity::Quantity;
-use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::{NodeInfo, PodInfo};
 use crate::usage::UsageContext;
 
-use super::peers::{self, Ctx};
+use super::peers::{self};
 
 /// Plugin name.
 pub const NAME: &str = "TargetLoadPacking";
@@ -134,12 +133,7 @@ impl TargetLoadPacking {
 
     /// Registers its extension points (PreScore, Score).
     pub fn register(self) -> Registered {
-        let me = Arc::new(self);
-        Registered {
-            pre_score: Some(me.clone()),
-            score: Some(me),
-            ..Registered::new(NAME)
-        }
+        peers::register(self)
     }
 
     /// Trimaran's `PredictUtilisation` summed over the pod's containers, plus overhead.
@@ -187,37 +181,15 @@ impl TargetLoadPacking {
     }
 }
 
-impl Plugin for TargetLoadPacking {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-}
+impl peers::PeerPlugin for TargetLoadPacking {
+    const NAME: &'static str = NAME;
+    const FILTERS: bool = false;
 
-impl PreScorePlugin for TargetLoadPacking {
-    fn pre_score(
-        &self,
-        state: &mut CycleState,
-        _pod: &PodInfo,
-        snapshot: &Snapshot,
-        _feasible: &[NodeIdx],
-    ) -> Status {
-        Ctx::keep(state, snapshot);
-        Status::success()
-    }
-}
-
-impl ScorePlugin for TargetLoadPacking {
-    fn normalizes(&self) -> bool {
-        false
+    fn score_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        self.judge(ctx, pod, node).map_or(0, |(_, s)| s)
     }
 
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let ctx = Ctx::of(state, NAME)?;
-        Ok(self.judge(ctx, pod, node).map_or(0, |(_, s)| s))
-    }
-
-    fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let ctx = Ctx::of(state, NAME).ok()?;
+    fn explain_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         Some(match self.judge(ctx, pod, node) {
             Some((u, _)) => format!(
                 "predicted CPU {u:.1} % of capacity (15-min mean + pod + pods placed since the last sample) against target {} %",
@@ -240,6 +212,7 @@ mod tests {
     use super::*;
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
+    use crate::snapshot::Snapshot;
     use crate::usage::RecentPlacement;
     use serde_json::json;
 
