@@ -45,7 +45,6 @@ impl RealCpuFit {
 impl real_fit::RealFit for RealCpuFit {
     const NAME: &'static str = NAME;
     const RELAXED_BY_FALLBACK: bool = true;
-
     const BATCH_FROM_TABLE: bool = true;
 
     fn policy(&self) -> &UsagePolicy {

@@ -54,7 +54,6 @@ impl real_fit::RealFit for RealDiskFit {
     const NAME: &'static str = NAME;
     // The hold is a promise to other pods: never relaxed.
     const RELAXED_BY_FALLBACK: bool = false;
-
     const BATCH_FROM_TABLE: bool = false;
 
     fn policy(&self) -> &UsagePolicy {

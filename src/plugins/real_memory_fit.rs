@@ -51,7 +51,6 @@ impl RealMemoryFit {
 impl real_fit::RealFit for RealMemoryFit {
     const NAME: &'static str = NAME;
     const RELAXED_BY_FALLBACK: bool = true;
-
     const BATCH_FROM_TABLE: bool = true;
 
     fn policy(&self) -> &UsagePolicy {

@@ -3,15 +3,11 @@
 //! extender `tlsConfig`), the inspection API only for a bearer token the API server's
 //! `TokenReview` accepts and its `SubjectAccessReview` allows, probes for anyone.
 
-use std::time::Duration;
-
 use headroom::config::Config;
-use headroom::kube::serve::{ServeOptions, run};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
 use serde_json::json;
-use tokio::sync::oneshot;
 
 use super::fake::Fake;
 use super::{Running, assert_calls_allowed, namespace, node, pod};
@@ -58,25 +54,9 @@ async fn kube_listeners_authenticate_and_authorize_every_caller_but_the_probes()
         "scheduler: {{seed: 1}}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  leaderElection: {{enabled: false}}\n  reservations: {{enabled: false}}\n  security: {{clientCAFile: {}}}\n",
         ca_file.display()
     );
-    let mut opts = ServeOptions::new(Config::from_yaml(&yaml, "t").unwrap(), fake.client("a"));
-    opts.store = Some(
-        headroom_storage::Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap(),
-    );
-    let (bound_tx, bound_rx) = oneshot::channel();
-    opts.bound = Some(bound_tx);
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(run(opts, async {
-        let _ = stop_rx.await;
-    }));
-    let bound = tokio::time::timeout(Duration::from_secs(10), bound_rx)
-        .await
-        .unwrap()
-        .unwrap();
-    let s = Running {
-        bound,
-        stop,
-        handle,
-    };
+    let store =
+        headroom_storage::Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap();
+    let s = Running::start(&fake, Config::from_yaml(&yaml, "t").unwrap(), "a", store).await;
     fake.wait_for(15, "p bound", |f| f.node_of("default", "p").is_some())
         .await;
     // The serving certificate is self-signed (no certFile): the clients skip its check.
