@@ -15,7 +15,13 @@
 //! - `binpack`: fuller wins, `100 × (1 − mean(free_after))`, but a node that would fall
 //!   below the class's memory reserve scores 0;
 //! - `target`: utilisation closest to `targetPercent` wins, `100 × (1 − |u − t| /
-//!   max(t, 1 − t))` with `u = 1 − mean(free_after)`.
+//!   max(t, 1 − t))` with `u = 1 − mean(free_after)`;
+//! - `fill`: nodes fill up to `targetPercent` of their fuller resource, `u = 1 −
+//!   min(free_after)`: `100 × (0.5 + 0.5 u / t)` while `u ≤ t`, `100 × 0.5 (1 − (u − t) /
+//!   (1 − t))` past it, so a node the pod would take past the level loses to every node it
+//!   would not, and among those the emptiest wins. Small pods gather on the nodes already in
+//!   use and leave whole nodes free for builds as big as a node (and for scale-down),
+//!   while no node is aimed past the level.
 //!
 //! Pods that run until removed (services, databases: [`crate::usage::lifetime`]) follow
 //! `longRunningStrategy` when it is set, builds `strategy`. With `longRunningStrategy:
@@ -57,6 +63,9 @@ pub enum Strategy {
     Binpack,
     /// Utilisation closest to `targetPercent` wins.
     Target,
+    /// Nodes fill up to `targetPercent`, the fuller the better; past it, the emptier wins,
+    /// below every node the pod leaves at or under `targetPercent`.
+    Fill,
 }
 
 /// RealHeadroom's args (`pluginArgs.realHeadroom`).
@@ -70,7 +79,8 @@ pub struct RealHeadroomArgs {
     /// `binpack` packs them together but never beside a replica of their own workload.
     /// Default unset: as `strategy`.
     pub long_running_strategy: Option<Strategy>,
-    /// Utilisation aimed at by `target`, percent. Default `70`.
+    /// Utilisation aimed at by `target`, and the level `fill` fills nodes to, percent.
+    /// Default `70`.
     pub target_percent: f64,
     /// Weight of CPU in the mean. Default `1`.
     pub cpu_weight: f64,
@@ -175,6 +185,19 @@ impl RealHeadroom {
                 let t = self.args.target_percent / 100.0;
                 let u = 1.0 - free;
                 1.0 - (u - t).abs() / t.max(1.0 - t)
+            }
+            Strategy::Fill => {
+                let t = self.args.target_percent / 100.0;
+                // The fuller resource (of those weighed) decides: a node whose memory
+                // passes the level is full however idle its CPU.
+                let cpu = if wc > 0.0 { i.cpu() } else { 1.0 };
+                let mem = if wm > 0.0 { i.memory() } else { 1.0 };
+                let u = 1.0 - cpu.min(mem);
+                if u <= t {
+                    0.5 + 0.5 * u / t.max(f64::EPSILON)
+                } else {
+                    0.5 * (1.0 - (u - t) / (1.0 - t).max(f64::EPSILON))
+                }
             }
         };
         (s * 100.0).round().clamp(0.0, 100.0) as i64
@@ -531,6 +554,13 @@ mod tests {
         };
         // u = 0.1, 0.6, 1.0, 0.52 vs 0.7 → 1 − |u − 0.7| / 0.7.
         assert_eq!(scores(target, &p), [14, 86, 57, 74]);
+        let fill = RealHeadroomArgs {
+            strategy: Strategy::Fill,
+            ..Default::default()
+        };
+        // The fuller resource: u = 0.1, 0.6, 1.0, 1.0 (dark's CPU, by requests). Up to 0.7,
+        // 0.5 + 0.5·u/0.7; past it 0.5·(1 − (u − 0.7)/0.3).
+        assert_eq!(scores(fill, &p), [57, 93, 0, 0]);
         let mem_only = RealHeadroomArgs {
             cpu_weight: 0.0,
             ..Default::default()

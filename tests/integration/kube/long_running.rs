@@ -1,7 +1,8 @@
-//! RealHeadroom's `longRunningStrategy` under `serve`: services pack beside another
-//! workload's long-running pod, a replica keeps off its sibling's node, and a build (a pod
-//! that runs to completion) is still spread. Usage comes from a fake kubelet per node,
-//! through the collectors and analytics.
+//! RealHeadroom's strategies under `serve`: with `longRunningStrategy`, services pack
+//! beside another workload's long-running pod, a replica keeps off its sibling's node, and a
+//! build (a pod that runs to completion) is still spread; `fill` gathers pods on the node in
+//! use up to its level. Usage comes from a fake kubelet per node, through the collectors
+//! and analytics.
 
 use std::time::{Duration, Instant};
 
@@ -78,4 +79,16 @@ async fn long_running_pods_pack_apart_from_their_replicas_under_serve() {
     // Unset: every pod spread, as the builds.
     let spread = placements("", &pods[..1]).await;
     assert_eq!(spread, ["node-b"]);
+}
+
+/// `strategy: fill`: node-a (6 GiB of 16 in use) takes the pod while it stays under the
+/// level (70 %), leaving node-b (2 GiB) free; with a level of 30 % node-a would pass it,
+/// so node-b wins, as it does under `spread`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fill_gathers_pods_on_the_node_in_use_up_to_its_level_under_serve() {
+    let pods = [app_pod("build-1", "build", None, Some("Never"))];
+    let filled = placements("realHeadroom: {strategy: fill}", &pods).await;
+    assert_eq!(filled, ["node-a"]);
+    let low = placements("realHeadroom: {strategy: fill, targetPercent: 30}", &pods).await;
+    assert_eq!(low, ["node-b"]);
 }
