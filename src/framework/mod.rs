@@ -98,10 +98,7 @@ pub trait FilterPlugin: Plugin {
         snapshot: &Snapshot,
         batch: &mut NodeBatch,
     ) {
-        batch.retain(|idx| {
-            let s = self.filter(state, pod, snapshot.node(idx));
-            (!s.is_success()).then_some(s)
-        });
+        batch.retain_passing(snapshot, |node| self.filter(state, pod, node));
     }
 }
 
@@ -144,6 +141,15 @@ impl NodeBatch {
             }
         }
         self.nodes.truncate(kept);
+    }
+
+    /// Keeps the nodes `filter` passes; the others are rejected with its status (a per-node
+    /// Filter run over a batch).
+    pub fn retain_passing(&mut self, snapshot: &Snapshot, filter: impl Fn(&NodeInfo) -> Status) {
+        self.retain(|idx| {
+            let s = filter(snapshot.node(idx));
+            (!s.is_success()).then_some(s)
+        });
     }
 
     /// Rejects the nodes for which `reject` says true, all with the same `status` (the

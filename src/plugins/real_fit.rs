@@ -120,10 +120,7 @@ impl<P: RealFit> FilterPlugin for Fit<P> {
         if P::BATCH_FROM_TABLE {
             filter_batch(&self.0, state, snapshot, batch);
         } else {
-            batch.retain(|idx| {
-                let s = self.filter(state, pod, snapshot.node(idx));
-                (!s.is_success()).then_some(s)
-            });
+            batch.retain_passing(snapshot, |node| self.filter(state, pod, node));
         }
     }
 }
