@@ -3,14 +3,13 @@
 //! extender `tlsConfig`), the inspection API only for a bearer token the API server's
 //! `TokenReview` accepts and its `SubjectAccessReview` allows, probes for anyone.
 
-use headroom::config::Config;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
 use serde_json::json;
 
 use super::fake::Fake;
-use super::{Running, assert_calls_allowed, namespace, node, pod};
+use super::{assert_calls_allowed, namespace, node, pod};
 
 /// A CA, and a client certificate it signed for `cn` in group `org`: (CA PEM, cert PEM,
 /// key PEM).
@@ -54,9 +53,7 @@ async fn kube_listeners_authenticate_and_authorize_every_caller_but_the_probes()
         "scheduler: {{seed: 1}}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  leaderElection: {{enabled: false}}\n  reservations: {{enabled: false}}\n  security: {{clientCAFile: {}}}\n",
         ca_file.display()
     );
-    let store =
-        headroom_storage::Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap();
-    let s = Running::start(&fake, Config::from_yaml(&yaml, "t").unwrap(), "a", store).await;
+    let s = super::serve(&fake, &yaml, "a").await;
     fake.wait_for(15, "p bound", |f| f.node_of("default", "p").is_some())
         .await;
     // The serving certificate is self-signed (no certFile): the clients skip its check.
