@@ -406,13 +406,15 @@ impl Report {
             }),
             ("decisions/s", |r| format!("{:.0}", r.decisions_per_second)),
         ];
-        let mut header = format!("{:<26}", "");
+        // The label column as wide as the longest label, so every column lines up.
+        let width = rows.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0);
+        let mut header = format!("{:<width$}", "");
         for p in &self.policies {
             header.push_str(&format!("{:>22}", p.policy.as_str()));
         }
         let _ = writeln!(out, "{header}");
         for (label, f) in rows {
-            let mut line = format!("{label:<26}");
+            let mut line = format!("{label:<width$}");
             for p in &self.policies {
                 line.push_str(&format!("{:>22}", f(p)));
             }
