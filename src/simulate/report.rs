@@ -407,7 +407,11 @@ impl Report {
             ("decisions/s", |r| format!("{:.0}", r.decisions_per_second)),
         ];
         // The label column as wide as the longest label, so every column lines up.
-        let width = rows.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0);
+        let width = rows
+            .iter()
+            .map(|(l, _)| l.chars().count())
+            .max()
+            .unwrap_or(0);
         let mut header = format!("{:<width$}", "");
         for p in &self.policies {
             header.push_str(&format!("{:>22}", p.policy.as_str()));
