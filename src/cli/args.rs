@@ -291,6 +291,11 @@ pub struct SweepArgs {
     /// Seeds per farm, 1..=N (default: the family's `seeds`).
     #[arg(long)]
     pub seeds: Option<usize>,
+    /// Only these farms, by name, comma-separated (`alibaba-trace-19`; an included
+    /// scenario by its file's stem): to judge a farm on more seeds than the family's
+    /// (`--only NAME --seeds 20`). Default: every farm.
+    #[arg(long, value_delimiter = ',', value_name = "FARM")]
+    pub only: Vec<String>,
     /// Simulations at once (default: the number of CPUs).
     #[arg(long)]
     pub jobs: Option<usize>,

@@ -35,6 +35,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
     let mut options = SweepOptions {
         farms: a.farms,
         seeds: a.seeds,
+        only: a.only.clone(),
         policies,
         act_on_advice: a.act_on_advice,
         progress: true,
@@ -45,7 +46,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
     }
     let base = a.family.parent().unwrap_or(Path::new("."));
     if let Some(dir) = &a.write_farms {
-        return write_farms(family, a.farms, base, dir);
+        return write_farms(family, &options, base, dir);
     }
     let report = crate::simulate::sweep::run(&family, base, &config, &options)?;
     match a.output {
@@ -69,18 +70,15 @@ pub(crate) fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--write-farms DIR`: writes every farm's scenario (`<farm>.yaml`, `farms` of them when
-/// given) into `dir` and prints each path, without running them.
+/// `--write-farms DIR`: writes the farms the sweep would run (`--farms`, `--only`) into
+/// `dir` as `<farm>.yaml` and prints each path, without running them.
 fn write_farms(
-    mut family: Family,
-    farms: Option<usize>,
+    family: Family,
+    options: &SweepOptions,
     base: &Path,
     dir: &Path,
 ) -> Result<ExitCode, CliError> {
-    if let Some(n) = farms {
-        family.farms = n;
-    }
-    for farm in family.farms(base)? {
+    for farm in crate::simulate::sweep::farms(&family, base, options)? {
         let path = dir.join(format!("{}.yaml", farm.name));
         let written = serde_norway::to_string(&farm.scenario)
             .map_err(|e| e.to_string())

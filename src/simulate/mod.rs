@@ -57,6 +57,14 @@ pub enum Error {
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// `sweep --only` named a farm the family does not have.
+    #[error("--only: the family has no farm {name:?}; its farms: {known}")]
+    UnknownFarm {
+        /// The name asked for.
+        name: String,
+        /// The family's farm names, comma-separated.
+        known: String,
+    },
 }
 
 /// Which scheduling policy a run uses.

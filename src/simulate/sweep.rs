@@ -28,6 +28,8 @@ pub struct SweepOptions {
     pub farms: Option<usize>,
     /// Seeds per farm, `1..=seeds` (default: the family's `seeds`).
     pub seeds: Option<usize>,
+    /// Only the farms of these names, in the family's order (empty: every farm).
+    pub only: Vec<String>,
     /// Simulations running at once. Default: the machine's parallelism.
     pub jobs: usize,
     /// Policies, each on the same arrivals.
@@ -43,6 +45,7 @@ impl Default for SweepOptions {
         SweepOptions {
             farms: None,
             seeds: None,
+            only: Vec::new(),
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             policies: vec![Policy::Headroom, Policy::Requests],
             act_on_advice: false,
@@ -289,7 +292,36 @@ pub struct SweepReport {
     pub runs: Vec<RunResult>,
 }
 
-/// Runs every farm of `family` (included scenario paths relative to `base`) × seeds ×
+/// The farms a sweep runs: the family's (`options.farms` of the generated ones when set,
+/// then the included scenarios), only those named in `options.only` when it is not empty.
+/// A name no farm has is an error that lists the farms there are.
+pub fn farms(family: &Family, base: &Path, options: &SweepOptions) -> Result<Vec<Farm>, Error> {
+    let mut family = family.clone();
+    if let Some(n) = options.farms {
+        family.farms = n;
+    }
+    let all = family.farms(base)?;
+    if options.only.is_empty() {
+        return Ok(all);
+    }
+    if let Some(name) = options
+        .only
+        .iter()
+        .find(|n| !all.iter().any(|f| &f.name == *n))
+    {
+        let names: Vec<&str> = all.iter().map(|f| f.name.as_str()).collect();
+        return Err(Error::UnknownFarm {
+            name: name.clone(),
+            known: names.join(", "),
+        });
+    }
+    Ok(all
+        .into_iter()
+        .filter(|f| options.only.contains(&f.name))
+        .collect())
+}
+
+/// Runs the farms of `family` ([`farms`]; included scenario paths relative to `base`) × seeds ×
 /// policies with `config`.
 pub fn run(
     family: &Family,
@@ -298,12 +330,8 @@ pub fn run(
     options: &SweepOptions,
 ) -> Result<SweepReport, Error> {
     let started = Instant::now();
-    let mut family = family.clone();
-    if let Some(n) = options.farms {
-        family.farms = n;
-    }
     let seeds = options.seeds.unwrap_or(family.seeds).max(1);
-    let farms = family.farms(base)?;
+    let farms = farms(family, base, options)?;
     let jobs: VecDeque<(usize, u64)> = (0..farms.len())
         .flat_map(|f| (1..=seeds as u64).map(move |s| (f, s)))
         .collect();

@@ -573,18 +573,86 @@ fn trace_family_farms_run_alone() {
     assert!(r["arrived"].as_f64().unwrap() > 0.0, "{r}");
     assert_eq!(r["pendingEnd"].as_f64(), Some(0.0), "{r}");
 
+    // One farm on more seeds than the family's (`--only`), as a near miss is judged: the
+    // second farm alone, two seeds, the same numbers for its seed 1 as `simulate` gives.
+    let family = family.to_str().unwrap();
+    let o = run(&[
+        "sweep", family, "--only", "trace-02", "--seeds", "2", "--policy", "requests", "--config",
+        &config, "--output", "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["farms"].as_u64(), v["seeds"].as_u64()),
+        (Some(1), Some(2)),
+        "{v}"
+    );
+    assert_eq!(v["simulations"], 2, "{v}");
+    assert_eq!(v["farmSummaries"][0]["name"], "trace-02", "{v}");
+    let alone = simulate_json(&[
+        farms.join("trace-02.yaml").to_str().unwrap(),
+        "--policy",
+        "requests",
+        "--config",
+        &config,
+    ]);
+    let seed1 = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["seed"] == 1)
+        .unwrap_or_else(|| panic!("no seed 1 in {}", v["runs"]));
+    assert_eq!(
+        seed1["policies"][0]["arrived"], alone["policies"][0]["arrived"],
+        "{seed1}"
+    );
+    // `--write-farms` writes the same selection; a name the family lacks is refused
+    // (exit 2), naming it and the farms there are.
+    let only = dir.path().join("only");
+    let o = run(&[
+        "sweep",
+        family,
+        "--only",
+        "trace-02",
+        "--write-farms",
+        only.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let written: Vec<_> = std::fs::read_dir(&only)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(written, ["trace-02.yaml"]);
+    let o = run(&["sweep", family, "--only", "trace-02,trace-9"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--only") && err.contains("\"trace-9\"") && err.contains("trace-01, trace-02"),
+        "{err}"
+    );
+
     // A curve with a negative load: exit 2, naming the field, the file and the line.
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "# a comment\nseconds,load\n0,1\n300,-1\n").unwrap();
     std::fs::write(
-        &family,
+        family,
         format!(
             "name: trace\nbuilders: {{loadCurve: {{file: {}}}}}\n",
             bad.display()
         ),
     )
     .unwrap();
-    let o = run(&["sweep", family.to_str().unwrap()]);
+    let o = run(&["sweep", family]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
