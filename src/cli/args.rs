@@ -293,7 +293,8 @@ pub struct SweepArgs {
     pub seeds: Option<usize>,
     /// Only these farms, by name, comma-separated (`alibaba-trace-19`; an included
     /// scenario by its file's stem): to judge a farm on more seeds than the family's
-    /// (`--only NAME --seeds 20`). Default: every farm.
+    /// (`--only NAME --seeds 20`; the targets' family means are then over these farms).
+    /// Default: every farm.
     #[arg(long, value_delimiter = ',', value_name = "FARM")]
     pub only: Vec<String>,
     /// Simulations at once (default: the number of CPUs).
