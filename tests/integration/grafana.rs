@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{headroom, repo};
+use super::{repo, simulate_serving};
 
 /// What `$__rate_interval` and friends become: Prometheus scrapes every second here, so a
 /// 10 s rate window always holds several samples (Grafana would pick 4 × scrape interval).
@@ -44,44 +44,23 @@ impl Drop for Simulation {
 /// Starts the full CI-farm simulation with the API on `listen` and waits for the address it
 /// prints.
 fn spawn_simulation(listen: &str) -> Simulation {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("fast.yaml");
     std::fs::write(&config, "analytics: {refreshInterval: 1m}\n").unwrap();
-    let mut child = headroom()
-        .args([
-            "simulate",
-            repo("examples/ci-farm.yaml").to_str().unwrap(),
-            "--policy",
-            "headroom",
-            "--config",
-            config.to_str().unwrap(),
-            "--serve",
-            listen,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        if err.read_line(&mut line).unwrap() == 0 {
-            panic!("simulate --serve exited without printing its address");
-        }
-        if let Some(a) = line
-            .trim()
-            .strip_prefix("serving the inspection API on http://")
-        {
-            break a.to_string();
-        }
-    };
+    let farm = repo("examples/ci-farm.yaml");
+    let args = [
+        farm.to_str().unwrap(),
+        "--policy",
+        "headroom",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let (child, url, mut err) = simulate_serving(&args, listen);
     // Keep draining stderr (the progress and the report) so the child never blocks on it.
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
     Simulation {
         child,
-        addr,
+        addr: url.trim_start_matches("http://").to_string(),
         _dir: dir,
     }
 }

@@ -14,8 +14,9 @@ mod simulate;
 mod spreading;
 mod usage;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
 
 /// The `headroom` binary under test: cargo's, or `HEADROOM_TEST_BIN` when set (several
 /// checkouts sharing one target directory overwrite each other's `target/debug/headroom`;
@@ -43,4 +44,30 @@ pub fn write(dir: impl AsRef<Path>, name: &str, text: impl AsRef<[u8]>) -> Strin
     let p = dir.as_ref().join(name);
     std::fs::write(&p, text).unwrap();
     p.to_str().unwrap().to_string()
+}
+
+/// Starts `headroom simulate ARGS --serve LISTEN` and reads its stderr up to the line with
+/// the inspection API's address: the child, that address (`http://HOST:PORT`) and the rest
+/// of its stderr (the caller reads on or drains it, so the child never blocks writing).
+pub fn simulate_serving(args: &[&str], listen: &str) -> (Child, String, BufReader<ChildStderr>) {
+    let mut child = headroom()
+        .arg("simulate")
+        .args(args)
+        .args(["--serve", listen])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            panic!("simulate --serve exited without printing its address");
+        }
+        if let Some(a) = line.trim().strip_prefix("serving the inspection API on ") {
+            break a.to_string();
+        }
+    };
+    (child, addr, err)
 }

@@ -2,13 +2,12 @@
 //! baseline, determinism, seed 002's reservation scenario inspected through `--serve`, and
 //! bad scenarios.
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
+use std::io::BufRead;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{headroom, repo, run};
+use super::{repo, run, simulate_serving};
 
 fn fast_config(dir: &tempfile::TempDir) -> String {
     // The usage view every simulated minute instead of every 15 s: the same decisions
@@ -194,33 +193,16 @@ struct Serving {
 impl Serving {
     /// Starts the simulation and waits until it is done (its stderr says so).
     fn start(scenario: &str) -> Serving {
-        let mut child = headroom()
-            .args(["simulate", scenario, "--serve", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut addr = None;
+        let (child, addr, mut err) = simulate_serving(&[scenario], "127.0.0.1:0");
         let mut line = String::new();
-        while err.read_line(&mut line).unwrap() > 0 {
-            if let Some(a) = line.trim().strip_prefix("serving the inspection API on ") {
-                addr = Some(a.to_string());
-            }
-            if line.contains("simulation done") {
-                break;
-            }
+        while err.read_line(&mut line).unwrap() > 0 && !line.contains("simulation done") {
             line.clear();
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        Serving {
-            child,
-            addr: addr.expect("the API address is printed"),
-            rt,
-        }
+        Serving { child, addr, rt }
     }
 
     /// GET `path`: the status and the body.
