@@ -225,6 +225,11 @@ pub struct FarmSummary {
     pub arrived: f64,
     /// Policy → metric → mean over seeds.
     pub policies: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Policy → metric → the value of each seed, in the same seed order for every policy
+    /// (a seed's runs share their arrivals), for the targets' paired comparisons. Not
+    /// serialised: `runs` holds the same values.
+    #[serde(skip)]
+    pub seeds: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
 }
 
 impl FarmSummary {
@@ -235,6 +240,15 @@ impl FarmSummary {
             .and_then(|m| m.get(metric))
             .copied()
             .unwrap_or(0.0)
+    }
+
+    /// A policy's values of a metric, one per seed (empty when the policy or metric is
+    /// absent).
+    pub fn per_seed(&self, policy: &str, metric: &str) -> &[f64] {
+        self.seeds
+            .get(policy)
+            .and_then(|m| m.get(metric))
+            .map_or(&[], Vec::as_slice)
     }
 }
 
@@ -445,16 +459,20 @@ fn summarise(
             .map(|(_, _, r)| r)
             .collect();
         let mut per_policy = BTreeMap::new();
+        let mut per_seed = BTreeMap::new();
         for p in &policies {
             let reports: Vec<&PolicyReport> = runs
                 .iter()
                 .filter_map(|r| r.policies.iter().find(|x| x.policy.as_str() == p))
                 .collect();
             let mut m = BTreeMap::new();
+            let mut seeds = BTreeMap::new();
             for metric in METRICS {
                 let v: Vec<f64> = reports.iter().map(|r| (metric.get)(r)).collect();
                 m.insert(metric.key.to_string(), mean(&v));
+                seeds.insert(metric.key.to_string(), v);
             }
+            per_seed.insert(p.clone(), seeds);
             let lost = reports.iter().filter(|r| !r.no_pod_lost()).count();
             m.insert("runsWithPodsUnaccounted".into(), lost as f64);
             per_policy.insert(p.clone(), m);
@@ -475,6 +493,7 @@ fn summarise(
             hours: farm.scenario.duration.as_secs_f64() / 3600.0,
             arrived: mean(&arrived),
             policies: per_policy,
+            seeds: per_seed,
         });
     }
     let mut metrics = Vec::new();
@@ -559,6 +578,18 @@ impl Targets<'_> {
     fn r(f: &FarmSummary, k: &str) -> f64 {
         f.value("requests", k)
     }
+    /// How far headroom's seeds are past `bound` of the same seed's value of `k` under
+    /// `other` ([`excess`]).
+    fn excess_over(
+        f: &FarmSummary,
+        k: &str,
+        other: &str,
+        bound: impl Fn(f64) -> f64,
+        show: impl Fn(f64) -> String,
+    ) -> String {
+        let bounds: Vec<f64> = f.per_seed(other, k).iter().map(|&v| bound(v)).collect();
+        excess(f.per_seed("headroom", k), &bounds, show)
+    }
     fn n(&self) -> f64 {
         self.0.len().max(1) as f64
     }
@@ -611,7 +642,8 @@ impl Targets<'_> {
                 |f| Self::h(f, k) <= best(f, k).0 + 1e-9,
                 |f| {
                     let (v, p) = best(f, k);
-                    format!("{} vs {} ({p})", show(Self::h(f, k)), show(v))
+                    let by = Self::excess_over(f, k, p, |b| b, show);
+                    format!("{} vs {} ({p}){by}", show(Self::h(f, k)), show(v))
                 },
             );
             let peers_sum: f64 = self.0.iter().map(|f| best(f, k).0).sum();
@@ -660,7 +692,10 @@ impl Targets<'_> {
         let k = "nodeHoursMemoryAbove90";
         let bad = self.misses(
             |f| Self::h(f, k) <= Self::r(f, k) / 2.0 + 1e-9,
-            |f| format!("{:.2} h vs {:.2} h", Self::h(f, k), Self::r(f, k)),
+            |f| {
+                let by = Self::excess_over(f, k, "requests", |r| r / 2.0, |v| format!("{v:.2} h"));
+                format!("{:.2} h vs {:.2} h{by}", Self::h(f, k), Self::r(f, k))
+            },
         );
         let (h, r) = self.sums(k);
         TargetResult {
@@ -678,7 +713,10 @@ impl Targets<'_> {
         let k = "oomKills";
         let bad = self.misses(
             |f| Self::h(f, k) <= Self::r(f, k) + 1e-9,
-            |f| format!("{:.1} vs {:.1}", Self::h(f, k), Self::r(f, k)),
+            |f| {
+                let by = Self::excess_over(f, k, "requests", |r| r, |v| format!("{v:.2}"));
+                format!("{:.1} vs {:.1}{by}", Self::h(f, k), Self::r(f, k))
+            },
         );
         let (h, r) = self.sums(k);
         TargetResult {
@@ -708,7 +746,11 @@ impl Targets<'_> {
         let bound = |f: &FarmSummary| 1.1 * Self::r(f, k) + 5.0;
         let bad = self.misses(
             |f| Self::h(f, k) <= bound(f) + 1e-9,
-            |f| format!("{:.0} s vs {:.0} s", Self::h(f, k), Self::r(f, k)),
+            |f| {
+                let by =
+                    Self::excess_over(f, k, "requests", |r| 1.1 * r + 5.0, |v| format!("{v:.0} s"));
+                format!("{:.0} s vs {:.0} s{by}", Self::h(f, k), Self::r(f, k))
+            },
         );
         let worst_excess = self
             .0
@@ -751,6 +793,21 @@ fn lost_or_pending(farms: &[FarmSummary], results: &[(usize, u64, Report)]) -> T
             none_or(&pending, ", ")
         ),
     }
+}
+
+/// How far headroom's values `h` are past their `bound`s, seed by seed (both in seed
+/// order), as ` (by M ± SE over N seeds)`: the mean excess and its standard error. A miss
+/// by less than about twice its standard error is within the seeds' own variation, and
+/// more seeds (`sweep --only FARM --seeds N`) tell. Empty with fewer than two seeds.
+fn excess(h: &[f64], bound: &[f64], show: impl Fn(f64) -> String) -> String {
+    let d: Vec<f64> = h.iter().zip(bound).map(|(a, b)| a - b).collect();
+    if d.len() < 2 {
+        return String::new();
+    }
+    let m = mean(&d);
+    let var = d.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (d.len() - 1) as f64;
+    let se = (var / d.len() as f64).sqrt();
+    format!(" (by {} ± {} over {} seeds)", show(m), show(se), d.len())
 }
 
 /// `none`, or the items joined by `sep`.
@@ -933,7 +990,37 @@ mod tests {
                     (p.to_string(), m)
                 })
                 .collect(),
+            seeds: BTreeMap::new(),
         }
+    }
+
+    /// A miss says by how much, seed by seed against the same seed's bound, with the
+    /// standard error: here headroom's hot node-hours exceed half the baseline's by 0.5,
+    /// 1.5 and 2.5 h on the three seeds (mean 1.5, sd 1, s.e. 1/√3).
+    #[test]
+    fn a_miss_gives_its_excess_over_the_seeds() {
+        let k = "nodeHoursMemoryAbove90";
+        let mut f = farm("a", &[("headroom", 2.0, 0.0), ("requests", 1.0, 0.0)]);
+        f.seeds = BTreeMap::from([
+            (
+                "headroom".into(),
+                BTreeMap::from([(k.into(), vec![1.0, 2.0, 3.0])]),
+            ),
+            (
+                "requests".into(),
+                BTreeMap::from([(k.into(), vec![1.0, 1.0, 1.0])]),
+            ),
+        ]);
+        let t = Targets(std::slice::from_ref(&f)).hot_memory();
+        assert!(!t.met);
+        assert!(
+            t.detail
+                .contains("farms missing: a 2.00 h vs 1.00 h (by 1.50 h ± 0.58 h over 3 seeds)"),
+            "{}",
+            t.detail
+        );
+        // One seed: no spread to judge by, nothing added.
+        assert_eq!(excess(&[2.0], &[0.5], |v| format!("{v}")), "");
     }
 
     /// Issue #21's targets compare headroom with the best peer of each farm, name the farm
