@@ -33,6 +33,19 @@ pub fn run(args: &[&str]) -> Output {
     headroom().args(args).output().expect("run headroom")
 }
 
+/// Runs `headroom` with args and checks it exits 0 (its stderr in the failure).
+pub fn run_ok(args: &[&str]) -> Output {
+    let o = run(args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "headroom {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
 /// A path under the repository root.
 pub fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{repo, run, simulate_serving};
+use super::{repo, run, run_ok, simulate_serving};
 
 fn fast_config(dir: &tempfile::TempDir) -> String {
     // The usage view every simulated minute instead of every 15 s: the same decisions
@@ -473,15 +473,9 @@ fn sweep_small_family_meets_the_targets() {
 
     // The farms themselves, for `headroom simulate`.
     let farms = dir.path().join("farms");
-    let o = run(&["sweep", family, "--write-farms", farms.to_str().unwrap()]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    run_ok(&["sweep", family, "--write-farms", farms.to_str().unwrap()]);
     let first = farms.join("small-01.yaml");
-    let o = run(&[
+    run_ok(&[
         "simulate",
         first.to_str().unwrap(),
         "--policy",
@@ -489,12 +483,6 @@ fn sweep_small_family_meets_the_targets() {
         "--config",
         &config,
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
 
     // A bad family: exit 2, naming the field.
     let bad = dir.path().join("bad.yaml");
@@ -525,18 +513,12 @@ fn trace_family_farms_run_alone() {
     )
     .unwrap();
     let farms = dir.path().join("farms");
-    let o = run(&[
+    run_ok(&[
         "sweep",
         family.to_str().unwrap(),
         "--write-farms",
         farms.to_str().unwrap(),
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
     let first = farms.join("trace-01.yaml");
     let text = std::fs::read_to_string(&first).unwrap();
     assert!(
@@ -558,16 +540,10 @@ fn trace_family_farms_run_alone() {
     // One farm on more seeds than the family's (`--only`), as a near miss is judged: the
     // second farm alone, two seeds, the same numbers for its seed 1 as `simulate` gives.
     let family = family.to_str().unwrap();
-    let o = run(&[
+    let o = run_ok(&[
         "sweep", family, "--only", "trace-02", "--seeds", "2", "--policy", "requests", "--config",
         &config, "--output", "json",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
         (v["farms"].as_u64(), v["seeds"].as_u64()),
@@ -596,7 +572,7 @@ fn trace_family_farms_run_alone() {
     // `--write-farms` writes the same selection; a name the family lacks is refused
     // (exit 2), naming it and the farms there are.
     let only = dir.path().join("only");
-    let o = run(&[
+    run_ok(&[
         "sweep",
         family,
         "--only",
@@ -604,12 +580,6 @@ fn trace_family_farms_run_alone() {
         "--write-farms",
         only.to_str().unwrap(),
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
     let written: Vec<_> = std::fs::read_dir(&only)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -792,7 +762,7 @@ fn a_second_simulation_on_the_same_data_dir_appends() {
     let data = dir.path().join("store");
     let scenario = repo("examples/reservations.yaml");
     for _ in 0..2 {
-        let o = run(&[
+        run_ok(&[
             "simulate",
             scenario.to_str().unwrap(),
             "--data-dir",
@@ -800,12 +770,6 @@ fn a_second_simulation_on_the_same_data_dir_appends() {
             "--output",
             "json",
         ]);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
     }
     let o = run(&[
         "series",
