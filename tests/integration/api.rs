@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
-use super::run;
+use super::{run, run_ok};
 
 /// Nodes in the demo cluster; the last one never reports usage (a stale node).
 pub const DEMO_NODES: usize = 6;
@@ -740,14 +740,8 @@ fn api_explain_cli_prints_text_and_json_with_exit_codes() {
     let demo = spawn_demo_server();
     let url = demo.url();
 
-    let o = run(&["explain", "ci/build-a-0", "--server", &url]);
+    let o = run_ok(&["explain", "ci/build-a-0", "--server", &url]);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
     assert!(
         stdout.contains("pod ci/build-a-0 (profile headroom)"),
         "{stdout}"

@@ -18,14 +18,7 @@ fn fast_config(dir: &tempfile::TempDir) -> String {
 fn simulate_json(args: &[&str]) -> Value {
     let mut all = vec!["simulate", "--output", "json"];
     all.extend_from_slice(args);
-    let o = run(&all);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
+    serde_json::from_slice(&run_ok(&all).stdout).unwrap()
 }
 
 /// The CI-farm quality bar (issue #6) on the small variant, on the mean of four seeds (one
