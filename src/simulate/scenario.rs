@@ -1274,6 +1274,13 @@ mod tests {
                 "nodes: [{count: 1, cpu: [1]}]\n".to_string(),
                 "x.yaml: nodes[0].cpu: invalid type: sequence, expected a quantity",
             ),
+        ];
+        assert_rejected(&cases);
+    }
+
+    #[test]
+    fn load_curve_values_are_rejected_at_load() {
+        let cases: Vec<(String, &str)> = vec![
             (
                 workload(", loadCurve: {points: []}"),
                 "x.yaml: workloads[0].loadCurve.points: must be between 2 and 100000 points, got 0 points",
@@ -1311,7 +1318,12 @@ mod tests {
                 "x.yaml: workloads[0].loadCurve: set either dailyCycle or loadCurve, not both",
             ),
         ];
-        for (text, want) in &cases {
+        assert_rejected(&cases);
+    }
+
+    /// Each text fails to load with an error starting with its wanted line, and a short one.
+    fn assert_rejected(cases: &[(String, &str)]) {
+        for (text, want) in cases {
             let e = errors(text);
             assert!(
                 e.starts_with(want),
