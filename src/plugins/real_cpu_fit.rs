@@ -5,13 +5,11 @@
 //! default because CPU is compressible: an over-busy node slows pods down but kills none,
 //! and RealHeadroom already steers pods away from it. Turn it on where latency matters.
 
-use std::sync::Arc;
-
 use crate::framework::{Registered, Status};
 use crate::snapshot::NodeInfo;
 use crate::usage::node::degraded_status;
 use crate::usage::policy::Class;
-use crate::usage::{CycleUsage, NodeReal, UsagePolicy};
+use crate::usage::{CycleUsage, NodeReal};
 
 use super::{PluginDeps, real_fit};
 
@@ -23,16 +21,14 @@ pub const REASON: &str = "node(s) had too high real CPU utilisation";
 /// The RealCpuFit plugin; the threshold comes from the pod's class.
 #[derive(Debug)]
 pub struct RealCpuFit {
-    policy: Arc<UsagePolicy>,
-    identity: headroom_collectors::IdentityConfig,
+    deps: real_fit::FitDeps,
 }
 
 impl RealCpuFit {
     /// Creates the plugin.
     pub fn new(deps: &PluginDeps) -> Self {
         RealCpuFit {
-            policy: deps.policy.clone(),
-            identity: deps.identity.clone(),
+            deps: real_fit::FitDeps::of(deps),
         }
     }
 
@@ -47,12 +43,8 @@ impl real_fit::RealFit for RealCpuFit {
     const RELAXED_BY_FALLBACK: bool = true;
     const BATCH_FROM_TABLE: bool = true;
 
-    fn policy(&self) -> &UsagePolicy {
-        &self.policy
-    }
-
-    fn identity(&self) -> &headroom_collectors::IdentityConfig {
-        &self.identity
+    fn fit_deps(&self) -> &real_fit::FitDeps {
+        &self.deps
     }
 
     fn enabled(class: &Class) -> bool {
@@ -64,7 +56,7 @@ impl real_fit::RealFit for RealCpuFit {
     fn check(&self, u: &CycleUsage, real: &NodeReal, _node: &NodeInfo, explain: bool) -> Status {
         if !real.freshness.is_fresh() {
             return degraded_status(
-                &self.policy,
+                &self.deps.policy,
                 || format!("CPU usage {}", real.freshness.describe()),
                 explain,
             );

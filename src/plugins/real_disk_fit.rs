@@ -9,15 +9,13 @@
 //! follows `usage.onStale`. Only pods whose class enables it are checked (default: pods
 //! with `headroom.io/service` = mysql or pika).
 
-use std::sync::Arc;
-
 use crate::framework::{Registered, Status};
 use crate::quantity::format_bytes;
 use crate::snapshot::NodeInfo;
 use crate::usage::node::degraded_status;
 use crate::usage::policy::Class;
 use crate::usage::predict::disk_of;
-use crate::usage::{CycleUsage, DiskSource, NodeReal, UsagePolicy};
+use crate::usage::{CycleUsage, DiskSource, NodeReal};
 
 use super::{PluginDeps, real_fit};
 
@@ -31,16 +29,14 @@ pub const REASON_FREE: &str = "node(s) didn't have enough real free disk";
 /// The RealDiskFit plugin; hold settings come from the pod's class.
 #[derive(Debug)]
 pub struct RealDiskFit {
-    policy: Arc<UsagePolicy>,
-    identity: headroom_collectors::IdentityConfig,
+    deps: real_fit::FitDeps,
 }
 
 impl RealDiskFit {
     /// Creates the plugin.
     pub fn new(deps: &PluginDeps) -> Self {
         RealDiskFit {
-            policy: deps.policy.clone(),
-            identity: deps.identity.clone(),
+            deps: real_fit::FitDeps::of(deps),
         }
     }
 
@@ -56,12 +52,8 @@ impl real_fit::RealFit for RealDiskFit {
     const RELAXED_BY_FALLBACK: bool = false;
     const BATCH_FROM_TABLE: bool = false;
 
-    fn policy(&self) -> &UsagePolicy {
-        &self.policy
-    }
-
-    fn identity(&self) -> &headroom_collectors::IdentityConfig {
-        &self.identity
+    fn fit_deps(&self) -> &real_fit::FitDeps {
+        &self.deps
     }
 
     fn enabled(class: &Class) -> bool {
@@ -73,7 +65,7 @@ impl real_fit::RealFit for RealDiskFit {
     fn check(&self, u: &CycleUsage, real: &NodeReal, node: &NodeInfo, explain: bool) -> Status {
         let Some(disk) = real.disk else {
             return degraded_status(
-                &self.policy,
+                &self.deps.policy,
                 || "no disk metrics and no headroom.io/disk-total/disk-free annotations".into(),
                 explain,
             );
@@ -128,7 +120,9 @@ mod tests {
     use crate::framework::Code;
     use crate::plugins::testutil::*;
     use crate::snapshot::{PodInfo, Snapshot};
+    use crate::usage::UsagePolicy;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn plugin(policy: UsagePolicy) -> Registered {
         let deps = PluginDeps {

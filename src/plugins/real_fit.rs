@@ -24,6 +24,26 @@ use crate::usage::{
     CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
 };
 
+/// What every real fit holds from the plugins' dependencies: the usage policy and the
+/// builder identity settings its pod's prediction is looked up with.
+#[derive(Debug)]
+pub(super) struct FitDeps {
+    /// The usage policy (staleness, onStale, classes).
+    pub(super) policy: Arc<UsagePolicy>,
+    /// The builder identity settings.
+    pub(super) identity: headroom_collectors::IdentityConfig,
+}
+
+impl FitDeps {
+    /// Taken from the plugins' dependencies.
+    pub(super) fn of(deps: &super::PluginDeps) -> FitDeps {
+        FitDeps {
+            policy: deps.policy.clone(),
+            identity: deps.identity.clone(),
+        }
+    }
+}
+
 /// A real-usage filter: its name, its policy and its verdict on one node's real state.
 pub(super) trait RealFit: std::fmt::Debug + Send + Sync + 'static {
     /// The plugin name (in the error when PreFilter did not run).
@@ -34,10 +54,16 @@ pub(super) trait RealFit: std::fmt::Debug + Send + Sync + 'static {
     /// nodes can be judged from the snapshot's node table ([`filter_batch`]); RealDiskFit's
     /// falls back to the node's annotations instead.
     const BATCH_FROM_TABLE: bool;
+    /// What every real fit reads the cycle's usage with.
+    fn fit_deps(&self) -> &FitDeps;
     /// The usage policy (staleness, onStale).
-    fn policy(&self) -> &UsagePolicy;
+    fn policy(&self) -> &UsagePolicy {
+        &self.fit_deps().policy
+    }
     /// The builder identity settings the pod's prediction is looked up with.
-    fn identity(&self) -> &headroom_collectors::IdentityConfig;
+    fn identity(&self) -> &headroom_collectors::IdentityConfig {
+        &self.fit_deps().identity
+    }
     /// Whether the pod's class turns this filter on (else PreFilter skips it).
     fn enabled(class: &Class) -> bool;
     /// PreFilter's own work once the pod's usage is known (RealMemoryFit: where else the

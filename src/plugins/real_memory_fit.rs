@@ -7,8 +7,6 @@
 //! its newest sample, `pod_predicted` the pod's prediction (profile, annotation or request).
 //! Nodes with stale or missing usage follow `usage.onStale`.
 
-use std::sync::Arc;
-
 use crate::framework::{CycleState, Registered, Status};
 use crate::quantity::format_bytes;
 use crate::snapshot::{NodeInfo, Snapshot};
@@ -26,8 +24,7 @@ pub const REASON: &str = "node(s) didn't have enough real free memory";
 /// The RealMemoryFit plugin. Its settings come from the `usage` section (class reserves).
 #[derive(Debug)]
 pub struct RealMemoryFit {
-    policy: Arc<UsagePolicy>,
-    identity: headroom_collectors::IdentityConfig,
+    deps: real_fit::FitDeps,
     /// `usage.memoryRiskPercent` as a normal quantile, when the risk-based fit is on.
     risk_z: Option<f64>,
 }
@@ -36,8 +33,7 @@ impl RealMemoryFit {
     /// Creates the plugin.
     pub fn new(deps: &PluginDeps) -> Self {
         RealMemoryFit {
-            policy: deps.policy.clone(),
-            identity: deps.identity.clone(),
+            deps: real_fit::FitDeps::of(deps),
             risk_z: deps.policy.memory_risk_z(),
         }
     }
@@ -53,12 +49,8 @@ impl real_fit::RealFit for RealMemoryFit {
     const RELAXED_BY_FALLBACK: bool = true;
     const BATCH_FROM_TABLE: bool = true;
 
-    fn policy(&self) -> &UsagePolicy {
-        &self.policy
-    }
-
-    fn identity(&self) -> &headroom_collectors::IdentityConfig {
-        &self.identity
+    fn fit_deps(&self) -> &real_fit::FitDeps {
+        &self.deps
     }
 
     fn enabled(class: &Class) -> bool {
@@ -69,7 +61,7 @@ impl real_fit::RealFit for RealMemoryFit {
     /// (read by [`RealFit::fallback_check`](real_fit::RealFit::fallback_check)).
     fn pre_filter_with(&self, state: &mut CycleState, u: &CycleUsage, snapshot: &Snapshot) {
         if crate::usage::fallback_active(state) {
-            let room = room_elsewhere(u, snapshot, &self.policy);
+            let room = room_elsewhere(u, snapshot, &self.deps.policy);
             state.write(RoomElsewhere(room));
         }
     }
@@ -79,7 +71,7 @@ impl real_fit::RealFit for RealMemoryFit {
     fn check(&self, u: &CycleUsage, real: &NodeReal, _node: &NodeInfo, explain: bool) -> Status {
         if !real.freshness.is_fresh() {
             return degraded_status(
-                &self.policy,
+                &self.deps.policy,
                 || format!("memory usage {}", real.freshness.describe()),
                 explain,
             );
@@ -159,7 +151,7 @@ impl RealMemoryFit {
         s.with_detail(format!(
             "memory risk {:.1} % > target {} %: expected {} ± {} (sd) against {} ({:.0} % of {}, class {}); {}; {}",
             demand.exceed_probability(limit) * 100.0,
-            self.policy.memory_risk_percent.unwrap_or_default(),
+            self.deps.policy.memory_risk_percent.unwrap_or_default(),
             format_bytes(demand.mean as i64),
             format_bytes(demand.sd() as i64),
             format_bytes(limit as i64),
@@ -199,7 +191,9 @@ mod tests {
     use crate::plugins::testutil::*;
     use crate::snapshot::PodInfo;
     use crate::usage::RecentPlacement;
+    use crate::usage::UsagePolicy;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn plugin(policy: UsagePolicy) -> Registered {
         let deps = PluginDeps {
