@@ -57,6 +57,10 @@ pub struct PolicyReport {
     pub memory_util_p95: f64,
     /// Node-hours above 90 % real memory.
     pub node_hours_memory_above_90: f64,
+    /// Of those, the node-hours in which the node's largest pod with the node's system
+    /// memory alone passes 90 %: wherever the other pods had gone, that node was above 90 %
+    /// (and on a farm of equal nodes so was any node that pod could have gone to).
+    pub node_hours_memory_above_90_one_pod: f64,
     /// Mean over steps of (p95 − p50) of real memory utilisation across nodes.
     pub memory_spread_p95_minus_p50: f64,
     /// Builder placements of a builder that ran before.
@@ -118,6 +122,8 @@ pub struct PolicyReport {
     #[serde(skip)]
     hot_ms: i64,
     #[serde(skip)]
+    hot_one_pod_ms: i64,
+    #[serde(skip)]
     spreads: Vec<f64>,
     #[serde(skip)]
     tick_mem: (f64, usize),
@@ -165,6 +171,7 @@ impl PolicyReport {
             memory_util_mean: 0.0,
             memory_util_p95: 0.0,
             node_hours_memory_above_90: 0.0,
+            node_hours_memory_above_90_one_pod: 0.0,
             memory_spread_p95_minus_p50: 0.0,
             repeat_placements: 0,
             warm_placements: 0,
@@ -193,12 +200,22 @@ impl PolicyReport {
             mem_utils: Vec::new(),
             busy_ms: 0,
             hot_ms: 0,
+            hot_one_pod_ms: 0,
             spreads: Vec::new(),
             tick_mem: (0.0, 0),
         }
     }
 
-    pub(crate) fn observe_node(&mut self, cpu: f64, mem: f64, step_ms: i64, busy: bool) {
+    /// One node's step: its CPU and memory utilisation, `one_pod` the share of its memory
+    /// its largest pod and its system memory take alone.
+    pub(crate) fn observe_node(
+        &mut self,
+        cpu: f64,
+        mem: f64,
+        one_pod: f64,
+        step_ms: i64,
+        busy: bool,
+    ) {
         self.cpu_utils.push(cpu);
         self.mem_utils.push(mem);
         if busy {
@@ -206,6 +223,9 @@ impl PolicyReport {
         }
         if mem > 0.9 {
             self.hot_ms += step_ms;
+            if one_pod > 0.9 {
+                self.hot_one_pod_ms += step_ms;
+            }
         }
         self.tick_mem.0 += mem;
         self.tick_mem.1 += 1;
@@ -232,6 +252,7 @@ impl PolicyReport {
         self.latencies_s = lat;
         self.node_hours_busy = self.busy_ms as f64 / 3_600_000.0;
         self.node_hours_memory_above_90 = self.hot_ms as f64 / 3_600_000.0;
+        self.node_hours_memory_above_90_one_pod = self.hot_one_pod_ms as f64 / 3_600_000.0;
         self.cpu_util_mean = mean(&self.cpu_utils);
         self.memory_util_mean = mean(&self.mem_utils);
         let (mut c, mut m) = (
@@ -364,6 +385,9 @@ impl Report {
             }),
             ("node-hours > 90 % memory", |r| {
                 format!("{:.2}", r.node_hours_memory_above_90)
+            }),
+            ("  of which one pod alone", |r| {
+                format!("{:.2}", r.node_hours_memory_above_90_one_pod)
             }),
             ("memory spread p95−p50", |r| {
                 format!("{:.1} pts", r.memory_spread_p95_minus_p50 * 100.0)

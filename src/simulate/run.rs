@@ -581,10 +581,11 @@ impl<'a> Sim<'a> {
     /// builds' run time.
     fn sample(&mut self, now: i64, share: &HashMap<String, f64>) -> Result<(), Error> {
         let step_ms = self.step_ms;
-        let mut node_use: HashMap<&str, (f64, f64, f64)> = self
+        // (CPU, memory, disk, the largest pod's memory) in use on each node.
+        let mut node_use: HashMap<&str, (f64, f64, f64, f64)> = self
             .nodes
             .iter()
-            .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0)))
+            .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0, 0.0)))
             .collect();
         for p in self.running_pods.values_mut() {
             let f = share.get(p.node.as_str()).copied().unwrap_or(1.0);
@@ -595,6 +596,7 @@ impl<'a> Sim<'a> {
                 u.0 += cpu;
                 u.1 += p.now_mem;
                 u.2 += p.now_disk;
+                u.3 = u.3.max(p.now_mem);
             }
             if f < 1.0
                 && let Some(end) = p.end_ms
@@ -618,7 +620,7 @@ impl<'a> Sim<'a> {
             .collect();
         let mut mem_utils = Vec::with_capacity(self.nodes.len());
         for n in &self.nodes {
-            let (cpu, mem, disk) = node_use[n.name.as_str()];
+            let (cpu, mem, disk, largest) = node_use[n.name.as_str()];
             let cpu = cpu.min(n.cpu);
             let ids = match self.node_series.get(&n.name) {
                 Some(ids) => *ids,
@@ -641,8 +643,14 @@ impl<'a> Sim<'a> {
                 (ids[3], now, n.disk),
             ])?;
             let (cu, mu) = (cpu / n.cpu.max(1e-9), mem / n.mem.max(1e-9));
-            self.r
-                .observe_node(cu, mu, step_ms, busy_nodes.contains(n.name.as_str()));
+            let one_pod = (n.sys_mem + largest) / n.mem.max(1e-9);
+            self.r.observe_node(
+                cu,
+                mu,
+                one_pod,
+                step_ms,
+                busy_nodes.contains(n.name.as_str()),
+            );
             mem_utils.push(mu);
         }
         self.r.observe_spread(&mut mem_utils);

@@ -100,6 +100,13 @@ const METRICS: &[Metric] = &[
         unit: Unit::Hours,
     },
     Metric {
+        key: "nodeHoursMemoryAbove90OnePod",
+        label: "  of which one pod alone",
+        higher_is_better: false,
+        get: |r| r.node_hours_memory_above_90_one_pod,
+        unit: Unit::Hours,
+    },
+    Metric {
         key: "memorySpreadP95MinusP50",
         label: "memory spread p95−p50",
         higher_is_better: false,

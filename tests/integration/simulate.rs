@@ -401,6 +401,49 @@ fn overcommit_costs_oom_kills_retries_and_slowdown_per_policy() {
     assert_eq!(n(r, "completed"), 12.0, "{r}");
 }
 
+/// The hot node-hours a single pod accounts for: a build that with the node's system
+/// memory alone passes 90 % of its node counts in both `nodeHoursMemoryAbove90` and
+/// `nodeHoursMemoryAbove90OnePod` (no placement could have kept its node cooler); two
+/// builds that pass 90 % only together count in the first alone. Through `headroom
+/// simulate`, JSON and text.
+#[test]
+fn hot_hours_of_one_pod_alone_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let farm = |name: &str, request: &str, count: u32| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "duration: 30m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 1, namePrefix: n-, cpu: \"8\", memory: 16Gi, systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 2, arrivalsPerHour: 0, duration: 20m, requests: {{cpu: \"1\", memory: {request}}}, usage: {{cpu: [1.0, 1.0], memory: [3.25, 3.25]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, burst: {{workload: b, count: {count}}}}}\novercommit: {{oomKill: false, eviction: false}}\n"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let hours = |f: &str| {
+        let v = simulate_json(&[f, "--policy", "requests"]);
+        let p = &v["policies"][0];
+        let h = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("no {k}: {p}"));
+        (
+            h("nodeHoursMemoryAbove90"),
+            h("nodeHoursMemoryAbove90OnePod"),
+        )
+    };
+    // 4 GiB × 3.25 = 13 GiB, + 2 GiB system: 94 % of 16 GiB alone, for the ~18 minutes
+    // after its ramp.
+    let alone = farm("alone.yaml", "4Gi", 1);
+    let (hot, one) = hours(&alone);
+    assert!(hot > 0.25 && hot < 0.35, "{hot}");
+    assert_eq!(one, hot);
+    // Two of 2 GiB × 3.25 = 6.5 GiB: 94 % together (while both run), 53 % each alone.
+    let (hot, one) = hours(&farm("together.yaml", "2Gi", 2));
+    assert!(hot > 0.05, "{hot}");
+    assert_eq!(one, 0.0);
+    let o = run_ok(&["simulate", &alone, "--policy", "requests"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("of which one pod alone"), "{text}");
+}
+
 /// Issue #17's farm families as users run them: `headroom sweep` on the small family
 /// (generated farms × seeds × both policies) prints each metric's mean, worst farm and
 /// spread per policy, writes the plot, and meets every target (`--check-targets`: exit
