@@ -701,7 +701,22 @@ impl Targets<'_> {
             |f| Self::h(f, k) <= Self::r(f, k) / 2.0 + 1e-9,
             |f| {
                 let by = Self::excess_over(f, k, "requests", |r| r / 2.0, |v| format!("{v:.2} h"));
-                format!("{:.2} h vs {:.2} h{by}", Self::h(f, k), Self::r(f, k))
+                // The hours a single pod causes are not the placement's to avoid: say them.
+                let one = "nodeHoursMemoryAbove90OnePod";
+                let alone = if Self::h(f, one) + Self::r(f, one) > 0.0 {
+                    format!(
+                        ", of which one pod alone {:.2} h vs {:.2} h",
+                        Self::h(f, one),
+                        Self::r(f, one)
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{:.2} h vs {:.2} h{by}{alone}",
+                    Self::h(f, k),
+                    Self::r(f, k)
+                )
             },
         );
         let (h, r) = self.sums(k);
@@ -1028,6 +1043,20 @@ mod tests {
         );
         // One seed: no spread to judge by, nothing added.
         assert_eq!(excess(&[2.0], &[0.5], |v| format!("{v}")), "");
+        // The hours one pod alone caused, when there are any, follow.
+        for (p, v) in [("headroom", 0.9), ("requests", 0.5)] {
+            f.policies
+                .get_mut(p)
+                .unwrap()
+                .insert("nodeHoursMemoryAbove90OnePod".into(), v);
+        }
+        let t = Targets(std::slice::from_ref(&f)).hot_memory();
+        assert!(
+            t.detail
+                .contains("over 3 seeds), of which one pod alone 0.90 h vs 0.50 h"),
+            "{}",
+            t.detail
+        );
     }
 
     /// Issue #21's targets compare headroom with the best peer of each farm, name the farm
