@@ -191,7 +191,6 @@ mod tests {
     use crate::plugins::testutil::*;
     use crate::snapshot::PodInfo;
     use crate::usage::RecentPlacement;
-    use crate::usage::UsagePolicy;
     use serde_json::json;
     use std::sync::Arc;
 
