@@ -487,6 +487,7 @@ fn sweep_small_family_meets_the_targets() {
         "oomKills",
         "timeToScheduleP99S",
         "buildHoursLost",
+        "nodeHoursMemoryAbove90OnePod",
     ] {
         for policy in ["headroom", "requests"] {
             let s = v["metrics"]
