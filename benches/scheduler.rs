@@ -128,7 +128,7 @@ fn snapshot_update(c: &mut Criterion) {
 /// work it can have): over all pods (`coldStart: calibrated`, the default) and per
 /// container images too (`image`).
 fn calibration(c: &mut Criterion) {
-    use headroom::usage::{ColdStart, UsagePolicy, calibrate};
+    use headroom::usage::{ColdStart, UsagePolicy, derive};
     let mut group = c.benchmark_group("calibrate");
     group.sample_size(10);
     let (n, p) = synthetic::cluster(5_000, 30, 42);
@@ -149,10 +149,12 @@ fn calibration(c: &mut Criterion) {
             cold_start: cold,
             ..UsagePolicy::default()
         };
-        let c = calibrate(&snap, &view, &policy, &identity).expect("profiled pods");
+        let c = derive(&snap, &view, &policy, &identity, false)
+            .calibration
+            .expect("profiled pods");
         assert_eq!(c.all.pods, pods);
         group.bench_function(format!("{cold:?} (5k nodes, {pods} pods)"), |b| {
-            b.iter(|| black_box(calibrate(&snap, &view, &policy, &identity)))
+            b.iter(|| black_box(derive(&snap, &view, &policy, &identity, false)))
         });
     }
     group.finish();

@@ -132,6 +132,9 @@ pub struct Scheduler {
     /// Only a cycle takes it (one at a time under the loop), for its tie-breaks.
     rng: Mutex<SmallRng>,
     deps: PluginDeps,
+    /// Whether some profile runs Fragmentation: only then does a new view count the
+    /// running builds' shapes.
+    counts_shapes: bool,
 }
 
 impl Scheduler {
@@ -153,7 +156,13 @@ impl Scheduler {
             Some(s) => SmallRng::seed_from_u64(s),
             None => SmallRng::from_os_rng(),
         };
+        let counts_shapes = frameworks.iter().any(|f| {
+            f.plugins()
+                .iter()
+                .any(|r| r.name == crate::plugins::fragmentation::NAME)
+        });
         Ok(Scheduler {
+            counts_shapes,
             frameworks,
             cache: Arc::new(Cache::new(config.serve.assume_ttl)),
             rng: Mutex::new(rng),
@@ -172,22 +181,23 @@ impl Scheduler {
     }
 
     /// Publishes a new usage view to the following cycles (from the analytics refresh),
-    /// and recalibrates the prediction of pods without a profile on it. Written like any
-    /// cluster change: after the cycle in flight, if any. The calibration reads every pod,
-    /// so it is computed first, on the snapshot as written so far, without the cache's
+    /// recalibrates the prediction of pods without a profile on it and, when a profile runs
+    /// Fragmentation, counts the running builds' shapes. Written like any cluster change: after the cycle in
+    /// flight, if any. Both read every pod, in one walk, so they are computed first, on the snapshot as written so far, without the cache's
     /// lock: neither the cycles nor the informers wait for it (a pod written meanwhile
     /// counts from the next view; a write meanwhile copies the snapshot once). CPU work:
     /// async callers run this through `spawn_blocking`.
     pub fn set_usage_view(&self, view: Arc<UsageView>) {
-        let calibration = crate::usage::calibrate(
+        let derived = crate::usage::derive(
             &self.cache.snapshot(),
             &view,
             &self.deps.policy,
             &self.deps.identity,
+            self.counts_shapes,
         );
         let policy = self.deps.policy.clone();
         self.cache
-            .write(move |c| set_usage_view(c, view, calibration, &policy));
+            .write(move |c| set_usage_view(c, view, derived, &policy));
     }
 
     /// The usage policy the real-usage plugins judge by (staleness, headroom).
@@ -538,18 +548,20 @@ impl Scheduler {
     }
 }
 
-/// A new usage view in the cache's snapshot, with the calibration of pods without a
-/// profile computed on it and recent placements the view has caught up with pruned.
+/// A new usage view in the cache's snapshot, with what was derived on it (the calibration
+/// of pods without a profile, the running builds' shapes) and recent placements the view
+/// has caught up with pruned.
 fn set_usage_view(
     c: &mut CacheState,
     view: Arc<UsageView>,
-    calibration: Option<crate::usage::Calibration>,
+    derived: crate::usage::Derived,
     policy: &crate::usage::UsagePolicy,
 ) {
     let usage = c.snapshot_mut().usage_mut();
     usage.view = view;
     usage.prune(policy.warmup_ms(), RECENT_MAX_AGE_MS);
-    usage.calibration = calibration;
+    usage.calibration = derived.calibration;
+    usage.shapes = derived.shapes;
 }
 
 #[cfg(test)]
@@ -871,6 +883,53 @@ mod tests {
         assert_eq!((p.memory_bytes, p.source), (GI, Source::Requests));
         let (p, _) = predict(ColdStart::Requests, 5, true, "jvm:1");
         assert_eq!((p.memory_bytes, p.source), (GI, Source::Requests));
+    }
+
+    /// With a new view and Fragmentation on, the scheduler counts the running builds'
+    /// request shapes; a bare pod that runs until removed (a service) is not one.
+    #[test]
+    fn running_builds_shapes_come_with_a_view() {
+        let mut config = Config::default();
+        config.profiles[0].plugins.insert(
+            crate::plugins::fragmentation::NAME.to_string(),
+            crate::config::PluginSetting {
+                enabled: Some(true),
+                weight: None,
+            },
+        );
+        let s = Scheduler::new(&config).unwrap();
+        let build = |name: &str, cpu: &str| {
+            pod(
+                name,
+                json!({"metadata": {"labels": {"bkci.dispatch.kubenetes/core": "b"}},
+                    "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "x",
+                    "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}),
+            )
+        };
+        let service = pod(
+            "svc",
+            json!({"spec": {"nodeName": "n", "containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}]}}),
+        );
+        let pods = vec![build("a", "2"), build("b", "2"), build("c", "1"), service];
+        s.cache()
+            .update(|c| c.replace(Snapshot::build([node("n", json!({}))], pods)));
+        assert!(s.snapshot().usage().shapes.is_empty());
+        s.set_usage_view(Arc::new(UsageView::default()));
+        let mix = s.snapshot().usage().shapes.clone();
+        let got: Vec<_> = mix.shapes.iter().map(|x| (x.milli_cpu, x.weight)).collect();
+        assert_eq!(got, vec![(2000, 2.0), (1000, 1.0)]);
+        assert_eq!(mix.total, 3.0);
+        // Without Fragmentation in any profile (the default) nothing is counted.
+        let s = Scheduler::new(&Config::default()).unwrap();
+        s.cache().update(|c| {
+            c.replace(Snapshot::build(
+                [node("n", json!({}))],
+                vec![build("a", "2")],
+            ))
+        });
+        s.set_usage_view(Arc::new(UsageView::default()));
+        assert!(s.snapshot().usage().shapes.is_empty());
     }
 
     #[test]

@@ -36,6 +36,7 @@
 //! | RealCpuFit | PreFilter, Filter | | off |
 //! | History | PreScore, Score | 10 | on |
 //! | RealHeadroom | PreScore, Score | 7 | on |
+//! | Fragmentation | PreScore, Score | 7 | off |
 //!
 //! and the peers' plugins, each a faithful copy of another load-aware scheduler's, fed by
 //! headroom's usage view ([`peers`] says how each metric is derived), for users migrating
@@ -71,6 +72,7 @@
 pub mod balanced_allocation;
 pub mod crane_dynamic;
 pub mod default_preemption;
+pub mod fragmentation;
 pub mod history;
 pub mod image_locality;
 pub mod inter_pod_affinity;

@@ -432,6 +432,16 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
         )),
         factory: |a, deps| Ok(real_headroom::RealHeadroom::new(a.decode()?, deps)?.register()),
     },
+    KnownPlugin {
+        name: fragmentation::NAME,
+        points: &[PreScore, Score],
+        weight: 7,
+        default_enabled: false,
+        upstream: false,
+        peer_windows: false,
+        args: None,
+        factory: |_, deps| Ok(fragmentation::Fragmentation::new(deps).register()),
+    },
     // The peers' plugins (off by default), last: every other filter's reason comes first.
     KnownPlugin {
         name: trimaran_tlp::NAME,

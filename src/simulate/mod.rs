@@ -686,7 +686,12 @@ mod tests {
     /// BalancedAllocation.
     #[test]
     fn peer_policies_switch_their_plugin_on_and_headrooms_off() {
-        let base = Config::from_yaml("profiles: [{plugins: {Dynamic: {weight: 5}}}]", "t").unwrap();
+        // Fragmentation (off by default) on: every policy but `headroom` turns it off.
+        let base = Config::from_yaml(
+            "profiles: [{plugins: {Dynamic: {weight: 5}, Fragmentation: {enabled: true}}}]",
+            "t",
+        )
+        .unwrap();
         let names = |p: Policy| -> Vec<&'static str> {
             let c = p.config(&base);
             crate::plugins::build_framework(&c.profiles[0])
@@ -710,7 +715,9 @@ mod tests {
             let n = names(p);
             assert!(n.contains(&on), "{p:?}: {n:?}");
             assert!(
-                !n.contains(&"RealMemoryFit") && !n.contains(&"History"),
+                !n.contains(&"RealMemoryFit")
+                    && !n.contains(&"History")
+                    && !n.contains(&crate::plugins::fragmentation::NAME),
                 "{p:?}"
             );
             assert_eq!(n.iter().filter(|x| peers.contains(x)).count(), 1, "{p:?}");
@@ -724,6 +731,8 @@ mod tests {
             ));
         }
         assert!(names(Policy::Headroom).contains(&"RealHeadroom"));
+        assert!(names(Policy::Headroom).contains(&crate::plugins::fragmentation::NAME));
+        assert!(!names(Policy::Requests).contains(&crate::plugins::fragmentation::NAME));
         assert!(!crate::plugins::registry::needs_peer_windows(
             &Policy::Requests.config(&base)
         ));

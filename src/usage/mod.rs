@@ -15,6 +15,7 @@ pub mod policy;
 pub mod predict;
 pub mod recent;
 pub mod risk;
+pub mod shapes;
 pub mod wait;
 
 use std::collections::{HashMap, VecDeque};
@@ -30,8 +31,8 @@ pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, ColdStart, Percentile, StalePolicy, UsagePolicy,
 };
 pub use predict::{
-    Calibration, CycleUsage, PodUsage, Prediction, Source, calibrate, cycle_usage, cycle_usage_ref,
-    pod_usage, release_cycle_usage,
+    Calibration, CycleUsage, Derived, PodUsage, Prediction, Source, cycle_usage, cycle_usage_ref,
+    derive, pod_usage, release_cycle_usage,
 };
 pub use recent::{RecentSums, RecentTable};
 pub use risk::MemoryDist;
@@ -83,6 +84,8 @@ pub struct UsageContext {
     /// calibrated`, per container images under `image`), computed with each new view;
     /// `None` with too few profiled pods.
     pub calibration: Option<Calibration>,
+    /// The running builds' shapes, derived with each new view (the Fragmentation score).
+    pub shapes: Arc<shapes::ShapeMix>,
 }
 
 impl UsageContext {

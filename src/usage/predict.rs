@@ -16,6 +16,7 @@ use super::UsageContext;
 use super::node::{NodeReal, UsageRows};
 use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
 use super::risk::{MemoryDist, Z95};
+use super::shapes::{ShapeCounter, ShapeMix};
 use super::{RecentSums, RecentTable};
 use crate::framework::CycleState;
 use crate::quantity::{Quantity, format_bytes};
@@ -165,42 +166,59 @@ impl RatioSamples {
     }
 }
 
-/// The calibration over the snapshot's running pods and the profiles of `view`; `None`
-/// with fewer than [`CALIBRATION_MIN_PODS`] pods whose builder has a profile. It reads
-/// every pod (140 ms at 150,000 profiled pods, benches/README), so the scheduler computes
-/// it before taking the cache's lock.
-pub fn calibrate(
+/// What a new usage view gives the cycles besides itself, from one walk over the running
+/// pods ([`derive`]).
+#[derive(Debug, Clone, Default)]
+pub struct Derived {
+    /// The calibration of pods without a profile; `None` with fewer than
+    /// [`CALIBRATION_MIN_PODS`] pods whose builder has a profile.
+    pub calibration: Option<Calibration>,
+    /// The running builds' shapes (the Fragmentation score's; empty unless counted).
+    pub shapes: Arc<ShapeMix>,
+}
+
+/// The calibration and, with `shapes`, the shape mix over the snapshot's running pods and
+/// the profiles of `view`. It reads every pod (140 ms at 150,000 profiled pods, benches/README), so the
+/// scheduler computes it before taking the cache's lock.
+pub fn derive(
     snapshot: &Snapshot,
     view: &crate::analytics::UsageView,
     policy: &UsagePolicy,
     identity: &headroom_collectors::IdentityConfig,
-) -> Option<Calibration> {
-    if view.builders.is_empty() {
-        return None;
-    }
+    count_shapes: bool,
+) -> Derived {
     let p = policy.predict_percentile;
     let per_image = policy.cold_start == ColdStart::Image;
     let mut all = RatioSamples::default();
     let mut images: HashMap<String, RatioSamples> = HashMap::new();
+    let mut shapes = ShapeCounter::default();
     for node in snapshot.nodes() {
         for pod in &node.pods {
             let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
+            let r = &pod.requests.requests;
+            if count_shapes && !super::lifetime::runs_until_removed(&pod.pod, &builder) {
+                shapes.add(r.milli_cpu, r.memory);
+            }
             let Some(profile) = view.builder(builder.as_str()) else {
                 continue;
             };
-            let r = &pod.requests.requests;
             all.push(profile, r, p);
             if let Some(key) = per_image.then(|| image_key(&pod.pod)).flatten() {
                 images.entry(key).or_default().push(profile, r, p);
             }
         }
     }
-    let all = all.ratios(CALIBRATION_MIN_PODS, 1.0)?;
-    let by_image = images
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, v.ratios(IMAGE_CALIBRATION_MIN_PODS, all.cpu_ratio)?)))
-        .collect();
-    Some(Calibration { all, by_image })
+    let calibration = all.ratios(CALIBRATION_MIN_PODS, 1.0).map(|all| {
+        let by_image = images
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.ratios(IMAGE_CALIBRATION_MIN_PODS, all.cpu_ratio)?)))
+            .collect();
+        Calibration { all, by_image }
+    });
+    Derived {
+        calibration,
+        shapes: Arc::new(shapes.finish()),
+    }
 }
 
 impl Calibration {

@@ -6,6 +6,7 @@ mod auth;
 mod deploy;
 mod engine;
 mod fake;
+mod fragmentation;
 mod kubelet;
 mod logs;
 mod long_running;

@@ -17,7 +17,7 @@ const GI: f64 = (1u64 << 30) as f64;
 /// with `args` as the profile's `pluginArgs`.
 fn profile_with(extra: &str, args: &str) -> String {
     format!(
-        "profiles: [{{schedulerName: headroom, plugins: {{Reservation: {{enabled: false}}, RealMemoryFit: {{enabled: false}}, RealDiskFit: {{enabled: false}}, History: {{enabled: false}}, RealHeadroom: {{enabled: false}}{extra}}}, pluginArgs: {{{args}}}}}]\n"
+        "profiles: [{{schedulerName: headroom, plugins: {{Reservation: {{enabled: false}}, RealMemoryFit: {{enabled: false}}, RealDiskFit: {{enabled: false}}, History: {{enabled: false}}, RealHeadroom: {{enabled: false}}, Fragmentation: {{enabled: false}}{extra}}}, pluginArgs: {{{args}}}}}]\n"
     )
 }
 
@@ -43,14 +43,30 @@ async fn placed(
     existing: &[(&str, &str)],
     limit: Option<&str>,
 ) -> Option<String> {
+    let existing: Vec<Value> = existing
+        .iter()
+        .enumerate()
+        .map(|(i, (n, cpu))| running(&format!("e{i}"), n, cpu))
+        .collect();
+    placed_among(section, a, b, &existing, limit).await
+}
+
+/// [`placed`] with the existing pods as given (bound to `node-a` or `node-b`).
+pub(super) async fn placed_among(
+    section: &str,
+    a: (f64, f64),
+    b: (f64, f64),
+    existing: &[Value],
+    limit: Option<&str>,
+) -> Option<String> {
     let fake = Fake::start().await;
     let ka = FakeKubelet::start("node-a", a.0, a.1).await;
     let kb = FakeKubelet::start("node-b", b.0, b.1).await;
     fake.put("namespaces", namespace("default"));
     fake.put("nodes", node("node-a", "4"));
     fake.put("nodes", node("node-b", "4"));
-    for (i, (n, cpu)) in existing.iter().enumerate() {
-        fake.put("pods", running(&format!("e{i}"), n, cpu));
+    for p in existing {
+        fake.put("pods", p.clone());
     }
     let base = format!(
         "{SERVE_BASE}analytics: {{refreshInterval: 1s}}\n{}",
