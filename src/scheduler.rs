@@ -132,8 +132,8 @@ pub struct Scheduler {
     /// Only a cycle takes it (one at a time under the loop), for its tie-breaks.
     rng: Mutex<SmallRng>,
     deps: PluginDeps,
-    /// Whether some profile runs Fragmentation: only then does a new view count the
-    /// running builds' shapes.
+    /// Whether some profile (or the extender's) runs Fragmentation: only then does a new
+    /// view count the running builds' shapes.
     counts_shapes: bool,
 }
 
@@ -156,11 +156,7 @@ impl Scheduler {
             Some(s) => SmallRng::seed_from_u64(s),
             None => SmallRng::from_os_rng(),
         };
-        let counts_shapes = frameworks.iter().any(|f| {
-            f.plugins()
-                .iter()
-                .any(|r| r.name == crate::plugins::fragmentation::NAME)
-        });
+        let counts_shapes = crate::plugins::registry::needs_shapes(config);
         Ok(Scheduler {
             counts_shapes,
             frameworks,
@@ -920,7 +916,25 @@ mod tests {
         let got: Vec<_> = mix.shapes.iter().map(|x| (x.milli_cpu, x.weight)).collect();
         assert_eq!(got, vec![(2000, 2.0), (1000, 1.0)]);
         assert_eq!(mix.total, 3.0);
-        // Without Fragmentation in any profile (the default) nothing is counted.
+        // Fragmentation in the extender's profile counts them too; in none (the default),
+        // nothing is counted.
+        let mut config = Config::default();
+        config.serve.extender.plugins.insert(
+            crate::plugins::fragmentation::NAME.to_string(),
+            crate::config::PluginSetting {
+                enabled: Some(true),
+                weight: None,
+            },
+        );
+        let s = Scheduler::new(&config).unwrap();
+        s.cache().update(|c| {
+            c.replace(Snapshot::build(
+                [node("n", json!({}))],
+                vec![build("a", "2")],
+            ))
+        });
+        s.set_usage_view(Arc::new(UsageView::default()));
+        assert_eq!(s.snapshot().usage().shapes.total, 1.0);
         let s = Scheduler::new(&Config::default()).unwrap();
         s.cache().update(|c| {
             c.replace(Snapshot::build(

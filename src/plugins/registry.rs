@@ -506,6 +506,19 @@ pub fn needs_peer_windows(config: &crate::config::Config) -> bool {
     config.profiles.iter().any(|p| on(&p.plugins)) || on(&config.serve.extender.plugins)
 }
 
+/// Whether some profile of `config` (or the extender's) enables Fragmentation: then each
+/// new usage view counts the running builds' shapes ([`crate::usage::derive`]). It is off
+/// by default, so only an explicit `enabled: true` turns it on.
+pub fn needs_shapes(config: &crate::config::Config) -> bool {
+    let on = |plugins: &std::collections::BTreeMap<String, crate::config::PluginSetting>| {
+        plugins
+            .get(fragmentation::NAME)
+            .and_then(|s| s.enabled)
+            .unwrap_or(false)
+    };
+    config.profiles.iter().any(|p| on(&p.plugins)) || on(&config.serve.extender.plugins)
+}
+
 /// Looks a plugin up by name.
 pub fn known(name: &str) -> Option<&'static KnownPlugin> {
     KNOWN_PLUGINS.iter().find(|p| p.name == name)
