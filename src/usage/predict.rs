@@ -177,9 +177,9 @@ pub struct Derived {
     pub shapes: Arc<ShapeMix>,
 }
 
-/// The calibration and, with `shapes`, the shape mix over the snapshot's running pods and
-/// the profiles of `view`. It reads every pod (140 ms at 150,000 profiled pods, benches/README), so the
-/// scheduler computes it before taking the cache's lock.
+/// The calibration and, with `count_shapes`, the shape mix over the snapshot's running
+/// pods and the profiles of `view`. It reads every pod (140 ms at 150,000 profiled pods,
+/// benches/README), so the scheduler computes it before taking the cache's lock.
 pub fn derive(
     snapshot: &Snapshot,
     view: &crate::analytics::UsageView,
@@ -187,6 +187,10 @@ pub fn derive(
     identity: &headroom_collectors::IdentityConfig,
     count_shapes: bool,
 ) -> Derived {
+    // No profile, no calibration: the walk is only for the shapes.
+    if view.builders.is_empty() && !count_shapes {
+        return Derived::default();
+    }
     let p = policy.predict_percentile;
     let per_image = policy.cold_start == ColdStart::Image;
     let mut all = RatioSamples::default();
