@@ -17,11 +17,10 @@
 //! the largest node made unusable for every shape, or taken from such a gap, reaches 0 or
 //! 100).
 //!
-//! Requests, not real usage: packing by requests costs no real memory (RealMemoryFit and
-//! RealHeadroom keep judging that), and room whole by requests is what a build as large as
-//! a node needs to be placed at all. Measured with the shapes' predicted memory too, that
-//! packed real memory and gave hot node-hours and OOM kills on farms of small nodes
-//! (README, *Keeping room whole*).
+//! Requests, not real usage: room whole by requests is what a big build needs to be
+//! placed at all, and real memory stays RealMemoryFit's and RealHeadroom's to judge.
+//! Measured with the shapes' predicted memory too, the score packed real memory and gave
+//! hot node-hours and OOM kills on farms of small nodes (README, *Keeping room whole*).
 //!
 //! Without a shape mix (no usage view yet, or no build running), with no fresh usage on any
 //! feasible node, and in a cycle of the usage fallback, PreScore skips the plugin: the
