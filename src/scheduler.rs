@@ -885,15 +885,6 @@ mod tests {
     /// request shapes; a bare pod that runs until removed (a service) is not one.
     #[test]
     fn running_builds_shapes_come_with_a_view() {
-        let mut config = Config::default();
-        config.profiles[0].plugins.insert(
-            crate::plugins::fragmentation::NAME.to_string(),
-            crate::config::PluginSetting {
-                enabled: Some(true),
-                weight: None,
-            },
-        );
-        let s = Scheduler::new(&config).unwrap();
         let build = |name: &str, cpu: &str| {
             pod(
                 name,
@@ -902,48 +893,34 @@ mod tests {
                     "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}),
             )
         };
+        // The shapes a scheduler configured by `yaml` counts among `pods` at a new view
+        // (none before it).
+        let shapes = |yaml: &str, pods: Vec<k8s_openapi::api::core::v1::Pod>| {
+            let s = Scheduler::new(&Config::from_yaml(yaml, "t").unwrap()).unwrap();
+            s.cache()
+                .update(|c| c.replace(Snapshot::build([node("n", json!({}))], pods)));
+            assert!(s.snapshot().usage().shapes.is_empty());
+            s.set_usage_view(Arc::new(UsageView::default()));
+            s.snapshot().usage().shapes.clone()
+        };
         let service = pod(
             "svc",
             json!({"spec": {"nodeName": "n", "containers": [{"name": "c", "image": "x",
                 "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}]}}),
         );
         let pods = vec![build("a", "2"), build("b", "2"), build("c", "1"), service];
-        s.cache()
-            .update(|c| c.replace(Snapshot::build([node("n", json!({}))], pods)));
-        assert!(s.snapshot().usage().shapes.is_empty());
-        s.set_usage_view(Arc::new(UsageView::default()));
-        let mix = s.snapshot().usage().shapes.clone();
+        let mix = shapes(
+            "profiles: [{plugins: {Fragmentation: {enabled: true}}}]",
+            pods,
+        );
         let got: Vec<_> = mix.shapes.iter().map(|x| (x.milli_cpu, x.weight)).collect();
         assert_eq!(got, vec![(2000, 2.0), (1000, 1.0)]);
         assert_eq!(mix.total, 3.0);
         // Fragmentation in the extender's profile counts them too; in none (the default),
         // nothing is counted.
-        let mut config = Config::default();
-        config.serve.extender.plugins.insert(
-            crate::plugins::fragmentation::NAME.to_string(),
-            crate::config::PluginSetting {
-                enabled: Some(true),
-                weight: None,
-            },
-        );
-        let s = Scheduler::new(&config).unwrap();
-        s.cache().update(|c| {
-            c.replace(Snapshot::build(
-                [node("n", json!({}))],
-                vec![build("a", "2")],
-            ))
-        });
-        s.set_usage_view(Arc::new(UsageView::default()));
-        assert_eq!(s.snapshot().usage().shapes.total, 1.0);
-        let s = Scheduler::new(&Config::default()).unwrap();
-        s.cache().update(|c| {
-            c.replace(Snapshot::build(
-                [node("n", json!({}))],
-                vec![build("a", "2")],
-            ))
-        });
-        s.set_usage_view(Arc::new(UsageView::default()));
-        assert!(s.snapshot().usage().shapes.is_empty());
+        let extender = "serve: {extender: {plugins: {Fragmentation: {enabled: true}}}}";
+        assert_eq!(shapes(extender, vec![build("a", "2")]).total, 1.0);
+        assert!(shapes("{}", vec![build("a", "2")]).is_empty());
     }
 
     #[test]

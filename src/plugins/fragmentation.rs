@@ -68,6 +68,8 @@ struct Cycle {
     pod: Room,
     /// The largest node's allocatable (CPU millicores, memory bytes).
     largest: Room,
+    /// The shapes' weights, the pod's own included.
+    total: f64,
 }
 
 impl Cycle {
@@ -75,20 +77,23 @@ impl Cycle {
         self.shapes.shapes.iter().chain(self.own.as_ref())
     }
 
+    /// The weight of the shapes whose requests fit `room`.
+    fn fitting(&self, room: &Room) -> f64 {
+        self.all_shapes()
+            .filter(|s| room.fits(s))
+            .map(|s| s.weight)
+            .sum()
+    }
+
     /// The node's expected fragmentation over the shapes, in largest-node fractions.
     fn fragmentation(&self, room: &Room) -> f64 {
-        let total = self.shapes.total + self.own.map_or(0.0, |s| s.weight);
-        if total <= 0.0 {
+        if self.total <= 0.0 {
             return 0.0;
         }
-        let lost: f64 = self
-            .all_shapes()
-            .filter(|s| !room.fits(s))
-            .map(|s| s.weight)
-            .sum();
+        let lost = self.total - self.fitting(room);
         let size = 0.5
             * (room.cpu.max(0.0) / self.largest.cpu + room.memory.max(0.0) / self.largest.memory);
-        size * lost / total
+        size * lost / self.total
     }
 
     /// The room of a node with `allocatable` and `requested` before and after the pod.
@@ -185,6 +190,7 @@ impl PreScorePlugin for Fragmentation {
             },
         );
         state.write(Cycle {
+            total: shapes.total + own.map_or(0.0, |s| s.weight),
             shapes,
             own,
             pod: Room {
@@ -239,19 +245,12 @@ impl ScorePlugin for Fragmentation {
         let c = state.read::<Cycle>()?;
         let (a, r) = node_resources(node);
         let (before, after) = c.rooms(a, r);
-        let fitting = |room: &Room| -> f64 {
-            c.all_shapes()
-                .filter(|s| room.fits(s))
-                .map(|s| s.weight)
-                .sum()
-        };
-        let total = c.shapes.total + c.own.map_or(0.0, |s| s.weight);
         let (d, s) = c.score(a, r);
         Some(format!(
             "running builds whose requests fit the room left: {:.0} → {:.0} of {:.0} (this pod's shape included); fragmentation {:.3} → {:.3} of the largest node (Δ {:+.3}) → {s}",
-            fitting(&before),
-            fitting(&after),
-            total,
+            c.fitting(&before),
+            c.fitting(&after),
+            c.total,
             c.fragmentation(&before),
             c.fragmentation(&after),
             d
@@ -293,6 +292,7 @@ mod tests {
                 cpu: 3500.0,
                 memory: (14 * GIB) as f64,
             },
+            total: 10.0,
         }
     }
 
@@ -323,6 +323,7 @@ mod tests {
     fn no_shape_or_only_fitting_shapes_change_nothing() {
         let mut c = cycle(1000);
         c.shapes = Arc::new(ShapeMix::default());
+        c.total = 0.0;
         assert_eq!(c.score(ALLOC, (0, 0)), (0.0, 50));
         // A node with room for every shape before and after.
         let c = cycle(100);
