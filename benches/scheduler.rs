@@ -4,7 +4,8 @@
 //! inter-pod anti-affinity, topology spread and the full default profile with usage data
 //! (every real-usage plugin active) at 5k nodes; each on one thread and on two
 //! (`/1t`, `/2t`: `Framework::with_parallelism`). Besides criterion's estimates it prints
-//! p50/p99 over 2,000 timed decisions per case. Plus the cost of a snapshot update, and of
+//! p50/p99 over 2,000 timed decisions per case; the usage case again with Fragmentation on
+//! (off by default) and a full shape mix. Plus the cost of a snapshot update, and of
 //! the cold-start calibration each usage refresh computes (`usage.coldStart`).
 //!
 //! Run: `cargo bench --bench scheduler` (numbers in benches/README.md);
@@ -160,5 +161,57 @@ fn calibration(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions, snapshot_update, calibration);
+/// The usage case with Fragmentation on (off by default) and a full shape mix
+/// ([`MAX_SHAPES`] shapes of 250m–16 CPU, 512 MiB–32 GiB): what the score adds to a
+/// decision, each feasible node read against every shape before and after the pod.
+fn fragmentation(c: &mut Criterion) {
+    use headroom::usage::shapes::{MAX_SHAPES, Shape, ShapeMix};
+    let id = "usage+fragmentation/5000/1t";
+    if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {
+        return;
+    }
+    let mut group = c.benchmark_group("decision");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(1));
+    let mut snap = Case::Usage.snapshot(5_000);
+    let shapes: Vec<Shape> = (0..MAX_SHAPES as i64)
+        .map(|i| Shape {
+            milli_cpu: 250 * (1 + i % 64),
+            memory: (512 << 20) * (1 + (i * 7) % 64),
+            weight: (MAX_SHAPES as i64 - i) as f64,
+        })
+        .collect();
+    let total = shapes.iter().map(|s| s.weight).sum();
+    snap.usage_mut().shapes = Arc::new(ShapeMix { shapes, total });
+    let config = Config::from_yaml(
+        "profiles: [{plugins: {Fragmentation: {enabled: true}}}]",
+        "bench",
+    )
+    .expect("a valid profile");
+    let fw = build_framework(&config.profiles[0]).unwrap();
+    let pod = PodInfo::new(Arc::new(Case::Usage.pod()));
+    let (d, _) = fw.schedule(&pod, &snap, &mut SmallRng::seed_from_u64(0), false);
+    assert!(
+        !d.skipped_scores.contains(&"Fragmentation"),
+        "Fragmentation must score here"
+    );
+    percentiles(id, &fw, &pod, &snap);
+    let mut rng = SmallRng::seed_from_u64(1);
+    group.bench_function(BenchmarkId::new("usage+fragmentation", "5000/1t"), |b| {
+        b.iter(|| {
+            let (d, _) = fw.schedule(black_box(&pod), &snap, &mut rng, false);
+            assert!(d.node().is_some());
+            d
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    decisions,
+    fragmentation,
+    snapshot_update,
+    calibration
+);
 criterion_main!(benches);
