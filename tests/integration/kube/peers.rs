@@ -80,6 +80,32 @@ pub(super) async fn placed_among(
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    // What a new view derives from the cached pods (Fragmentation's shapes, the
+    // calibration) is derived when the view is set: wait for the existing pods in the
+    // cache, then for a view generated after that, so the pod is decided on both.
+    let cached = || async {
+        let list = get_json(&s.url("/nodes")).await;
+        let pods: u64 = list["nodes"]
+            .as_array()
+            .map(|ns| ns.iter().filter_map(|n| n["pods"].as_u64()).sum())
+            .unwrap_or(0);
+        (pods, list["usageGeneratedMs"].as_i64().unwrap_or(0))
+    };
+    let seen = loop {
+        let (pods, generated) = cached().await;
+        if pods >= existing.len() as u64 {
+            break generated;
+        }
+        assert!(Instant::now() < deadline, "existing pods not in the cache");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    while cached().await.1 <= seen {
+        assert!(
+            Instant::now() < deadline,
+            "no usage view after the pods were cached"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut p = json!({"metadata": {"name": "p", "namespace": "default"},
         "spec": {"schedulerName": "headroom", "containers": [{"name": "c", "image": "x",
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]},
