@@ -81,25 +81,27 @@ pub(super) async fn placed_among(
         }
     }
     // What a new view derives from the cached pods (Fragmentation's shapes, the
-    // calibration) is derived when the view is set: wait for the existing pods in the
-    // cache, then for a view generated after that, so the pod is decided on both.
+    // calibration) is derived when the view is set, after it is generated: wait for the
+    // existing pods in the cache, then for a view generated after that moment, so the pod
+    // is decided on both.
     let cached = || async {
         let list = get_json(&s.url("/nodes")).await;
         let pods: u64 = list["nodes"]
             .as_array()
             .map(|ns| ns.iter().filter_map(|n| n["pods"].as_u64()).sum())
             .unwrap_or(0);
-        (pods, list["usageGeneratedMs"].as_i64().unwrap_or(0))
+        let ms = |k: &str| list[k].as_i64().unwrap_or(0);
+        (pods, ms("nowMs"), ms("usageGeneratedMs"))
     };
     let seen = loop {
-        let (pods, generated) = cached().await;
+        let (pods, now, _) = cached().await;
         if pods >= existing.len() as u64 {
-            break generated;
+            break now;
         }
         assert!(Instant::now() < deadline, "existing pods not in the cache");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    while cached().await.1 <= seen {
+    while cached().await.2 <= seen {
         assert!(
             Instant::now() < deadline,
             "no usage view after the pods were cached"
