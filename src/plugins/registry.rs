@@ -493,30 +493,30 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
     },
 ];
 
-/// Whether some profile of `config` (or the extender's) enables a plugin that reads the
-/// peers' load windows: then the analytics compute them
-/// ([`crate::analytics::AnalyticsConfig::peer_windows`]).
-pub fn needs_peer_windows(config: &crate::config::Config) -> bool {
+/// Whether some profile of `config` (or the extender's) enables a plugin for which `pick`
+/// holds. The plugins asked about are off by default, so only an explicit `enabled: true`
+/// counts.
+fn enabled_anywhere(config: &crate::config::Config, pick: impl Fn(&KnownPlugin) -> bool) -> bool {
     let on = |plugins: &std::collections::BTreeMap<String, crate::config::PluginSetting>| {
         KNOWN_PLUGINS
             .iter()
-            .filter(|k| k.peer_windows)
+            .filter(|k| pick(k))
             .any(|k| plugins.get(k.name).and_then(|s| s.enabled) == Some(true))
     };
     config.profiles.iter().any(|p| on(&p.plugins)) || on(&config.serve.extender.plugins)
 }
 
+/// Whether some profile of `config` (or the extender's) enables a plugin that reads the
+/// peers' load windows: then the analytics compute them
+/// ([`crate::analytics::AnalyticsConfig::peer_windows`]).
+pub fn needs_peer_windows(config: &crate::config::Config) -> bool {
+    enabled_anywhere(config, |k| k.peer_windows)
+}
+
 /// Whether some profile of `config` (or the extender's) enables Fragmentation: then each
-/// new usage view counts the running builds' shapes ([`crate::usage::derive`]). It is off
-/// by default, so only an explicit `enabled: true` turns it on.
+/// new usage view counts the running builds' shapes ([`crate::usage::derive`]).
 pub fn needs_shapes(config: &crate::config::Config) -> bool {
-    let on = |plugins: &std::collections::BTreeMap<String, crate::config::PluginSetting>| {
-        plugins
-            .get(fragmentation::NAME)
-            .and_then(|s| s.enabled)
-            .unwrap_or(false)
-    };
-    config.profiles.iter().any(|p| on(&p.plugins)) || on(&config.serve.extender.plugins)
+    enabled_anywhere(config, |k| k.name == fragmentation::NAME)
 }
 
 /// Looks a plugin up by name.
