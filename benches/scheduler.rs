@@ -16,7 +16,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+};
 use headroom::config::Config;
 use headroom::framework::Framework;
 use headroom::key::PodKey;
@@ -79,22 +82,31 @@ fn decisions(c: &mut Criterion) {
             if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {
                 continue;
             }
-            percentiles(&id, &fw, &pod, &snap);
-            let mut rng = SmallRng::seed_from_u64(1);
-            group.bench_with_input(
-                BenchmarkId::new(case.name(), format!("{nodes}/{threads}t")),
-                &snap,
-                |b, snap| {
-                    b.iter(|| {
-                        let (d, _) = fw.schedule(black_box(&pod), snap, &mut rng, false);
-                        assert!(d.node().is_some());
-                        d
-                    })
-                },
-            );
+            let bench = BenchmarkId::new(case.name(), format!("{nodes}/{threads}t"));
+            bench_decision(&mut group, bench, &id, &fw, &pod, &snap);
         }
     }
     group.finish();
+}
+
+/// One decision case: [`percentiles`] printed, then criterion's estimate as `bench`.
+fn bench_decision(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    bench: BenchmarkId,
+    id: &str,
+    fw: &Framework,
+    pod: &PodInfo,
+    snap: &Snapshot,
+) {
+    percentiles(id, fw, pod, snap);
+    let mut rng = SmallRng::seed_from_u64(1);
+    group.bench_with_input(bench, snap, |b, snap| {
+        b.iter(|| {
+            let (d, _) = fw.schedule(black_box(pod), snap, &mut rng, false);
+            assert!(d.node().is_some());
+            d
+        })
+    });
 }
 
 fn snapshot_update(c: &mut Criterion) {
@@ -195,15 +207,8 @@ fn fragmentation(c: &mut Criterion) {
         !d.skipped_scores.contains(&"Fragmentation"),
         "Fragmentation must score here"
     );
-    percentiles(id, &fw, &pod, &snap);
-    let mut rng = SmallRng::seed_from_u64(1);
-    group.bench_function(BenchmarkId::new("usage+fragmentation", "5000/1t"), |b| {
-        b.iter(|| {
-            let (d, _) = fw.schedule(black_box(&pod), &snap, &mut rng, false);
-            assert!(d.node().is_some());
-            d
-        })
-    });
+    let bench = BenchmarkId::new("usage+fragmentation", "5000/1t");
+    bench_decision(&mut group, bench, id, &fw, &pod, &snap);
     group.finish();
 }
 
