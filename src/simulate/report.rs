@@ -69,6 +69,16 @@ pub struct PolicyReport {
     pub warm_placements: usize,
     /// `warm / repeat`.
     pub warm_rate: f64,
+    /// Of the repeat placements that went cold, those made while some node the builder ran
+    /// on had room for the pod by requests (counted as the step's placements are bound):
+    /// the cold placements a policy could have avoided without waiting. The others found
+    /// every warm node full, where only waiting would have kept the cache.
+    pub cold_with_warm_room: usize,
+    /// `(warm + coldWithWarmRoom) / repeat`: the most a policy could have sent warm without
+    /// waiting, given the run's other placements (README *Waiting for a warm node*). A
+    /// ceiling by requests: a warm node with room by requests may have been full in real
+    /// memory, where headroom's real filters keep builds off it on purpose.
+    pub warm_ceiling_rate: f64,
     /// Warm pods still running at the end.
     pub warm_running: usize,
     /// Build time saved by warm caches, hours.
@@ -176,6 +186,8 @@ impl PolicyReport {
             repeat_placements: 0,
             warm_placements: 0,
             warm_rate: 0.0,
+            cold_with_warm_room: 0,
+            warm_ceiling_rate: 0.0,
             warm_running: 0,
             build_hours_saved: 0.0,
             oom_kills: 0,
@@ -266,6 +278,11 @@ impl PolicyReport {
             0.0
         } else {
             self.warm_placements as f64 / self.repeat_placements as f64
+        };
+        self.warm_ceiling_rate = if self.repeat_placements == 0 {
+            0.0
+        } else {
+            (self.warm_placements + self.cold_with_warm_room) as f64 / self.repeat_placements as f64
         };
         self.build_hours_saved = self.build_ms_saved / 3_600_000.0;
         self.build_hours_lost = self.build_ms_lost / 3_600_000.0;
@@ -398,6 +415,13 @@ impl Report {
                     r.warm_placements,
                     r.repeat_placements,
                     r.warm_rate * 100.0
+                )
+            }),
+            ("  ceiling without waiting", |r| {
+                format!(
+                    "{:.1} % (+{} cold)",
+                    r.warm_ceiling_rate * 100.0,
+                    r.cold_with_warm_room
                 )
             }),
             ("build hours saved", |r| {

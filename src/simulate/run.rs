@@ -700,7 +700,15 @@ impl<'a> Sim<'a> {
         self.r.attempts += stats.attempts as usize;
         self.r.unschedulable_attempts += stats.unschedulable as usize;
         self.sched_wall += stats.cycle_time;
-        for (key, node, pod) in self.binder.take() {
+        let bound = self.binder.take();
+        // Requests on each node, the step's placements added as they are counted: whether a
+        // cold placement had a warm node with room (`coldWithWarmRoom`).
+        let mut requested = if bound.is_empty() {
+            HashMap::new()
+        } else {
+            self.requested_by_node()
+        };
+        for (key, node, pod) in bound {
             let Some((at, a)) = self.arrived_at.remove(&key) else {
                 continue;
             };
@@ -712,12 +720,20 @@ impl<'a> Sim<'a> {
                 if !seen.is_empty() {
                     self.r.repeat_placements += 1;
                     warm = seen.contains(&node);
+                    let need = &self.plan.workloads[a.workload];
                     if warm {
                         self.r.warm_placements += 1;
+                    } else if has_room(&self.nodes, &requested, seen, (need.req_cpu, need.req_mem))
+                    {
+                        self.r.cold_with_warm_room += 1;
                     }
                 }
                 seen.insert(node.clone());
             }
+            let w = &self.plan.workloads[a.workload];
+            let on = requested.entry(node.clone()).or_default();
+            on.0 += w.req_cpu;
+            on.1 += w.req_mem;
             let speedup = self.s.workloads[a.workload].warm_speedup;
             let end_ms = a.base_ms.map(|base| {
                 let speed = if warm { 1.0 - speedup } else { 1.0 };
@@ -750,6 +766,18 @@ impl<'a> Sim<'a> {
                 },
             );
         }
+    }
+
+    /// CPU (cores) and memory (bytes) requested on each node by the pods running there.
+    fn requested_by_node(&self) -> HashMap<String, (f64, f64)> {
+        let mut out: HashMap<String, (f64, f64)> = HashMap::new();
+        for p in self.running_pods.values() {
+            let w = &self.plan.workloads[p.arrival.workload];
+            let on = out.entry(p.node.clone()).or_default();
+            on.0 += w.req_cpu;
+            on.1 += w.req_mem;
+        }
+        out
     }
 
     /// Preemption, as `serve`'s reporter acts on it: each nominated node's victims leave
@@ -791,6 +819,32 @@ impl<'a> Sim<'a> {
 }
 
 /// A pod's run as the collectors' run detection records it, ended at `end_ms`.
+/// Whether one of the `warm` nodes, not cordoned, has room by requests for a pod of `need`
+/// (cores, bytes): allocatable (capacity less the system reserve) less `requested`.
+fn has_room(
+    nodes: &[NodeState],
+    requested: &HashMap<String, (f64, f64)>,
+    warm: &HashSet<String>,
+    need: (f64, f64),
+) -> bool {
+    // A hair of tolerance: requests summed in floating point must not turn a fit away.
+    const EPS: f64 = 1e-6;
+    let cordoned = |n: &NodeState| {
+        n.object
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+    };
+    nodes
+        .iter()
+        .filter(|n| warm.contains(&n.name) && !cordoned(n))
+        .any(|n| {
+            let (cpu, mem) = requested.get(&n.name).copied().unwrap_or_default();
+            n.cpu - n.sys_cpu - cpu + EPS >= need.0 && n.mem - n.sys_mem - mem + EPS >= need.1
+        })
+}
+
 fn run_record(p: &Running, end_ms: i64) -> RunRecord {
     RunRecord {
         pod_uid: format!("sim-{}", p.name),

@@ -444,6 +444,75 @@ fn hot_hours_of_one_pod_alone_are_told_apart() {
     assert!(text.contains("of which one pod alone"), "{text}");
 }
 
+/// `coldWithWarmRoom` and `warmCeilingRate` tell a cold placement that a warm node had room
+/// for (by requests) from one where every warm node was full or cordoned. One builder on
+/// two 4-CPU nodes, each holding one 3-CPU build beside a 1-CPU service at most; its first
+/// build goes to n-2 (n-1 is cordoned at first), as does the service. A second build while
+/// the first runs finds n-2 full (cold, no room); one after the first ended finds n-2 with
+/// room, where headroom goes (warm) and the request baseline does not (n-1 is emptier:
+/// cold with room); with n-2 cordoned by then, cold and no room under both. Through
+/// `headroom simulate`, JSON and text.
+#[test]
+fn cold_placements_with_a_warm_node_free_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let farm = |name: &str, events: &[&str]| {
+        let path = dir.path().join(name);
+        let events: String = events.iter().map(|e| format!("  - {e}\n")).collect();
+        std::fs::write(
+            &path,
+            format!(
+                "duration: 50m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 2, namePrefix: n-, cpu: \"4\", memory: 16Gi, systemCpu: \"0\", systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 15m, requests: {{cpu: \"3\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\n  - {{name: s, kind: service, namespace: ci, count: 1, requests: {{cpu: \"1\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, cordon: n-1}}\n  - {{at: 0s, burst: {{workload: b, count: 1}}}}\n  - {{at: 2m, uncordon: n-1}}\n{events}"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // (policy, repeat, warm, cold with warm room, ceiling) per policy.
+    let counts = |f: &str| {
+        let v = simulate_json(&[f, "--compare"]);
+        v["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k}: {p}"));
+                (
+                    p["policy"].as_str().unwrap().to_string(),
+                    n("repeatPlacements"),
+                    n("warmPlacements"),
+                    n("coldWithWarmRoom"),
+                    p["warmCeilingRate"].as_f64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let burst = |at: &str| format!("{{at: {at}, burst: {{workload: b, count: 1}}}}");
+    let full = farm("full.yaml", &[&burst("5m")]);
+    for (policy, repeat, warm, cold_with_room, ceiling) in counts(&full) {
+        assert_eq!(
+            (repeat, warm, cold_with_room, ceiling),
+            (1, 0, 0, 0.0),
+            "{policy}"
+        );
+    }
+    let free = farm("free.yaml", &[&burst("20m")]);
+    let got = counts(&free);
+    assert_eq!(got[0], ("headroom".into(), 1, 1, 0, 1.0));
+    assert_eq!(got[1], ("requests".into(), 1, 0, 1, 1.0));
+    let cordoned = farm("cordoned.yaml", &["{at: 18m, cordon: n-2}", &burst("20m")]);
+    for (policy, repeat, warm, cold_with_room, ceiling) in counts(&cordoned) {
+        assert_eq!(
+            (repeat, warm, cold_with_room, ceiling),
+            (1, 0, 0, 0.0),
+            "{policy}"
+        );
+    }
+    let o = run_ok(&["simulate", &free, "--policy", "requests"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("ceiling without waiting"), "{text}");
+    assert!(text.contains("100.0 % (+1 cold)"), "{text}");
+}
+
 /// Issue #17's farm families as users run them: `headroom sweep` on the small family
 /// (generated farms × seeds × both policies) prints each metric's mean, worst farm and
 /// spread per policy, writes the plot, and meets every target (`--check-targets`: exit
@@ -482,8 +551,20 @@ fn sweep_small_family_meets_the_targets() {
     assert_eq!(v["farms"], 4);
     assert_eq!(v["seeds"], 2);
     assert_eq!(v["simulations"], 16);
+    let warm = targets
+        .iter()
+        .find(|t| t["target"].as_str().unwrap().starts_with("warm-cache"))
+        .unwrap();
+    assert!(
+        warm["detail"]
+            .as_str()
+            .unwrap()
+            .contains("whose ceiling without waiting is"),
+        "{warm}"
+    );
     for metric in [
         "warmRate",
+        "warmCeilingRate",
         "oomKills",
         "timeToScheduleP99S",
         "buildHoursLost",
