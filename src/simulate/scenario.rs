@@ -65,7 +65,7 @@
 //!       usageFollows: 0.2          # usage factors × (1 + 0.2 × (curve at arrival − 1))
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -452,7 +452,8 @@ pub struct Event {
     /// When, from the start.
     #[serde(with = "humantime_serde")]
     pub at: Duration,
-    /// Cordon a node.
+    /// Cordon a node: one of `nodes` or of an `addNodes` event before this one in the list
+    /// (so for `uncordon` and `removeNode`); events are taken in list order.
     #[serde(default)]
     pub cordon: Option<String>,
     /// Uncordon a node.
@@ -887,14 +888,19 @@ impl Scenario {
     pub fn validate(&self) -> ErrorList {
         let mut errors = ErrorList::new();
         self.validate_timing(&mut errors);
+        let mut names = BTreeSet::new();
         let mut tally = Tally {
-            nodes: self.validate_nodes(&mut errors),
+            nodes: self.validate_nodes(&mut errors, &mut names),
             pods: 0.0,
             counts_ok: true,
         };
         self.validate_workloads(&mut errors, &mut tally);
         for (i, e) in self.events.iter().enumerate() {
-            self.validate_event(Path::new("events").index(i), e, &mut errors, &mut tally);
+            let at = Path::new("events").index(i);
+            check_event_nodes(&at, e, &names, &mut errors);
+            // The run takes the events in list order: a node exists from the event that
+            // adds it on.
+            names.extend(self.validate_event(at, e, &mut errors, &mut tally));
         }
         if tally.nodes > MAX_NODES {
             errors.push(FieldError::out_of_range(
@@ -971,7 +977,7 @@ impl Scenario {
     }
 
     /// `nodes`: each spec and the names it makes; returns how many nodes they make.
-    fn validate_nodes(&self, errors: &mut ErrorList) -> u128 {
+    fn validate_nodes(&self, errors: &mut ErrorList, all: &mut BTreeSet<String>) -> u128 {
         let s = self;
         if s.nodes.is_empty() {
             errors.push(FieldError::required(
@@ -994,6 +1000,7 @@ impl Scenario {
             } else {
                 spec.count as u128
             });
+            all.extend(made.iter().cloned());
             for n in made {
                 if let Some(first) = names.insert(n.clone(), i) {
                     errors.push(FieldError::duplicate(
@@ -1057,7 +1064,14 @@ impl Scenario {
 
     /// One event: exactly one action, names as Kubernetes accepts them, within the
     /// duration; its nodes and pods into `tally`.
-    fn validate_event(&self, at: Path, e: &Event, errors: &mut ErrorList, tally: &mut Tally) {
+    /// One event; returns the names of the nodes an `addNodes` event makes.
+    fn validate_event(
+        &self,
+        at: Path,
+        e: &Event,
+        errors: &mut ErrorList,
+        tally: &mut Tally,
+    ) -> Vec<String> {
         let shown = |d: Duration| humantime_serde::re::humantime::format_duration(d).to_string();
         let s = self;
         if e.at > s.duration {
@@ -1082,7 +1096,7 @@ impl Scenario {
                 at,
                 "give exactly one of cordon, uncordon, removeNode, addNodes, burst",
             ));
-            return;
+            return Vec::new();
         }
         for (k, v) in [
             ("cordon", &e.cordon),
@@ -1093,8 +1107,10 @@ impl Scenario {
                 errors.extend(field::dns1123_subdomain(&at.child(k), v));
             }
         }
+        let mut added = Vec::new();
         if let Some(spec) = &e.add_nodes {
-            check_nodes(spec, &at.child("addNodes"), 0, errors);
+            // Named from 1, as the run names them.
+            added = check_nodes(spec, &at.child("addNodes"), 0, errors);
             tally.nodes = tally.nodes.saturating_add(spec.count as u128);
         }
         if let Some(b) = &e.burst {
@@ -1118,6 +1134,26 @@ impl Scenario {
                 tally.counts_ok = false;
             }
             tally.pods += b.count as f64;
+        }
+        added
+    }
+}
+
+/// A node an event names (cordon, uncordon, removeNode) is one the farm has by then:
+/// `names` holds those of `nodes` and of the `addNodes` events before it in the list (the
+/// order the run takes them in). A misspelt name would otherwise change nothing, silently.
+fn check_event_nodes(at: &Path, e: &Event, names: &BTreeSet<String>, errors: &mut ErrorList) {
+    for (k, v) in [
+        ("cordon", &e.cordon),
+        ("uncordon", &e.uncordon),
+        ("removeNode", &e.remove_node),
+    ] {
+        if let Some(v) = v.as_ref().filter(|v| !names.contains(*v)) {
+            errors.push(FieldError::invalid(
+                at.child(k),
+                field::quoted(v),
+                "no node of the farm has this name by then (nodes, or an addNodes event before it)",
+            ));
         }
     }
 }
@@ -1160,6 +1196,31 @@ mod tests {
                 .join(f);
             Scenario::load(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
+    }
+
+    #[test]
+    fn events_name_nodes_the_farm_has() {
+        // From `nodes` (node-1, node-2) and from an addNodes event before it (numbered from
+        // 1 too, as the run names them).
+        let ok = format!(
+            "{BASE}events: [{{at: 2m, addNodes: {{count: 1, namePrefix: extra-}}}}, {{at: 2m, removeNode: extra-1}}, {{at: 3m, cordon: node-2}}, {{at: 4m, uncordon: node-2}}]\n"
+        );
+        Scenario::parse(&ok, "x.yaml").unwrap();
+        // A misspelt name, or a node before it is added, changed nothing, silently, before.
+        let e = errors(&format!(
+            "{BASE}events: [{{at: 1m, cordon: node-0}}, {{at: 2m, uncordon: node-1}}, {{at: 3m, removeNode: extra-1}}, {{at: 4m, addNodes: {{count: 1, namePrefix: extra-}}}}]\n"
+        ));
+        assert!(
+            e.contains(
+                "x.yaml: events[0].cordon: no node of the farm has this name by then (nodes, or an addNodes event before it), got \"node-0\""
+            ),
+            "{e}"
+        );
+        assert!(
+            e.contains("events[2].removeNode: no node of the farm"),
+            "{e}"
+        );
+        assert!(!e.contains("events[1]"), "{e}");
     }
 
     #[test]
