@@ -410,15 +410,13 @@ fn overcommit_costs_oom_kills_retries_and_slowdown_per_policy() {
 fn hot_hours_of_one_pod_alone_are_told_apart() {
     let dir = tempfile::tempdir().unwrap();
     let farm = |name: &str, request: &str, count: u32| {
-        let path = dir.path().join(name);
-        std::fs::write(
-            &path,
+        super::write(
+            &dir,
+            name,
             format!(
                 "duration: 30m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 1, namePrefix: n-, cpu: \"8\", memory: 16Gi, systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 2, arrivalsPerHour: 0, duration: 20m, requests: {{cpu: \"1\", memory: {request}}}, usage: {{cpu: [1.0, 1.0], memory: [3.25, 3.25]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, burst: {{workload: b, count: {count}}}}}\novercommit: {{oomKill: false, eviction: false}}\n"
             ),
         )
-        .unwrap();
-        path.to_str().unwrap().to_string()
     };
     let hours = |f: &str| {
         let v = simulate_json(&[f, "--policy", "requests"]);
@@ -456,16 +454,14 @@ fn hot_hours_of_one_pod_alone_are_told_apart() {
 fn cold_placements_with_a_warm_node_free_are_counted() {
     let dir = tempfile::tempdir().unwrap();
     let farm = |name: &str, events: &[&str]| {
-        let path = dir.path().join(name);
         let events: String = events.iter().map(|e| format!("  - {e}\n")).collect();
-        std::fs::write(
-            &path,
+        super::write(
+            &dir,
+            name,
             format!(
                 "duration: 50m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 2, namePrefix: n-, cpu: \"4\", memory: 16Gi, systemCpu: \"0\", systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 15m, requests: {{cpu: \"3\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\n  - {{name: s, kind: service, namespace: ci, count: 1, requests: {{cpu: \"1\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, cordon: n-1}}\n  - {{at: 0s, burst: {{workload: b, count: 1}}}}\n  - {{at: 2m, uncordon: n-1}}\n{events}"
             ),
         )
-        .unwrap();
-        path.to_str().unwrap().to_string()
     };
     // (policy, repeat, warm, cold with warm room, ceiling) per policy.
     let counts = |f: &str| {
