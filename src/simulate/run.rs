@@ -714,23 +714,21 @@ impl<'a> Sim<'a> {
             };
             self.r.placed += 1;
             self.r.latencies_s.push((now - at) as f64 / 1000.0);
+            let w = &self.plan.workloads[a.workload];
             let mut warm = false;
             if let Some(b) = a.builder {
                 let seen = self.history.entry((a.workload, b)).or_default();
                 if !seen.is_empty() {
                     self.r.repeat_placements += 1;
                     warm = seen.contains(&node);
-                    let need = &self.plan.workloads[a.workload];
                     if warm {
                         self.r.warm_placements += 1;
-                    } else if has_room(&self.nodes, &requested, seen, (need.req_cpu, need.req_mem))
-                    {
+                    } else if has_room(&self.nodes, &requested, seen, (w.req_cpu, w.req_mem)) {
                         self.r.cold_with_warm_room += 1;
                     }
                 }
                 seen.insert(node.clone());
             }
-            let w = &self.plan.workloads[a.workload];
             let on = requested.entry(node.clone()).or_default();
             on.0 += w.req_cpu;
             on.1 += w.req_mem;
@@ -818,7 +816,6 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// A pod's run as the collectors' run detection records it, ended at `end_ms`.
 /// Whether one of the `warm` nodes, not cordoned, has room by requests for a pod of `need`
 /// (cores, bytes): allocatable (capacity less the system reserve) less `requested`.
 fn has_room(
@@ -845,6 +842,7 @@ fn has_room(
         })
 }
 
+/// A pod's run as the collectors' run detection records it, ended at `end_ms`.
 fn run_record(p: &Running, end_ms: i64) -> RunRecord {
     RunRecord {
         pod_uid: format!("sim-{}", p.name),

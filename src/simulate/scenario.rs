@@ -1063,8 +1063,8 @@ impl Scenario {
     }
 
     /// One event: exactly one action, names as Kubernetes accepts them, within the
-    /// duration; its nodes and pods into `tally`.
-    /// One event; returns the names of the nodes an `addNodes` event makes.
+    /// duration; its nodes and pods into `tally`. Returns the names of the nodes an
+    /// `addNodes` event makes.
     fn validate_event(
         &self,
         at: Path,
