@@ -701,12 +701,13 @@ impl<'a> Sim<'a> {
         self.r.unschedulable_attempts += stats.unschedulable as usize;
         self.sched_wall += stats.cycle_time;
         let bound = self.binder.take();
-        // Requests on each node, the step's placements added as they are counted: whether a
-        // cold placement had a warm node with room (`coldWithWarmRoom`).
-        let mut requested = if bound.is_empty() {
+        // Room by requests on each schedulable node, the step's placements taken off as they
+        // are counted: whether a cold placement had a warm node with room
+        // (`coldWithWarmRoom`).
+        let mut free = if bound.is_empty() {
             HashMap::new()
         } else {
-            self.requested_by_node()
+            self.free_by_requests()
         };
         for (key, node, pod) in bound {
             let Some((at, a)) = self.arrived_at.remove(&key) else {
@@ -723,15 +724,16 @@ impl<'a> Sim<'a> {
                     warm = seen.contains(&node);
                     if warm {
                         self.r.warm_placements += 1;
-                    } else if has_room(&self.nodes, &requested, seen, (w.req_cpu, w.req_mem)) {
+                    } else if has_room(&free, seen, (w.req_cpu, w.req_mem)) {
                         self.r.cold_with_warm_room += 1;
                     }
                 }
                 seen.insert(node.clone());
             }
-            let on = requested.entry(node.clone()).or_default();
-            on.0 += w.req_cpu;
-            on.1 += w.req_mem;
+            if let Some(room) = free.get_mut(&node) {
+                room.0 -= w.req_cpu;
+                room.1 -= w.req_mem;
+            }
             let speedup = self.s.workloads[a.workload].warm_speedup;
             let end_ms = a.base_ms.map(|base| {
                 let speed = if warm { 1.0 - speedup } else { 1.0 };
@@ -766,14 +768,35 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// CPU (cores) and memory (bytes) requested on each node by the pods running there.
-    fn requested_by_node(&self) -> HashMap<String, (f64, f64)> {
-        let mut out: HashMap<String, (f64, f64)> = HashMap::new();
+    /// CPU (cores) and memory (bytes) left by requests on each node the scheduler may use
+    /// (not cordoned): its allocatable, as the scheduler reads it from the Node object
+    /// (`systemCpu`/`systemMemory` are the daemons' real use, not a reservation), less the
+    /// requests of the pods running there.
+    fn free_by_requests(&self) -> HashMap<String, (f64, f64)> {
+        let mut out: HashMap<String, (f64, f64)> = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                !n.object
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+            })
+            .filter_map(|n| {
+                let a = crate::resources::node_allocatable(&n.object).ok()?;
+                Some((
+                    n.name.clone(),
+                    (a.milli_cpu as f64 / 1000.0, a.memory as f64),
+                ))
+            })
+            .collect();
         for p in self.running_pods.values() {
             let w = &self.plan.workloads[p.arrival.workload];
-            let on = out.entry(p.node.clone()).or_default();
-            on.0 += w.req_cpu;
-            on.1 += w.req_mem;
+            if let Some(room) = out.get_mut(&p.node) {
+                room.0 -= w.req_cpu;
+                room.1 -= w.req_mem;
+            }
         }
         out
     }
@@ -816,30 +839,15 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// Whether one of the `warm` nodes, not cordoned, has room by requests for a pod of `need`
-/// (cores, bytes): allocatable (capacity less the system reserve) less `requested`.
-fn has_room(
-    nodes: &[NodeState],
-    requested: &HashMap<String, (f64, f64)>,
-    warm: &HashSet<String>,
-    need: (f64, f64),
-) -> bool {
+/// Whether one of the `warm` nodes has room by requests (`free`, as
+/// `Sim::free_by_requests` gives it) for a pod of `need` (cores, bytes).
+fn has_room(free: &HashMap<String, (f64, f64)>, warm: &HashSet<String>, need: (f64, f64)) -> bool {
     // A hair of tolerance: requests summed in floating point must not turn a fit away.
     const EPS: f64 = 1e-6;
-    let cordoned = |n: &NodeState| {
-        n.object
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-    };
-    nodes
-        .iter()
-        .filter(|n| warm.contains(&n.name) && !cordoned(n))
-        .any(|n| {
-            let (cpu, mem) = requested.get(&n.name).copied().unwrap_or_default();
-            n.cpu - n.sys_cpu - cpu + EPS >= need.0 && n.mem - n.sys_mem - mem + EPS >= need.1
-        })
+    warm.iter().any(|n| {
+        free.get(n)
+            .is_some_and(|(cpu, mem)| cpu + EPS >= need.0 && mem + EPS >= need.1)
+    })
 }
 
 /// A pod's run as the collectors' run detection records it, ended at `end_ms`.

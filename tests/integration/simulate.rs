@@ -444,7 +444,8 @@ fn hot_hours_of_one_pod_alone_are_told_apart() {
 
 /// `coldWithWarmRoom` and `warmCeilingRate` tell a cold placement that a warm node had room
 /// for (by requests) from one where every warm node was full or cordoned. One builder on
-/// two 4-CPU nodes, each holding one 3-CPU build beside a 1-CPU service at most; its first
+/// two 4-CPU nodes (allocatable 4: `systemCpu` is the daemons' real use, not a
+/// reservation), each holding one 3-CPU build beside a 1-CPU service at most; its first
 /// build goes to n-2 (n-1 is cordoned at first), as does the service. A second build while
 /// the first runs finds n-2 full (cold, no room); one after the first ended finds n-2 with
 /// room, where headroom goes (warm) and the request baseline does not (n-1 is emptier:
@@ -459,7 +460,7 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
             &dir,
             name,
             format!(
-                "duration: 50m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 2, namePrefix: n-, cpu: \"4\", memory: 16Gi, systemCpu: \"0\", systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 15m, requests: {{cpu: \"3\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\n  - {{name: s, kind: service, namespace: ci, count: 1, requests: {{cpu: \"1\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, cordon: n-1}}\n  - {{at: 0s, burst: {{workload: b, count: 1}}}}\n  - {{at: 2m, uncordon: n-1}}\n{events}"
+                "duration: 50m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 2, namePrefix: n-, cpu: \"4\", memory: 16Gi, systemCpu: 500m, systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 15m, requests: {{cpu: \"3\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\n  - {{name: s, kind: service, namespace: ci, count: 1, requests: {{cpu: \"1\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, cordon: n-1}}\n  - {{at: 0s, burst: {{workload: b, count: 1}}}}\n  - {{at: 2m, uncordon: n-1}}\n{events}"
             ),
         )
     };
