@@ -79,6 +79,12 @@ pub struct PolicyReport {
     /// ceiling by requests: a warm node with room by requests may have been full in real
     /// memory, where headroom's real filters keep builds off it on purpose.
     pub warm_ceiling_rate: f64,
+    /// Of the repeat placements that went cold, those whose scheduling cycle found some
+    /// node the builder ran on feasible (it passed every filter, among the nodes the cycle
+    /// evaluated) and placed the pod elsewhere: the cold placements the scores chose. The
+    /// others had every warm node filtered out (by requests, or by headroom's real-usage
+    /// filters).
+    pub cold_warm_feasible: usize,
     /// Warm pods still running at the end.
     pub warm_running: usize,
     /// Build time saved by warm caches, hours.
@@ -188,6 +194,7 @@ impl PolicyReport {
             warm_rate: 0.0,
             cold_with_warm_room: 0,
             warm_ceiling_rate: 0.0,
+            cold_warm_feasible: 0,
             warm_running: 0,
             build_hours_saved: 0.0,
             oom_kills: 0,
@@ -423,6 +430,9 @@ impl Report {
                     r.warm_ceiling_rate * 100.0,
                     r.cold_with_warm_room
                 )
+            }),
+            ("  cold, a warm node feasible", |r| {
+                r.cold_warm_feasible.to_string()
             }),
             ("build hours saved", |r| {
                 format!("{:.1}", r.build_hours_saved)

@@ -19,7 +19,7 @@ use super::{
 use crate::clock::{Clock, ManualTime};
 use crate::cluster::ClusterState;
 use crate::config::Config;
-use crate::decisions::{OutcomeHandler, Settled};
+use crate::decisions::{DecisionLog, OutcomeHandler, Settled};
 use crate::engine::{Drive, Engine, Parts};
 use crate::framework::Nomination;
 use crate::key::PodKey;
@@ -724,8 +724,13 @@ impl<'a> Sim<'a> {
                     warm = seen.contains(&node);
                     if warm {
                         self.r.warm_placements += 1;
-                    } else if has_room(&free, seen, (w.req_cpu, w.req_mem)) {
-                        self.r.cold_with_warm_room += 1;
+                    } else {
+                        if has_room(&free, seen, (w.req_cpu, w.req_mem)) {
+                            self.r.cold_with_warm_room += 1;
+                        }
+                        if warm_node_was_feasible(self.engine.decision_log(), &key, seen) {
+                            self.r.cold_warm_feasible += 1;
+                        }
                     }
                 }
                 seen.insert(node.clone());
@@ -837,6 +842,20 @@ impl<'a> Sim<'a> {
         r.decision_wall_s = self.sched_wall.as_secs_f64();
         Ok(r)
     }
+}
+
+/// Whether the cycle that placed `key` found one of the `warm` nodes feasible (it passed
+/// every filter, so another node out-scored it), from the engine's decision log as
+/// `/explain` reads it.
+fn warm_node_was_feasible(log: &DecisionLog, key: &PodKey, warm: &HashSet<String>) -> bool {
+    log.by_pod(key).is_some_and(|logged| {
+        let d = &logged.decision;
+        d.feasible.iter().any(|&i| {
+            d.node_names
+                .get(i as usize)
+                .is_some_and(|n| warm.contains(&**n))
+        })
+    })
 }
 
 /// Whether one of the `warm` nodes has room by requests (`free`, as

@@ -443,28 +443,34 @@ fn hot_hours_of_one_pod_alone_are_told_apart() {
 }
 
 /// `coldWithWarmRoom` and `warmCeilingRate` tell a cold placement that a warm node had room
-/// for (by requests) from one where every warm node was full or cordoned. One builder on
-/// two 4-CPU nodes (allocatable 4: `systemCpu` is the daemons' real use, not a
-/// reservation), each holding one 3-CPU build beside a 1-CPU service at most; its first
-/// build goes to n-2 (n-1 is cordoned at first), as does the service. A second build while
-/// the first runs finds n-2 full (cold, no room); one after the first ended finds n-2 with
-/// room, where headroom goes (warm) and the request baseline does not (n-1 is emptier:
-/// cold with room); with n-2 cordoned by then, cold and no room under both. Through
-/// `headroom simulate`, JSON and text.
+/// for (by requests) from one where every warm node was full or cordoned, and
+/// `coldWarmFeasible` the cold placements whose cycle found a warm node feasible (the
+/// scores chose another) from those a filter decided. One builder on two 4-CPU nodes
+/// (allocatable 4: `systemCpu` is the daemons' real use, not a reservation), each holding
+/// one 3-CPU build beside a 1-CPU service at most; its first build goes to n-2 (n-1 is
+/// cordoned at first), as does the service. A second build while the first runs finds n-2
+/// full (cold, no room); one after the first ended finds n-2 with room, where headroom goes
+/// (warm) and the request baseline does not (n-1 is emptier: cold with room, n-2 feasible);
+/// with n-2 cordoned by then, cold and no room under both. With the service really using
+/// 12 GiB, n-2 has room by requests but not in real memory: headroom's RealMemoryFit
+/// filters it (cold with room, no warm node feasible) where the baseline's scores pass it
+/// over. Through `headroom simulate`, JSON and text.
 #[test]
 fn cold_placements_with_a_warm_node_free_are_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let farm = |name: &str, events: &[&str]| {
+    let farm_with = |name: &str, service_memory: f64, events: &[&str]| {
         let events: String = events.iter().map(|e| format!("  - {e}\n")).collect();
         super::write(
             &dir,
             name,
             format!(
-                "duration: 50m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 2, namePrefix: n-, cpu: \"4\", memory: 16Gi, systemCpu: 500m, systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 15m, requests: {{cpu: \"3\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\n  - {{name: s, kind: service, namespace: ci, count: 1, requests: {{cpu: \"1\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, cordon: n-1}}\n  - {{at: 0s, burst: {{workload: b, count: 1}}}}\n  - {{at: 2m, uncordon: n-1}}\n{events}"
+                "duration: 50m\nstep: 15s\nseed: 1\nnodes:\n  - {{count: 2, namePrefix: n-, cpu: \"4\", memory: 16Gi, systemCpu: 500m, systemMemory: 2Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 15m, requests: {{cpu: \"3\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\n  - {{name: s, kind: service, namespace: ci, count: 1, requests: {{cpu: \"1\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [{service_memory}, {service_memory}]}}, noise: 0.0}}\nevents:\n  - {{at: 0s, cordon: n-1}}\n  - {{at: 0s, burst: {{workload: b, count: 1}}}}\n  - {{at: 2m, uncordon: n-1}}\n{events}"
             ),
         )
     };
-    // (policy, repeat, warm, cold with warm room, ceiling) per policy.
+    let farm = |name: &str, events: &[&str]| farm_with(name, 0.5, events);
+    // (policy, repeat, warm, cold with warm room, cold with a warm node feasible, ceiling)
+    // per policy.
     let counts = |f: &str| {
         let v = simulate_json(&[f, "--compare"]);
         v["policies"]
@@ -478,6 +484,7 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
                     n("repeatPlacements"),
                     n("warmPlacements"),
                     n("coldWithWarmRoom"),
+                    n("coldWarmFeasible"),
                     p["warmCeilingRate"].as_f64().unwrap(),
                 )
             })
@@ -485,22 +492,26 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
     };
     let burst = |at: &str| format!("{{at: {at}, burst: {{workload: b, count: 1}}}}");
     let full = farm("full.yaml", &[&burst("5m")]);
-    for (policy, repeat, warm, cold_with_room, ceiling) in counts(&full) {
+    for (policy, repeat, warm, cold_with_room, feasible, ceiling) in counts(&full) {
         assert_eq!(
-            (repeat, warm, cold_with_room, ceiling),
-            (1, 0, 0, 0.0),
+            (repeat, warm, cold_with_room, feasible, ceiling),
+            (1, 0, 0, 0, 0.0),
             "{policy}"
         );
     }
     let free = farm("free.yaml", &[&burst("20m")]);
     let got = counts(&free);
-    assert_eq!(got[0], ("headroom".into(), 1, 1, 0, 1.0));
-    assert_eq!(got[1], ("requests".into(), 1, 0, 1, 1.0));
+    assert_eq!(got[0], ("headroom".into(), 1, 1, 0, 0, 1.0));
+    assert_eq!(got[1], ("requests".into(), 1, 0, 1, 1, 1.0));
+    let hot = farm_with("hot.yaml", 6.0, &[&burst("20m")]);
+    let got = counts(&hot);
+    assert_eq!(got[0], ("headroom".into(), 1, 0, 1, 0, 1.0));
+    assert_eq!(got[1], ("requests".into(), 1, 0, 1, 1, 1.0));
     let cordoned = farm("cordoned.yaml", &["{at: 18m, cordon: n-2}", &burst("20m")]);
-    for (policy, repeat, warm, cold_with_room, ceiling) in counts(&cordoned) {
+    for (policy, repeat, warm, cold_with_room, feasible, ceiling) in counts(&cordoned) {
         assert_eq!(
-            (repeat, warm, cold_with_room, ceiling),
-            (1, 0, 0, 0.0),
+            (repeat, warm, cold_with_room, feasible, ceiling),
+            (1, 0, 0, 0, 0.0),
             "{policy}"
         );
     }
@@ -508,6 +519,11 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("ceiling without waiting"), "{text}");
     assert!(text.contains("100.0 % (+1 cold)"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.contains("cold, a warm node feasible"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(row.split_whitespace().last(), Some("1"), "{row}");
 }
 
 /// Issue #17's farm families as users run them: `headroom sweep` on the small family
