@@ -65,7 +65,8 @@
 //!       usageFollows: 0.2          # usage factors × (1 + 0.2 × (curve at arrival − 1))
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -452,8 +453,9 @@ pub struct Event {
     /// When, from the start.
     #[serde(with = "humantime_serde")]
     pub at: Duration,
-    /// Cordon a node: one of `nodes` or of an `addNodes` event before this one in the list
-    /// (so for `uncordon` and `removeNode`); events are taken in list order.
+    /// Cordon a node: one of `nodes` or of an `addNodes` event before this one in the list,
+    /// not removed by a `removeNode` since (so for `uncordon` and `removeNode`); events are
+    /// taken in list order.
     #[serde(default)]
     pub cordon: Option<String>,
     /// Uncordon a node.
@@ -462,7 +464,8 @@ pub struct Event {
     /// Remove a node (its pods are lost and resubmitted, as a controller would).
     #[serde(default)]
     pub remove_node: Option<String>,
-    /// Add nodes.
+    /// Add nodes, named from 1 under their `namePrefix`: names the farm has at that point
+    /// are refused (give the event its own prefix).
     #[serde(default)]
     pub add_nodes: Option<AddNodes>,
     /// A burst of builder runs.
@@ -888,19 +891,24 @@ impl Scenario {
     pub fn validate(&self) -> ErrorList {
         let mut errors = ErrorList::new();
         self.validate_timing(&mut errors);
-        let mut names = BTreeSet::new();
+        // The nodes the farm has, by name, with where each was made: `nodes` first, then
+        // as the run takes the events, in list order (a node exists from the event that
+        // adds it until one that removes it).
+        let mut present = BTreeMap::new();
         let mut tally = Tally {
-            nodes: self.validate_nodes(&mut errors, &mut names),
+            nodes: self.validate_nodes(&mut errors, &mut present),
             pods: 0.0,
             counts_ok: true,
         };
         self.validate_workloads(&mut errors, &mut tally);
         for (i, e) in self.events.iter().enumerate() {
             let at = Path::new("events").index(i);
-            check_event_nodes(&at, e, &names, &mut errors);
-            // The run takes the events in list order: a node exists from the event that
-            // adds it on.
-            names.extend(self.validate_event(at, e, &mut errors, &mut tally));
+            check_event_nodes(&at, e, &present, &mut errors);
+            if let Some(name) = &e.remove_node {
+                present.remove(name);
+            }
+            let added = self.validate_event(at.clone(), e, &mut errors, &mut tally);
+            add_names(&at.child("addNodes"), added, &mut present, &mut errors);
         }
         if tally.nodes > MAX_NODES {
             errors.push(FieldError::out_of_range(
@@ -976,8 +984,9 @@ impl Scenario {
         }
     }
 
-    /// `nodes`: each spec and the names it makes; returns how many nodes they make.
-    fn validate_nodes(&self, errors: &mut ErrorList, all: &mut BTreeSet<String>) -> u128 {
+    /// `nodes`: each spec and the names it makes (into `present`, with the spec that made
+    /// them; a name made twice is an error); returns how many nodes they make.
+    fn validate_nodes(&self, errors: &mut ErrorList, present: &mut BTreeMap<String, Path>) -> u128 {
         let s = self;
         if s.nodes.is_empty() {
             errors.push(FieldError::required(
@@ -985,7 +994,6 @@ impl Scenario {
                 "at least one node is required",
             ));
         }
-        let mut names: BTreeMap<String, usize> = BTreeMap::new();
         let mut total_nodes: u128 = 0;
         for (i, spec) in s.nodes.iter().enumerate() {
             let at = Path::new("nodes").index(i);
@@ -1000,16 +1008,7 @@ impl Scenario {
             } else {
                 spec.count as u128
             });
-            all.extend(made.iter().cloned());
-            for n in made {
-                if let Some(first) = names.insert(n.clone(), i) {
-                    errors.push(FieldError::duplicate(
-                        at.clone(),
-                        format!("nodes[{first}] (node {n:?})"),
-                    ));
-                    break;
-                }
-            }
+            add_names(&at, made, present, errors);
         }
         total_nodes
     }
@@ -1140,20 +1139,55 @@ impl Scenario {
 }
 
 /// A node an event names (cordon, uncordon, removeNode) is one the farm has by then:
-/// `names` holds those of `nodes` and of the `addNodes` events before it in the list (the
-/// order the run takes them in). A misspelt name would otherwise change nothing, silently.
-fn check_event_nodes(at: &Path, e: &Event, names: &BTreeSet<String>, errors: &mut ErrorList) {
+/// `present` holds those of `nodes` and of the `addNodes` events before it in the list (the
+/// order the run takes them in), less those a `removeNode` before it took away. A misspelt
+/// name would otherwise change nothing, silently.
+fn check_event_nodes(
+    at: &Path,
+    e: &Event,
+    present: &BTreeMap<String, Path>,
+    errors: &mut ErrorList,
+) {
     for (k, v) in [
         ("cordon", &e.cordon),
         ("uncordon", &e.uncordon),
         ("removeNode", &e.remove_node),
     ] {
-        if let Some(v) = v.as_ref().filter(|v| !names.contains(*v)) {
+        if let Some(v) = v.as_ref().filter(|v| !present.contains_key(*v)) {
             errors.push(FieldError::invalid(
                 at.child(k),
                 field::quoted(v),
-                "no node of the farm has this name by then (nodes, or an addNodes event before it)",
+                "no node of the farm has this name by then (nodes, or an addNodes event before it, and no removeNode since)",
             ));
+        }
+    }
+}
+
+/// The names a node spec at `at` makes join `present`; one the farm already has is an
+/// error naming where it was made (reported once per spec: one that repeats a name usually
+/// repeats them all). The run would keep the first node and drop the new one, silently —
+/// an `addNodes` named as `nodes` are (both number from 1 under the default prefix) would
+/// add nothing.
+fn add_names(
+    at: &Path,
+    made: Vec<String>,
+    present: &mut BTreeMap<String, Path>,
+    errors: &mut ErrorList,
+) {
+    let mut reported = false;
+    for n in made {
+        match present.entry(n) {
+            Entry::Occupied(first) if !reported => {
+                reported = true;
+                errors.push(FieldError::duplicate(
+                    at.clone(),
+                    format!("{} (node {:?})", first.get(), first.key()),
+                ));
+            }
+            Entry::Occupied(_) => {}
+            Entry::Vacant(v) => {
+                v.insert(at.clone());
+            }
         }
     }
 }
@@ -1201,18 +1235,20 @@ mod tests {
     #[test]
     fn events_name_nodes_the_farm_has() {
         // From `nodes` (node-1, node-2) and from an addNodes event before it (numbered from
-        // 1 too, as the run names them).
+        // 1 too, as the run names them); a node removed may be added again.
         let ok = format!(
-            "{BASE}events: [{{at: 2m, addNodes: {{count: 1, namePrefix: extra-}}}}, {{at: 2m, removeNode: extra-1}}, {{at: 3m, cordon: node-2}}, {{at: 4m, uncordon: node-2}}]\n"
+            "{BASE}events: [{{at: 2m, addNodes: {{count: 1, namePrefix: extra-}}}}, {{at: 2m, removeNode: extra-1}}, {{at: 3m, cordon: node-2}}, {{at: 4m, uncordon: node-2}}, {{at: 5m, addNodes: {{count: 2, namePrefix: extra-}}}}]\n"
         );
         Scenario::parse(&ok, "x.yaml").unwrap();
-        // A misspelt name, or a node before it is added, changed nothing, silently, before.
+        // A misspelt name, a node before it is added or after it is removed changed
+        // nothing, silently, before; so did an addNodes named as the farm's nodes are (the
+        // run kept the old node and added nothing).
         let e = errors(&format!(
-            "{BASE}events: [{{at: 1m, cordon: node-0}}, {{at: 2m, uncordon: node-1}}, {{at: 3m, removeNode: extra-1}}, {{at: 4m, addNodes: {{count: 1, namePrefix: extra-}}}}]\n"
+            "{BASE}events: [{{at: 1m, cordon: node-0}}, {{at: 2m, uncordon: node-1}}, {{at: 3m, removeNode: extra-1}}, {{at: 4m, addNodes: {{count: 1, namePrefix: extra-}}}}, {{at: 5m, removeNode: node-1}}, {{at: 6m, cordon: node-1}}, {{at: 7m, addNodes: {{count: 3}}}}]\n"
         ));
         assert!(
             e.contains(
-                "x.yaml: events[0].cordon: no node of the farm has this name by then (nodes, or an addNodes event before it), got \"node-0\""
+                "x.yaml: events[0].cordon: no node of the farm has this name by then (nodes, or an addNodes event before it, and no removeNode since), got \"node-0\""
             ),
             "{e}"
         );
@@ -1220,7 +1256,16 @@ mod tests {
             e.contains("events[2].removeNode: no node of the farm"),
             "{e}"
         );
-        assert!(!e.contains("events[1]"), "{e}");
+        assert!(e.contains("events[5].cordon: no node of the farm"), "{e}");
+        // node-1 was removed, so the first name it repeats is node-2, reported once.
+        assert!(
+            e.contains("x.yaml: events[6].addNodes: duplicate of nodes[0] (node \"node-2\")"),
+            "{e}"
+        );
+        assert_eq!(e.matches("duplicate").count(), 1, "{e}");
+        for ok in ["events[1]", "events[3]", "events[4]"] {
+            assert!(!e.contains(ok), "{ok}: {e}");
+        }
     }
 
     #[test]
