@@ -85,6 +85,12 @@ pub struct PolicyReport {
     /// others had every warm node filtered out (by requests, or by headroom's real-usage
     /// filters).
     pub cold_warm_feasible: usize,
+    /// Of `coldWarmFeasible`, those where History gave a feasible warm node points and the
+    /// other scores (RealHeadroom's free room, the upstream plugins') outweighed them. The
+    /// rest History gave no points: its band judged every feasible warm node too hot, they
+    /// were further back than the history it keeps, or it did not score (always, under the
+    /// request baseline).
+    pub cold_warm_outscored: usize,
     /// Warm pods still running at the end.
     pub warm_running: usize,
     /// Build time saved by warm caches, hours.
@@ -195,6 +201,7 @@ impl PolicyReport {
             cold_with_warm_room: 0,
             warm_ceiling_rate: 0.0,
             cold_warm_feasible: 0,
+            cold_warm_outscored: 0,
             warm_running: 0,
             build_hours_saved: 0.0,
             oom_kills: 0,
@@ -433,6 +440,9 @@ impl Report {
             }),
             ("  cold, a warm node feasible", |r| {
                 r.cold_warm_feasible.to_string()
+            }),
+            ("    of which History scored it", |r| {
+                r.cold_warm_outscored.to_string()
             }),
             ("build hours saved", |r| {
                 format!("{:.1}", r.build_hours_saved)

@@ -728,8 +728,13 @@ impl<'a> Sim<'a> {
                         if has_room(&free, seen, (w.req_cpu, w.req_mem)) {
                             self.r.cold_with_warm_room += 1;
                         }
-                        if warm_node_was_feasible(self.engine.decision_log(), &key, seen) {
-                            self.r.cold_warm_feasible += 1;
+                        match warm_choice(self.engine.decision_log(), &key, seen) {
+                            WarmChoice::Filtered => {}
+                            WarmChoice::Unscored => self.r.cold_warm_feasible += 1,
+                            WarmChoice::Outscored => {
+                                self.r.cold_warm_feasible += 1;
+                                self.r.cold_warm_outscored += 1;
+                            }
                         }
                     }
                 }
@@ -844,18 +849,49 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// Whether the cycle that placed `key` found one of the `warm` nodes feasible (it passed
-/// every filter, so another node out-scored it), from the engine's decision log as
-/// `/explain` reads it.
-fn warm_node_was_feasible(log: &DecisionLog, key: &PodKey, warm: &HashSet<String>) -> bool {
-    log.by_pod(key).is_some_and(|logged| {
-        let d = &logged.decision;
-        d.feasible.iter().any(|&i| {
-            d.node_names
-                .get(i as usize)
-                .is_some_and(|n| warm.contains(&**n))
-        })
-    })
+/// How the cycle that placed a repeat build cold treated the nodes the builder ran on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WarmChoice {
+    /// Every warm node was filtered out (or the cycle is not in the log).
+    Filtered,
+    /// Some warm node was feasible, and History gave none of them points: its band judged
+    /// them too hot, they were further back than the history it keeps, or it did not score
+    /// (the request baseline, a fallback cycle).
+    Unscored,
+    /// History gave a feasible warm node points and the other scores outweighed them.
+    Outscored,
+}
+
+/// [`WarmChoice`] of `key`'s cycle, from the engine's decision log (what `/explain` reads):
+/// its feasible nodes and History's raw score of each.
+fn warm_choice(log: &DecisionLog, key: &PodKey, warm: &HashSet<String>) -> WarmChoice {
+    let Some(logged) = log.by_pod(key) else {
+        return WarmChoice::Filtered;
+    };
+    let d = &logged.decision;
+    let history = d
+        .scores
+        .iter()
+        .find(|c| c.plugin == crate::plugins::history::NAME);
+    let mut feasible = false;
+    for (pos, &i) in d.feasible.iter().enumerate() {
+        if !d
+            .node_names
+            .get(i as usize)
+            .is_some_and(|n| warm.contains(&**n))
+        {
+            continue;
+        }
+        feasible = true;
+        if history.is_some_and(|c| c.raw_score(pos) > 0) {
+            return WarmChoice::Outscored;
+        }
+    }
+    if feasible {
+        WarmChoice::Unscored
+    } else {
+        WarmChoice::Filtered
+    }
 }
 
 /// Whether one of the `warm` nodes has room by requests (`free`, as

@@ -454,7 +454,11 @@ fn hot_hours_of_one_pod_alone_are_told_apart() {
 /// with n-2 cordoned by then, cold and no room under both. With the service really using
 /// 12 GiB, n-2 has room by requests but not in real memory: headroom's RealMemoryFit
 /// filters it (cold with room, no warm node feasible) where the baseline's scores pass it
-/// over. Through `headroom simulate`, JSON and text.
+/// over. `coldWarmOutscored` tells which of the feasible ones History gave points: with the
+/// service at 3 GiB, n-2 passes RealMemoryFit but is 19 points below n-1 after placement,
+/// so History's band takes its score (cold, feasible, not scored); with History's scores
+/// at 1 (`--config`), n-2 is within the band, scores 1 and RealHeadroom's emptier n-1
+/// outweighs it (cold, scored). Through `headroom simulate`, JSON and text.
 #[test]
 fn cold_placements_with_a_warm_node_free_are_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -470,9 +474,11 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
     };
     let farm = |name: &str, events: &[&str]| farm_with(name, 0.5, events);
     // (policy, repeat, warm, cold with warm room, cold with a warm node feasible, ceiling)
-    // per policy.
-    let counts = |f: &str| {
-        let v = simulate_json(&[f, "--compare"]);
+    // per policy, and the feasible ones History scored.
+    let counts_with = |f: &str, extra: &[&str]| {
+        let mut args = vec![f, "--compare"];
+        args.extend_from_slice(extra);
+        let v = simulate_json(&args);
         v["policies"]
             .as_array()
             .unwrap()
@@ -480,14 +486,29 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
             .map(|p| {
                 let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k}: {p}"));
                 (
-                    p["policy"].as_str().unwrap().to_string(),
-                    n("repeatPlacements"),
-                    n("warmPlacements"),
-                    n("coldWithWarmRoom"),
-                    n("coldWarmFeasible"),
-                    p["warmCeilingRate"].as_f64().unwrap(),
+                    (
+                        p["policy"].as_str().unwrap().to_string(),
+                        n("repeatPlacements"),
+                        n("warmPlacements"),
+                        n("coldWithWarmRoom"),
+                        n("coldWarmFeasible"),
+                        p["warmCeilingRate"].as_f64().unwrap(),
+                    ),
+                    n("coldWarmOutscored"),
                 )
             })
+            .collect::<Vec<_>>()
+    };
+    let scored = |f: &str, extra: &[&str]| {
+        counts_with(f, extra)
+            .into_iter()
+            .map(|(_, o)| o)
+            .collect::<Vec<_>>()
+    };
+    let counts = |f: &str| {
+        counts_with(f, &[])
+            .into_iter()
+            .map(|(c, _)| c)
             .collect::<Vec<_>>()
     };
     let burst = |at: &str| format!("{{at: {at}, burst: {{workload: b, count: 1}}}}");
@@ -507,6 +528,17 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
     let got = counts(&hot);
     assert_eq!(got[0], ("headroom".into(), 1, 0, 1, 0, 1.0));
     assert_eq!(got[1], ("requests".into(), 1, 0, 1, 1, 1.0));
+    // The band, then History outweighed; the request baseline never scores history.
+    let banded = farm_with("banded.yaml", 1.5, &[&burst("20m")]);
+    let got = counts(&banded);
+    assert_eq!(got[0], ("headroom".into(), 1, 0, 1, 1, 1.0));
+    assert_eq!(scored(&banded, &[]), [0, 0]);
+    let weak = super::write(
+        &dir,
+        "weak.yaml",
+        "profiles:\n  - schedulerName: headroom\n    pluginArgs:\n      history: {scores: [1], olderScore: 1}\n",
+    );
+    assert_eq!(scored(&free, &["--config", &weak]), [1, 0]);
     let cordoned = farm("cordoned.yaml", &["{at: 18m, cordon: n-2}", &burst("20m")]);
     for (policy, repeat, warm, cold_with_room, feasible, ceiling) in counts(&cordoned) {
         assert_eq!(
@@ -522,6 +554,13 @@ fn cold_placements_with_a_warm_node_free_are_counted() {
     let row = text
         .lines()
         .find(|l| l.contains("cold, a warm node feasible"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(row.split_whitespace().last(), Some("1"), "{row}");
+    let o = run_ok(&["simulate", &free, "--config", &weak]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.contains("of which History scored it"))
         .unwrap_or_else(|| panic!("{text}"));
     assert_eq!(row.split_whitespace().last(), Some("1"), "{row}");
 }
