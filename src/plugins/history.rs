@@ -11,7 +11,11 @@
 //! default weights the history was worth at most 30 % of headroom's own score; headroom's
 //! defaults score every node that holds the cache nearly alike and twice as much, with the
 //! band guarding the hot tail (README, *History's strength*: measured on every farm family,
-//! on seeds they were not tuned on too).
+//! on seeds they were not tuned on too). With `headroomBandScope: sameBuilder` the band
+//! judges only a warm node that already runs another pod of the same builder: runs of one
+//! builder use alike, so what a prediction misses for one it misses for both, and every OOM
+//! kill measured with the band off was two or more runs of one builder that History had
+//! drawn onto one node (README, *What the band guards against*).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +40,20 @@ pub const OLDER_SCORE: i64 = 40;
 /// Seed 000's `scores` (with `olderScore: 0`, its plugin).
 pub const SEED_SCORES: [i64; 3] = [30, 20, 10];
 
+/// Which warm nodes History's band judges (`headroomBandScope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BandScope {
+    /// Every warm node. The default.
+    #[default]
+    EveryWarmNode,
+    /// Only a warm node that already runs another pod of the same builder (bound or
+    /// assumed): the pod's runs use alike, so a second run beside the first doubles
+    /// whatever the prediction missed. A warm node that other pods fill (a service, other
+    /// builders) keeps its score; RealMemoryFit and RealHeadroom judge it as any node.
+    SameBuilder,
+}
+
 /// History's args (`pluginArgs.history`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
@@ -53,6 +71,12 @@ pub struct HistoryArgs {
     /// usage. Default `10` (tuned on the farm families: `15` left the memory spread
     /// across nodes above the request baseline's on lightly loaded farms).
     pub headroom_band: f64,
+    /// Which warm nodes the band judges: `everyWarmNode` (default) or `sameBuilder` (only a
+    /// warm node that already runs another pod of the pod's builder: more warm caches and
+    /// fewer hot node-hours where builds are big against their nodes, more memory spread
+    /// and OOM kills on the family the defaults were tuned on; measured on every farm
+    /// family, README *What the band guards against*).
+    pub headroom_band_scope: BandScope,
     /// Score of a node further back in the builder's history than `scores` reaches: its
     /// cache is still there (headroom's own history keeps the builder's last 8 nodes; an
     /// annotation lists as many as it lists). `0` scores only the first `scores.len()`
@@ -67,6 +91,7 @@ impl Default for HistoryArgs {
         HistoryArgs {
             scores: vec![60, 50, 40],
             headroom_band: BAND,
+            headroom_band_scope: BandScope::default(),
             older_score: OLDER_SCORE,
         }
     }
@@ -107,8 +132,13 @@ struct Band {
     /// The free memory fraction a node needs for its history score (the median feasible
     /// node's minus `headroomBand`).
     floor: f64,
-    /// The history nodes below the floor, by node index, with their free memory fraction.
+    /// The history nodes below the floor that lose their score, by node index, with their
+    /// free memory fraction.
     outside: HashMap<NodeIdx, f64>,
+    /// Under `sameBuilder`, the history nodes below the floor that keep their score (no
+    /// other pod of the builder runs there), with their free memory fraction: for
+    /// `/explain`.
+    spared: HashMap<NodeIdx, f64>,
 }
 
 /// The History plugin.
@@ -221,6 +251,7 @@ impl History {
         snapshot: &Snapshot,
         feasible: &[NodeIdx],
         positions: &[(NodeIdx, usize)],
+        builder: &str,
     ) -> Option<Band> {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
         let table = snapshot.table();
@@ -242,12 +273,35 @@ impl History {
         let (_, median, _) = frees.select_nth_unstable_by(mid, f64::total_cmp);
         let floor = *median - self.args.headroom_band / 100.0;
         // A hair of tolerance: floating-point noise must not flip a tie.
-        let outside = warm
+        let (outside, spared) = warm
             .into_iter()
             .filter(|(_, free)| *free < floor - 1e-9)
-            .collect();
-        Some(Band { floor, outside })
+            .partition(|(i, _)| match self.args.headroom_band_scope {
+                BandScope::EveryWarmNode => true,
+                BandScope::SameBuilder => {
+                    runs_sibling(snapshot.node(*i), pod, builder, &self.identity)
+                }
+            });
+        Some(Band {
+            floor,
+            outside,
+            spared,
+        })
     }
+}
+
+/// Whether `node` runs another pod (bound or assumed) of `builder`, the pod's builder.
+/// Only the few warm nodes below the band are asked, so the identities are not cached.
+fn runs_sibling(
+    node: &NodeInfo,
+    pod: &PodInfo,
+    builder: &str,
+    identity: &headroom_collectors::IdentityConfig,
+) -> bool {
+    node.pods.iter().any(|p| {
+        p.uid != pod.uid
+            && headroom_collectors::builder_identity(&p.pod.metadata, identity).as_str() == builder
+    })
 }
 
 impl History {
@@ -299,6 +353,7 @@ impl PreScorePlugin for History {
             .annotations
             .as_ref()
             .and_then(|a| a.get(HISTORY_ANNOTATION));
+        let builder = headroom_collectors::builder_identity(&pod.pod.metadata, &self.identity);
         let mut cycle = None;
         if let Some(text) = annotated {
             match parse_history(text) {
@@ -315,7 +370,6 @@ impl PreScorePlugin for History {
             }
         }
         if cycle.is_none() {
-            let builder = headroom_collectors::builder_identity(&pod.pod.metadata, &self.identity);
             let usage = snapshot.usage();
             let mut nodes: Vec<String> = usage
                 .history
@@ -346,7 +400,14 @@ impl PreScorePlugin for History {
             Some(mut c) => {
                 c.positions = self.positions(snapshot, &c.nodes);
                 if self.args.headroom_band < 100.0 {
-                    c.band = self.band(state, pod, snapshot, feasible, &c.positions);
+                    c.band = self.band(
+                        state,
+                        pod,
+                        snapshot,
+                        feasible,
+                        &c.positions,
+                        builder.as_str(),
+                    );
                 }
                 state.write(c);
                 Status::success()
@@ -394,19 +455,7 @@ impl ScorePlugin for History {
             From::Scheduler => "from headroom's placement history",
         };
         Some(match c.position(node.idx) {
-            Some(i) => match c
-                .band
-                .as_ref()
-                .and_then(|b| Some((*b.outside.get(&node.idx)?, b.floor)))
-            {
-                Some((free, floor)) => format!(
-                    "history index {i} {from}, but only {:.0} % memory free after placement, below the band's {:.0} % ({:.0} points under the median feasible node) → 0",
-                    free * 100.0,
-                    floor * 100.0,
-                    self.args.headroom_band
-                ),
-                _ => format!("history index {i} {from} → {}", self.score_at(i)),
-            },
+            Some(i) => self.explain_warm(c, node.idx, i, from),
             None if self.scores_every_entry() => {
                 format!("not in the builder's history {from}")
             }
@@ -415,6 +464,42 @@ impl ScorePlugin for History {
                 self.args.scores.len()
             ),
         })
+    }
+}
+
+impl History {
+    /// `/explain`'s words for a node at history index `i`: its score, and the band's
+    /// verdict when the node is below the band's floor.
+    fn explain_warm(&self, c: &Cycle, idx: NodeIdx, i: usize, from: &str) -> String {
+        let below = |free: f64, floor: f64| {
+            format!(
+                "{:.0} % memory free after placement, below the band's {:.0} % ({:.0} points under the median feasible node)",
+                free * 100.0,
+                floor * 100.0,
+                self.args.headroom_band
+            )
+        };
+        let Some(b) = c.band.as_ref() else {
+            return format!("history index {i} {from} → {}", self.score_at(i));
+        };
+        if let Some(&free) = b.outside.get(&idx) {
+            let why = match self.args.headroom_band_scope {
+                BandScope::SameBuilder => ", with another run of this builder on it",
+                BandScope::EveryWarmNode => "",
+            };
+            return format!(
+                "history index {i} {from}, but only {}{why} → 0",
+                below(free, b.floor)
+            );
+        }
+        if let Some(&free) = b.spared.get(&idx) {
+            return format!(
+                "history index {i} {from} → {} ({}, but no other run of this builder is on it)",
+                self.score_at(i),
+                below(free, b.floor)
+            );
+        }
+        format!("history index {i} {from} → {}", self.score_at(i))
     }
 }
 
@@ -610,6 +695,7 @@ mod tests {
             let plugin = History::new(
                 HistoryArgs {
                     headroom_band: band,
+                    headroom_band_scope: BandScope::EveryWarmNode,
                     ..Default::default()
                 },
                 &PluginDeps::default(),
@@ -630,10 +716,99 @@ mod tests {
             [60, 50, 40, 0]
         );
         // The record says why a warm node got nothing.
-        let fw = crate::framework::Framework::new("t", vec![plugin()], &[]);
+        let every = History::new(
+            HistoryArgs {
+                headroom_band_scope: BandScope::EveryWarmNode,
+                ..Default::default()
+            },
+            &PluginDeps::default(),
+        )
+        .unwrap()
+        .register();
+        let fw = crate::framework::Framework::new("t", vec![every], &[]);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let (d, _) = fw.schedule(&p, &snap, &mut rng, true);
         let n1 = d.scores[0].details.as_ref().unwrap()[0].clone().unwrap();
         assert!(n1.contains("0 % memory free after placement"), "{n1}");
+    }
+
+    /// With `sameBuilder` the band judges only a warm node that already runs another pod of
+    /// the builder: the same nodes and usage as above, with a run of the builder on n1 and
+    /// a pod of another builder on n2. n1 (0 % free) loses its score; n2 (40 %, below the
+    /// band's 55 %) keeps it, and `/explain` says why for both; by default both lose it.
+    #[test]
+    fn band_judges_warm_nodes_that_run_the_same_builder() {
+        let run = |name: &str, builder: &str, node: &str| {
+            pod(
+                name,
+                json!({"metadata": {"annotations": {"headroom.io/builder": builder}},
+                       "spec": {"nodeName": node}}),
+            )
+        };
+        let snap = with_usage(
+            Snapshot::build(
+                nodes().nodes().iter().map(|n| (*n.node).clone()),
+                [run("b-1", "b", "n1"), run("c-1", "c", "n2")],
+            ),
+            vec![
+                usage("n1", 1.0, 7.2 * GI, 5, None),
+                usage("n2", 1.0, 4.0 * GI, 5, None),
+                usage("n3", 1.0, 2.0 * GI, 5, None),
+                usage("n4", 0.0, 0.0, 5, None),
+            ],
+            vec![profile("b", 0.1, 0.8 * GI)],
+        );
+        let p = info(pod(
+            "b-2",
+            json!({"metadata": {"annotations": {
+                HISTORY_ANNOTATION: r#"["n1","n2","n3"]"#,
+                "headroom.io/builder": "b"}}}),
+        ));
+        let same = || {
+            History::new(
+                HistoryArgs {
+                    headroom_band_scope: BandScope::SameBuilder,
+                    ..Default::default()
+                },
+                &PluginDeps::default(),
+            )
+            .unwrap()
+            .register()
+        };
+        let scores = |reg| -> Vec<i64> {
+            score_all(reg, &snap, &p)
+                .unwrap()
+                .iter()
+                .map(|(_, s)| *s)
+                .collect()
+        };
+        assert_eq!(scores(same()), [0, 50, 40, 0]);
+        assert_eq!(scores(plugin()), [0, 0, 40, 0]);
+        let fw = crate::framework::Framework::new("t", vec![same()], &[]);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let (d, _) = fw.schedule(&p, &snap, &mut rng, true);
+        let details = d.scores[0].details.as_ref().unwrap();
+        let n1 = details[0].clone().unwrap();
+        assert!(
+            n1.contains("with another run of this builder on it → 0"),
+            "{n1}"
+        );
+        let n2 = details[1].clone().unwrap();
+        assert!(
+            n2.contains("→ 50 (40 % memory free after placement, below the band's 55 %")
+                && n2.contains("no other run of this builder is on it"),
+            "{n2}"
+        );
+        // The scope is configuration, and a bad one is refused naming the value.
+        let args: HistoryArgs =
+            serde_json::from_value(json!({"headroomBandScope": "sameBuilder"})).unwrap();
+        assert_eq!(args.headroom_band_scope, BandScope::SameBuilder);
+        let err = serde_json::from_value::<HistoryArgs>(json!({"headroomBandScope": "all"}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sameBuilder") && err.contains("everyWarmNode"),
+            "{err}"
+        );
     }
 }

@@ -7,6 +7,7 @@ mod deploy;
 mod engine;
 mod fake;
 mod fragmentation;
+mod history_band;
 mod kubelet;
 mod logs;
 mod long_running;

@@ -59,6 +59,24 @@ pub(super) async fn placed_among(
     existing: &[Value],
     limit: Option<&str>,
 ) -> Option<String> {
+    let mut p = json!({"metadata": {"name": "p", "namespace": "default"},
+        "spec": {"schedulerName": "headroom", "containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]},
+        "status": {"phase": "Pending"}});
+    if let Some(l) = limit {
+        p["spec"]["containers"][0]["resources"]["limits"] = json!({"cpu": l});
+    }
+    placed_pod(section, a, b, existing, p).await
+}
+
+/// [`placed_among`] for the pod `p` as given (named `p`, in `default`).
+pub(super) async fn placed_pod(
+    section: &str,
+    a: (f64, f64),
+    b: (f64, f64),
+    existing: &[Value],
+    p: Value,
+) -> Option<String> {
     let fake = Fake::start().await;
     let ka = FakeKubelet::start("node-a", a.0, a.1).await;
     let kb = FakeKubelet::start("node-b", b.0, b.1).await;
@@ -107,13 +125,6 @@ pub(super) async fn placed_among(
             "no usage view after the pods were cached"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mut p = json!({"metadata": {"name": "p", "namespace": "default"},
-        "spec": {"schedulerName": "headroom", "containers": [{"name": "c", "image": "x",
-            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]},
-        "status": {"phase": "Pending"}});
-    if let Some(l) = limit {
-        p["spec"]["containers"][0]["resources"]["limits"] = json!({"cpu": l});
     }
     fake.put("pods", p);
     let decided = within(10.0, || {
