@@ -666,18 +666,24 @@ mod tests {
         assert!(bad(vec![30], 100.5));
     }
 
+    /// The band tests' 8 GiB nodes in use: with a pod predicted at 0.8 GiB (10 %), memory
+    /// free after placement is n1 0 %, n2 40 %, n3 65 %, n4 90 %; the median feasible node
+    /// (upper middle) 65 %.
+    fn band_usage() -> Vec<crate::analytics::NodeUsage> {
+        vec![
+            usage("n1", 1.0, 7.2 * GI, 5, None),
+            usage("n2", 1.0, 4.0 * GI, 5, None),
+            usage("n3", 1.0, 2.0 * GI, 5, None),
+            usage("n4", 0.0, 0.0, 5, None),
+        ]
+    }
+
     #[test]
     fn band_keeps_warm_nodes_in_the_hot_tail_out() {
-        // 8 GiB nodes; the profile predicts 0.8 GiB (10 %). Memory free after placement:
-        // n1 0 %, n2 40 %, n3 65 %, n4 90 %; the median feasible node (upper middle) 65 %.
+        // The profile predicts 0.8 GiB: free memory after placement as `band_usage` says.
         let snap = with_usage(
             nodes(),
-            vec![
-                usage("n1", 1.0, 7.2 * GI, 5, None),
-                usage("n2", 1.0, 4.0 * GI, 5, None),
-                usage("n3", 1.0, 2.0 * GI, 5, None),
-                usage("n4", 0.0, 0.0, 5, None),
-            ],
+            band_usage(),
             vec![profile("default/Pod/b", 0.1, 0.8 * GI)],
         );
         let p = info(pod(
@@ -750,12 +756,7 @@ mod tests {
                 nodes().nodes().iter().map(|n| (*n.node).clone()),
                 [run("b-1", "b", "n1"), run("c-1", "c", "n2")],
             ),
-            vec![
-                usage("n1", 1.0, 7.2 * GI, 5, None),
-                usage("n2", 1.0, 4.0 * GI, 5, None),
-                usage("n3", 1.0, 2.0 * GI, 5, None),
-                usage("n4", 0.0, 0.0, 5, None),
-            ],
+            band_usage(),
             vec![profile("b", 0.1, 0.8 * GI)],
         );
         let p = info(pod(
