@@ -251,7 +251,6 @@ impl History {
         snapshot: &Snapshot,
         feasible: &[NodeIdx],
         positions: &[(NodeIdx, usize)],
-        builder: &str,
     ) -> Option<Band> {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
         let table = snapshot.table();
@@ -278,9 +277,12 @@ impl History {
             .filter(|(_, free)| *free < floor - 1e-9)
             .partition(|(i, _)| match self.args.headroom_band_scope {
                 BandScope::EveryWarmNode => true,
-                BandScope::SameBuilder => {
-                    runs_sibling(snapshot.node(*i), pod, builder, &self.identity)
-                }
+                BandScope::SameBuilder => runs_sibling(
+                    snapshot.node(*i),
+                    pod,
+                    u.pod.builder.as_str(),
+                    &self.identity,
+                ),
             });
         Some(Band {
             floor,
@@ -353,7 +355,6 @@ impl PreScorePlugin for History {
             .annotations
             .as_ref()
             .and_then(|a| a.get(HISTORY_ANNOTATION));
-        let builder = headroom_collectors::builder_identity(&pod.pod.metadata, &self.identity);
         let mut cycle = None;
         if let Some(text) = annotated {
             match parse_history(text) {
@@ -370,6 +371,7 @@ impl PreScorePlugin for History {
             }
         }
         if cycle.is_none() {
+            let builder = headroom_collectors::builder_identity(&pod.pod.metadata, &self.identity);
             let usage = snapshot.usage();
             let mut nodes: Vec<String> = usage
                 .history
@@ -400,14 +402,7 @@ impl PreScorePlugin for History {
             Some(mut c) => {
                 c.positions = self.positions(snapshot, &c.nodes);
                 if self.args.headroom_band < 100.0 {
-                    c.band = self.band(
-                        state,
-                        pod,
-                        snapshot,
-                        feasible,
-                        &c.positions,
-                        builder.as_str(),
-                    );
+                    c.band = self.band(state, pod, snapshot, feasible, &c.positions);
                 }
                 state.write(c);
                 Status::success()
