@@ -588,199 +588,233 @@ async fn handle(
     }
     match (verb, t.sub.as_deref()) {
         ("watch", _) => watch(&fake, &t, &q).await,
-        ("list", _) => {
-            if q.get("continue").is_some_and(|c| !c.is_empty()) {
-                return status(
-                    400,
-                    "BadRequest",
-                    "invalid continue token: continue key is not valid: invalid character '\\x81' looking for beginning of value",
-                    None,
-                );
-            }
-            let inner = fake.lock();
-            let items: Vec<Value> = inner
-                .objects
-                .iter()
-                .filter(|((r, n, _), _)| *r == t.resource && (t.namespace.is_none() || *n == ns))
-                .map(|(_, v)| v.clone())
-                .collect();
-            let (kind, api_version) = kind_of(&t.resource);
-            axum::Json(json!({
-                "kind": format!("{kind}List"), "apiVersion": api_version,
-                "metadata": {"resourceVersion": inner.rv.to_string()},
-                "items": items,
-            }))
-            .into_response()
-        }
+        ("list", _) => list(&fake, &t, &q, &ns),
         ("get", None) => match fake.get(&t.resource, &ns, t.name.as_deref().unwrap_or("")) {
             Some(v) => axum::Json(v).into_response(),
             None => not_found(&t),
         },
-        ("create", Some("binding")) => {
-            let latency = {
-                let mut i = fake.lock();
-                i.bindings_in_flight += 1;
-                i.max_bindings_in_flight = i.max_bindings_in_flight.max(i.bindings_in_flight);
-                i.binding_latency
+        ("create", Some("binding")) => create_binding(&fake, &t, &headers, &body).await,
+        ("create", None) if t.resource == "tokenreviews" => token_review(&fake, &body),
+        ("create", None) if t.resource == "subjectaccessreviews" => access_review(&fake, &body),
+        ("create", None) => create(&fake, &t, &ns, body),
+        ("update", None) => update(&fake, &t, &ns, body),
+        ("patch", sub) => patch(&fake, &t, &ns, &headers, sub, body),
+        ("delete", None) => delete(&fake, &t, &ns),
+        _ => status(405, "MethodNotAllowed", "not supported by the fake", None),
+    }
+}
+
+/// A list: every object of the resource (in the namespace, if one is given); a continue
+/// token is refused as the real server refuses one it did not issue.
+fn list(fake: &Fake, t: &Target, q: &HashMap<String, String>, ns: &str) -> Response {
+    if q.get("continue").is_some_and(|c| !c.is_empty()) {
+        return status(
+            400,
+            "BadRequest",
+            "invalid continue token: continue key is not valid: invalid character '\\x81' looking for beginning of value",
+            None,
+        );
+    }
+    let inner = fake.lock();
+    let items: Vec<Value> = inner
+        .objects
+        .iter()
+        .filter(|((r, n, _), _)| *r == t.resource && (t.namespace.is_none() || *n == ns))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let (kind, api_version) = kind_of(&t.resource);
+    axum::Json(json!({
+        "kind": format!("{kind}List"), "apiVersion": api_version,
+        "metadata": {"resourceVersion": inner.rv.to_string()},
+        "items": items,
+    }))
+    .into_response()
+}
+
+/// A pods/binding create: the configured latency, throttling (429 with `Retry-After`) and
+/// late answers around [`bind`].
+async fn create_binding(fake: &Fake, t: &Target, headers: &HeaderMap, body: &Value) -> Response {
+    let latency = {
+        let mut i = fake.lock();
+        i.bindings_in_flight += 1;
+        i.max_bindings_in_flight = i.max_bindings_in_flight.max(i.bindings_in_flight);
+        i.binding_latency
+    };
+    tokio::time::sleep(latency).await;
+    let throttled = {
+        let mut i = fake.lock();
+        if i.throttle_bindings.0 > 0 {
+            i.throttle_bindings.0 -= 1;
+            let seen = BindingSeen {
+                pod: format!(
+                    "{}/{}",
+                    t.namespace.clone().unwrap_or_default(),
+                    t.name.clone().unwrap_or_default()
+                ),
+                node: body["target"]["name"].as_str().unwrap_or("").to_string(),
+                replica: String::new(),
+                holder: None,
+                status: 429,
             };
-            tokio::time::sleep(latency).await;
-            let throttled = {
+            i.bindings.push(seen);
+            Some(i.throttle_bindings.1)
+        } else {
+            None
+        }
+    };
+    let response = match throttled {
+        Some(secs) => {
+            let mut r = status(
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.",
+                Some(json!({"retryAfterSeconds": secs})),
+            );
+            r.headers_mut()
+                .insert("retry-after", secs.to_string().parse().unwrap());
+            r
+        }
+        None => {
+            let r = bind(fake, t, headers, body);
+            let late = {
                 let mut i = fake.lock();
-                if i.throttle_bindings.0 > 0 {
-                    i.throttle_bindings.0 -= 1;
-                    let seen = BindingSeen {
-                        pod: format!(
-                            "{}/{}",
-                            t.namespace.clone().unwrap_or_default(),
-                            t.name.clone().unwrap_or_default()
-                        ),
-                        node: body["target"]["name"].as_str().unwrap_or("").to_string(),
-                        replica: String::new(),
-                        holder: None,
-                        status: 429,
-                    };
-                    i.bindings.push(seen);
-                    Some(i.throttle_bindings.1)
+                if i.answer_late.0 > 0 && r.status() == StatusCode::CREATED {
+                    i.answer_late.0 -= 1;
+                    Some(i.answer_late.1)
                 } else {
                     None
                 }
             };
-            let response = match throttled {
-                Some(secs) => {
-                    let mut r = status(
-                        429,
-                        "TooManyRequests",
-                        "Too many requests, please try again later.",
-                        Some(json!({"retryAfterSeconds": secs})),
-                    );
-                    r.headers_mut()
-                        .insert("retry-after", secs.to_string().parse().unwrap());
-                    r
-                }
-                None => {
-                    let r = bind(&fake, &t, &headers, &body);
-                    let late = {
-                        let mut i = fake.lock();
-                        if i.answer_late.0 > 0 && r.status() == StatusCode::CREATED {
-                            i.answer_late.0 -= 1;
-                            Some(i.answer_late.1)
-                        } else {
-                            None
-                        }
-                    };
-                    if let Some(d) = late {
-                        tokio::time::sleep(d).await;
-                    }
-                    r
-                }
-            };
-            fake.lock().bindings_in_flight -= 1;
-            response
-        }
-        ("create", None) if t.resource == "tokenreviews" => {
-            let token = body["spec"]["token"].as_str().unwrap_or("");
-            let user = fake.lock().tokens.get(token).cloned();
-            let status = match user {
-                Some((name, groups)) => json!({"authenticated": true,
-                    "user": {"username": name, "groups": groups}}),
-                None => json!({"authenticated": false, "error": "invalid bearer token"}),
-            };
-            let mut review = body.clone();
-            review["status"] = status;
-            (StatusCode::CREATED, axum::Json(review)).into_response()
-        }
-        ("create", None) if t.resource == "subjectaccessreviews" => {
-            let spec = &body["spec"];
-            let user = spec["user"].as_str().unwrap_or("").to_string();
-            let groups: Vec<String> = spec["groups"]
-                .as_array()
-                .map(|g| {
-                    g.iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let path = spec["nonResourceAttributes"]["path"].as_str().unwrap_or("");
-            let verb = spec["nonResourceAttributes"]["verb"].as_str().unwrap_or("");
-            let allowed = fake.lock().grants.iter().any(|(who, v, prefix)| {
-                let subject = match who.strip_prefix("group:") {
-                    Some(g) => groups.iter().any(|x| x == g),
-                    None => *who == user,
-                };
-                subject && v == verb && path.starts_with(prefix.as_str())
-            });
-            let mut review = body.clone();
-            review["status"] = json!({"allowed": allowed});
-            (StatusCode::CREATED, axum::Json(review)).into_response()
-        }
-        ("create", None) => {
-            let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
-            if fake.get(&t.resource, &ns, &name).is_some() {
-                return status(
-                    409,
-                    "AlreadyExists",
-                    &format!("{}.{} \"{name}\" already exists", t.resource, t.group),
-                    Some(json!({"name": name, "group": t.group, "kind": t.resource})),
-                );
+            if let Some(d) = late {
+                tokio::time::sleep(d).await;
             }
-            let mut obj = body;
-            obj["metadata"]["namespace"] = json!(ns);
-            (StatusCode::CREATED, axum::Json(fake.put(&t.resource, obj))).into_response()
+            r
         }
-        ("update", None) => {
-            let name = t.name.clone().unwrap_or_default();
-            let Some(current) = fake.get(&t.resource, &ns, &name) else {
-                return not_found(&t);
-            };
-            if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
-                return status(
-                    409,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on {}.{} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                        t.resource, t.group
-                    ),
-                    Some(json!({"name": name, "group": t.group, "kind": t.resource})),
-                );
-            }
-            let mut obj = body;
-            obj["metadata"]["namespace"] = json!(ns);
-            obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
-            axum::Json(fake.put(&t.resource, obj)).into_response()
+    };
+    fake.lock().bindings_in_flight -= 1;
+    response
+}
+
+/// A TokenReview: authenticated when the token is one the test registered.
+fn token_review(fake: &Fake, body: &Value) -> Response {
+    let token = body["spec"]["token"].as_str().unwrap_or("");
+    let user = fake.lock().tokens.get(token).cloned();
+    let status = match user {
+        Some((name, groups)) => json!({"authenticated": true,
+            "user": {"username": name, "groups": groups}}),
+        None => json!({"authenticated": false, "error": "invalid bearer token"}),
+    };
+    let mut review = body.clone();
+    review["status"] = status;
+    (StatusCode::CREATED, axum::Json(review)).into_response()
+}
+
+/// A SubjectAccessReview for a non-resource path: allowed by the test's grants (user or
+/// `group:` subject, verb, path prefix).
+fn access_review(fake: &Fake, body: &Value) -> Response {
+    let spec = &body["spec"];
+    let user = spec["user"].as_str().unwrap_or("").to_string();
+    let groups: Vec<String> = spec["groups"]
+        .as_array()
+        .map(|g| {
+            g.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let path = spec["nonResourceAttributes"]["path"].as_str().unwrap_or("");
+    let verb = spec["nonResourceAttributes"]["verb"].as_str().unwrap_or("");
+    let allowed = fake.lock().grants.iter().any(|(who, v, prefix)| {
+        let subject = match who.strip_prefix("group:") {
+            Some(g) => groups.iter().any(|x| x == g),
+            None => *who == user,
+        };
+        subject && v == verb && path.starts_with(prefix.as_str())
+    });
+    let mut review = body.clone();
+    review["status"] = json!({"allowed": allowed});
+    (StatusCode::CREATED, axum::Json(review)).into_response()
+}
+
+/// A create: 409 AlreadyExists as the real server words it, else stored in the namespace.
+fn create(fake: &Fake, t: &Target, ns: &str, body: Value) -> Response {
+    let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+    if fake.get(&t.resource, ns, &name).is_some() {
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("{}.{} \"{name}\" already exists", t.resource, t.group),
+            Some(json!({"name": name, "group": t.group, "kind": t.resource})),
+        );
+    }
+    let mut obj = body;
+    obj["metadata"]["namespace"] = json!(ns);
+    (StatusCode::CREATED, axum::Json(fake.put(&t.resource, obj))).into_response()
+}
+
+/// An update: 409 Conflict on a stale resourceVersion, else stored keeping the uid.
+fn update(fake: &Fake, t: &Target, ns: &str, body: Value) -> Response {
+    let name = t.name.clone().unwrap_or_default();
+    let Some(current) = fake.get(&t.resource, ns, &name) else {
+        return not_found(t);
+    };
+    if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
+        return status(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on {}.{} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                t.resource, t.group
+            ),
+            Some(json!({"name": name, "group": t.group, "kind": t.resource})),
+        );
+    }
+    let mut obj = body;
+    obj["metadata"]["namespace"] = json!(ns);
+    obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
+    axum::Json(fake.put(&t.resource, obj)).into_response()
+}
+
+/// A merge or strategic-merge patch; on the status subresource only the status changes.
+fn patch(
+    fake: &Fake,
+    t: &Target,
+    ns: &str,
+    headers: &HeaderMap,
+    sub: Option<&str>,
+    body: Value,
+) -> Response {
+    let name = t.name.clone().unwrap_or_default();
+    let Some(mut current) = fake.get(&t.resource, ns, &name) else {
+        return not_found(t);
+    };
+    let ct = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let body = if sub == Some("status") {
+        // A status patch changes only the status.
+        json!({"status": body.get("status").cloned().unwrap_or(Value::Null)})
+    } else {
+        body
+    };
+    if ct.contains("strategic-merge-patch") {
+        strategic(&mut current, &body);
+    } else {
+        merge(&mut current, &body);
+    }
+    axum::Json(fake.put(&t.resource, current)).into_response()
+}
+
+/// A delete: the object as it was, or 404.
+fn delete(fake: &Fake, t: &Target, ns: &str) -> Response {
+    let name = t.name.clone().unwrap_or_default();
+    match fake.get(&t.resource, ns, &name) {
+        Some(v) => {
+            fake.delete(&t.resource, ns, &name);
+            axum::Json(v).into_response()
         }
-        ("patch", sub) => {
-            let name = t.name.clone().unwrap_or_default();
-            let Some(mut current) = fake.get(&t.resource, &ns, &name) else {
-                return not_found(&t);
-            };
-            let ct = headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let body = if sub == Some("status") {
-                // A status patch changes only the status.
-                json!({"status": body.get("status").cloned().unwrap_or(Value::Null)})
-            } else {
-                body
-            };
-            if ct.contains("strategic-merge-patch") {
-                strategic(&mut current, &body);
-            } else {
-                merge(&mut current, &body);
-            }
-            axum::Json(fake.put(&t.resource, current)).into_response()
-        }
-        ("delete", None) => {
-            let name = t.name.clone().unwrap_or_default();
-            match fake.get(&t.resource, &ns, &name) {
-                Some(v) => {
-                    fake.delete(&t.resource, &ns, &name);
-                    axum::Json(v).into_response()
-                }
-                None => not_found(&t),
-            }
-        }
-        _ => status(405, "MethodNotAllowed", "not supported by the fake", None),
+        None => not_found(t),
     }
 }
 
