@@ -332,7 +332,16 @@ fn json_body(body: &str) -> Value {
 #[test]
 fn api_routes_over_http() {
     let demo = spawn_demo_server();
+    routes_explain_by_pod(&demo);
+    routes_explain_bad_input(&demo);
+    routes_nodes(&demo);
+    routes_builders(&demo);
+    routes_queue(&demo);
+    routes_metrics_health_and_404(&demo);
+}
 
+/// /explain by pod or uid, as JSON, text and the pod's page; an unschedulable pod.
+fn routes_explain_by_pod(demo: &DemoServer) {
     // /explain by pod: every node's verdict, one chosen, scores on feasible nodes.
     let (s, ct, body) = demo.get("/explain/ci/build-a-0");
     assert_eq!(s, 200, "{body}");
@@ -424,7 +433,10 @@ fn api_routes_over_http() {
             .starts_with(&format!("0/{DEMO_NODES} nodes are available:")),
         "{body}"
     );
+}
 
+/// /explain's answers to unknown pods and bad input.
+fn routes_explain_bad_input(demo: &DemoServer) {
     // Unknown pod and uid: 404 with the message; bad input: 400; all JSON.
     let (s, ct, body) = demo.get("/explain/ci/nope");
     assert_eq!(s, 404);
@@ -460,7 +472,10 @@ fn api_routes_over_http() {
     let (s, _, body) = demo.get("/explain/ci/x%FF");
     assert_eq!(s, 400, "invalid UTF-8 in the path is a bad request: {body}");
     assert!(json_body(&body)["error"].is_string());
+}
 
+/// /nodes and /nodes/{name}.
+fn routes_nodes(demo: &DemoServer) {
     // /nodes: requested vs measured, headroom, freshness; the last node has no usage.
     let (s, _, body) = demo.get("/nodes");
     assert_eq!(s, 200, "{body}");
@@ -509,7 +524,10 @@ fn api_routes_over_http() {
         (s, json_body(&body)),
         (404, json!({"error": "no node named nope"}))
     );
+}
 
+/// /builders and /builders/{id}.
+fn routes_builders(demo: &DemoServer) {
     // /builders: ids with slashes, profile from the view, runs and history from the store.
     let (s, _, body) = demo.get("/builders/ci/Job/build-a");
     assert_eq!(s, 200, "{body}");
@@ -532,7 +550,10 @@ fn api_routes_over_http() {
         json_body(&body)["error"],
         "no builder ci/Job/nope: no profile, runs or placement history"
     );
+}
 
+/// /queue: why each waiting pod waits.
+fn routes_queue(demo: &DemoServer) {
     // /queue: the gated pod waits for its gate, the huge one for resources.
     // The huge pod is retried on every pod deletion; while in flight it has no failure
     // to show, so look until it is back in a queue.
@@ -581,7 +602,10 @@ fn api_routes_over_http() {
             .unwrap()
             .contains(&json!("NodeResourcesFit"))
     );
+}
 
+/// /metrics, the probes, unknown routes.
+fn routes_metrics_health_and_404(demo: &DemoServer) {
     // /metrics: OpenMetrics with live numbers.
     let (s, ct, text) = demo.get("/metrics");
     assert_eq!(s, 200);
