@@ -606,9 +606,13 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
     }
     let yaml = "serve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  schedule: false\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  extender:\n    plugins: {TaintToleration: {enabled: true}, NodeResourcesFit: {enabled: true}}\n";
     let s = serve(&fake, yaml, "a").await;
-    let http = reqwest::Client::new();
+    let ext = Extender {
+        http: reqwest::Client::new(),
+        s: &s,
+    };
     let ready = || async {
-        http.get(s.url("/readyz"))
+        ext.http
+            .get(s.url("/readyz"))
             .send()
             .await
             .map(|r| r.status() == 200)
@@ -619,29 +623,64 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         assert!(tokio::time::Instant::now() < end, "extender ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let post = |path: &str, body: Value| {
-        let http = http.clone();
-        let url = s.url(path);
-        async move {
-            let r = http.post(url).json(&body).send().await.unwrap();
-            let code = r.status().as_u16();
-            (code, r.json::<Value>().await.unwrap())
-        }
+    extender_answers_as_recorded(&ext, &full).await;
+    extender_judges_known_nodes_by_its_cache(&ext, &fake).await;
+    extender_binds_as_recorded(&ext, &fake).await;
+    extender_bind_refuses_what_it_must(&ext, &fake).await;
+    extender_rejects_bad_input(&ext).await;
+    // Every request answered above, good or bad, is timed by verb on /metrics.
+    let metrics = engine::get_text(&s.url("/metrics")).await;
+    let count = |verb: &str| {
+        let key = format!("headroom_extender_request_duration_seconds_count{{verb=\"{verb}\"}} ");
+        let line = metrics.lines().find_map(|l| l.strip_prefix(&key));
+        line.and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{key} in {metrics}"))
     };
-    let verb = |c: &Value| {
-        format!(
-            "/extender/{}",
-            c["path"].as_str().unwrap().rsplit('/').next().unwrap()
-        )
-    };
+    assert!(count("filter") >= 4, "{metrics}");
+    assert!(count("prioritize") >= 4, "{metrics}");
+    assert!(count("bind") >= 4, "{metrics}");
+    let report = s.stop().await;
+    assert_eq!(report.terms, 0, "extender-only mode never schedules");
+    assert_calls_allowed(&fake);
+}
 
+/// A client of the extender under test.
+struct Extender<'a> {
+    http: reqwest::Client,
+    s: &'a Running,
+}
+
+impl Extender<'_> {
+    /// POSTs `body` to `path`: the status and the JSON answer.
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.s.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let code = r.status().as_u16();
+        (code, r.json::<Value>().await.unwrap())
+    }
+
+    /// Replays a recorded request to the verb it was recorded on.
+    async fn recorded(&self, c: &Value) -> (u16, Value) {
+        let verb = c["path"].as_str().unwrap().rsplit('/').next().unwrap();
+        self.post(&format!("/extender/{verb}"), c["request"].clone())
+            .await
+    }
+}
+
+/// Filter and prioritize answer the recorded requests as kube-scheduler saw them answered.
+async fn extender_answers_as_recorded(ext: &Extender<'_>, full: &Value) {
     // plain-1, cache-capable: every node passes, exactly as recorded.
     let c = capture("kube-scheduler-extender/01-cache-capable-filter-plain-1.json");
-    let (code, r) = post(&verb(&c), c["request"].clone()).await;
+    let (code, r) = ext.recorded(&c).await;
     assert_eq!(code, 200);
     assert_eq!(r, c["response"]);
     // Full-node form: the node objects come back unchanged, no NodeNames.
-    let (code, r) = post(&verb(&full), full["request"].clone()).await;
+    let (code, r) = ext.recorded(full).await;
     assert_eq!(code, 200);
     assert_eq!(r["Nodes"]["items"], full["request"]["Nodes"]["items"]);
     assert!(r.get("NodeNames").is_none());
@@ -656,7 +695,7 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         "09-cache-capable-prioritize-avoid-1.json",
     ] {
         let c = capture(&format!("kube-scheduler-extender/{f}"));
-        let (code, r) = post(&verb(&c), c["request"].clone()).await;
+        let (code, r) = ext.recorded(&c).await;
         assert_eq!(code, 200, "{f}");
         let hosts: Vec<&Value> = r.as_array().unwrap().iter().map(|h| &h["Host"]).collect();
         let want: Vec<&Value> = c["response"]
@@ -675,7 +714,10 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         assert_eq!(scores.len(), 1, "{f}: {r}");
         assert!(scores.iter().all(|s| (0..=10).contains(s)));
     }
+}
 
+/// Changes in the cluster reach the extender's judgments through its cache.
+async fn extender_judges_known_nodes_by_its_cache(ext: &Extender<'_>, fake: &Fake) {
     // Taint node-b in the cluster: both forms reject it with the upstream reason (the
     // full-node request still carries the old object; headroom judges known nodes by its
     // cache).
@@ -685,7 +727,7 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
     let c = capture("kube-scheduler-extender/06-cache-capable-filter-avoid-1.json");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let r = loop {
-        let (_, r) = post(&verb(&c), c["request"].clone()).await;
+        let (_, r) = ext.recorded(&c).await;
         if r["FailedAndUnresolvableNodes"].get("node-b").is_some()
             || tokio::time::Instant::now() > deadline
         {
@@ -699,7 +741,7 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         json!({"node-b": "node(s) had untolerated taint(s)"})
     );
     let c7 = capture("kube-scheduler-extender/07-full-nodes-filter-avoid-1.json");
-    let (_, r) = post(&verb(&c7), c7["request"].clone()).await;
+    let (_, r) = ext.recorded(&c7).await;
     let names: Vec<&Value> = r["Nodes"]["items"]
         .as_array()
         .unwrap()
@@ -715,7 +757,7 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
     let c = capture("kube-scheduler-extender/09-cache-capable-prioritize-avoid-1.json");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let r = loop {
-        let (_, r) = post(&verb(&c), c["request"].clone()).await;
+        let (_, r) = ext.recorded(&c).await;
         if r[0]["Score"] != r[1]["Score"] || tokio::time::Instant::now() > deadline {
             break r;
         }
@@ -726,14 +768,17 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         r[1]["Score"].as_i64().unwrap(),
     );
     assert!(a < cc && cc <= 10, "{r}");
+}
 
+/// Bind, as recorded, and a second bind of the same pod refused.
+async fn extender_binds_as_recorded(ext: &Extender<'_>, fake: &Fake) {
     // Bind, as recorded: through pods/binding.
     for f in [
         "05-cache-capable-bind-plain-1.json",
         "10-cache-capable-bind-avoid-1.json",
     ] {
         let c = capture(&format!("kube-scheduler-extender/{f}"));
-        let (code, r) = post(&verb(&c), c["request"].clone()).await;
+        let (code, r) = ext.recorded(&c).await;
         assert_eq!((code, &r), (200, &c["response"]), "{f}");
     }
     assert_eq!(
@@ -746,7 +791,7 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
     );
     // Binding it again: refused, the pod is no longer pending.
     let c = capture("kube-scheduler-extender/05-cache-capable-bind-plain-1.json");
-    let (_, r) = post("/extender/bind", c["request"].clone()).await;
+    let (_, r) = ext.post("/extender/bind", c["request"].clone()).await;
     assert!(
         r["Error"]
             .as_str()
@@ -754,12 +799,16 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
             .contains("already bound to node-c"),
         "{r}"
     );
+}
+
+/// A bind names a pending pod by uid and a node headroom knows, or nothing is bound.
+async fn extender_bind_refuses_what_it_must(ext: &Extender<'_>, fake: &Fake) {
     let bindings_before = fake.bindings().len();
     // Issue "Hardening", defect 1: a bind of any pod to any node. No uid: 400. An unknown
     // node, a wrong uid, a pod that does not exist: an Error, and no binding is posted.
     fake.put("pods", pod("victim", "default-scheduler", "1"));
-    let r = http
-        .post(s.url("/extender/bind"))
+    let r = ext.http
+        .post(ext.s.url("/extender/bind"))
         .json(&json!({"PodName": "victim", "PodNamespace": "default", "PodUID": "", "Node": "node-c"}))
         .send()
         .await
@@ -780,12 +829,15 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
             "does not exist",
         ),
     ] {
-        let (code, r) = post("/extender/bind", body.clone()).await;
+        let (code, r) = ext.post("/extender/bind", body.clone()).await;
         assert_eq!(code, 200, "{body}");
         assert!(r["Error"].as_str().unwrap().contains(want), "{body}: {r}");
     }
     assert_eq!(fake.bindings().len(), bindings_before, "nothing was bound");
+}
 
+/// Malformed requests: 400 naming the problem.
+async fn extender_rejects_bad_input(ext: &Extender<'_>) {
     // Bad input: 400 naming the problem, never a panic.
     for (path, body, want) in [
         ("/extender/filter", "{", "invalid ExtenderArgs"),
@@ -801,25 +853,17 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
             "PodNamespace: missing",
         ),
     ] {
-        let r = http.post(s.url(path)).body(body).send().await.unwrap();
+        let r = ext
+            .http
+            .post(ext.s.url(path))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 400, "{path} {body}");
         let text = r.text().await.unwrap();
         assert!(text.contains(want), "{path} {body}: {text}");
     }
-    // Every request answered above, good or bad, is timed by verb on /metrics.
-    let metrics = engine::get_text(&s.url("/metrics")).await;
-    let count = |verb: &str| {
-        let key = format!("headroom_extender_request_duration_seconds_count{{verb=\"{verb}\"}} ");
-        let line = metrics.lines().find_map(|l| l.strip_prefix(&key));
-        line.and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("{key} in {metrics}"))
-    };
-    assert!(count("filter") >= 4, "{metrics}");
-    assert!(count("prioritize") >= 4, "{metrics}");
-    assert!(count("bind") >= 4, "{metrics}");
-    let report = s.stop().await;
-    assert_eq!(report.terms, 0, "extender-only mode never schedules");
-    assert_calls_allowed(&fake);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
