@@ -250,95 +250,138 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         );
         return;
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-
-    let dir = tempfile::tempdir().unwrap();
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let port = free_port();
     // Prometheus runs (and scrapes every second) before the simulation starts, so the
     // counters behind the rate panels are seen moving: a simulation that ends before the
     // first scrape would rightly leave every 10 s rate NaN.
     let demo_addr = format!("127.0.0.1:{}", free_port());
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-             scrape_configs:\n  - job_name: headroom\n    static_configs: [{{targets: ['{demo_addr}']}}]\n"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.path().join("log")).unwrap();
-    let child = Command::new(&prometheus_bin)
-        .args([
-            format!("--config.file={}", config.display()),
-            format!("--storage.tsdb.path={}", dir.path().join("data").display()),
-            format!("--web.listen-address=127.0.0.1:{port}"),
-            "--log.level=warn".into(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", prometheus_bin.display()));
-    let mut prom = Prometheus { child, _dir: dir };
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let api = |path: &str, params: Vec<(&str, String)>| -> Option<Value> {
-        let url = format!("{base}{path}");
-        let client = client.clone();
-        rt.block_on(async move {
-            let r = client.get(&url).query(&params).send().await.ok()?;
-            r.json::<Value>().await.ok()
-        })
-    };
-    let log_of =
-        |p: &Prometheus| std::fs::read_to_string(p._dir.path().join("log")).unwrap_or_default();
-
-    // Waits until `up{job="headroom"}` has a series that `accept`s its value.
+    let mut prom = PromClient::start(&prometheus_bin, &demo_addr);
     let start = Instant::now();
-    let mut wait_for_up = |what: &str, accept: &dyn Fn(&Value) -> bool| loop {
-        if let Ok(Some(status)) = prom.child.try_wait() {
-            panic!("prometheus exited with {status}: {}", log_of(&prom));
-        }
-        let up = api(
-            "/api/v1/query",
-            vec![("query", "up{job=\"headroom\"}".into())],
-        );
-        let seen = up.as_ref().is_some_and(|v| {
-            v["data"]["result"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|s| accept(&s["value"][1])))
-        });
-        if seen {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "prometheus did not {what} within 60 s: {up:?}\n{}",
-            log_of(&prom)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
     // Scraping has begun once `up` exists (0 while nothing listens yet): Prometheus
     // throttles target discovery, so being ready is not enough.
-    wait_for_up("start scraping", &|_| true);
+    prom.wait_for_up(start, "start scraping", &|_| true);
     let demo = spawn_simulation(&demo_addr);
     assert_eq!(demo.addr, demo_addr);
     // Prometheus has scraped headroom successfully.
-    wait_for_up("scrape headroom", &|v| v == "1");
+    prom.wait_for_up(start, "scrape headroom", &|v| v == "1");
 
-    // Template variables: the query must list values (else the dropdown is empty); panels
-    // are evaluated with what Grafana substitutes for the default "All".
+    let mut queries = dashboard_queries(&prom);
+    assert!(queries.len() >= 20, "only {} panel queries", queries.len());
+    queries.extend(upstream_queries());
+
+    // Every query until it returns a finite value; rates need a few scrapes first. Panels
+    // are time series, so each query is evaluated over the whole run (as Grafana draws it),
+    // not only at "now": on a loaded machine the simulation may have finished scheduling
+    // before a query is first asked, and a 10 s rate of a finished run is rightly NaN.
+    let run_start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - start.elapsed().as_secs_f64()
+        - 5.0;
+    assert_every_query_has_data(&prom, queries, run_start);
+    assert_plausible_values(&prom);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A Prometheus scraping `demo_addr` every second, and a client of its HTTP API.
+struct PromClient {
+    prom: Prometheus,
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    base: String,
+}
+
+impl PromClient {
+    fn start(prometheus_bin: &Path, demo_addr: &str) -> PromClient {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+                 scrape_configs:\n  - job_name: headroom\n    static_configs: [{{targets: ['{demo_addr}']}}]\n"
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let child = Command::new(prometheus_bin)
+            .args([
+                format!("--config.file={}", config.display()),
+                format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                "--log.level=warn".into(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", prometheus_bin.display()));
+        PromClient {
+            prom: Prometheus { child, _dir: dir },
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            client: reqwest::Client::new(),
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// GET `path` with `params`: the JSON answer, `None` if there is none (yet).
+    fn api(&self, path: &str, params: Vec<(&str, String)>) -> Option<Value> {
+        let url = format!("{}{path}", self.base);
+        let client = self.client.clone();
+        self.rt.block_on(async move {
+            let r = client.get(&url).query(&params).send().await.ok()?;
+            r.json::<Value>().await.ok()
+        })
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.prom._dir.path().join("log")).unwrap_or_default()
+    }
+
+    /// Waits until `up{job="headroom"}` has a series that `accept`s its value (60 s from
+    /// `start` at most).
+    fn wait_for_up(&mut self, start: Instant, what: &str, accept: &dyn Fn(&Value) -> bool) {
+        loop {
+            if let Ok(Some(status)) = self.prom.child.try_wait() {
+                panic!("prometheus exited with {status}: {}", self.log());
+            }
+            let up = self.api(
+                "/api/v1/query",
+                vec![("query", "up{job=\"headroom\"}".into())],
+            );
+            let seen = up.as_ref().is_some_and(|v| {
+                v["data"]["result"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|s| accept(&s["value"][1])))
+            });
+            if seen {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "prometheus did not {what} within 60 s: {up:?}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Every panel query of the bundled dashboards (dashboard, panel title, expression), with
+/// template variables resolved. A variable's query must list values (else the dropdown is
+/// empty); panels are evaluated with what Grafana substitutes for the default "All".
+fn dashboard_queries(prom: &PromClient) -> Vec<(String, String, String)> {
     let dashboards = load_dashboards();
     let mut queries: Vec<(String, String, String)> = Vec::new();
     for (name, d) in &dashboards {
@@ -361,7 +404,7 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
             let (metric, label) = (metric.trim(), label.trim());
             let deadline = Instant::now() + Duration::from_secs(30);
             let values = loop {
-                let r = api(
+                let r = prom.api(
                     &format!("/api/v1/label/{label}/values"),
                     vec![("match[]", metric.to_string())],
                 );
@@ -401,13 +444,17 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
             }
         }
     }
-    assert!(queries.len() >= 20, "only {} panel queries", queries.len());
-    // Issue #24: queries written for kube-scheduler work on headroom's upstream-named
-    // metrics. kubernetes-mixin's `kube-scheduler.rules` record
-    // `histogram_quantile(q, sum(rate(<metric>_bucket{job="kube-scheduler"}[5m]))
-    // without(instance, pod))` (the job selector dropped: this one is `headroom`), its
-    // scheduler dashboard and Koordinator's plot attempts by result and pending pods by
-    // queue.
+    queries
+}
+
+/// Issue #24: queries written for kube-scheduler work on headroom's upstream-named
+/// metrics. kubernetes-mixin's `kube-scheduler.rules` record
+/// `histogram_quantile(q, sum(rate(<metric>_bucket{job="kube-scheduler"}[5m]))
+/// without(instance, pod))` (the job selector dropped: this one is `headroom`), its
+/// scheduler dashboard and Koordinator's plot attempts by result and pending pods by
+/// queue.
+fn upstream_queries() -> Vec<(String, String, String)> {
+    let mut queries = Vec::new();
     for (source, expr) in [
         (
             "kubernetes-mixin kube-scheduler.rules",
@@ -445,16 +492,15 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         queries.push(("upstream".into(), source.into(), expr.into()));
     }
 
-    // Every query until it returns a finite value; rates need a few scrapes first. Panels
-    // are time series, so each query is evaluated over the whole run (as Grafana draws it),
-    // not only at "now": on a loaded machine the simulation may have finished scheduling
-    // before a query is first asked, and a 10 s rate of a finished run is rightly NaN.
-    let run_start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-        - start.elapsed().as_secs_f64()
-        - 5.0;
+    queries
+}
+
+/// Asks every query over the run until it returns a finite value (90 s at most).
+fn assert_every_query_has_data(
+    prom: &PromClient,
+    queries: Vec<(String, String, String)>,
+    run_start: f64,
+) {
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut pending: Vec<(String, String, String, Option<Value>)> = queries
         .into_iter()
@@ -466,7 +512,7 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_secs_f64();
-            let r = api(
+            let r = prom.api(
                 "/api/v1/query_range",
                 vec![
                     ("query", q.2.clone()),
@@ -509,10 +555,13 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
         "panel queries without data:\n{}",
         failures.join("\n")
     );
-    // Plausible values, not only data: pods were scheduled under the `headroom` profile,
-    // and the pending pods come in upstream's four queues.
+}
+
+/// Plausible values, not only data: pods were scheduled under the `headroom` profile, and
+/// the pending pods come in upstream's four queues.
+fn assert_plausible_values(prom: &PromClient) {
     let instant = |q: &str| -> Vec<Value> {
-        api("/api/v1/query", vec![("query", q.to_string())])
+        prom.api("/api/v1/query", vec![("query", q.to_string())])
             .and_then(|v| v["data"]["result"].as_array().cloned())
             .unwrap_or_default()
     };
@@ -530,5 +579,4 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
     for q in ["active", "backoff", "unschedulable", "gated"] {
         assert!(queues.iter().any(|x| x == q), "{q} not in {queues:?}");
     }
-    drop(prom);
 }
