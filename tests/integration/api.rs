@@ -181,39 +181,7 @@ pub fn spawn_demo_server() -> DemoServer {
     for k in 0..5u64 {
         write_node_samples(&store, &names, t0 - 60_000 + k as i64 * 10_000, k);
     }
-    // Builder runs: build-a ran on the first two nodes (its placement history), build-b on
-    // the third.
-    for (b, builder) in DEMO_BUILDERS.iter().enumerate() {
-        for r in 0..6usize {
-            let node = &names[if b == 0 { r % 2 } else { 2 }];
-            let v = 0.5 + b as f64 + r as f64 * 0.1;
-            let s = UsageSummary {
-                mean: v,
-                p95: v * 1.2,
-                max: v * 1.5,
-            };
-            let m = UsageSummary {
-                mean: v * 1e9,
-                p95: v * 1.2e9,
-                max: v * 1.5e9,
-            };
-            let start = t0 - 3_600_000 + r as i64 * 60_000;
-            store
-                .put_run(
-                    builder,
-                    &RunRecord {
-                        pod_uid: format!("run-{b}-{r}"),
-                        node: node.clone(),
-                        start_ms: start,
-                        end_ms: start + 30_000,
-                        cpu: s,
-                        memory: m,
-                    },
-                )
-                .unwrap();
-            store.record_placement(builder, node).unwrap();
-        }
-    }
+    write_demo_runs(&store, &names, t0);
 
     let mut config = Config::default();
     config.scheduler.seed = Some(5);
@@ -323,6 +291,42 @@ pub fn spawn_demo_server() -> DemoServer {
         std::thread::sleep(Duration::from_millis(100));
     }
     demo
+}
+
+/// Builder runs: build-a ran on the first two nodes (its placement history), build-b on the
+/// third; six runs each, the last an hour before `t0`.
+fn write_demo_runs(store: &Store, names: &[String], t0: i64) {
+    for (b, builder) in DEMO_BUILDERS.iter().enumerate() {
+        for r in 0..6usize {
+            let node = &names[if b == 0 { r % 2 } else { 2 }];
+            let v = 0.5 + b as f64 + r as f64 * 0.1;
+            let s = UsageSummary {
+                mean: v,
+                p95: v * 1.2,
+                max: v * 1.5,
+            };
+            let m = UsageSummary {
+                mean: v * 1e9,
+                p95: v * 1.2e9,
+                max: v * 1.5e9,
+            };
+            let start = t0 - 3_600_000 + r as i64 * 60_000;
+            store
+                .put_run(
+                    builder,
+                    &RunRecord {
+                        pod_uid: format!("run-{b}-{r}"),
+                        node: node.clone(),
+                        start_ms: start,
+                        end_ms: start + 30_000,
+                        cpu: s,
+                        memory: m,
+                    },
+                )
+                .unwrap();
+            store.record_placement(builder, node).unwrap();
+        }
+    }
 }
 
 fn json_body(body: &str) -> Value {
