@@ -9,11 +9,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::prometheus::{Proc, free_port, start_prometheus};
 use super::{repo, simulate_serving};
 
 /// What `$__rate_interval` and friends become: Prometheus scrapes every second here, so a
@@ -62,18 +63,6 @@ fn spawn_simulation(listen: &str) -> Simulation {
         child,
         addr: url.trim_start_matches("http://").to_string(),
         _dir: dir,
-    }
-}
-
-struct Prometheus {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -282,17 +271,9 @@ fn grafana_every_panel_query_returns_data_from_a_real_prometheus() {
     assert_plausible_values(&prom);
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A Prometheus scraping `demo_addr` every second, and a client of its HTTP API.
 struct PromClient {
-    prom: Prometheus,
+    prom: Proc,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
     base: String,
@@ -300,38 +281,15 @@ struct PromClient {
 
 impl PromClient {
     fn start(prometheus_bin: &Path, demo_addr: &str) -> PromClient {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let config = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-                 scrape_configs:\n  - job_name: headroom\n    static_configs: [{{targets: ['{demo_addr}']}}]\n"
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.path().join("log")).unwrap();
-        let child = Command::new(prometheus_bin)
-            .args([
-                format!("--config.file={}", config.display()),
-                format!("--storage.tsdb.path={}", dir.path().join("data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--log.level=warn".into(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", prometheus_bin.display()));
+        let prom = start_prometheus(&prometheus_bin.display().to_string(), "headroom", demo_addr);
         PromClient {
-            prom: Prometheus { child, _dir: dir },
+            base: format!("http://127.0.0.1:{}", prom.port),
+            prom,
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap(),
             client: reqwest::Client::new(),
-            base: format!("http://127.0.0.1:{port}"),
         }
     }
 
@@ -346,7 +304,7 @@ impl PromClient {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.prom._dir.path().join("log")).unwrap_or_default()
+        self.prom.log()
     }
 
     /// Waits until `up{job="headroom"}` has a series that `accept`s its value (60 s from

@@ -15,10 +15,18 @@ use serde_json::Value;
 
 use super::{run, run_ok};
 
-struct Proc {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+/// A program started for a test, killed when dropped; its output goes to `log` in `dir`.
+pub(super) struct Proc {
+    pub(super) child: Child,
+    pub(super) port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Proc {
+    /// What the program wrote so far.
+    pub(super) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
 }
 
 impl Drop for Proc {
@@ -41,7 +49,7 @@ fn require(bin: &str, package: &str) -> String {
     );
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -84,11 +92,7 @@ fn spawn(bin: &str, args: &[String], dir: tempfile::TempDir, port: u16, ready: &
         .stderr(log)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-    let mut p = Proc {
-        child,
-        port,
-        _dir: dir,
-    };
+    let mut p = Proc { child, port, dir };
     wait_until(Duration::from_secs(30), bin, || {
         if let Ok(Some(status)) = p.child.try_wait() {
             panic!("{bin} exited with {status}");
@@ -133,30 +137,36 @@ fn start_exporter() -> Proc {
 fn collect_once_from_a_real_prometheus_stores_node_series() {
     let prometheus_bin = require("prometheus", "prometheus");
     let exporter = start_exporter();
-    let prom_dir = tempfile::tempdir().unwrap();
-    let prom_port = free_port();
-    let prom_config = prom_dir.path().join("prometheus.yml");
+    let prometheus = start_prometheus(
+        &prometheus_bin,
+        "node",
+        &format!("127.0.0.1:{}", exporter.port),
+    );
+    let prom_port = prometheus.port;
+
+    check_collect_once(prom_port, &exporter);
+}
+
+/// A real Prometheus scraping `target` as job `job` every second, ready to answer.
+pub(super) fn start_prometheus(bin: &str, job: &str, target: &str) -> Proc {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("prometheus.yml");
     std::fs::write(
-        &prom_config,
+        &config,
         format!(
             "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-             scrape_configs:\n  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
-            exporter.port
+             scrape_configs:\n  - job_name: {job}\n    static_configs: [{{targets: ['{target}']}}]\n"
         ),
     )
     .unwrap();
-    let prom_args = vec![
-        format!("--config.file={}", prom_config.display()),
-        format!(
-            "--storage.tsdb.path={}",
-            prom_dir.path().join("data").display()
-        ),
-        format!("--web.listen-address=127.0.0.1:{prom_port}"),
+    let args = vec![
+        format!("--config.file={}", config.display()),
+        format!("--storage.tsdb.path={}", dir.path().join("data").display()),
+        format!("--web.listen-address=127.0.0.1:{port}"),
         "--log.level=warn".into(),
     ];
-    let _prometheus = spawn(&prometheus_bin, &prom_args, prom_dir, prom_port, "/-/ready");
-
-    check_collect_once(prom_port, &exporter);
+    spawn(bin, &args, dir, port, "/-/ready")
 }
 
 /// VictoriaMetrics scraping node-exporter, queried through its Prometheus-compatible HTTP API
