@@ -109,33 +109,7 @@ async fn kube_listeners_authenticate_and_authorize_every_caller_but_the_probes()
         403,
         "alice may read explanations, not metrics"
     );
-    // `headroom explain` as a user runs it against `serve`: HTTPS and a token.
-    let server = format!("https://{}", s.bound.api);
-    let explain = |token: &'static str| {
-        let server = server.clone();
-        tokio::task::spawn_blocking(move || {
-            crate::run(&[
-                "explain",
-                "default/p",
-                "--server",
-                &server,
-                "--token",
-                token,
-                "--insecure-skip-tls-verify",
-            ])
-        })
-    };
-    let o = explain("viewer-token").await.unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(String::from_utf8_lossy(&o.stdout).contains("node-a"));
-    let o = explain("stranger-token").await.unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("403"));
+    explain_over_https_with_a_token(format!("https://{}", s.bound.api)).await;
     // Plain HTTP to a TLS listener gets nowhere.
     assert!(
         reqwest::get(format!("http://{}/explain/default/p", s.bound.api))
@@ -189,4 +163,34 @@ async fn kube_listeners_authenticate_and_authorize_every_caller_but_the_probes()
     let report = s.stop().await;
     assert_eq!(report.scheduling.bound, 1);
     assert_calls_allowed(&fake);
+}
+
+/// `headroom explain` as a user runs it against `serve` at `server`: HTTPS and a token;
+/// RBAC's refusal reaches the user as exit code 2 naming the 403.
+async fn explain_over_https_with_a_token(server: String) {
+    let explain = |token: &'static str| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::run(&[
+                "explain",
+                "default/p",
+                "--server",
+                &server,
+                "--token",
+                token,
+                "--insecure-skip-tls-verify",
+            ])
+        })
+    };
+    let o = explain("viewer-token").await.unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("node-a"));
+    let o = explain("stranger-token").await.unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("403"));
 }

@@ -34,6 +34,16 @@ fn service(ns: &str) -> Value {
            "spec": {"ports": [{"name": "viewer", "port": 10262}]}})
 }
 
+/// A finished command as a failure message shows it: exit code, stdout, stderr.
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 #[test]
 fn kubectl_headroom_reaches_the_api_through_the_service_proxy() {
     let demo = spawn_demo_server();
@@ -54,14 +64,6 @@ fn kubectl_headroom_reaches_the_api_through_the_service_proxy() {
             c.env("KUBECONFIG", &kc);
         }
         c.output().unwrap()
-    };
-    let text = |o: &Output| {
-        format!(
-            "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
     };
     let kc_arg = kc.to_str().unwrap();
 
