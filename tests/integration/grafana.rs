@@ -303,16 +303,12 @@ impl PromClient {
         })
     }
 
-    fn log(&self) -> String {
-        self.prom.log()
-    }
-
     /// Waits until `up{job="headroom"}` has a series that `accept`s its value (60 s from
     /// `start` at most).
     fn wait_for_up(&mut self, start: Instant, what: &str, accept: &dyn Fn(&Value) -> bool) {
         loop {
             if let Ok(Some(status)) = self.prom.child.try_wait() {
-                panic!("prometheus exited with {status}: {}", self.log());
+                panic!("prometheus exited with {status}: {}", self.prom.log());
             }
             let up = self.api(
                 "/api/v1/query",
@@ -329,7 +325,7 @@ impl PromClient {
             assert!(
                 start.elapsed() < Duration::from_secs(60),
                 "prometheus did not {what} within 60 s: {up:?}\n{}",
-                self.log()
+                self.prom.log()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
