@@ -3,6 +3,17 @@
 
 use std::any::{Any, TypeId};
 
+use super::Status;
+
+/// The extension point whose cycle state a later one reads ([`CycleState::written_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrittenIn {
+    /// PreFilter, read by Filter.
+    PreFilter,
+    /// PreScore, read by Score.
+    PreScore,
+}
+
 /// State of one scheduling cycle.
 #[derive(Default)]
 pub struct CycleState {
@@ -83,6 +94,20 @@ impl CycleState {
             .and_then(|(_, v)| v.downcast_ref::<T>())
     }
 
+    /// What `plugin` wrote at `point` this cycle, or the error status a Filter or Score
+    /// returns when it is missing: the runtime skipped the earlier point (a framework bug,
+    /// not bad input; upstream's `error reading "PreScore..." from cycleState`). One
+    /// message for every plugin: `History: PreScore did not run`.
+    #[inline]
+    pub fn written_by<T: Any + Send + Sync>(
+        &self,
+        plugin: &str,
+        point: WrittenIn,
+    ) -> Result<&T, Status> {
+        self.read::<T>()
+            .ok_or_else(|| Status::error(format!("{plugin}: {point:?} did not run")))
+    }
+
     /// Mutable access to a value written in this cycle.
     pub fn read_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
         let id = TypeId::of::<T>();
@@ -115,6 +140,22 @@ mod tests {
         assert_eq!(s.read::<String>().map(String::as_str), Some("x"));
         *s.read_mut::<u32>().unwrap() += 1;
         assert_eq!(s.read::<u32>(), Some(&8));
+    }
+
+    #[test]
+    fn written_by_names_the_plugin_and_point_when_missing() {
+        let mut s = CycleState::new(false);
+        let e = s
+            .written_by::<u32>("History", WrittenIn::PreScore)
+            .unwrap_err();
+        assert_eq!(e.code, super::super::Code::Error);
+        assert_eq!(e.message(), "History: PreScore did not run");
+        let e = s
+            .written_by::<u32>("Reservation", WrittenIn::PreFilter)
+            .unwrap_err();
+        assert_eq!(e.message(), "Reservation: PreFilter did not run");
+        s.write(4u32);
+        assert_eq!(s.written_by::<u32>("History", WrittenIn::PreScore), Ok(&4));
     }
 
     #[test]

@@ -31,7 +31,7 @@ mod status;
 
 use std::sync::Arc;
 
-pub use cycle_state::CycleState;
+pub use cycle_state::{CycleState, WrittenIn};
 pub use decision::{Decision, Fallback, Nomination, Outcome};
 pub use events::{ClusterEvent, ClusterEvents, QueueingHints};
 pub use runtime::{

@@ -31,7 +31,9 @@
 
 use std::sync::Arc;
 
-use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
+use crate::framework::{
+    CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
+};
 use crate::snapshot::table::res;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::shapes::{Shape, ShapeMix};
@@ -210,9 +212,7 @@ impl ScorePlugin for Fragmentation {
     }
 
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let c = state
-            .read::<Cycle>()
-            .ok_or_else(|| Status::error("Fragmentation: PreScore did not run"))?;
+        let c = state.written_by::<Cycle>(NAME, WrittenIn::PreScore)?;
         let (a, r) = node_resources(node);
         Ok(c.score(a, r).1)
     }
@@ -226,8 +226,8 @@ impl ScorePlugin for Fragmentation {
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
         let c = state
-            .read::<Cycle>()
-            .ok_or_else(|| (0, Status::error("Fragmentation: PreScore did not run")))?;
+            .written_by::<Cycle>(NAME, WrittenIn::PreScore)
+            .map_err(|e| (0, e))?;
         let table = snapshot.table();
         scores.reserve(nodes.len());
         for &idx in nodes {

@@ -23,7 +23,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
+use crate::framework::{
+    CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
+};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::{FreeAfter, UsagePolicy, pod_usage};
 
@@ -419,9 +421,7 @@ impl ScorePlugin for History {
     }
 
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Some(c) = state.read::<Cycle>() else {
-            return Err(Status::error("History: PreScore did not run"));
-        };
+        let c = state.written_by::<Cycle>(NAME, WrittenIn::PreScore)?;
         Ok(self.score_of(c, node.idx))
     }
 
@@ -434,9 +434,9 @@ impl ScorePlugin for History {
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
         scores.reserve(nodes.len());
-        let Some(c) = state.read::<Cycle>() else {
-            return Err((0, Status::error("History: PreScore did not run")));
-        };
+        let c = state
+            .written_by::<Cycle>(NAME, WrittenIn::PreScore)
+            .map_err(|e| (0, e))?;
         for &idx in nodes {
             scores.push(self.score_of(c, idx));
         }

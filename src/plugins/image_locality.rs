@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::framework::{
-    CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status,
+    CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
 };
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, image_hash, normalized_image_name};
 
@@ -134,9 +134,7 @@ impl ScorePlugin for ImageLocality {
     }
 
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let s = state
-            .read::<PreScoreState>()
-            .ok_or_else(|| Status::error("ImageLocality PreScore state missing"))?;
+        let s = state.written_by::<PreScoreState>(NAME, WrittenIn::PreScore)?;
         match s.sums.get(node.idx as usize) {
             Some(&sum) if sum > 0 => Ok(calculate_priority(sum, s.containers)),
             // No image of the pod on the node: upstream's sum is 0, which scores 0.
@@ -154,8 +152,8 @@ impl ScorePlugin for ImageLocality {
     ) -> Result<(), (usize, Status)> {
         scores.reserve(nodes.len());
         let s = state
-            .read::<PreScoreState>()
-            .ok_or_else(|| (0, Status::error("ImageLocality PreScore state missing")))?;
+            .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
+            .map_err(|e| (0, e))?;
         for &idx in nodes {
             scores.push(match s.sums.get(idx as usize) {
                 Some(&sum) if sum > 0 => calculate_priority(sum, s.containers),

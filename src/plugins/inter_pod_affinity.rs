@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::topology::{DomainCounts, TopologyCounts};
 use crate::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
-    PreScorePlugin, Registered, ScorePlugin, Status,
+    PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
 };
 use crate::selector::{Labels, Selector};
 use crate::snapshot::{AffinityTerm, NodeIdx, NodeInfo, PodInfo, Snapshot};
@@ -417,8 +417,9 @@ impl<'a> Checks<'a> {
 
 impl FilterPlugin for InterPodAffinity {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(s) = state.read::<PreFilterState>() else {
-            return Status::error("InterPodAffinity: PreFilter state missing");
+        let s = match state.written_by::<PreFilterState>(NAME, WrittenIn::PreFilter) {
+            Ok(s) => s,
+            Err(e) => return e,
         };
         match Checks::new(s, pod).check(node.idx) {
             None => Status::success(),
@@ -434,8 +435,9 @@ impl FilterPlugin for InterPodAffinity {
         _snapshot: &Snapshot,
         batch: &mut NodeBatch,
     ) {
-        let Some(s) = state.read::<PreFilterState>() else {
-            return batch.reject_all(&Status::error("InterPodAffinity: PreFilter state missing"));
+        let s = match state.written_by::<PreFilterState>(NAME, WrittenIn::PreFilter) {
+            Ok(s) => s,
+            Err(e) => return batch.reject_all(&e),
         };
         let checks = Checks::new(s, pod);
         batch.retain(|idx| checks.check(idx).map(|f| f.status()));
@@ -520,9 +522,7 @@ impl PreScorePlugin for InterPodAffinity {
 
 impl ScorePlugin for InterPodAffinity {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Some(s) = state.read::<PreScoreState>() else {
-            return Err(Status::error("InterPodAffinity: PreScore state missing"));
-        };
+        let s = state.written_by::<PreScoreState>(NAME, WrittenIn::PreScore)?;
         Ok(s.topology_score.keys().filter_map(|c| c.at(node.idx)).sum())
     }
 
@@ -535,9 +535,9 @@ impl ScorePlugin for InterPodAffinity {
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
         scores.reserve(nodes.len());
-        let Some(s) = state.read::<PreScoreState>() else {
-            return Err((0, Status::error("InterPodAffinity: PreScore state missing")));
-        };
+        let s = state
+            .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
+            .map_err(|e| (0, e))?;
         let keys: SmallVec<[&DomainCounts; 4]> = s.topology_score.keys().collect();
         for &idx in nodes {
             scores.push(keys.iter().filter_map(|c| c.at(idx)).sum());

@@ -10,7 +10,7 @@ use crate::field;
 use crate::framework::NodeBatch;
 use crate::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
-    Registered, ScorePlugin, Status, default_normalize_score,
+    Registered, ScorePlugin, Status, WrittenIn, default_normalize_score,
 };
 use crate::selector::{
     CompiledNodeSelector, CompiledSelector, CompiledTerm, NodeSelector, Selector, Term,
@@ -347,9 +347,7 @@ impl PreScorePlugin for NodeAffinity {
 
 impl ScorePlugin for NodeAffinity {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let s = state
-            .read::<PreScoreState>()
-            .ok_or_else(|| Status::error("NodeAffinity PreScore state missing"))?;
+        let s = state.written_by::<PreScoreState>(NAME, WrittenIn::PreScore)?;
         Ok(s.preferred
             .iter()
             .filter(|(t, _)| t.matches(node.labels(), &node.name))
@@ -367,8 +365,8 @@ impl ScorePlugin for NodeAffinity {
     ) -> Result<(), (usize, Status)> {
         scores.reserve(nodes.len());
         let s = state
-            .read::<PreScoreState>()
-            .ok_or_else(|| (0, Status::error("NodeAffinity PreScore state missing")))?;
+            .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
+            .map_err(|e| (0, e))?;
         let labels = &snapshot.table().labels;
         for &idx in nodes {
             scores.push(

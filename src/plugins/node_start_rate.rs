@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::field;
 use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status,
+    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, Status, WrittenIn,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 
@@ -112,9 +112,11 @@ impl PreFilterPlugin for NodeStartRate {
 
 impl FilterPlugin for NodeStartRate {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some((Since(since), usage)) = state.read::<(Since, Arc<crate::usage::UsageContext>)>()
-        else {
-            return Status::error("NodeStartRate: PreFilter did not run");
+        let (Since(since), usage) = match state
+            .written_by::<(Since, Arc<crate::usage::UsageContext>)>(NAME, WrittenIn::PreFilter)
+        {
+            Ok(s) => s,
+            Err(e) => return e,
         };
         let n = usage.starts_since(&node.name, *since);
         if n >= self.args.max_starts {

@@ -35,7 +35,7 @@ use super::node_affinity::{CompiledRequired, RequiredNodeAffinity};
 use super::taint_toleration::untolerated_taints;
 use crate::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
-    PreScorePlugin, Registered, ScorePlugin, Status,
+    PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
 };
 use crate::selector::{Labels, Op, Requirement, Selector, SelectorError};
 use crate::snapshot::labels::NONE;
@@ -696,8 +696,9 @@ impl PodTopologySpread {
 
 impl FilterPlugin for PodTopologySpread {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(s) = state.read::<PreFilterState>() else {
-            return Status::error("PodTopologySpread: PreFilter state missing");
+        let s = match state.written_by::<PreFilterState>(NAME, WrittenIn::PreFilter) {
+            Ok(s) => s,
+            Err(e) => return e,
         };
         match Self::check(s, &Self::limits(s), node.idx) {
             None => Status::success(),
@@ -745,8 +746,9 @@ impl FilterPlugin for PodTopologySpread {
         _snapshot: &Snapshot,
         batch: &mut NodeBatch,
     ) {
-        let Some(s) = state.read::<PreFilterState>() else {
-            return batch.reject_all(&Status::error("PodTopologySpread: PreFilter state missing"));
+        let s = match state.written_by::<PreFilterState>(NAME, WrittenIn::PreFilter) {
+            Ok(s) => s,
+            Err(e) => return batch.reject_all(&e),
         };
         let lacks = Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
         let skew = Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
@@ -857,9 +859,7 @@ impl PreScorePlugin for PodTopologySpread {
 
 impl ScorePlugin for PodTopologySpread {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Some(s) = state.read::<PreScoreState>() else {
-            return Err(Status::error("PodTopologySpread: PreScore state missing"));
-        };
+        let s = state.written_by::<PreScoreState>(NAME, WrittenIn::PreScore)?;
         Ok(s.score(node.idx))
     }
 
@@ -872,12 +872,9 @@ impl ScorePlugin for PodTopologySpread {
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
         scores.reserve(nodes.len());
-        let Some(s) = state.read::<PreScoreState>() else {
-            return Err((
-                0,
-                Status::error("PodTopologySpread: PreScore state missing"),
-            ));
-        };
+        let s = state
+            .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
+            .map_err(|e| (0, e))?;
         for &idx in nodes {
             scores.push(s.score(idx));
         }

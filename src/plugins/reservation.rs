@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::framework::{
-    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, ReservePlugin, Status,
+    CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, Registered, ReservePlugin,
+    Status, WrittenIn,
 };
 use crate::reservation::{Reservation, ReservationSource};
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
@@ -99,8 +100,9 @@ impl PreFilterPlugin for ReservationPlugin {
 
 impl FilterPlugin for ReservationPlugin {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(held) = state.read::<Held>() else {
-            return Status::error("Reservation: PreFilter did not run");
+        let held = match state.written_by::<Held>(NAME, WrittenIn::PreFilter) {
+            Ok(h) => h,
+            Err(e) => return e,
         };
         let (mut cpu, mut mem, mut n) = (0i64, 0i64, 0usize);
         for r in held
