@@ -41,6 +41,10 @@ cargo fmt --all --check
 echo "==> cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# Every intra-doc link resolves to a public item (docs that point nowhere are not true).
+echo "==> cargo doc -D warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 echo "==> tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast

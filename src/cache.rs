@@ -22,7 +22,7 @@
 //! often (the extender's requests, which are cycles over the nodes kube-scheduler asks
 //! about).
 //!
-//! The assume cache lives here too ([`CacheState::assume`]): a pod placed by a cycle counts
+//! The assume cache lives here too (`CacheState::assume`): a pod placed by a cycle counts
 //! on its node at once, before its asynchronous bind; a bind that fails is forgotten, a
 //! successful one confirmed; an assumed pod that is neither confirmed nor forgotten within
 //! the assume TTL after its bind finished expires, so a lost watch event cannot leak

@@ -9,7 +9,7 @@
 //! `serve.viewerListen`, a plain-HTTP, read-only listener (the inspection routes only, never
 //! the extender), which `deploy/networkpolicy.yaml` opens to the control plane only. The
 //! answers are interpreted by the same code as `headroom explain`/`advice`
-//! ([`crate::cli::api_answer`]): same text, same JSON, same exit codes.
+//! (`cli::api_answer`): same text, same JSON, same exit codes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

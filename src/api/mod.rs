@@ -9,7 +9,7 @@
 //! | `GET /builders`, `GET /builders/{id}` | builder profiles, runs, placement history (`id` may contain `/`) |
 //! | `GET /queue` | pending pods, where they wait and why |
 //! | `GET /advice` | hot nodes by real usage and the moves that would help most ([`crate::advice`]); `?format=text` |
-//! | `GET /ui`, `/ui/pods/{namespace}/{pod}`, `/ui/nodes`, `/ui/queue`, `/ui/advice` | the same as HTML pages for people ([`ui`](self::ui)) |
+//! | `GET /ui`, `/ui/pods/{namespace}/{pod}`, `/ui/nodes`, `/ui/queue`, `/ui/advice` | the same as HTML pages for people (the `ui` module) |
 //! | `GET /metrics` | Prometheus exposition (see [`crate::metrics`]) |
 //! | `GET /healthz`, `GET /readyz` | liveness; readiness as set by the owner |
 //!

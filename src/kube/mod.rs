@@ -14,7 +14,7 @@
 //!  kube-scheduler ──POST /extender/{filter,prioritize,bind}──► extender (own plugins only)
 //! ```
 //!
-//! Modules, one per concept: [`config`] (the `serve` section), [`client`] (kubeconfig or
+//! Modules, one per concept: [`crate::config::serve`] (the `serve` section), [`client`] (kubeconfig or
 //! in-cluster), [`reflect`] (watches into the snapshot and queue), [`bind`] (the
 //! `pods/binding` binder), [`events`] (Events, the `PodScheduled` condition, annotations),
 //! [`leader`] (Lease election), [`crd`] (the `Reservation` custom resource), [`extender`]

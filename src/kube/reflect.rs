@@ -2,9 +2,9 @@
 //! PriorityClasses, Reservations and the volume objects ([`super::volumes`]): the API
 //! server's cluster feed. Nodes, pods, namespaces and the policy objects preemption reads
 //! go to the engine's
-//! [`ClusterState`](crate::cluster::ClusterState), which applies them to the snapshot and
+//! [`ClusterState`], which applies them to the snapshot and
 //! the queue exactly as it applies a simulated cluster; reservations go to
-//! [`KubeReservations`](super::crd::KubeReservations).
+//! [`KubeReservations`].
 //!
 //! A watch that fails is retried with backoff (counted in
 //! `headroom_cluster_watch_errors_total`); when the API server answers `410 Gone`

@@ -4,13 +4,13 @@
 //! `Reservation` cache) owns the scheduler, the queue, the usage pipeline (collectors,
 //! analytics refresh, store maintenance), the decision log and the metrics. This adapter
 //! adds what only a cluster has:
-//! - the watches ([`reflect`](super::reflect)), the cluster feed into the engine's
+//! - the watches ([`reflect`]), the cluster feed into the engine's
 //!   cluster state, on every replica;
 //! - the `pods/binding` binder ([`bind`](super::bind)) for the engine's scheduling loop,
 //!   which runs while this replica leads ([`leader`](super::leader)) and the initial lists
 //!   are in, and stops the moment the lease is lost;
-//! - the reporter and event writer ([`events`](super::events)), fed by the engine's
-//!   decision sink and the binder; the reservation status writer and GC ([`crd`](super::crd));
+//! - the reporter and event writer ([`events`]), fed by the engine's
+//!   decision sink and the binder; the reservation status writer and GC ([`crd`]);
 //! - the HTTP listener: the extender routes, `/healthz`, `/readyz`, the inspection API over
 //!   the engine, and whatever router the caller adds ([`compose_router`]).
 //!

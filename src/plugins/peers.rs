@@ -10,8 +10,8 @@
 //! statistic (`analytics.nodeQuantile` over `analytics.nodeWindow`) as every percentile and
 //! maximum, no deviation.
 //!
-//! A peer implements [`PeerPlugin`], its verdict and score on one node given the usage
-//! context; [`register`] serves it through [`Peer`] (PreFilter and Filter when it filters,
+//! A peer implements `PeerPlugin`, its verdict and score on one node given the usage
+//! context; `register` serves it through `Peer` (PreFilter and Filter when it filters,
 //! PreScore and Score), so the four share one plugin skeleton.
 
 use std::borrow::Cow;

@@ -2,7 +2,7 @@
 //!
 //! A simulated clock (tokio's paused clock, advanced one `step` at a time) drives
 //! everything: pods arrive per the scenario's workloads and go through the real
-//! [`SchedulingQueue`] and [`Scheduler`] (binding is instant); running pods use CPU and
+//! [`SchedulingQueue`](crate::queue::SchedulingQueue) and [`Scheduler`](crate::scheduler::Scheduler) (binding is instant); running pods use CPU and
 //! memory drawn from their builder's real-usage factors; every step the simulator writes
 //! node samples into a real store, finished builds become run records and placements, and
 //! the analytics refresh computes the usage view from the store on simulated time (polars

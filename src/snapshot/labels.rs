@@ -1,7 +1,7 @@
 //! Node labels, interned: one column per label key (a `u32` value id per node index,
 //! [`NONE`] when absent), each key with its own reference-counted value dictionary
 //! ([`Interner`]). The [`node table`](super::table) keeps them; compiled selectors
-//! ([`crate::selector`]) and topology domains ([`crate::plugins::topology`]) read them.
+//! ([`crate::selector`]) and topology domains (`plugins::topology`) read them.
 //!
 //! Below both the snapshot's node records and the selectors, so neither imports the other
 //! for labels.

@@ -167,7 +167,7 @@ impl RatioSamples {
 }
 
 /// What a new usage view gives the cycles besides itself, from one walk over the running
-/// pods ([`derive`]).
+/// pods ([`derive()`]).
 #[derive(Debug, Clone, Default)]
 pub struct Derived {
     /// The calibration of pods without a profile; `None` with fewer than
