@@ -40,6 +40,7 @@ pub mod fuzzing;
 pub mod key;
 pub mod kube;
 pub mod kubectl;
+pub mod labels;
 pub mod logging;
 pub mod metrics;
 pub mod objects;

@@ -12,7 +12,7 @@
 //!
 //! For node labels, [`CompiledSelector`], [`CompiledTerm`] and [`CompiledNodeSelector`] are
 //! the same selectors compiled once per cycle against a snapshot's label columns
-//! ([`crate::snapshot::labels::LabelTable`]): keys become columns, values become value ids,
+//! ([`crate::labels::LabelTable`]): keys become columns, values become value ids,
 //! `metadata.name` becomes node indices, `Gt`/`Lt` a table over the key's distinct values.
 //! Matching a node is then a few integer comparisons.
 
@@ -20,9 +20,9 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use smallvec::SmallVec;
 
-use crate::snapshot::labels::{LabelTable, NONE};
+use crate::labels::{LabelTable, NONE};
 
-pub use crate::snapshot::labels::Labels;
+pub use crate::labels::Labels;
 
 /// A selector that could not be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -362,7 +362,7 @@ impl NodeSelector {
 }
 
 /// A requirement compiled against a snapshot's node label columns
-/// ([`crate::snapshot::labels::LabelTable`]): the key is a column, the values are value
+/// ([`crate::labels::LabelTable`]): the key is a column, the values are value
 /// ids, so matching a node is an array read and a comparison of integers.
 #[derive(Debug, Clone)]
 pub struct CompiledRequirement {

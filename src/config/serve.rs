@@ -17,6 +17,8 @@
 //! Every field has a default; unknown fields are errors.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -47,7 +49,7 @@ pub struct ServeConfig {
     /// Who may call the listeners: TLS, client certificates or TokenReview,
     /// SubjectAccessReview (default), or `mode: none` on loopback only; see
     /// `src/kube/auth.rs`.
-    pub security: crate::kube::auth::SecurityConfig,
+    pub security: SecurityConfig,
     /// Schedule and bind the unassigned pods whose `spec.schedulerName` names one of the
     /// profiles. Default true. Set false to run as an extender only (kube-scheduler then
     /// schedules; headroom filters, scores and optionally binds for it).
@@ -96,7 +98,7 @@ pub struct ServeConfig {
     /// flight (`initialWindow` 16, `minWindow` 2, `maxWindow` 512, `latencyTarget` 1s) and
     /// an optional client-side rate limit (`qps` 0 = none, `burst` 100), see
     /// `src/kube/flow.rs`.
-    pub binding: crate::kube::flow::FlowConfig,
+    pub binding: FlowConfig,
 }
 
 impl Default for ServeConfig {
@@ -105,7 +107,7 @@ impl Default for ServeConfig {
             listen: "0.0.0.0:10260".to_string(),
             api_listen: "0.0.0.0:10261".to_string(),
             viewer_listen: None,
-            security: crate::kube::auth::SecurityConfig::default(),
+            security: SecurityConfig::default(),
             schedule: true,
             leader_election: LeaderElectionConfig::default(),
             extender: ExtenderConfig::default(),
@@ -117,7 +119,7 @@ impl Default for ServeConfig {
             assume_ttl: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
             shutdown_grace_period: Duration::from_secs(20),
-            binding: crate::kube::flow::FlowConfig::default(),
+            binding: FlowConfig::default(),
         }
     }
 }
@@ -366,6 +368,158 @@ impl ServeConfig {
     }
 }
 
+/// How `serve`'s listeners authenticate and authorise callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SecurityMode {
+    /// TLS; client certificates or TokenReview; SubjectAccessReview. The default.
+    Delegated,
+    /// Plain HTTP, no authentication: only on loopback listeners (a local test, a sidecar
+    /// proxy that authenticates in front).
+    None,
+}
+
+/// The `serve.security` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct SecurityConfig {
+    /// `delegated` (default) or `none` (loopback listeners only).
+    pub mode: SecurityMode,
+    /// Serving certificate (PEM chain). Default none: a self-signed certificate is made at
+    /// start (give kube-scheduler's extender `tlsConfig.insecure: true`, or a real one).
+    pub cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key_file: Option<PathBuf>,
+    /// CA bundle (PEM) whose client certificates authenticate their subject (CN = user,
+    /// O = groups), e.g. the cluster CA that signed kube-scheduler's client certificate.
+    /// Default none: callers authenticate by bearer token only.
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
+    /// Paths anyone may call. Default `[/healthz, /readyz]`.
+    pub always_allow_paths: Vec<String>,
+    /// How long a TokenReview or SubjectAccessReview answer is reused. Default `10s`.
+    #[serde(rename = "cacheTTL", with = "humantime_serde")]
+    pub cache_ttl: Duration,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            mode: SecurityMode::Delegated,
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
+            always_allow_paths: vec!["/healthz".into(), "/readyz".into()],
+            cache_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+impl SecurityConfig {
+    /// Checks the section against the listeners it protects; errors name the field.
+    pub fn validate(&self, listeners: &[(&str, SocketAddr)]) -> Result<(), (String, String)> {
+        if self.mode == SecurityMode::None
+            && let Some((field, addr)) = listeners.iter().find(|(_, a)| !a.ip().is_loopback())
+        {
+            return Err((
+                "serve.security.mode".into(),
+                format!(
+                    "none serves without authentication, allowed only on loopback listeners; serve.{field} is {addr}"
+                ),
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err((
+                "serve.security.certFile".into(),
+                "certFile and keyFile go together".into(),
+            ));
+        }
+        if self.cache_ttl > Duration::from_secs(600) {
+            return Err((
+                "serve.security.cacheTTL".into(),
+                "at most 10m (a revoked token must stop working)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The `serve.binding` section: flow control of binds toward the API server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct FlowConfig {
+    /// Binds in flight at start. Default `16`.
+    pub initial_window: u32,
+    /// The window never shrinks below this. Default `2`.
+    pub min_window: u32,
+    /// Nor grows above this. Default `512`.
+    pub max_window: u32,
+    /// A bind answered slower than this is a congestion signal. Default `1s` (a healthy
+    /// API server binds in milliseconds; seconds mean its queues are filling).
+    #[serde(with = "humantime_serde")]
+    pub latency_target: Duration,
+    /// Client-side rate limit, requests per second for binds, as kube-scheduler's
+    /// `clientConnection.qps`. Default `0`: no limit (the window adapts instead).
+    pub qps: f64,
+    /// Burst of the rate limit, as kube-scheduler's `clientConnection.burst`. Default
+    /// `100`; unused while `qps` is 0.
+    pub burst: u32,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        FlowConfig {
+            initial_window: 16,
+            min_window: 2,
+            max_window: 512,
+            latency_target: Duration::from_secs(1),
+            qps: 0.0,
+            burst: 100,
+        }
+    }
+}
+
+impl FlowConfig {
+    /// Checks the bounds; errors name the field under `serve.binding`.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |f: &str, m: String| Err((format!("serve.binding.{f}"), m));
+        if self.min_window == 0 {
+            return bad("minWindow", "must be at least 1".into());
+        }
+        if self.max_window < self.min_window {
+            return bad(
+                "maxWindow",
+                format!(
+                    "{} is below minWindow ({})",
+                    self.max_window, self.min_window
+                ),
+            );
+        }
+        if !(self.min_window..=self.max_window).contains(&self.initial_window) {
+            return bad(
+                "initialWindow",
+                format!(
+                    "{} is not within minWindow..=maxWindow ({}..={})",
+                    self.initial_window, self.min_window, self.max_window
+                ),
+            );
+        }
+        if self.latency_target.is_zero() {
+            return bad("latencyTarget", "must be positive".into());
+        }
+        if !self.qps.is_finite() || self.qps < 0.0 {
+            return bad(
+                "qps",
+                format!("{} is not a rate (0 turns the limit off)", self.qps),
+            );
+        }
+        if self.qps > 0.0 && self.burst == 0 {
+            return bad("burst", "must be at least 1 when qps is set".into());
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +538,29 @@ mod tests {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("serve.leaderElection.renewDeadline"), "{e}");
         assert!(serde_norway::from_str::<ServeConfig>("bogus: 1").is_err());
+    }
+
+    #[test]
+    fn mode_none_only_on_loopback() {
+        let none = SecurityConfig {
+            mode: SecurityMode::None,
+            ..SecurityConfig::default()
+        };
+        let lo: SocketAddr = "127.0.0.1:10260".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:10261".parse().unwrap();
+        assert!(none.validate(&[("listen", lo)]).is_ok());
+        let (field, message) = none
+            .validate(&[("listen", lo), ("apiListen", any)])
+            .unwrap_err();
+        assert_eq!(field, "serve.security.mode");
+        assert!(
+            message.contains("serve.apiListen is 0.0.0.0:10261"),
+            "{message}"
+        );
+        assert!(
+            SecurityConfig::default()
+                .validate(&[("listen", any)])
+                .is_ok()
+        );
     }
 }

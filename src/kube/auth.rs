@@ -16,8 +16,6 @@
 //! this off; it is accepted only when every listener is on a loopback address.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,87 +32,11 @@ use kube::api::{Api, PostParams};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::tls::PeerIdentity;
+pub use crate::config::serve::{SecurityConfig, SecurityMode};
 use crate::framework::BoxFuture;
-
-/// How `serve`'s listeners authenticate and authorise callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SecurityMode {
-    /// TLS; client certificates or TokenReview; SubjectAccessReview. The default.
-    Delegated,
-    /// Plain HTTP, no authentication: only on loopback listeners (a local test, a sidecar
-    /// proxy that authenticates in front).
-    None,
-}
-
-/// The `serve.security` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
-pub struct SecurityConfig {
-    /// `delegated` (default) or `none` (loopback listeners only).
-    pub mode: SecurityMode,
-    /// Serving certificate (PEM chain). Default none: a self-signed certificate is made at
-    /// start (give kube-scheduler's extender `tlsConfig.insecure: true`, or a real one).
-    pub cert_file: Option<PathBuf>,
-    /// Its private key (PEM).
-    pub key_file: Option<PathBuf>,
-    /// CA bundle (PEM) whose client certificates authenticate their subject (CN = user,
-    /// O = groups), e.g. the cluster CA that signed kube-scheduler's client certificate.
-    /// Default none: callers authenticate by bearer token only.
-    #[serde(rename = "clientCAFile")]
-    pub client_ca_file: Option<PathBuf>,
-    /// Paths anyone may call. Default `[/healthz, /readyz]`.
-    pub always_allow_paths: Vec<String>,
-    /// How long a TokenReview or SubjectAccessReview answer is reused. Default `10s`.
-    #[serde(rename = "cacheTTL", with = "humantime_serde")]
-    pub cache_ttl: Duration,
-}
-
-impl Default for SecurityConfig {
-    fn default() -> Self {
-        SecurityConfig {
-            mode: SecurityMode::Delegated,
-            cert_file: None,
-            key_file: None,
-            client_ca_file: None,
-            always_allow_paths: vec!["/healthz".into(), "/readyz".into()],
-            cache_ttl: Duration::from_secs(10),
-        }
-    }
-}
-
-impl SecurityConfig {
-    /// Checks the section against the listeners it protects; errors name the field.
-    pub fn validate(&self, listeners: &[(&str, SocketAddr)]) -> Result<(), (String, String)> {
-        if self.mode == SecurityMode::None
-            && let Some((field, addr)) = listeners.iter().find(|(_, a)| !a.ip().is_loopback())
-        {
-            return Err((
-                "serve.security.mode".into(),
-                format!(
-                    "none serves without authentication, allowed only on loopback listeners; serve.{field} is {addr}"
-                ),
-            ));
-        }
-        if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err((
-                "serve.security.certFile".into(),
-                "certFile and keyFile go together".into(),
-            ));
-        }
-        if self.cache_ttl > Duration::from_secs(600) {
-            return Err((
-                "serve.security.cacheTTL".into(),
-                "at most 10m (a revoked token must stop working)".into(),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -454,29 +376,5 @@ mod tests {
         let before = reviewer.calls.load(Ordering::SeqCst);
         assert_eq!(call(&app, "/explain/ci/p", Some("good")).await, 200);
         assert_eq!(reviewer.calls.load(Ordering::SeqCst), before, "cached");
-    }
-
-    #[test]
-    fn mode_none_only_on_loopback() {
-        let none = SecurityConfig {
-            mode: SecurityMode::None,
-            ..SecurityConfig::default()
-        };
-        let lo: SocketAddr = "127.0.0.1:10260".parse().unwrap();
-        let any: SocketAddr = "0.0.0.0:10261".parse().unwrap();
-        assert!(none.validate(&[("listen", lo)]).is_ok());
-        let (field, message) = none
-            .validate(&[("listen", lo), ("apiListen", any)])
-            .unwrap_err();
-        assert_eq!(field, "serve.security.mode");
-        assert!(
-            message.contains("serve.apiListen is 0.0.0.0:10261"),
-            "{message}"
-        );
-        assert!(
-            SecurityConfig::default()
-                .validate(&[("listen", any)])
-                .is_ok()
-        );
     }
 }

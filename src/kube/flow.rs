@@ -24,85 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
-use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// The `serve.binding` section: flow control of binds toward the API server.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
-pub struct FlowConfig {
-    /// Binds in flight at start. Default `16`.
-    pub initial_window: u32,
-    /// The window never shrinks below this. Default `2`.
-    pub min_window: u32,
-    /// Nor grows above this. Default `512`.
-    pub max_window: u32,
-    /// A bind answered slower than this is a congestion signal. Default `1s` (a healthy
-    /// API server binds in milliseconds; seconds mean its queues are filling).
-    #[serde(with = "humantime_serde")]
-    pub latency_target: Duration,
-    /// Client-side rate limit, requests per second for binds, as kube-scheduler's
-    /// `clientConnection.qps`. Default `0`: no limit (the window adapts instead).
-    pub qps: f64,
-    /// Burst of the rate limit, as kube-scheduler's `clientConnection.burst`. Default
-    /// `100`; unused while `qps` is 0.
-    pub burst: u32,
-}
-
-impl Default for FlowConfig {
-    fn default() -> Self {
-        FlowConfig {
-            initial_window: 16,
-            min_window: 2,
-            max_window: 512,
-            latency_target: Duration::from_secs(1),
-            qps: 0.0,
-            burst: 100,
-        }
-    }
-}
-
-impl FlowConfig {
-    /// Checks the bounds; errors name the field under `serve.binding`.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let bad = |f: &str, m: String| Err((format!("serve.binding.{f}"), m));
-        if self.min_window == 0 {
-            return bad("minWindow", "must be at least 1".into());
-        }
-        if self.max_window < self.min_window {
-            return bad(
-                "maxWindow",
-                format!(
-                    "{} is below minWindow ({})",
-                    self.max_window, self.min_window
-                ),
-            );
-        }
-        if !(self.min_window..=self.max_window).contains(&self.initial_window) {
-            return bad(
-                "initialWindow",
-                format!(
-                    "{} is not within minWindow..=maxWindow ({}..={})",
-                    self.initial_window, self.min_window, self.max_window
-                ),
-            );
-        }
-        if self.latency_target.is_zero() {
-            return bad("latencyTarget", "must be positive".into());
-        }
-        if !self.qps.is_finite() || self.qps < 0.0 {
-            return bad(
-                "qps",
-                format!("{} is not a rate (0 turns the limit off)", self.qps),
-            );
-        }
-        if self.qps > 0.0 && self.burst == 0 {
-            return bad("burst", "must be at least 1 when qps is set".into());
-        }
-        Ok(())
-    }
-}
+pub use crate::config::serve::FlowConfig;
 
 /// How one bind ended, for the window.
 #[derive(Debug, Clone, Copy, PartialEq)]

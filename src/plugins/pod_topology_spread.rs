@@ -37,8 +37,8 @@ use crate::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeBatch, NodeNames, Plugin, PreFilterPlugin,
     PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
 };
+use crate::labels::NONE;
 use crate::selector::{Labels, Op, Requirement, Selector, SelectorError};
-use crate::snapshot::labels::NONE;
 use crate::snapshot::table::flag;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use smallvec::SmallVec;

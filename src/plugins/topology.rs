@@ -1,6 +1,6 @@
 //! Counts per topology domain for InterPodAffinity and PodTopologySpread, dense by the
 //! snapshot's interned label values: a domain is the value id of a node's topology key
-//! ([`crate::snapshot::labels::LabelColumn`]), so counting a pod and reading a node's domain
+//! ([`crate::labels::LabelColumn`]), so counting a pod and reading a node's domain
 //! are array accesses instead of string hashing.
 //!
 //! Each [`DomainCounts`] keeps the label column it was computed over (a shared `Arc`), so
@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
+use crate::labels::{LabelTable, NONE};
 use crate::snapshot::NodeIdx;
-use crate::snapshot::labels::{LabelTable, NONE};
 
 /// Counts per domain of one topology key.
 #[derive(Debug, Clone)]

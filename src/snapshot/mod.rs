@@ -8,7 +8,6 @@
 //! pays one copy (each node is itself an `Arc`, so that copy is one pointer per node).
 
 mod index;
-pub mod labels;
 mod node_info;
 mod pod_info;
 pub mod policy;

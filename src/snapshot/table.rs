@@ -9,8 +9,8 @@
 //! - Resources: allocatable, requested (with the pod count) and the scoring "non-zero"
 //!   requests, one fixed-size array per node.
 //! - Flags: unschedulable, taints by effect, unreadable, extended resources, host ports.
-//! - Labels ([`super::labels`]): one column per label key (`u32` value id per node, absent
-//!   as [`NONE`](super::labels::NONE)), each
+//! - Labels ([`crate::labels`]): one column per label key (`u32` value id per node, absent
+//!   as [`NONE`](crate::labels::NONE)), each
 //!   key with its own value dictionary. A topology domain is then a value id, and per-cycle
 //!   counts per domain are dense vectors indexed by it.
 //! - Taints: each node's taints as ids into one dictionary of `(key, value, effect)`, so a
@@ -25,8 +25,8 @@ use k8s_openapi::api::core::v1::Taint;
 use smallvec::SmallVec;
 
 use super::NodeIdx;
-use super::labels::{Interner, LabelTable};
 use super::node_info::NodeInfo;
+use crate::labels::{Interner, LabelTable};
 
 /// Node flags ([`NodeTable::flags`]).
 pub mod flag {

@@ -1,6 +1,6 @@
 //! Node labels, interned: one column per label key (a `u32` value id per node index,
 //! [`NONE`] when absent), each key with its own reference-counted value dictionary
-//! ([`Interner`]). The [`node table`](super::table) keeps them; compiled selectors
+//! ([`Interner`]). The node table ([`crate::snapshot::table`]) keeps them; compiled selectors
 //! ([`crate::selector`]) and topology domains (`plugins::topology`) read them.
 //!
 //! Below both the snapshot's node records and the selectors, so neither imports the other
