@@ -14,6 +14,15 @@ pub enum WrittenIn {
     PreScore,
 }
 
+impl std::fmt::Display for WrittenIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WrittenIn::PreFilter => "PreFilter",
+            WrittenIn::PreScore => "PreScore",
+        })
+    }
+}
+
 /// State of one scheduling cycle.
 #[derive(Default)]
 pub struct CycleState {
@@ -105,7 +114,7 @@ impl CycleState {
         point: WrittenIn,
     ) -> Result<&T, Status> {
         self.read::<T>()
-            .ok_or_else(|| Status::error(format!("{plugin}: {point:?} did not run")))
+            .ok_or_else(|| Status::error(format!("{plugin}: {point} did not run")))
     }
 
     /// Mutable access to a value written in this cycle.

@@ -14,11 +14,12 @@
 //!  kube-scheduler ──POST /extender/{filter,prioritize,bind}──► extender (own plugins only)
 //! ```
 //!
-//! Modules, one per concept: [`crate::config::serve`] (the `serve` section), [`client`] (kubeconfig or
-//! in-cluster), [`reflect`] (watches into the snapshot and queue), [`bind`] (the
-//! `pods/binding` binder), [`events`] (Events, the `PodScheduled` condition, annotations),
-//! [`leader`] (Lease election), [`crd`] (the `Reservation` custom resource), [`extender`]
-//! (the extender protocol) and [`serve`] (wires everything together).
+//! Modules, one per concept, with their configuration in [`crate::config::serve`] (the
+//! `serve` section): [`client`] (kubeconfig or in-cluster), [`reflect`] (watches into the
+//! snapshot and queue), [`bind`] (the `pods/binding` binder), [`events`] (Events, the
+//! `PodScheduled` condition, annotations), [`leader`] (Lease election), [`crd`] (the
+//! `Reservation` custom resource), [`extender`] (the extender protocol) and [`serve`]
+//! (wires everything together).
 //!
 //! Nothing here runs inside a scheduling cycle: every API call happens in a task of its own,
 //! and what the cycle reads (snapshot, reservations) is published before it starts.
