@@ -35,7 +35,7 @@ use prometheus_client::metrics::family::Family;
 use tokio::time::Instant;
 
 use super::tls::PeerIdentity;
-pub use crate::config::serve::{SecurityConfig, SecurityMode};
+use crate::config::serve::{SecurityConfig, SecurityMode};
 use crate::framework::BoxFuture;
 
 /// An authenticated caller.

@@ -27,7 +27,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-pub use crate::config::serve::FlowConfig;
+use crate::config::serve::FlowConfig;
 
 /// How one bind ended, for the window.
 #[derive(Debug, Clone, Copy, PartialEq)]

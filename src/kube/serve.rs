@@ -30,7 +30,7 @@ use kube::Client;
 use kube::api::Api;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::auth::{self, Auth, KubeReviewer, Reviewer, SecurityMode};
+use super::auth::{self, Auth, KubeReviewer, Reviewer};
 use super::bind::{ApiBinder, BindStats};
 use super::crd::{self, KubeReservations, ReservationResource};
 use super::events::{self, Reporter, ReporterStats};
@@ -44,6 +44,7 @@ use super::{Error, Result};
 use crate::clock::Clock;
 use crate::cluster::{NodeObserver, Synced};
 use crate::config::Config;
+use crate::config::serve::SecurityMode;
 use crate::config::serve::ServeConfig;
 use crate::decisions::SinkReport;
 use crate::engine::{Drive, Engine, EngineError, Parts, Phase, Running};

@@ -23,7 +23,7 @@ use crate::analytics::windows::WINDOWS;
 use crate::analytics::{NodeUsage, NodeWindows, WindowStat};
 use crate::framework::{
     ClusterEvent, ClusterEvents, CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin,
-    PreScorePlugin, Registered, ScorePlugin, Status,
+    PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
 };
 use crate::quantity::Quantity;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
@@ -39,14 +39,14 @@ impl Ctx {
         state.write(Ctx(snapshot.usage().clone()));
     }
 
-    /// The kept context; an error naming `plugin` when its PreFilter/PreScore did not run.
+    /// The context `plugin` kept at `point` ([`CycleState::written_by`]'s error when it
+    /// did not run).
     pub fn of<'a>(
-        state: &'a crate::framework::CycleState,
+        state: &'a CycleState,
         plugin: &str,
-    ) -> Result<&'a UsageContext, crate::framework::Status> {
-        state.read::<Ctx>().map(|c| &*c.0).ok_or_else(|| {
-            crate::framework::Status::error(format!("{plugin}: PreFilter/PreScore did not run"))
-        })
+        point: WrittenIn,
+    ) -> Result<&'a UsageContext, Status> {
+        state.written_by::<Ctx>(plugin, point).map(|c| &*c.0)
     }
 }
 
@@ -115,7 +115,7 @@ impl<P: PeerPlugin> PreFilterPlugin for Peer<P> {
 
 impl<P: PeerPlugin> FilterPlugin for Peer<P> {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        match Ctx::of(state, P::NAME) {
+        match Ctx::of(state, P::NAME, WrittenIn::PreFilter) {
             Ok(ctx) => self.0.filter_at(ctx, pod, node),
             Err(s) => s,
         }
@@ -141,12 +141,16 @@ impl<P: PeerPlugin> ScorePlugin for Peer<P> {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let ctx = Ctx::of(state, P::NAME)?;
+        let ctx = Ctx::of(state, P::NAME, WrittenIn::PreScore)?;
         Ok(self.0.score_at(ctx, pod, node))
     }
 
     fn explain_score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        self.0.explain_at(Ctx::of(state, P::NAME).ok()?, pod, node)
+        self.0.explain_at(
+            Ctx::of(state, P::NAME, WrittenIn::PreScore).ok()?,
+            pod,
+            node,
+        )
     }
 }
 

@@ -103,7 +103,7 @@ fn kube_deploy_manifests_parse_as_their_kinds() {
                     // for kube-scheduler's client certificate.
                     assert_eq!(
                         c.serve.security.mode,
-                        headroom::kube::auth::SecurityMode::Delegated
+                        headroom::config::serve::SecurityMode::Delegated
                     );
                     assert!(c.serve.security.client_ca_file.is_some());
                 }
