@@ -4,6 +4,7 @@
 use std::any::{Any, TypeId};
 
 use super::Status;
+use crate::snapshot::NodeIdx;
 
 /// The extension point whose cycle state a later one reads ([`CycleState::written_by`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +118,25 @@ impl CycleState {
             .ok_or_else(|| Status::error(format!("{plugin}: {point} did not run")))
     }
 
+    /// The batch form of a Score whose raw score reads only what `plugin` wrote at PreScore
+    /// and the node's index: `score` for each of `nodes`, appended to `scores` in order
+    /// ([`ScorePlugin::score_batch`](super::ScorePlugin::score_batch)'s contract). The state
+    /// is looked up once for the batch rather than once a node, which is the point of the
+    /// batch; a missing state fails the batch at its first node, as `written_by` words it.
+    pub fn score_each<T: Any + Send + Sync>(
+        &self,
+        plugin: &str,
+        nodes: &[NodeIdx],
+        scores: &mut Vec<i64>,
+        score: impl Fn(&T, NodeIdx) -> i64,
+    ) -> Result<(), (usize, Status)> {
+        let written = self
+            .written_by::<T>(plugin, WrittenIn::PreScore)
+            .map_err(|e| (0, e))?;
+        scores.extend(nodes.iter().map(|&idx| score(written, idx)));
+        Ok(())
+    }
+
     /// Mutable access to a value written in this cycle.
     pub fn read_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
         let id = TypeId::of::<T>();
@@ -165,6 +185,24 @@ mod tests {
         assert_eq!(e.message(), "Reservation: PreFilter did not run");
         s.write(4u32);
         assert_eq!(s.written_by::<u32>("History", WrittenIn::PreScore), Ok(&4));
+    }
+
+    #[test]
+    fn score_each_scores_every_node_in_order_or_fails_at_the_first() {
+        let mut s = CycleState::new(false);
+        let mut scores = vec![7];
+        let e = s
+            .score_each::<u32>("History", &[3, 1], &mut scores, |_, _| 0)
+            .unwrap_err();
+        assert_eq!(e.0, 0);
+        assert_eq!(e.1.message(), "History: PreScore did not run");
+        assert_eq!(scores, [7], "nothing appended on failure");
+        s.write(10u32);
+        s.score_each::<u32>("History", &[3, 1, 4], &mut scores, |w, idx| {
+            i64::from(*w) * 10 + i64::from(idx)
+        })
+        .unwrap();
+        assert_eq!(scores, [7, 103, 101, 104]);
     }
 
     #[test]

@@ -225,20 +225,15 @@ impl ScorePlugin for Fragmentation {
         nodes: &[NodeIdx],
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
-        let c = state
-            .written_by::<Cycle>(NAME, WrittenIn::PreScore)
-            .map_err(|e| (0, e))?;
         let table = snapshot.table();
-        scores.reserve(nodes.len());
-        for &idx in nodes {
+        state.score_each::<Cycle>(NAME, nodes, scores, |c, idx| {
             let (a, r) = (
                 &table.allocatable[idx as usize],
                 &table.requested[idx as usize],
             );
-            let (_, s) = c.score((a[res::CPU], a[res::MEMORY]), (r[res::CPU], r[res::MEMORY]));
-            scores.push(s);
-        }
-        Ok(())
+            c.score((a[res::CPU], a[res::MEMORY]), (r[res::CPU], r[res::MEMORY]))
+                .1
+        })
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

@@ -433,14 +433,7 @@ impl ScorePlugin for History {
         nodes: &[NodeIdx],
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
-        scores.reserve(nodes.len());
-        let c = state
-            .written_by::<Cycle>(NAME, WrittenIn::PreScore)
-            .map_err(|e| (0, e))?;
-        for &idx in nodes {
-            scores.push(self.score_of(c, idx));
-        }
-        Ok(())
+        state.score_each::<Cycle>(NAME, nodes, scores, |c, idx| self.score_of(c, idx))
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

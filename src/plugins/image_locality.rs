@@ -32,6 +32,17 @@ struct PreScoreState {
     sums: Vec<i64>,
 }
 
+impl PreScoreState {
+    /// The node's raw score.
+    fn score(&self, idx: NodeIdx) -> i64 {
+        match self.sums.get(idx as usize) {
+            Some(&sum) if sum > 0 => calculate_priority(sum, self.containers),
+            // No image of the pod on the node: upstream's sum is 0, which scores 0.
+            _ => 0,
+        }
+    }
+}
+
 impl ImageLocality {
     /// Creates the plugin.
     pub fn new() -> Self {
@@ -135,11 +146,7 @@ impl ScorePlugin for ImageLocality {
 
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let s = state.written_by::<PreScoreState>(NAME, WrittenIn::PreScore)?;
-        match s.sums.get(node.idx as usize) {
-            Some(&sum) if sum > 0 => Ok(calculate_priority(sum, s.containers)),
-            // No image of the pod on the node: upstream's sum is 0, which scores 0.
-            _ => Ok(0),
-        }
+        Ok(s.score(node.idx))
     }
 
     fn score_batch(
@@ -150,17 +157,7 @@ impl ScorePlugin for ImageLocality {
         nodes: &[NodeIdx],
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
-        scores.reserve(nodes.len());
-        let s = state
-            .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
-            .map_err(|e| (0, e))?;
-        for &idx in nodes {
-            scores.push(match s.sums.get(idx as usize) {
-                Some(&sum) if sum > 0 => calculate_priority(sum, s.containers),
-                _ => 0,
-            });
-        }
-        Ok(())
+        state.score_each::<PreScoreState>(NAME, nodes, scores, |s, idx| s.score(idx))
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

@@ -534,14 +534,16 @@ impl ScorePlugin for InterPodAffinity {
         nodes: &[NodeIdx],
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
-        scores.reserve(nodes.len());
         let s = state
             .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
             .map_err(|e| (0, e))?;
+        // The domain counts gathered once for the batch, not once a node.
         let keys: SmallVec<[&DomainCounts; 4]> = s.topology_score.keys().collect();
-        for &idx in nodes {
-            scores.push(keys.iter().filter_map(|c| c.at(idx)).sum());
-        }
+        scores.extend(
+            nodes
+                .iter()
+                .map(|&idx| keys.iter().filter_map(|c| c.at(idx)).sum::<i64>()),
+        );
         Ok(())
     }
 

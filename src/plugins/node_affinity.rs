@@ -363,21 +363,14 @@ impl ScorePlugin for NodeAffinity {
         nodes: &[NodeIdx],
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
-        scores.reserve(nodes.len());
-        let s = state
-            .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
-            .map_err(|e| (0, e))?;
         let labels = &snapshot.table().labels;
-        for &idx in nodes {
-            scores.push(
-                s.compiled
-                    .iter()
-                    .filter(|(t, _)| t.matches(labels, idx))
-                    .map(|(_, w)| *w)
-                    .sum(),
-            );
-        }
-        Ok(())
+        state.score_each::<PreScoreState>(NAME, nodes, scores, |s, idx| {
+            s.compiled
+                .iter()
+                .filter(|(t, _)| t.matches(labels, idx))
+                .map(|(_, w)| *w)
+                .sum()
+        })
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

@@ -871,14 +871,7 @@ impl ScorePlugin for PodTopologySpread {
         nodes: &[NodeIdx],
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
-        scores.reserve(nodes.len());
-        let s = state
-            .written_by::<PreScoreState>(NAME, WrittenIn::PreScore)
-            .map_err(|e| (0, e))?;
-        for &idx in nodes {
-            scores.push(s.score(idx));
-        }
-        Ok(())
+        state.score_each::<PreScoreState>(NAME, nodes, scores, |s, idx| s.score(idx))
     }
 
     fn explain_score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {

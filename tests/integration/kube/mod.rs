@@ -417,9 +417,12 @@ async fn kube_two_replicas_with_one_lease_never_both_bind() {
     fake.put("namespaces", namespace("default"));
     fake.put("nodes", node("node-a", "64"));
     fake.put("nodes", node("node-b", "64"));
+    // kube-scheduler's lease timings (15 s / 10 s): a leader starved of CPU for two seconds
+    // on a loaded machine would otherwise lose the lease mid-test and leave b binding some
+    // of the first ten. The hand-over below does not wait for expiry: a releases the lease.
     let yaml = |id: &str| {
         format!(
-            "scheduler: {{seed: 1}}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {{mode: none}}\n  reservations: {{enabled: false}}\n  leaderElection: {{identity: {id}, leaseNamespace: kube-system, leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 250ms}}\n"
+            "scheduler: {{seed: 1}}\nserve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {{mode: none}}\n  reservations: {{enabled: false}}\n  leaderElection: {{identity: {id}, leaseNamespace: kube-system, leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 250ms}}\n"
         )
     };
     let a = serve(&fake, &yaml("replica-a"), "replica-a").await;
