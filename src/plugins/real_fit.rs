@@ -14,14 +14,14 @@ use std::sync::Arc;
 
 use crate::framework::{
     ClusterEvent, ClusterEvents, CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin,
-    PreFilterPlugin, Registered, Status,
+    PreFilterPlugin, Registered, Status, WrittenIn,
 };
 use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
 use crate::usage::policy::Class;
 use crate::usage::wait::relaxed;
 use crate::usage::{
-    CycleUsage, NodeReal, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
+    CycleUsage, NodeReal, UsagePolicy, cycle_usage_written, fallback_active, pod_usage,
 };
 
 /// What every real fit holds from the plugins' dependencies: the usage policy and the
@@ -153,8 +153,9 @@ impl<P: RealFit> FilterPlugin for Fit<P> {
 
 /// `Filter` for one node.
 fn filter<P: RealFit>(plugin: &P, state: &CycleState, node: &NodeInfo) -> Status {
-    let Some(u) = cycle_usage_ref(state) else {
-        return Status::error(format!("{}: PreFilter did not run", P::NAME));
+    let u = match cycle_usage_written(state, P::NAME, WrittenIn::PreFilter) {
+        Ok(u) => u,
+        Err(s) => return s,
     };
     let real = u.node_real(node, plugin.policy());
     let s = plugin.check(u, &real, node, state.explain);
@@ -178,11 +179,9 @@ fn filter_batch<P: RealFit>(
     snapshot: &Snapshot,
     batch: &mut NodeBatch,
 ) {
-    let Some(u) = cycle_usage_ref(state) else {
-        return batch.reject_all(&Status::error(format!(
-            "{}: PreFilter did not run",
-            P::NAME
-        )));
+    let u = match cycle_usage_written(state, P::NAME, WrittenIn::PreFilter) {
+        Ok(u) => u,
+        Err(s) => return batch.reject_all(&s),
     };
     let policy = plugin.policy();
     let table = snapshot.table();

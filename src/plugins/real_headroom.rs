@@ -40,11 +40,14 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status};
+use crate::framework::{
+    CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
+};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::lifetime::same_workload;
 use crate::usage::{
-    CycleUsage, FreeAfter, UsagePolicy, cycle_usage_ref, fallback_active, pod_usage,
+    CycleUsage, FreeAfter, UsagePolicy, cycle_usage_ref, cycle_usage_written, fallback_active,
+    pod_usage,
 };
 
 use super::PluginDeps;
@@ -240,8 +243,7 @@ impl ScorePlugin for RealHeadroom {
     }
 
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let u = cycle_usage_ref(state)
-            .ok_or_else(|| Status::error("RealHeadroom: PreScore did not run"))?;
+        let u = cycle_usage_written(state, NAME, WrittenIn::PreScore)?;
         let fallback = fallback_active(state);
         let long = self.long_running(u, fallback);
         if self.keeps_off(long, pod, node) {
@@ -261,8 +263,7 @@ impl ScorePlugin for RealHeadroom {
         scores: &mut Vec<i64>,
     ) -> Result<(), (usize, Status)> {
         scores.reserve(nodes.len());
-        let u = cycle_usage_ref(state)
-            .ok_or_else(|| (0, Status::error("RealHeadroom: PreScore did not run")))?;
+        let u = cycle_usage_written(state, NAME, WrittenIn::PreScore).map_err(|e| (0, e))?;
         let reserve = u.pod.class.memory_reserve;
         let fallback = fallback_active(state);
         let long = self.long_running(u, fallback);

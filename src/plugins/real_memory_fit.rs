@@ -267,6 +267,24 @@ mod tests {
     }
 
     #[test]
+    fn filter_without_its_pre_filter_says_so() {
+        let snap = with_usage(
+            Snapshot::build([node("n", json!({}))], []),
+            vec![usage("n", 0.5, 1.0 * GI, 10, None)],
+            vec![],
+        );
+        let reg = plugin(UsagePolicy::default());
+        let state = CycleState::new(false);
+        let s = reg
+            .filter
+            .as_ref()
+            .unwrap()
+            .filter(&state, &mem_pod("1Gi"), &snap.nodes()[0]);
+        assert_eq!(s.code, Code::Error);
+        assert_eq!(s.message(), "RealMemoryFit: PreFilter did not run");
+    }
+
+    #[test]
     fn recent_placements_count_until_metrics_catch_up() {
         let mut snap = with_usage(
             Snapshot::build([node("n", json!({}))], []),

@@ -32,7 +32,7 @@ pub use policy::{
 };
 pub use predict::{
     Calibration, CycleUsage, Derived, PodUsage, Prediction, Source, cycle_usage, cycle_usage_ref,
-    derive, pod_usage, release_cycle_usage,
+    cycle_usage_written, derive, pod_usage, release_cycle_usage,
 };
 pub use recent::{RecentSums, RecentTable};
 pub use risk::MemoryDist;

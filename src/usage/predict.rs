@@ -18,7 +18,7 @@ use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
 use super::risk::{MemoryDist, Z95};
 use super::shapes::{ShapeCounter, ShapeMix};
 use super::{RecentSums, RecentTable};
-use crate::framework::CycleState;
+use crate::framework::{CycleState, Status, WrittenIn};
 use crate::quantity::{Quantity, format_bytes};
 use crate::selector::Labels;
 use crate::snapshot::table::NodeTable;
@@ -626,6 +626,17 @@ pub fn release_cycle_usage(state: &mut CycleState) -> Option<Arc<CycleUsage>> {
 /// [`cycle_usage`] by reference (no reference count touched: for per-node paths).
 pub fn cycle_usage_ref(state: &CycleState) -> Option<&CycleUsage> {
     state.read::<Slot>().map(|s| &*s.0)
+}
+
+/// [`cycle_usage_ref`] for a Filter or Score whose `plugin`'s PreFilter or PreScore
+/// (`point`) computed it, or the error status every plugin gives when that point did not
+/// run ([`CycleState::written_by`]: `RealHeadroom: PreScore did not run`).
+pub fn cycle_usage_written<'a>(
+    state: &'a CycleState,
+    plugin: &str,
+    point: WrittenIn,
+) -> Result<&'a CycleUsage, Status> {
+    state.written_by::<Slot>(plugin, point).map(|s| &*s.0)
 }
 
 #[cfg(test)]
