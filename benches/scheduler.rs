@@ -177,7 +177,7 @@ fn calibration(c: &mut Criterion) {
 /// ([`MAX_SHAPES`] shapes of 250m–16 CPU, 512 MiB–32 GiB): what the score adds to a
 /// decision, each feasible node read against every shape before and after the pod.
 fn fragmentation(c: &mut Criterion) {
-    use headroom::usage::shapes::{MAX_SHAPES, Shape, ShapeMix};
+    use headroom::usage_context::shapes::{MAX_SHAPES, Shape, ShapeMix};
     let id = "usage+fragmentation/5000/1t";
     if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {
         return;

@@ -1,5 +1,5 @@
 //! A pod's identity: [`PodKey`] (`namespace/name`), and [`PodId`] (one incarnation of a
-//! pod: its key and its uid).
+//! pod: its key and its uid); and [`NodeIdx`], a node's index within one snapshot.
 //!
 //! Every module that finds, keys or names a pod by namespace and name uses [`PodKey`]; it
 //! renders as `namespace/name` wherever a pod is shown (logs, events, JSON, text). It sits
@@ -15,6 +15,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
+
+/// Index of a node within one snapshot (re-exported as `snapshot::NodeIdx`). Here, below
+/// every module, so that what the snapshot caches by node index (`usage_context`'s rows and
+/// recent-placement table) can name it without importing the snapshot.
+pub type NodeIdx = u32;
 
 /// A pod by namespace and name: `namespace/name`.
 ///

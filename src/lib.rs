@@ -9,6 +9,9 @@
 //! - [`key`]: a pod's identity, `namespace/name` ([`key::PodKey`]) and with its uid
 //!   ([`key::PodId`]);
 //! - [`framework`]: extension-point traits, statuses, the runtime and decision records;
+//! - [`usage_context`]: the usage-side inputs the snapshot holds (the view, the clock, the
+//!   recent placements); [`usage`]: what a cycle reads from them (a node's real state and
+//!   free room, a pod's predicted usage, the usage fallback);
 //! - [`plugins`]: the plugins, one file each, and the registry that builds profiles;
 //! - [`queue`]: active, backoff and unschedulable queues;
 //! - [`config`]: the YAML configuration;
@@ -58,3 +61,4 @@ pub mod simulate;
 pub mod snapshot;
 pub mod synthetic;
 pub mod usage;
+pub mod usage_context;

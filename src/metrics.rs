@@ -1151,7 +1151,7 @@ mod tests {
         snap.usage_mut().record_placement(
             None,
             "fresh",
-            crate::usage::RecentPlacement {
+            crate::usage_context::RecentPlacement {
                 pod: crate::key::PodKey::new("ci", "new"),
                 at_ms: now - 1_000,
                 cpu_cores: 0.5,

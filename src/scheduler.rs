@@ -24,7 +24,8 @@ use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::volumes::claim_key;
 use crate::snapshot::{PodInfo, Snapshot};
 use crate::usage::wait::{Wait, relaxable_rejections, waiting_message};
-use crate::usage::{PodUsage, RecentPlacement, release_cycle_usage};
+use crate::usage::{PodUsage, release_cycle_usage};
+use crate::usage_context::RecentPlacement;
 
 /// What happened to a pod in one `schedule_one` call.
 #[derive(Debug)]

@@ -10,7 +10,8 @@ use super::{ApiError, ApiState};
 use crate::analytics::NodeUsage;
 use crate::resources::Resources;
 use crate::snapshot::NodeInfo;
-use crate::usage::{Headroom, UsageContext, UsagePolicy};
+use crate::usage::{Headroom, UsagePolicy};
+use crate::usage_context::UsageContext;
 
 /// CPU, memory, ephemeral storage and pods of a node, in plain units.
 #[derive(Debug, Clone, PartialEq, Serialize)]

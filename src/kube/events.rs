@@ -28,7 +28,7 @@ use crate::config::serve::ServeConfig;
 use crate::decisions::Settled;
 use crate::framework::{Decision, Fallback, Outcome};
 use crate::logging::Repeated;
-use crate::usage::UsageContext;
+use crate::usage_context::UsageContext;
 
 /// The decision summary annotation.
 pub const DECISION_ANNOTATION: &str = "headroom.io/decision";
@@ -454,7 +454,7 @@ mod tests {
         let slim = d.summary_only();
         assert!(slim.scores.is_empty() && slim.feasible.len() == 3);
         assert_eq!((slim.feasible_count(), d.feasible_count()), (1500, 1500));
-        let usage = crate::usage::UsageContext::default();
+        let usage = crate::usage_context::UsageContext::default();
         let full = serde_json::to_value(decision_summary(&d, &usage, 1_000)).unwrap();
         assert_eq!(
             serde_json::to_value(decision_summary(&slim, &usage, 1_000)).unwrap(),

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::field;
 use crate::framework::{Registered, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
-use crate::usage::UsageContext;
+use crate::usage_context::UsageContext;
 
 use super::peers::{self, Load};
 
@@ -351,7 +351,7 @@ mod tests {
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::snapshot::Snapshot;
-    use crate::usage::RecentPlacement;
+    use crate::usage_context::RecentPlacement;
     use serde_json::json;
 
     fn snap(cpu: f64, mem: f64, age: i64) -> Snapshot {

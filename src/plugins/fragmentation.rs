@@ -7,7 +7,7 @@
 //! Alibaba's GPU clusters), on CPU and memory requests. A node's fragmentation for a pod
 //! shape is its free room when that shape no longer fits there (all of it is lost to that
 //! shape), else nothing; the node's fragmentation `F` is its expectation over the shapes
-//! the cluster's builds now run ([`crate::usage::shapes`], counted with each usage view;
+//! the cluster's builds now run ([`crate::usage_context::shapes`], counted with each usage view;
 //! this pod's own shape added once). The free room is the node's unrequested allocatable,
 //! the mean of its CPU and memory as fractions of the largest node's; a shape fits where
 //! its requests fit (NodeResourcesFit's test). The score is the change the placement
@@ -36,8 +36,8 @@ use crate::framework::{
 };
 use crate::snapshot::table::res;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage::shapes::{Shape, ShapeMix};
 use crate::usage::{UsagePolicy, pod_usage};
+use crate::usage_context::shapes::{Shape, ShapeMix};
 
 use super::PluginDeps;
 

@@ -113,8 +113,10 @@ impl PreFilterPlugin for NodeStartRate {
 impl FilterPlugin for NodeStartRate {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         let (Since(since), usage) = match state
-            .written_by::<(Since, Arc<crate::usage::UsageContext>)>(NAME, WrittenIn::PreFilter)
-        {
+            .written_by::<(Since, Arc<crate::usage_context::UsageContext>)>(
+                NAME,
+                WrittenIn::PreFilter,
+            ) {
             Ok(s) => s,
             Err(e) => return e,
         };
@@ -147,7 +149,7 @@ mod tests {
     use crate::framework::Code;
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
-    use crate::usage::RecentPlacement;
+    use crate::usage_context::RecentPlacement;
     use serde_json::json;
 
     #[test]

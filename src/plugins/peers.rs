@@ -27,7 +27,7 @@ use crate::framework::{
 };
 use crate::quantity::Quantity;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage::UsageContext;
+use crate::usage_context::UsageContext;
 
 /// The usage context a peer plugin's PreFilter or PreScore keeps for its per-node calls
 /// (one slot shared by the peers: the same snapshot's context).

@@ -421,12 +421,12 @@ mod tests {
             ],
             vec![prof],
         );
-        let dist = crate::usage::MemoryDist::from_percentiles(0.5 * GI, GI, 20);
+        let dist = crate::usage_context::MemoryDist::from_percentiles(0.5 * GI, GI, 20);
         for i in 0..3 {
             snap.usage_mut().record_placement(
                 None,
                 "warming",
-                crate::usage::RecentPlacement {
+                crate::usage_context::RecentPlacement {
                     pod: crate::key::PodKey::new("default", format!("r{i}")),
                     at_ms: NOW_MS - 1_000,
                     memory_bytes: 0.5 * GI,

@@ -190,7 +190,7 @@ mod tests {
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::snapshot::PodInfo;
-    use crate::usage::RecentPlacement;
+    use crate::usage_context::RecentPlacement;
     use serde_json::json;
     use std::sync::Arc;
 
@@ -405,7 +405,7 @@ mod tests {
         let mut small = profile("default/Pod/p", 0.1, GI);
         small.memory.p95 = 1.5 * GI;
         small.runs = 20;
-        let dist = crate::usage::MemoryDist::from_percentiles(GI, 1.5 * GI, 20);
+        let dist = crate::usage_context::MemoryDist::from_percentiles(GI, 1.5 * GI, 20);
         let mut snap = with_usage(
             Snapshot::build([node("n", json!({}))], []),
             vec![usage("n", 0.5, 1.5 * GI, 10, None)],

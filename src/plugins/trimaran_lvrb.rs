@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::field;
 use crate::framework::Registered;
 use crate::snapshot::{NodeInfo, PodInfo};
-use crate::usage::UsageContext;
+use crate::usage_context::UsageContext;
 
 use super::peers::{self};
 use super::trimaran_tlp::WINDOW_S;

@@ -31,7 +31,7 @@ use crate::field;
 use crate::framework::Registered;
 use crate::quantity::Quantity;
 use crate::snapshot::{NodeInfo, PodInfo};
-use crate::usage::UsageContext;
+use crate::usage_context::UsageContext;
 
 use super::peers::{self};
 
@@ -213,7 +213,7 @@ mod tests {
     use crate::key::PodKey;
     use crate::plugins::testutil::*;
     use crate::snapshot::Snapshot;
-    use crate::usage::RecentPlacement;
+    use crate::usage_context::RecentPlacement;
     use serde_json::json;
 
     fn plugin() -> TargetLoadPacking {

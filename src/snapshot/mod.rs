@@ -28,12 +28,10 @@ pub use node_info::{
 pub use pod_info::{AffinityTerm, HostPort, PodInfo, WeightedAffinityTerm};
 pub use table::NodeTable;
 
+pub use crate::key::NodeIdx;
 use crate::key::PodKey;
 use crate::selector::Labels;
-use crate::usage::{RecentPlacement, RecentTable, UsageContext, UsageRows};
-
-/// Index of a node within one snapshot.
-pub type NodeIdx = u32;
+use crate::usage_context::{RecentPlacement, RecentTable, UsageContext, UsageRows};
 
 /// The label every namespace carries with its own name (Kubernetes ≥ 1.22).
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";

@@ -1,17 +1,13 @@
 //! What a node really has free: measured usage plus the pods placed since its newest
 //! sample (compensation), against its capacity; disk from metrics or node annotations.
 
-use std::sync::Arc;
-
+use super::CycleUsage;
 use super::policy::{StalePolicy, UsagePolicy};
-use super::recent::RecentSums;
-use super::risk::MemoryDist;
-use super::{CycleUsage, UsageContext};
-use crate::analytics::{NodeUsage, UsageView};
 use crate::framework::Status;
 use crate::quantity::format_bytes;
 use crate::snapshot::table::{NodeTable, res};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo};
+use crate::usage_context::{MemoryDist, RecentSums, UsageContext, UsageRow};
 
 // The disk annotations are read with the rest of the node ([`NodeInfo`]); named here too,
 // where the usage view falls back on them.
@@ -100,82 +96,6 @@ pub struct NodeReal {
     pub disk: Option<Disk>,
 }
 
-/// A node's measured usage as the real plugins read it, from one [`UsageView`] entry.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct UsageRow {
-    /// Time of the newest sample, ms since the epoch.
-    pub newest_ms: i64,
-    /// CPU in use, cores: the larger of the current value and the windowed statistic.
-    pub cpu: f64,
-    /// Memory in use, bytes: the same.
-    pub memory: f64,
-    /// Root filesystem size and the smaller of current and windowed free space, bytes,
-    /// when both are collected.
-    pub fs: Option<(f64, f64)>,
-}
-
-impl UsageRow {
-    /// The row of one view entry.
-    pub fn of(u: &NodeUsage) -> UsageRow {
-        UsageRow {
-            newest_ms: u.newest_ms,
-            cpu: u.cpu_cores.current.max(u.cpu_cores.windowed),
-            memory: u
-                .memory_working_set_bytes
-                .current
-                .max(u.memory_working_set_bytes.windowed),
-            fs: u
-                .fs_available_bytes
-                .and_then(|free| Some((u.fs_capacity_bytes?, free.current.min(free.windowed)))),
-        }
-    }
-}
-
-/// The usage of every node of a snapshot, by node index, resolved once per usage view (and
-/// node set): the real plugins read rows by index instead of looking node names up in the
-/// view on every node of every cycle.
-#[derive(Debug)]
-pub struct UsageRows {
-    view: Arc<UsageView>,
-    layout: u64,
-    rows: Vec<Option<UsageRow>>,
-    /// `newest_ms` of every view entry, sorted (how many are fresh is a binary search).
-    newest: Vec<i64>,
-}
-
-impl UsageRows {
-    /// Resolves `view` for the nodes `names` (in index order) of node layout `layout`.
-    pub fn build(view: &Arc<UsageView>, names: &[Arc<str>], layout: u64) -> UsageRows {
-        let mut newest: Vec<i64> = view.nodes.values().map(|u| u.newest_ms).collect();
-        newest.sort_unstable();
-        UsageRows {
-            view: view.clone(),
-            layout,
-            rows: names
-                .iter()
-                .map(|n| view.node(n).map(UsageRow::of))
-                .collect(),
-            newest,
-        }
-    }
-
-    /// Whether these rows were resolved from `view` for node layout `layout`.
-    pub fn is_for(&self, view: &Arc<UsageView>, layout: u64) -> bool {
-        Arc::ptr_eq(&self.view, view) && self.layout == layout
-    }
-
-    /// The row of node `idx` (`None`: no usage for it).
-    #[inline]
-    pub fn row(&self, idx: NodeIdx) -> Option<&UsageRow> {
-        self.rows.get(idx as usize)?.as_ref()
-    }
-
-    /// How many entries of the view have a sample at or after `oldest_fresh_ms`.
-    pub fn fresh_count(&self, oldest_fresh_ms: i64) -> usize {
-        self.newest.len() - self.newest.partition_point(|t| *t < oldest_fresh_ms)
-    }
-}
-
 impl NodeReal {
     /// The real state of `node` in `ctx`. Measured usage is the larger of the current value
     /// and the windowed statistic (a quiet last scrape must not hide a busy window, nor a
@@ -185,7 +105,7 @@ impl NodeReal {
     /// once per view.
     pub fn of(node: &NodeInfo, ctx: &UsageContext, policy: &UsagePolicy) -> NodeReal {
         let row = ctx.view.node(&node.name).map(UsageRow::of);
-        let recent = RecentSums::of(ctx, &node.name, policy);
+        let recent = RecentSums::of(ctx, &node.name, policy.warmup_ms());
         NodeReal::from_parts(
             node.capacity,
             node.disk_annotations,
@@ -254,7 +174,7 @@ impl NodeReal {
 
     /// The node's memory demand with a pod of demand `pod` placed: its measured usage
     /// (known), the recent placements its samples do not show yet and the pod, as one
-    /// distribution ([`super::risk`]).
+    /// distribution ([`crate::usage_context::risk`]).
     pub fn memory_demand(&self, pod: MemoryDist) -> MemoryDist {
         MemoryDist::exact(self.memory_used - self.recent_memory)
             .plus(self.recent_memory_dist)

@@ -322,7 +322,7 @@ impl UsagePolicy {
     /// fit is on: the demand's standard deviations a node must leave room for.
     pub fn memory_risk_z(&self) -> Option<f64> {
         self.memory_risk_percent
-            .map(|r| super::risk::normal_quantile(1.0 - r / 100.0))
+            .map(|r| crate::usage_context::risk::normal_quantile(1.0 - r / 100.0))
     }
 
     /// [`UsagePolicy::warmup`] in milliseconds (saturating).

@@ -12,17 +12,18 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
-use super::UsageContext;
-use super::node::{NodeReal, UsageRows};
+use super::node::NodeReal;
 use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
-use super::risk::{MemoryDist, Z95};
-use super::shapes::{ShapeCounter, ShapeMix};
-use super::{RecentSums, RecentTable};
 use crate::framework::{CycleState, Status, WrittenIn};
 use crate::quantity::{Quantity, format_bytes};
 use crate::selector::Labels;
 use crate::snapshot::table::NodeTable;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, normalized_image_name};
+use crate::usage_context::risk::Z95;
+use crate::usage_context::shapes::{ShapeCounter, ShapeMix};
+use crate::usage_context::{
+    Calibration, MemoryDist, Ratios, RecentSums, RecentTable, UsageContext, UsageRows,
+};
 
 /// bk-ci's annotation with the builder's real usage records (seed 000).
 pub const REAL_RESOURCES_ANNOTATION: &str = "bkci.dispatch.kubenetes/builder-real-resources";
@@ -59,35 +60,6 @@ pub enum Source {
         /// `None`: every running profiled pod.
         image: Option<String>,
     },
-}
-
-/// How much a set of running pods whose builder has a profile really use against their
-/// requests: the p90 over those pods of `profile (at the prediction percentile) /
-/// requests`, for memory and CPU.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Ratios {
-    /// Memory: real over requested.
-    pub memory_ratio: f64,
-    /// CPU: real over requested.
-    pub cpu_ratio: f64,
-    /// Pods it was computed from.
-    pub pods: usize,
-    /// Memory over requests as a distribution, for the risk-based fit: the median over
-    /// those pods of `profile p50 / requests`, with the spread that puts its 95th
-    /// percentile at the p95 over the pods of `profile p95 / requests` (how far an unseen
-    /// builder may stray from its requests, given how far the known ones do).
-    pub memory_ratio_dist: MemoryDist,
-}
-
-/// What the running profiled pods use against their requests: all of them, and under
-/// `usage.coldStart: image` those of each set of container images.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Calibration {
-    /// Over every running pod whose builder has a profile.
-    pub all: Ratios,
-    /// Per set of container images ([`image_key`]), over the running profiled pods that
-    /// run exactly those images; empty unless `usage.coldStart: image`.
-    pub by_image: HashMap<String, Ratios>,
 }
 
 /// Profiled pods needed before a calibration is trusted.
@@ -225,19 +197,17 @@ pub fn derive(
     }
 }
 
-impl Calibration {
-    /// The ratios for a pod without a profile: its images' when some running profiled pod
-    /// runs the same ones (`by_image` is empty unless `coldStart: image`), with the key;
-    /// else every profiled pod's.
-    pub fn for_pod(&self, pod: &Pod) -> (&Ratios, Option<String>) {
-        if !self.by_image.is_empty()
-            && let Some(key) = image_key(pod)
-            && let Some(r) = self.by_image.get(&key)
-        {
-            return (r, Some(key));
-        }
-        (&self.all, None)
+/// The ratios of `c` for a pod without a profile: its images' when some running profiled
+/// pod runs the same ones (`by_image` is empty unless `coldStart: image`), with the key;
+/// else every profiled pod's.
+fn calibration_for<'a>(c: &'a Calibration, pod: &Pod) -> (&'a Ratios, Option<String>) {
+    if !c.by_image.is_empty()
+        && let Some(key) = image_key(pod)
+        && let Some(r) = c.by_image.get(&key)
+    {
+        return (r, Some(key));
     }
+    (&c.all, None)
 }
 
 /// A pod's predicted real usage.
@@ -247,7 +217,7 @@ pub struct Prediction {
     pub cpu_cores: f64,
     /// Memory, bytes.
     pub memory_bytes: f64,
-    /// Memory as a distribution (the risk-based fit, [`super::risk`]).
+    /// Memory as a distribution (the risk-based fit, [`crate::usage_context::risk`]).
     pub memory_dist: MemoryDist,
     /// Where it came from.
     pub source: Source,
@@ -437,7 +407,7 @@ impl PodUsage {
                     );
                     match &snapshot.usage().calibration {
                         Some(c) if policy.cold_start != ColdStart::Requests => {
-                            let (r, image) = c.for_pod(&pod.pod);
+                            let (r, image) = calibration_for(c, &pod.pod);
                             Prediction {
                                 cpu_cores: cpu * r.cpu_ratio,
                                 memory_bytes: mem * r.memory_ratio,

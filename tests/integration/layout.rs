@@ -168,14 +168,39 @@ fn group_items(text: &str) -> Option<Vec<String>> {
     None
 }
 
-/// Every module's outgoing edges.
+/// Whether module `m` is compiled for tests only: its parent declares it under
+/// `#[cfg(test)]` (a test helper such as `plugins::testutil` may import anything).
+fn test_only(root: &Path, m: &[String]) -> bool {
+    let Some((name, parent)) = m.split_last() else {
+        return false;
+    };
+    let dir = parent.iter().fold(root.to_path_buf(), |p, s| p.join(s));
+    let decl = if parent.is_empty() {
+        ["lib.rs", "main.rs"]
+            .iter()
+            .map(|f| dir.join(f))
+            .collect::<Vec<_>>()
+    } else {
+        vec![dir.with_extension("rs"), dir.join("mod.rs")]
+    };
+    decl.iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .any(|text| {
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            lines
+                .windows(2)
+                .any(|w| w[0] == "#[cfg(test)]" && w[1].ends_with(&format!("mod {name};")))
+        })
+}
+
+/// Every module's outgoing edges (modules compiled for tests only left out).
 fn graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     rust_files(root, &mut files);
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in files {
         let from = module_of(root, &f);
-        if from.is_empty() {
+        if from.is_empty() || test_only(root, &from) {
             continue;
         }
         let from_name = from.join("::");
@@ -237,6 +262,42 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
         }
     }
     None
+}
+
+/// The graph with every module folded into its top-level module (`usage::node` into
+/// `usage`), edges within one module dropped.
+fn top_level(edges: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_string();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, tos) in edges {
+        for to in tos {
+            if top(from) != top(to) {
+                out.entry(top(from)).or_default().insert(top(to));
+            }
+        }
+    }
+    out
+}
+
+/// No circle between top-level modules either: the layers ARCHITECTURE.md describes
+/// (`key` and `usage_context` below `snapshot`, `snapshot` below `framework`, the usage
+/// readers of `usage` above both) hold as modules, not only file by file.
+#[test]
+fn no_import_circle_between_top_level_modules() {
+    for krate in CRATES {
+        let edges = top_level(&graph(&repo(krate)));
+        if krate == "src" {
+            // The scan sees the layers' real edges.
+            assert!(edges["usage"].contains("snapshot"), "{edges:?}");
+            assert!(edges["snapshot"].contains("usage_context"), "{edges:?}");
+        }
+        if let Some(c) = find_cycle(&edges) {
+            panic!(
+                "{krate}: import circle between top-level modules {}",
+                c.join(" → ")
+            );
+        }
+    }
 }
 
 #[test]

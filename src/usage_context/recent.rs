@@ -19,9 +19,8 @@
 use std::sync::Arc;
 
 use crate::analytics::UsageView;
-use crate::snapshot::NodeIdx;
+use crate::key::NodeIdx;
 
-use super::policy::UsagePolicy;
 use super::risk::MemoryDist;
 
 /// Values folded per placement: CPU, memory, disk, memory mean, memory variance.
@@ -48,9 +47,9 @@ pub struct RecentSums {
 impl RecentSums {
     /// The sums of the placements on `node` that its usage does not show yet.
     /// Folded as a cycle folds them (this module), so both give the same numbers.
-    pub fn of(ctx: &UsageContext, node: &str, policy: &UsagePolicy) -> RecentSums {
+    pub fn of(ctx: &UsageContext, node: &str, warmup_ms: i64) -> RecentSums {
         NodeRecent::build(ctx.recent_on(node), newest_of(&ctx.view, node))
-            .sums(ctx.now_ms, policy.warmup_ms())
+            .sums(ctx.now_ms, warmup_ms)
     }
 }
 

@@ -3,7 +3,7 @@
 //! request, counted per shape.
 //!
 //! Derived with every new usage view in the same walk over the running pods as the
-//! calibration ([`super::derive`]), not per cycle: the mix moves slowly, and a cycle must
+//! calibration ([`crate::usage::derive`]), not per cycle: the mix moves slowly, and a cycle must
 //! not read every pod. Pods that run until removed (services, databases) are left out:
 //! once placed they do not come back for room. Requests, not predicted usage: the score
 //! keeps room whole in what the scheduler's request filter reads, where packing costs no
@@ -45,18 +45,18 @@ impl ShapeMix {
 
 /// Counts shapes while the running pods are walked.
 #[derive(Debug, Default)]
-pub(super) struct ShapeCounter {
+pub(crate) struct ShapeCounter {
     counts: HashMap<(i64, i64), f64>,
 }
 
 impl ShapeCounter {
     /// A running build.
-    pub(super) fn add(&mut self, milli_cpu: i64, memory: i64) {
+    pub(crate) fn add(&mut self, milli_cpu: i64, memory: i64) {
         *self.counts.entry((milli_cpu, memory)).or_default() += 1.0;
     }
 
     /// The mix.
-    pub(super) fn finish(self) -> ShapeMix {
+    pub(crate) fn finish(self) -> ShapeMix {
         let mut shapes: Vec<Shape> = self
             .counts
             .into_iter()
