@@ -20,11 +20,12 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name (the names of `fuzz/Cargo.toml`'s binaries and of the corpus
 /// folders).
-pub const TARGETS: [(&str, Target); 10] = [
+pub const TARGETS: [(&str, Target); 11] = [
     ("quantity", quantity),
     ("objects", objects),
     ("usage_file", usage_file),
     ("scenario", scenario),
+    ("family", family),
     ("config", config),
     ("kubelet_summary", kubelet_summary),
     ("prometheus_response", prometheus_response),
@@ -96,6 +97,36 @@ pub fn scenario(data: &[u8]) {
     };
     if let Ok(r) = rt.block_on(simulate::run(&scenario, &Config::default(), &options)) {
         let _ = r.to_text();
+    }
+}
+
+/// Farm families (`headroom sweep FAMILY`): load (with every check), then generate the
+/// farms of the small ones, so a family that passes the checks cannot make a farm fail to
+/// generate or to load as a scenario. Families with a load curve or included files are
+/// left out after the checks: those name files to read, and a fuzzed path may name any.
+pub fn family(data: &[u8]) {
+    use crate::simulate::families::Family;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    // No base directory: a relative load-curve path does not resolve.
+    let Ok(family) = Family::parse_in(text, "fuzz.yaml", std::path::Path::new("/nonexistent"))
+    else {
+        return;
+    };
+    let b = &family.builders;
+    let small = family.nodes.count[1] <= 64
+        && b.families[1] * b.builders_per_family[1] <= 256
+        && family.services[1] + family.databases[1] <= 64
+        && family.bursts.count[1] * family.bursts.size[1] <= 256
+        && family.duration[1].as_secs() / family.step.as_secs().max(1) <= 10_000;
+    if !small || b.load_curve.is_some() || !family.include.is_empty() {
+        return;
+    }
+    for i in 0..family.farms.min(3) {
+        if let Err(e) = family.generate(i) {
+            panic!("a family that passed its checks failed to generate farm {i}: {e}");
+        }
     }
 }
 

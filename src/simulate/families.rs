@@ -68,7 +68,12 @@ use super::scenario::{
     Scenario, UsageSpec, Workload,
 };
 use crate::field;
-use crate::usage::file::Amount;
+use crate::usage::file::{Amount, MAX_BYTES, MAX_CORES};
+
+/// The workload name of a farm's services (one workload of `services` replicas).
+pub const SERVICE_NAME: &str = "svc";
+/// The workload name of a farm's databases.
+pub const DATABASE_NAME: &str = "mysql";
 
 /// A duration range `[min, max]`, humantime strings.
 pub type DurationRange = [Serde<Duration>; 2];
@@ -373,6 +378,154 @@ fn check_range<T: PartialOrd + std::fmt::Debug>(
     Ok(())
 }
 
+impl NodeMix {
+    /// Checks `nodes` (`o` names the family file in errors).
+    fn validate(&self, o: &str) -> Result<(), scenario::Error> {
+        check_range_max(o, "nodes.count", &self.count, MAX_COUNT)?;
+        if self.count[0] == 0 {
+            return Err(invalid(o, "nodes.count", "a farm needs at least one node"));
+        }
+        if self.shapes.is_empty() {
+            return Err(invalid(o, "nodes.shapes", "at least one shape is required"));
+        }
+        if self.max_shapes == 0 {
+            return Err(invalid(o, "nodes.maxShapes", "must be at least 1"));
+        }
+        for (i, s) in self.shapes.iter().enumerate() {
+            for (k, a, max) in [
+                ("cpu", &s.cpu, MAX_CORES),
+                ("memory", &s.memory, MAX_BYTES),
+                ("disk", &s.disk, MAX_BYTES),
+            ] {
+                let field = format!("nodes.shapes[{i}].{k}");
+                let v = amount(o, &field, a, max)?;
+                if v <= 0.0 {
+                    return Err(invalid(o, &field, "must be positive"));
+                }
+            }
+        }
+        // The system daemons take their share of every node: each shape must keep some
+        // room for pods (the arrival rates are sized to what is left).
+        for (k, a, of, max) in [
+            ("nodes.systemCpu", &self.system_cpu, "cpu", MAX_CORES),
+            (
+                "nodes.systemMemory",
+                &self.system_memory,
+                "memory",
+                MAX_BYTES,
+            ),
+        ] {
+            let sys = amount(o, k, a, max)?;
+            for (i, s) in self.shapes.iter().enumerate() {
+                let field = format!("nodes.shapes[{i}].{of}");
+                let cap = if of == "cpu" { &s.cpu } else { &s.memory };
+                let cap = amount(o, &field, cap, max)?;
+                if sys >= cap {
+                    return Err(invalid(
+                        o,
+                        k,
+                        format!("{sys} must be less than every shape's {of}: {field} is {cap}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks builder kind `i`, `k`, against the workload names taken before it (`taken`).
+fn validate_kind(
+    o: &str,
+    i: usize,
+    k: &BuilderKind,
+    taken: &[&str],
+) -> Result<(), scenario::Error> {
+    let f = |x: &str| format!("builders.kinds[{i}].{x}");
+    // A kind's name is its workload's name in every farm that draws it.
+    let path = field::Path::new("builders")
+        .child("kinds")
+        .index(i)
+        .child("name");
+    if let Some(e) = scenario::check_workload_name(&path, &k.name) {
+        return Err(invalid(o, &f("name"), e.kind.to_string()));
+    }
+    if taken.contains(&k.name.as_str()) {
+        return Err(invalid(
+            o,
+            &f("name"),
+            format!(
+                "duplicate name {:?}: each kind, the services ({SERVICE_NAME:?}) and the databases ({DATABASE_NAME:?}) are workloads of their own",
+                k.name
+            ),
+        ));
+    }
+    for (x, a, max) in [
+        ("requests.cpu", &k.requests.cpu, MAX_CORES),
+        ("requests.memory", &k.requests.memory, MAX_BYTES),
+    ] {
+        let v = amount(o, &f(x), a, max)?;
+        if v <= 0.0 {
+            return Err(invalid(o, &f(x), "must be positive"));
+        }
+    }
+    check_fraction(o, &f("usage.cpu"), &k.usage.cpu, scenario::MAX_USAGE_FACTOR)?;
+    check_fraction(
+        o,
+        &f("usage.memory"),
+        &k.usage.memory,
+        scenario::MAX_USAGE_FACTOR,
+    )?;
+    let d = [*k.duration[0], *k.duration[1]];
+    check_range_max(o, &f("duration"), &d, scenario::MAX_DURATION)?;
+    if d[0].is_zero() {
+        return Err(invalid(o, &f("duration"), "must be positive"));
+    }
+    if !(k.warm_speedup[0] >= 0.0
+        && k.warm_speedup[0] <= k.warm_speedup[1]
+        && k.warm_speedup[1] < 1.0)
+    {
+        return Err(invalid(
+            o,
+            &f("warmSpeedup"),
+            "must be a range within [0, 1)",
+        ));
+    }
+    if !(0.0..1.0).contains(&k.noise) {
+        return Err(invalid(o, &f("noise"), "must be in [0, 1)"));
+    }
+    Ok(())
+}
+
+/// The most of anything a family counts per farm (nodes, builders per family, bursts and
+/// their pods, services, databases): far above any farm one machine simulates, and below
+/// the scenario file's totals (nodes, pods), so a farm drawn within it loads.
+pub const MAX_COUNT: usize = 10_000;
+
+/// A range `[min, max]` whose max is at most `limit`.
+fn check_range_max<T: PartialOrd + std::fmt::Debug>(
+    path: &str,
+    field: &str,
+    r: &[T; 2],
+    limit: T,
+) -> Result<(), scenario::Error> {
+    check_range(path, field, r)?;
+    if r[1] > limit {
+        return Err(invalid(
+            path,
+            field,
+            format!("{:?} is above the most a farm may have, {limit:?}", r[1]),
+        ));
+    }
+    Ok(())
+}
+
+/// An amount of the family file (`field` names it), a non-negative quantity of at most
+/// `max`: the limits a scenario file's amounts have, which every generated farm must pass.
+fn amount(path: &str, field: &str, a: &Amount, max: f64) -> Result<f64, scenario::Error> {
+    a.value_at(&field::Path::new(field), max)
+        .map_err(|e| invalid(path, field, e.kind.to_string()))
+}
+
 fn check_fraction(path: &str, field: &str, r: &[f64; 2], max: f64) -> Result<(), scenario::Error> {
     if !(r[0] >= 0.0 && r[0] <= r[1] && r[1] <= max) {
         return Err(invalid(
@@ -555,7 +708,7 @@ impl Family {
             return Err(invalid(o, "seeds", "must be at least 1"));
         }
         let d = [*self.duration[0], *self.duration[1]];
-        check_range(o, "duration", &d)?;
+        check_range_max(o, "duration", &d, scenario::MAX_DURATION)?;
         if self.step.is_zero() || self.step > d[0] {
             return Err(invalid(
                 o,
@@ -563,34 +716,25 @@ impl Family {
                 "must be positive and at most the shortest duration",
             ));
         }
-        check_range(o, "nodes.count", &self.nodes.count)?;
-        if self.nodes.count[0] == 0 {
-            return Err(invalid(o, "nodes.count", "a farm needs at least one node"));
+        if d[1].as_millis() / self.step.as_millis().max(1) > scenario::MAX_TICKS {
+            return Err(invalid(
+                o,
+                "step",
+                format!(
+                    "the longest duration is more than {} steps of it",
+                    scenario::MAX_TICKS
+                ),
+            ));
         }
-        if self.nodes.shapes.is_empty() {
-            return Err(invalid(o, "nodes.shapes", "at least one shape is required"));
-        }
-        if self.nodes.max_shapes == 0 {
-            return Err(invalid(o, "nodes.maxShapes", "must be at least 1"));
-        }
-        for (i, s) in self.nodes.shapes.iter().enumerate() {
-            for (k, a) in [("cpu", &s.cpu), ("memory", &s.memory), ("disk", &s.disk)] {
-                let field = format!("nodes.shapes[{i}].{k}");
-                let v = a.value(&field).map_err(|(f, m)| invalid(o, &f, m))?;
-                if v <= 0.0 {
-                    return Err(invalid(o, &field, "must be positive"));
-                }
-            }
-        }
-        for (k, a) in [
-            ("nodes.systemCpu", &self.nodes.system_cpu),
-            ("nodes.systemMemory", &self.nodes.system_memory),
-        ] {
-            a.value(k).map_err(|(f, m)| invalid(o, &f, m))?;
-        }
+        self.nodes.validate(o)?;
         let b = &self.builders;
         check_range(o, "builders.families", &b.families)?;
-        check_range(o, "builders.buildersPerFamily", &b.builders_per_family)?;
+        check_range_max(
+            o,
+            "builders.buildersPerFamily",
+            &b.builders_per_family,
+            MAX_COUNT,
+        )?;
         if b.builders_per_family[0] == 0 {
             return Err(invalid(
                 o,
@@ -607,7 +751,7 @@ impl Family {
         }
         check_fraction(o, "builders.cycleAmplitude", &b.cycle_amplitude, 1.0)?;
         let p = [*b.cycle_period[0], *b.cycle_period[1]];
-        check_range(o, "builders.cyclePeriod", &p)?;
+        check_range_max(o, "builders.cyclePeriod", &p, scenario::MAX_DURATION)?;
         if p[0].is_zero() {
             return Err(invalid(o, "builders.cyclePeriod", "must be positive"));
         }
@@ -628,46 +772,16 @@ impl Family {
                 ),
             ));
         }
+        let mut names: Vec<&str> = vec![SERVICE_NAME, DATABASE_NAME];
         for (i, k) in b.kinds.iter().enumerate() {
-            let f = |x: &str| format!("builders.kinds[{i}].{x}");
-            if k.name.trim().is_empty() {
-                return Err(invalid(o, &f("name"), "must not be empty"));
-            }
-            for (x, a) in [
-                ("requests.cpu", &k.requests.cpu),
-                ("requests.memory", &k.requests.memory),
-            ] {
-                let v = a.value(&f(x)).map_err(|(ff, m)| invalid(o, &ff, m))?;
-                if v <= 0.0 {
-                    return Err(invalid(o, &f(x), "must be positive"));
-                }
-            }
-            check_fraction(o, &f("usage.cpu"), &k.usage.cpu, f64::MAX)?;
-            check_fraction(o, &f("usage.memory"), &k.usage.memory, f64::MAX)?;
-            let d = [*k.duration[0], *k.duration[1]];
-            check_range(o, &f("duration"), &d)?;
-            if d[0].is_zero() {
-                return Err(invalid(o, &f("duration"), "must be positive"));
-            }
-            if !(k.warm_speedup[0] >= 0.0
-                && k.warm_speedup[0] <= k.warm_speedup[1]
-                && k.warm_speedup[1] < 1.0)
-            {
-                return Err(invalid(
-                    o,
-                    &f("warmSpeedup"),
-                    "must be a range within [0, 1)",
-                ));
-            }
-            if !(0.0..1.0).contains(&k.noise) {
-                return Err(invalid(o, &f("noise"), "must be in [0, 1)"));
-            }
+            validate_kind(o, i, k, &names)?;
+            names.push(&k.name);
         }
-        check_range(o, "bursts.count", &self.bursts.count)?;
-        check_range(o, "bursts.size", &self.bursts.size)?;
+        check_range_max(o, "bursts.count", &self.bursts.count, MAX_COUNT)?;
+        check_range_max(o, "bursts.size", &self.bursts.size, MAX_COUNT)?;
         check_fraction(o, "bursts.at", &self.bursts.at, 1.0)?;
-        check_range(o, "services", &self.services)?;
-        check_range(o, "databases", &self.databases)?;
+        check_range_max(o, "services", &self.services, MAX_COUNT)?;
+        check_range_max(o, "databases", &self.databases, MAX_COUNT)?;
         Ok(())
     }
 
@@ -851,7 +965,7 @@ impl Family {
         let n_svc = g.count(self.services);
         if n_svc > 0 {
             workloads.push(Workload {
-                name: "svc".into(),
+                name: SERVICE_NAME.into(),
                 kind: Kind::Service,
                 namespace: "apps".into(),
                 count: n_svc,
@@ -869,7 +983,7 @@ impl Family {
         let n_db = g.count(self.databases);
         if n_db > 0 {
             workloads.push(Workload {
-                name: "mysql".into(),
+                name: DATABASE_NAME.into(),
                 kind: Kind::Database,
                 namespace: "db".into(),
                 count: n_db,
@@ -1259,6 +1373,76 @@ mod tests {
         ] {
             let e = Family::parse(text, "f.yaml").unwrap_err().to_string();
             assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+
+    /// What the generated farms would fail on as scenario files is caught by the family's
+    /// own checks, naming the family's field (the `family` fuzz target found each).
+    #[test]
+    fn families_that_would_make_bad_farms_name_the_field() {
+        let kinds =
+            |kind: &str| format!("name: x\nbuilders: {{families: [1, 1], kinds: [{kind}]}}\n");
+        let k = |name: &str, usage: &str, duration: &str| {
+            format!(
+                "{{name: {name}, requests: {{cpu: '1', memory: 1Gi}}, usage: {{cpu: [0.5, 1], memory: {usage}}}, duration: {duration}}}"
+            )
+        };
+        for (text, field, why) in [
+            (
+                kinds(&k("Web_1", "[0.5, 1]", "[10m, 20m]")),
+                "builders.kinds[0].name",
+                "DNS-1123 label",
+            ),
+            (
+                kinds(&format!(
+                    "{}, {}",
+                    k("web", "[0.5, 1]", "[10m, 20m]"),
+                    k("web", "[1, 2]", "[10m, 20m]")
+                )),
+                "builders.kinds[1].name",
+                "duplicate name \"web\"",
+            ),
+            (
+                kinds(&k("svc", "[0.5, 1]", "[10m, 20m]")),
+                "builders.kinds[0].name",
+                "duplicate name \"svc\"",
+            ),
+            (
+                kinds(&k("web", "[0.5, 1000]", "[10m, 20m]")),
+                "builders.kinds[0].usage.memory",
+                "within [0, 100]",
+            ),
+            (
+                kinds(&k("web", "[0.5, 1]", "[10m, 40years]")),
+                "builders.kinds[0].duration",
+                "above the most",
+            ),
+            (
+                "name: x\nnodes: {shapes: [{cpu: '4', memory: 16Gi}], systemCpu: '500'}\n".into(),
+                "nodes.systemCpu",
+                "less than every shape's cpu: nodes.shapes[0].cpu is 4",
+            ),
+            (
+                "name: x\nnodes: {shapes: [{cpu: '64191403149165315', memory: 16Gi}]}\n".into(),
+                "nodes.shapes[0].cpu",
+                "at most 1000000",
+            ),
+            (
+                "name: x\nnodes: {count: [1, 1000000]}\n".into(),
+                "nodes.count",
+                "above the most",
+            ),
+            (
+                "name: x\nduration: [1h, 1000days]\nstep: 1s\n".into(),
+                "step",
+                "more than 10000000 steps",
+            ),
+        ] {
+            let e = Family::parse(&text, "f.yaml").unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("f.yaml: {field}: ")) && e.contains(why),
+                "{text}: {e}"
+            );
         }
     }
 

@@ -667,15 +667,23 @@ fn check_range(
     ok
 }
 
-fn check_workload(w: &Workload, at: &Path, errors: &mut ErrorList) {
-    let name = at.child("name");
-    match field::dns1123_label(&name, &w.name) {
-        Some(e) => errors.push(e),
-        None if w.name.len() > MAX_WORKLOAD_NAME => {
-            errors.push(FieldError::too_long(name, MAX_WORKLOAD_NAME, w.name.len()));
-        }
-        None => {}
+/// A workload's name: a DNS-1123 label of at most [`MAX_WORKLOAD_NAME`] characters (its
+/// pods' names add a builder and a sequence number). Also what a farm family checks of
+/// its builder kinds' names, which become workload names.
+pub fn check_workload_name(path: &Path, name: &str) -> Option<FieldError> {
+    match field::dns1123_label(path, name) {
+        Some(e) => Some(e),
+        None if name.len() > MAX_WORKLOAD_NAME => Some(FieldError::too_long(
+            path.clone(),
+            MAX_WORKLOAD_NAME,
+            name.len(),
+        )),
+        None => None,
     }
+}
+
+fn check_workload(w: &Workload, at: &Path, errors: &mut ErrorList) {
+    errors.extend(check_workload_name(&at.child("name"), &w.name));
     errors.extend(field::dns1123_label(&at.child("namespace"), &w.namespace));
     if w.kind == Kind::Builder {
         if w.builders == 0 || w.builders > MAX_BUILDERS {

@@ -254,6 +254,7 @@ targets! {
     fuzz_objects => objects,
     fuzz_usage_file => usage_file,
     fuzz_scenario => scenario,
+    fuzz_family => family,
     fuzz_config => config,
     fuzz_kubelet_summary => kubelet_summary,
     fuzz_prometheus_response => prometheus_response,
