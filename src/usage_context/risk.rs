@@ -19,6 +19,11 @@
 //! (`usage.predictPercentile: p95`); it differs where several pods are still uncounted
 //! (their spreads add in quadrature, not linearly) and where a prediction is uncertain (a
 //! profile of two runs, a builder never seen).
+//!
+//! This module holds the distribution and its arithmetic, below the snapshot (a
+//! [`RecentPlacement`](super::RecentPlacement) carries one); the test itself is
+//! RealMemoryFit's (`plugins::real_memory_fit`), and RealHeadroom scores by the same
+//! probability.
 
 use serde::Serialize;
 
