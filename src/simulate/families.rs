@@ -421,10 +421,18 @@ impl NodeMix {
                 let cap = if of == "cpu" { &s.cpu } else { &s.memory };
                 let cap = amount(o, &field, cap, max)?;
                 if sys >= cap {
+                    let shown = |v: f64| match of {
+                        "cpu" => format!("{v}"),
+                        _ => crate::quantity::format_bytes(v as i64),
+                    };
                     return Err(invalid(
                         o,
                         k,
-                        format!("{sys} must be less than every shape's {of}: {field} is {cap}"),
+                        format!(
+                            "{} must be less than every shape's {of}: {field} is {}",
+                            shown(sys),
+                            shown(cap)
+                        ),
                     ));
                 }
             }
@@ -498,7 +506,8 @@ fn validate_kind(
 
 /// The most of anything a family counts per farm (nodes, builders per family, bursts and
 /// their pods, services, databases): far above any farm one machine simulates, and below
-/// the scenario file's totals (nodes, pods), so a farm drawn within it loads.
+/// the scenario file's node total. (A farm's pods, its arrivals over its duration, can
+/// still pass the scenario's total; generating that farm then fails, naming it.)
 pub const MAX_COUNT: usize = 10_000;
 
 /// A range `[min, max]` whose max is at most `limit`.
