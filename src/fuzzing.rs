@@ -100,18 +100,17 @@ pub fn scenario(data: &[u8]) {
     }
 }
 
-/// Farm families (`headroom sweep FAMILY`): load (with every check), then generate the
+/// Farm families (`headroom sweep FAMILY`): parse with every check, then generate the
 /// farms of the small ones, so a family that passes the checks cannot make a farm fail to
-/// generate or to load as a scenario. Families with a load curve or included files are
-/// left out after the checks: those name files to read, and a fuzzed path may name any.
+/// generate or to load as a scenario. Nothing is read from disk: families with a load curve
+/// or included files stop after the checks (those name files, and a fuzzed path may name
+/// any, `/dev/zero` included).
 pub fn family(data: &[u8]) {
     use crate::simulate::families::Family;
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    // No base directory: a relative load-curve path does not resolve.
-    let Ok(family) = Family::parse_in(text, "fuzz.yaml", std::path::Path::new("/nonexistent"))
-    else {
+    let Ok(family) = Family::parse_unloaded(text, "fuzz.yaml") else {
         return;
     };
     let b = &family.builders;

@@ -1,11 +1,13 @@
-//! The code's shape, checked: no import circle between modules and no function over 150
-//! lines outside tests, in the three crates (`src/`, `storage/src/`, `collectors/src/`);
-//! and the README's plugin tables against the registry.
+//! The code's shape, checked: no import circle between modules, file by file and between
+//! top-level modules, and no function over 150 lines outside tests, in the three crates
+//! (`src/`, `storage/src/`, `collectors/src/`); and the README's plugin tables against the
+//! registry.
 //!
 //! A module is a file (`a/b.rs` or `a/b/mod.rs` is `a::b`). An edge `a → b` is a
 //! `crate::b…` path in `a` (comments and the `#[cfg(test)]` part left out), resolved to the
 //! longest module that exists; paths to `a`'s own ancestors do not count (a child using
-//! what its parent declares is what a module tree is).
+//! what its parent declares is what a module tree is). Modules compiled for tests only
+//! (declared under `#[cfg(test)]`) have no edges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
