@@ -1218,6 +1218,8 @@ mod tests {
                     cpu: pct,
                     memory: pct,
                     newest_ms: newest,
+                    cold_run_s: None,
+                    warm_run_s: None,
                 },
             );
         }

@@ -223,6 +223,8 @@ pub fn usage_view(nodes: usize, now_ms: i64, seed: u64) -> crate::analytics::Usa
             cpu: p(1.5),
             memory: p(3.0 * gib),
             newest_ms: now_ms - 60_000,
+            cold_run_s: None,
+            warm_run_s: None,
         },
     );
     let n = nodes.max(1);

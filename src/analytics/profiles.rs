@@ -66,6 +66,14 @@ pub struct BuilderProfile {
     pub memory: Percentiles,
     /// End of the newest run counted, ms since the epoch: how fresh the profile is.
     pub newest_ms: i64,
+    /// Median length, seconds, of the counted runs on a node new to the builder (none
+    /// of its earlier runs ran there: a cold cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_run_s: Option<f64>,
+    /// Median length, seconds, of the counted runs on a node one of its earlier runs ran
+    /// on (a warm cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_run_s: Option<f64>,
 }
 
 /// What to compute profiles over.
@@ -87,6 +95,8 @@ pub struct RunColumns {
     end_ms: Vec<i64>,
     cpu: Vec<f64>,
     memory: Vec<f64>,
+    length_s: Vec<f64>,
+    warm: Vec<bool>,
 }
 
 impl RunColumns {
@@ -99,7 +109,14 @@ impl RunColumns {
     /// returns them). Trimming here rather than in polars keeps the frame small.
     pub fn push_runs(&mut self, builder: &str, runs: &[RunRecord], params: &ProfileParams) {
         let skip = runs.len().saturating_sub(params.last_runs);
+        // Whether a run found its cache warm: an earlier run (counted or not) of the
+        // builder ran on its node.
+        let mut seen: std::collections::HashSet<&str> =
+            runs[..skip].iter().map(|r| r.node.as_str()).collect();
         for r in &runs[skip..] {
+            self.warm.push(!seen.insert(r.node.as_str()));
+            self.length_s
+                .push(r.end_ms.saturating_sub(r.start_ms).max(0) as f64 / 1000.0);
             self.builder.push(builder.to_string());
             self.end_ms.push(r.end_ms);
             self.cpu.push(params.per_run.pick(&r.cpu));
@@ -126,6 +143,8 @@ impl RunColumns {
                 Column::new("end_ms".into(), self.end_ms),
                 Column::new("cpu".into(), self.cpu),
                 Column::new("memory".into(), self.memory),
+                Column::new("length_s".into(), self.length_s),
+                Column::new("warm".into(), self.warm),
             ],
         )?)
     }
@@ -199,6 +218,18 @@ pub fn profiles_from_columns(
     let mut aggs = vec![len().alias("runs"), col("end_ms").max().alias("newest_ms")];
     aggs.extend(percentile_aggs("cpu"));
     aggs.extend(percentile_aggs("memory"));
+    aggs.push(
+        col("length_s")
+            .filter(col("warm").not())
+            .median()
+            .alias("cold_run_s"),
+    );
+    aggs.push(
+        col("length_s")
+            .filter(col("warm"))
+            .median()
+            .alias("warm_run_s"),
+    );
     let df = lf
         .group_by([col("builder")])
         .agg(aggs)
@@ -210,6 +241,8 @@ pub fn profiles_from_columns(
     let newest = df.column("newest_ms")?.i64()?;
     let cpu = read_percentiles(&df, "cpu")?;
     let memory = read_percentiles(&df, "memory")?;
+    let cold_run = df.column("cold_run_s")?.f64()?;
+    let warm_run = df.column("warm_run_s")?.f64()?;
     let mut out = HashMap::with_capacity(df.height());
     for i in 0..df.height() {
         let Some(builder) = builders.get(i) else {
@@ -223,6 +256,8 @@ pub fn profiles_from_columns(
                 cpu: cpu[i],
                 memory: memory[i],
                 newest_ms: newest.get(i).unwrap_or(0),
+                cold_run_s: cold_run.get(i),
+                warm_run_s: warm_run.get(i),
             },
         );
     }
@@ -353,5 +388,34 @@ mod tests {
         let store = Store::open_temporary(StoreConfig::default()).unwrap();
         assert!(builder_profiles(&store, &params(20)).unwrap().is_empty());
         assert!(builder_profiles(&filled(), &params(0)).unwrap().is_empty());
+    }
+
+    /// Runs on a node the builder ran on before count as warm, the rest as cold, and
+    /// each kind has its median length; runs before the counted ones still warm a node.
+    #[test]
+    fn cold_and_warm_run_lengths() {
+        let store = Store::open_temporary(StoreConfig::default()).unwrap();
+        // (node, length s): n1 and n2 cold (100 s, 140 s), then warm runs of 60, 50, 70 s.
+        let runs = [("n1", 100), ("n2", 140), ("n1", 60), ("n2", 50), ("n1", 70)];
+        for (i, (node, len)) in runs.iter().enumerate() {
+            let start = i as i64 * 1_000_000;
+            let mut r = run(i as i64, summary(1.0, 1.0, 1.0), summary(1.0, 1.0, 1.0));
+            r.node = node.to_string();
+            r.start_ms = start;
+            r.end_ms = start + len * 1000;
+            store.put_run("a", &r).unwrap();
+        }
+        store
+            .put_run("b", &run(3, summary(1.0, 2.0, 3.0), summary(4.0, 5.0, 6.0)))
+            .unwrap();
+        let p = builder_profiles(&store, &params(20)).unwrap();
+        assert_eq!(p["a"].cold_run_s, Some(120.0));
+        assert_eq!(p["a"].warm_run_s, Some(60.0));
+        assert_eq!(p["b"].cold_run_s, Some(0.5));
+        assert_eq!(p["b"].warm_run_s, None);
+        // Only the last two runs counted: both warm, since earlier runs used their nodes.
+        let p = builder_profiles(&store, &params(2)).unwrap();
+        assert_eq!(p["a"].cold_run_s, None);
+        assert_eq!(p["a"].warm_run_s, Some(60.0));
     }
 }

@@ -154,6 +154,8 @@ pub fn profile(builder: &str, cpu: f64, mem: f64) -> crate::analytics::BuilderPr
         cpu: p(cpu),
         memory: p(mem),
         newest_ms: NOW_MS,
+        cold_run_s: None,
+        warm_run_s: None,
     }
 }
 

@@ -518,6 +518,8 @@ impl UsageFile {
                     cpu,
                     memory,
                     newest_ms: now_ms,
+                    cold_run_s: None,
+                    warm_run_s: None,
                 };
                 view.builders.insert(b.name.clone(), profile);
             }
