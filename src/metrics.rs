@@ -20,6 +20,7 @@
 //! | `headroom_scheduler_bind_duration_seconds` | histogram | |
 //! | `headroom_scheduler_placements_total` | counter | `cache` = warm, cold, unknown |
 //! | `headroom_scheduler_fallback_placements_total` | counter | |
+//! | `headroom_scheduler_warm_holds_total` | counter | |
 //! | `headroom_scheduler_snapshot_copies_total` | counter | (registered by the engine: changes that copied the whole snapshot because a reader held it) |
 //! | `headroom_extender_request_duration_seconds` | histogram | `verb` = filter, prioritize, bind (registered by `serve` when the extender is on) |
 //! | `headroom_queue_pending_pods` | gauge | `queue` = active, backoff, unschedulable, gated, in_flight |
@@ -213,6 +214,7 @@ pub struct Metrics {
     bind_duration: Histogram,
     placements: Family<CacheLabel, Counter>,
     fallback_placements: Counter,
+    warm_holds: Counter,
     queue_pending: Family<QueueLabel, Gauge>,
     node_cpu: Family<NodeKindLabels, FloatGauge>,
     node_memory: Family<NodeKindLabels, FloatGauge>,
@@ -282,6 +284,7 @@ impl Metrics {
             bind_duration: bind_histogram(),
             placements: Family::default(),
             fallback_placements: Counter::default(),
+            warm_holds: Counter::default(),
             queue_pending: Family::default(),
             node_cpu: Family::default(),
             node_memory: Family::default(),
@@ -377,6 +380,11 @@ impl Metrics {
             "headroom_scheduler_fallback_placements",
             "Pods placed by the usage fallback: real usage had kept them off every node for usage.maxWait",
             self.fallback_placements.clone(),
+        );
+        r.register(
+            "headroom_scheduler_warm_holds",
+            "Cycles the warm wait (usage.warmWait) kept a pod unscheduled, waiting for a node with its build cache",
+            self.warm_holds.clone(),
         );
         r.register(
             "headroom_queue_pending_pods",
@@ -505,7 +513,7 @@ impl Metrics {
     }
 
     /// Counts one scheduling cycle: its result, its latency, a placement by the usage
-    /// fallback, and one rejection per node a filter (or a PreFilter, for the nodes it
+    /// fallback, a warm hold, and one rejection per node a filter (or a PreFilter, for the nodes it
     /// excluded) rejected.
     pub fn observe_decision(&self, d: &Decision, latency: Duration) {
         self.upstream.observe_decision(d, latency);
@@ -517,6 +525,9 @@ impl Metrics {
         self.decision_duration.observe(latency.as_secs_f64());
         if d.fallback.is_some() && d.node().is_some() {
             self.fallback_placements.inc();
+        }
+        if d.warm_hold.is_some() {
+            self.warm_holds.inc();
         }
         let mut counts: HashMap<(&str, &str), u64> = HashMap::new();
         for (_, s) in &d.rejected {
@@ -562,6 +573,11 @@ impl Metrics {
     /// Pods placed by the usage fallback so far.
     pub fn fallback_placements(&self) -> u64 {
         self.fallback_placements.get()
+    }
+
+    /// Cycles the warm wait held a pod in so far.
+    pub fn warm_holds(&self) -> u64 {
+        self.warm_holds.get()
     }
 
     /// Sets the descheduling advice gauges.

@@ -19,6 +19,7 @@ use crate::analytics::UsageView;
 use crate::cache::{Cache, CacheState};
 use crate::config::{Config, ConfigError};
 use crate::framework::{CycleState, Decision, Fallback, Framework, Outcome, Status};
+use crate::plugins::history;
 use crate::plugins::volume_binding::{self, Reserved};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::volumes::claim_key;
@@ -235,6 +236,10 @@ impl Scheduler {
             for r in fw.plugins() {
                 if let Some(events) = r.events_to_register() {
                     hints.insert(r.name, events);
+                } else if r.name == history::NAME && self.deps.policy.warm_wait.enabled {
+                    // History rejects nothing itself; the warm wait's holds are blamed on
+                    // it (its warm nodes are what the pod waits for).
+                    hints.insert(r.name, crate::usage::warm::RETRY_ON);
                 }
             }
         }
@@ -269,23 +274,28 @@ impl Scheduler {
         explain: bool,
         waited: Duration,
     ) -> Attempt {
-        self.schedule_then(pod, profile, explain, waited, |_, _| ())
-            .0
+        let wait = Wait {
+            waited,
+            ..Wait::default()
+        };
+        self.schedule_then(pod, profile, explain, wait, |_, _| ()).0
     }
 
     /// [`schedule_one_waited`](Self::schedule_one_waited), then `then` on the attempt and the
     /// snapshot with the pod assumed, before any change written during the cycle (what the
-    /// loop records beside a decision: the node's headroom with the pod counted).
+    /// loop records beside a decision: the node's headroom with the pod counted). `wait`
+    /// carries the pod's wait and the queue's tail (the warm wait, [`crate::usage::warm`]);
+    /// its `fallback` is the scheduler's to set.
     pub fn schedule_then<R>(
         &self,
         pod: &PodInfo,
         profile: Option<&str>,
         explain: bool,
-        waited: Duration,
+        wait: Wait,
         then: impl FnOnce(&Attempt, &Snapshot) -> R,
     ) -> (Attempt, R) {
         let lease = self.cache.lease();
-        let verdict = self.decide(&lease, pod, profile, explain, waited);
+        let verdict = self.decide(&lease, pod, profile, explain, wait);
         self.cache.settle(lease, |c| {
             let attempt = self.assume(c, pod, verdict);
             let r = then(&attempt, c.snapshot());
@@ -293,15 +303,15 @@ impl Scheduler {
         })
     }
 
-    /// The cycle proper, on the leased snapshot: filters, scores, the usage fallback,
-    /// Reserve and Permit. Changes nothing in the cache.
+    /// The cycle proper, on the leased snapshot: filters, scores, the warm wait, the usage
+    /// fallback, Reserve and Permit. Changes nothing in the cache.
     fn decide(
         &self,
         snapshot: &Snapshot,
         pod: &PodInfo,
         profile: Option<&str>,
         explain: bool,
-        waited: Duration,
+        wait: Wait,
     ) -> Verdict {
         let idx = match profile {
             None => Some(0),
@@ -343,7 +353,7 @@ impl Scheduler {
                 chosen: None,
             };
         }
-        let (mut decision, mut state) = self.filter_and_score(fw, snapshot, pod, explain, waited);
+        let (mut decision, mut state) = self.filter_and_score(fw, snapshot, pod, explain, wait);
         let chose_node = decision.node().is_some();
         let chosen = decision.node().map(str::to_string).and_then(|node| {
             match self.reserve(idx, &mut state, snapshot, pod, &node) {
@@ -374,23 +384,36 @@ impl Scheduler {
         }
     }
 
-    /// Filters and scores, with the usage fallback for a pod that waited past
-    /// `usage.maxWait` and that real usage alone keeps off every node.
+    /// Filters and scores, with the warm wait for a returning builder the cycle sent to a
+    /// cold node, and the usage fallback for a pod that waited past `usage.maxWait` and
+    /// that real usage alone keeps off every node.
     fn filter_and_score(
         &self,
         fw: &Framework,
         snapshot: &Snapshot,
         pod: &PodInfo,
         explain: bool,
-        waited: Duration,
+        wait: Wait,
     ) -> (Decision, CycleState) {
+        let waited = wait.waited;
         let cycle_state = |fallback: bool| {
             let mut state = CycleState::new(explain);
-            state.write_input(Wait { waited, fallback });
+            state.write_input(Wait { fallback, ..wait });
             state
         };
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
         let (mut decision, mut state) = fw.schedule_in(pod, snapshot, &mut rng, cycle_state(false));
+        if let Some(chosen) = decision.chosen
+            && let Some(hold) = self.warm_hold(fw, snapshot, pod, &state, chosen, &wait)
+        {
+            decision.chosen = None;
+            decision.notes.push(hold.describe());
+            decision.outcome = Outcome::Unschedulable {
+                message: crate::usage::warm::HELD_MESSAGE.to_string(),
+            };
+            decision.warm_hold = Some(hold);
+            return (decision, state);
+        }
         if !matches!(decision.outcome, Outcome::Unschedulable { .. }) {
             return (decision, state);
         }
@@ -419,6 +442,36 @@ impl Scheduler {
             message.push_str(&waiting_message(max_wait));
         }
         (decision, state)
+    }
+
+    /// Whether the warm wait holds a pod whose cycle chose `chosen` (see
+    /// [`crate::usage::warm`]): only with `usage.warmWait` on, a tail to wait in, History
+    /// in the profile and warm nodes in the builder's history.
+    fn warm_hold(
+        &self,
+        fw: &Framework,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        state: &CycleState,
+        chosen: crate::snapshot::NodeIdx,
+        wait: &Wait,
+    ) -> Option<crate::framework::WarmHold> {
+        if !self.deps.policy.warm_wait.enabled || wait.waited >= wait.tail {
+            return None;
+        }
+        if !fw.plugins().iter().any(|r| r.name == history::NAME) {
+            return None;
+        }
+        let warm = history::warm_nodes(state, pod, snapshot, &self.deps.identity);
+        crate::usage::warm::judge(
+            snapshot,
+            pod,
+            &warm,
+            chosen,
+            wait,
+            &self.deps.identity,
+            history::NAME,
+        )
     }
 
     /// Reserve and Permit for the chosen node, and the placement the pod will be recorded

@@ -23,6 +23,7 @@ use crate::key::{PodId, PodKey};
 use crate::queue::{Failure, QueuedPodInfo, SchedulingQueue};
 use crate::scheduler::Scheduler;
 use crate::snapshot::PodInfo;
+use crate::usage::{QueueTail, Wait};
 
 /// Counters of what the loop did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +101,10 @@ pub struct SchedulingLoop {
     /// Where a bound pod's time since it first entered the queue goes (upstream's
     /// `scheduler_pod_scheduling_sli_duration_seconds`); `None`: nowhere.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The queue's tail the warm wait stays within (time to schedule of the pods placed
+    /// without a hold): the engine's, so that a loop rebuilt (a new leader term) keeps it.
+    /// Only the loop writes it, once per cycle.
+    pub tail: Arc<Mutex<QueueTail>>,
 }
 
 /// The profile a pod asks for: its `spec.schedulerName`, or the first profile when it
@@ -170,6 +175,11 @@ impl SchedulingLoop {
             });
         let (attempts, first_attempt) = (queued.attempts, queued.initial_attempt_timestamp);
         let pod = queued.pod_info;
+        let tail = self
+            .tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tail_for(&pod.uid);
         // Wall time, not tokio's (possibly paused or simulated) clock: the latency metric
         // is what the cycle cost.
         let started = std::time::Instant::now();
@@ -178,7 +188,11 @@ impl SchedulingLoop {
                 &pod,
                 profile_of(&pod),
                 self.options.explain,
-                waited,
+                Wait {
+                    waited,
+                    tail,
+                    ..Wait::default()
+                },
                 // Read from the snapshot the cycle saw, with the pod assumed, as the lease
                 // settles: reading it later (the sink) would hold the cache's snapshot while the
                 // next change copies all of it.
@@ -202,6 +216,7 @@ impl SchedulingLoop {
             );
         attempt.decision.cycle_duration = cycle;
         attempt.decision.decided_at_ms = decided_at_ms;
+        self.count_wait(&attempt.decision, waited);
         // What the mode acts on once the bind ended (small: no per-node numbers), joined
         // with the bind's result in the bind task.
         let settled = match (&self.decisions, &attempt.placement) {
@@ -257,6 +272,17 @@ impl SchedulingLoop {
                 let _ = tx.settled(s).await;
             }
         });
+    }
+
+    /// Feeds the queue's tail: a held pod is marked (its placement will not count), a
+    /// placed one adds its wait.
+    fn count_wait(&self, d: &Decision, waited: std::time::Duration) {
+        let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        if d.warm_hold.is_some() {
+            tail.held(&d.uid, d.decided_at_ms);
+        } else if d.node().is_some() {
+            tail.placed(&d.uid, d.decided_at_ms, waited);
+        }
     }
 
     fn publish(&self, decision: Decision, inputs: DecisionInputs, stats: &Mutex<LoopStats>) {
@@ -488,6 +514,7 @@ mod tests {
             options: LoopOptions::default(),
             annotate: None,
             metrics: None,
+            tail: Default::default(),
         };
         // Decisions, keeping the settled records seen on the way.
         async fn next(

@@ -602,6 +602,14 @@ mod tests {
                 "usage.memoryRiskPercent",
             ),
             (
+                "usage: {warmWait: {tailWindow: 0s}}",
+                "t: usage.warmWait.tailWindow: must be positive",
+            ),
+            (
+                "usage: {warmWait: {enabled: true, window: 1h}}",
+                "usage.warmWait",
+            ),
+            (
                 "profiles: [{percentageOfNodesToScore: 101}]",
                 "t: profiles[headroom].percentageOfNodesToScore: 101 is not in 0..=100",
             ),

@@ -147,6 +147,9 @@ pub struct Engine {
     decisions: crate::decisions::DecisionSender,
     decisions_rx: Mutex<Option<crate::decisions::DecisionReceiver>>,
     explain: bool,
+    /// The queue's tail the warm wait reads (`usage.warmWait`), kept across the loops a
+    /// leader builds.
+    tail: Arc<Mutex<crate::usage::QueueTail>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -206,7 +209,9 @@ impl Engine {
         let (view, _) = watch::channel(Arc::new(UsageView::default()));
         let (decisions, rx) =
             crate::decisions::decision_channel(DECISION_CHANNEL, DECISION_CHANNEL_BYTES);
+        let tail = crate::usage::QueueTail::new(config.usage.warm_wait.tail_window);
         Ok(Arc::new(Engine {
+            tail: Arc::new(Mutex::new(tail)),
             config: Arc::new(config),
             clock: parts.clock,
             scheduler,
@@ -326,6 +331,7 @@ impl Engine {
             },
             annotate,
             metrics: Some(self.metrics.clone()),
+            tail: self.tail.clone(),
         }
     }
 

@@ -53,14 +53,55 @@ impl Fallback {
     /// `waited 2m 15s ≥ usage.maxWait 30s: RealMemoryFit let it through (least-hot node
     /// that fits by requests)`.
     pub fn describe(&self) -> String {
-        let d = |s: f64| {
-            humantime_serde::re::humantime::format_duration(Duration::from_secs(s.max(0.0) as u64))
-        };
+        let d = whole_seconds;
         format!(
             "usage fallback: waited {} ≥ usage.maxWait {}: {} let it through (least-hot node that fits by requests)",
             d(self.waited_seconds),
             d(self.max_wait_seconds),
             self.relaxed.join(", ")
+        )
+    }
+}
+
+/// `s` seconds as `2m 15s`, whole seconds (a negative `s` as 0).
+fn whole_seconds(s: f64) -> humantime_serde::re::humantime::FormattedDuration {
+    humantime_serde::re::humantime::format_duration(Duration::from_secs(s.max(0.0) as u64))
+}
+
+/// A pod the warm wait (`usage.warmWait`) kept unscheduled: its cycle chose a node none
+/// of its builder's runs used, and one of its warm nodes is expected to free before the
+/// cold cache would cost more than the wait (see [`crate::usage::warm`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmHold {
+    /// The warm node expected to free first.
+    pub node: Arc<str>,
+    /// Seconds until a build there is expected to end (its builder's median run length
+    /// less the time it has run).
+    pub expected_free_seconds: f64,
+    /// What a warm cache saves the builder, seconds: the median length of its cold runs
+    /// less that of its warm ones.
+    pub saves_seconds: f64,
+    /// How long the pod had waited since its first attempt, seconds.
+    pub waited_seconds: f64,
+    /// The queue's tail the wait stays within (p99 − p50 of the time to schedule), seconds.
+    pub tail_seconds: f64,
+    /// The plugin the hold is blamed on (History, whose warm nodes it waits for): the
+    /// queue retries the pod on the events it was declared with.
+    pub plugin: &'static str,
+}
+
+impl WarmHold {
+    /// `warm wait: node n1 expected to free in 40s; a warm cache saves 2m; waited 10s of
+    /// the queue's tail 5m`.
+    pub fn describe(&self) -> String {
+        let d = whole_seconds;
+        format!(
+            "warm wait (usage.warmWait): held for its build cache: node {} expected to free in {}; a warm cache saves {} a run; waited {} of the queue's tail {} (p99 − p50 of time to schedule)",
+            self.node,
+            d(self.expected_free_seconds),
+            d(self.saves_seconds),
+            d(self.waited_seconds),
+            d(self.tail_seconds)
         )
     }
 }
@@ -167,6 +208,8 @@ pub struct Decision {
     pub notes: Vec<String>,
     /// Set when the usage fallback (`usage.maxWait`) placed the pod.
     pub fallback: Option<Fallback>,
+    /// Set when the warm wait (`usage.warmWait`) kept the pod unscheduled.
+    pub warm_hold: Option<WarmHold>,
     /// The PVs VolumeBinding chose for the pod's unbound WaitForFirstConsumer claims
     /// (`namespace/claim` → PV), set once they are assumed with the pod.
     pub volume_bindings: std::collections::BTreeMap<String, String>,
@@ -289,6 +332,7 @@ impl Decision {
             },
             notes: Vec::new(),
             fallback: None,
+            warm_hold: None,
             volume_bindings: Default::default(),
             cycle_duration: Duration::ZERO,
             decided_at_ms: 0,
@@ -306,6 +350,7 @@ impl Decision {
     }
 
     /// A copy with what the cluster reporter reads — identity, outcome, notes, fallback,
+    /// warm hold,
     /// the three best feasible nodes with their totals and the feasible count — without
     /// the per-node columns. At 15,000 nodes a full record holds megabytes of scores, and
     /// thousands of records can wait for the reporter's API writes: full copies took the
@@ -331,6 +376,7 @@ impl Decision {
             outcome: self.outcome.clone(),
             notes: self.notes.clone(),
             fallback: self.fallback.clone(),
+            warm_hold: self.warm_hold.clone(),
             volume_bindings: self.volume_bindings.clone(),
             cycle_duration: self.cycle_duration,
             decided_at_ms: self.decided_at_ms,

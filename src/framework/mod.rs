@@ -32,7 +32,7 @@ mod status;
 use std::sync::Arc;
 
 pub use cycle_state::{CycleState, WrittenIn};
-pub use decision::{Decision, Fallback, Nomination, Outcome};
+pub use decision::{Decision, Fallback, Nomination, Outcome, WarmHold};
 pub use events::{ClusterEvent, ClusterEvents, QueueingHints};
 pub use runtime::{
     DEFAULT_MIN_CHUNK, FILTER_BLOCK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,

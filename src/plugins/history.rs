@@ -221,21 +221,27 @@ impl History {
 
     /// Where the history entries are in the snapshot ([`Cycle::positions`]).
     fn positions(&self, snapshot: &Snapshot, nodes: &[String]) -> Vec<(NodeIdx, usize)> {
-        let mut out: Vec<(NodeIdx, usize)> = Vec::new();
-        for (i, h) in nodes.iter().take(self.depth()).enumerate() {
-            let named = snapshot.index_of(h).into_iter();
-            out.extend(
-                named
-                    .chain(snapshot.nodes_with_address(h).iter().copied())
-                    .map(|idx| (idx, i)),
-            );
-        }
-        // Each node once, at its first entry's index; sorting rather than a search per
-        // entry, since with `olderScore` an annotation may list thousands of entries.
-        out.sort_unstable();
-        out.dedup_by_key(|(idx, _)| *idx);
-        out
+        positions_in(snapshot, nodes, self.depth())
     }
+}
+
+/// Where the first `depth` history entries are in the snapshot: each node once, with its
+/// first entry's index, sorted by node.
+fn positions_in(snapshot: &Snapshot, nodes: &[String], depth: usize) -> Vec<(NodeIdx, usize)> {
+    let mut out: Vec<(NodeIdx, usize)> = Vec::new();
+    for (i, h) in nodes.iter().take(depth).enumerate() {
+        let named = snapshot.index_of(h).into_iter();
+        out.extend(
+            named
+                .chain(snapshot.nodes_with_address(h).iter().copied())
+                .map(|idx| (idx, i)),
+        );
+    }
+    // Each node once, at its first entry's index; sorting rather than a search per
+    // entry, since with `olderScore` an annotation may list thousands of entries.
+    out.sort_unstable();
+    out.dedup_by_key(|(idx, _)| *idx);
+    out
 }
 
 impl History {
@@ -331,6 +337,81 @@ impl Plugin for History {
     }
 }
 
+/// The nodes of the snapshot the pod's builder history names (its warm caches), for the
+/// warm wait after the cycle ([`crate::usage::warm`]): from the cycle state History's
+/// PreScore left, or, when scoring did not run (a single feasible node), read the way
+/// PreScore reads them. Empty for a builder without history.
+pub fn warm_nodes(
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    identity: &headroom_collectors::IdentityConfig,
+) -> Vec<NodeIdx> {
+    if let Some(c) = state.read::<Cycle>() {
+        return c.positions.iter().map(|(n, _)| *n).collect();
+    }
+    let found = history_of(pod, snapshot, identity)
+        .unwrap_or_else(|_| history_of_builder(pod, snapshot, identity));
+    found
+        .map(|(nodes, _)| {
+            positions_in(snapshot, &nodes, usize::MAX)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The pod's history: the bk-ci annotation when present and not empty, else the
+/// builder's own ([`history_of_builder`]); `Err` (why) for an unreadable annotation.
+fn history_of(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    identity: &headroom_collectors::IdentityConfig,
+) -> Result<Option<(Vec<String>, From)>, String> {
+    let annotated = pod
+        .pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HISTORY_ANNOTATION));
+    if let Some(text) = annotated {
+        let nodes = parse_history(text)?;
+        if !nodes.is_empty() {
+            return Ok(Some((nodes, From::Annotation)));
+        }
+    }
+    Ok(history_of_builder(pod, snapshot, identity))
+}
+
+/// headroom's own placement history of the pod's builder: its placements since the last
+/// usage refresh, then the store's.
+fn history_of_builder(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    identity: &headroom_collectors::IdentityConfig,
+) -> Option<(Vec<String>, From)> {
+    let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
+    let usage = snapshot.usage();
+    let mut nodes: Vec<String> = usage
+        .history
+        .get(builder.as_str())
+        .map(|h| h.iter().cloned().collect())
+        .unwrap_or_default();
+    for n in usage
+        .view
+        .placements
+        .get(builder.as_str())
+        .into_iter()
+        .flatten()
+    {
+        if !nodes.contains(n) {
+            nodes.push(n.clone());
+        }
+    }
+    (!nodes.is_empty()).then_some((nodes, From::Scheduler))
+}
+
 /// Reads the annotation: the list, or why it is ignored.
 pub fn parse_history(text: &str) -> Result<Vec<String>, String> {
     let v: Vec<String> =
@@ -351,55 +432,19 @@ impl PreScorePlugin for History {
         if crate::usage::fallback_active(state) {
             return Status::skip();
         }
-        let annotated = pod
-            .pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(HISTORY_ANNOTATION));
-        let mut cycle = None;
-        if let Some(text) = annotated {
-            match parse_history(text) {
-                Ok(nodes) if !nodes.is_empty() => {
-                    cycle = Some(Cycle {
-                        nodes,
-                        from: From::Annotation,
-                        positions: Vec::new(),
-                        band: None,
-                    })
-                }
-                Ok(_) => {}
-                Err(e) => state.note(format!("ignored {HISTORY_ANNOTATION}: {e}")),
+        let cycle = match history_of(pod, snapshot, &self.identity) {
+            Ok(found) => found,
+            Err(e) => {
+                state.note(format!("ignored {HISTORY_ANNOTATION}: {e}"));
+                history_of_builder(pod, snapshot, &self.identity)
             }
         }
-        if cycle.is_none() {
-            let builder = headroom_collectors::builder_identity(&pod.pod.metadata, &self.identity);
-            let usage = snapshot.usage();
-            let mut nodes: Vec<String> = usage
-                .history
-                .get(builder.as_str())
-                .map(|h| h.iter().cloned().collect())
-                .unwrap_or_default();
-            for n in usage
-                .view
-                .placements
-                .get(builder.as_str())
-                .into_iter()
-                .flatten()
-            {
-                if !nodes.contains(n) {
-                    nodes.push(n.clone());
-                }
-            }
-            if !nodes.is_empty() {
-                cycle = Some(Cycle {
-                    nodes,
-                    from: From::Scheduler,
-                    positions: Vec::new(),
-                    band: None,
-                });
-            }
-        }
+        .map(|(nodes, from)| Cycle {
+            nodes,
+            from,
+            positions: Vec::new(),
+            band: None,
+        });
         match cycle {
             Some(mut c) => {
                 c.positions = self.positions(snapshot, &c.nodes);

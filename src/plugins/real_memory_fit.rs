@@ -464,6 +464,7 @@ mod tests {
             state.write_input(crate::usage::Wait {
                 waited: std::time::Duration::from_secs(1),
                 fallback: true,
+                ..Default::default()
             });
             let (s, _) = reg
                 .pre_filter

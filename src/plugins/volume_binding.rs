@@ -844,6 +844,7 @@ mod tests {
             options: LoopOptions::default(),
             annotate: None,
             metrics: None,
+            tail: Default::default(),
         };
         queue.add(Arc::new(with_claims(&["big"])));
         let stats = lp.run_until_settled().await;

@@ -76,7 +76,7 @@ impl From<Status> for Failure {
 
 impl From<&Decision> for Failure {
     /// An unschedulable outcome is blamed on every plugin that rejected some node or the pod
-    /// in PreFilter; an error outcome (or a placed pod whose later steps failed) is an error.
+    /// in PreFilter, and a warm hold on the plugin it names; an error outcome (or a placed pod whose later steps failed) is an error.
     fn from(d: &Decision) -> Self {
         match &d.outcome {
             Outcome::Unschedulable { message } => {
@@ -86,7 +86,8 @@ impl From<&Decision> for Failure {
                     .filter(|s| s.is_rejected())
                     .chain(d.rejected.iter().map(|(_, s)| s))
                     .chain(d.absent.iter())
-                    .map(|s| s.plugin);
+                    .map(|s| s.plugin)
+                    .chain(d.warm_hold.iter().map(|h| h.plugin));
                 Failure::unschedulable(message.clone(), plugins)
             }
             Outcome::Error { message } => Failure::error(message.clone()),

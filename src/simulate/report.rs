@@ -111,6 +111,8 @@ pub struct PolicyReport {
     pub build_slowdown: f64,
     /// Pods placed by the usage fallback (`usage.maxWait`).
     pub fallback_placements: u64,
+    /// Cycles the warm wait (`usage.warmWait`) held a pod for a node with its build cache.
+    pub warm_holds: u64,
     /// Pods evicted because the descheduling advice suggested moving them
     /// (`--act-on-advice`; they are submitted again and placed anew).
     pub advice_moves: usize,
@@ -211,6 +213,7 @@ impl PolicyReport {
             build_hours_slowed: 0.0,
             build_slowdown: 0.0,
             fallback_placements: 0,
+            warm_holds: 0,
             advice_moves: 0,
             advice_hot_node_hours: 0.0,
             decisions_per_second: 0.0,
@@ -469,6 +472,7 @@ impl Report {
             ("usage fallback placements", |r| {
                 r.fallback_placements.to_string()
             }),
+            ("warm holds (usage.warmWait)", |r| r.warm_holds.to_string()),
             ("advice: hot node-hours / moves", |r| {
                 format!("{:.2} / {}", r.advice_hot_node_hours, r.advice_moves)
             }),

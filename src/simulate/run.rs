@@ -113,6 +113,7 @@ pub(super) async fn run_policy(
     // The decision sink drains; the store's last flush.
     running.stop().await;
     r.fallback_placements = engine.metrics().fallback_placements();
+    r.warm_holds = engine.metrics().warm_holds();
     r.finish();
     Ok(r)
 }

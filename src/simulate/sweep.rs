@@ -191,6 +191,13 @@ const METRICS: &[Metric] = &[
         unit: Unit::Count,
     },
     Metric {
+        key: "warmHolds",
+        label: "warm holds",
+        higher_is_better: false,
+        get: |r| r.warm_holds as f64,
+        unit: Unit::Count,
+    },
+    Metric {
         key: "adviceMoves",
         label: "advice moves acted on",
         higher_is_better: false,

@@ -12,6 +12,7 @@ pub mod node;
 pub mod policy;
 pub mod predict;
 pub mod wait;
+pub mod warm;
 
 pub use node::{Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal};
 pub use policy::{
@@ -22,3 +23,4 @@ pub use predict::{
     cycle_usage_written, derive, pod_usage, release_cycle_usage,
 };
 pub use wait::{Wait, fallback_active};
+pub use warm::{QueueTail, WarmWait};

@@ -248,6 +248,14 @@ pub struct UsagePolicy {
     /// time to schedule p99 miss the baseline's + 10 % + 5 s on 5 farms of 22.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// The warm wait: a returning builder whose cycle chose a node none of its runs used
+    /// waits for one of its warm nodes when its own runs say the warm cache saves more
+    /// than the expected wait, and only within the queue's existing tail (p99 − p50 of
+    /// the time to schedule, with no more builds held than its p99 has room for; a queue
+    /// that places everything at once holds nothing). A held
+    /// pod's FailedScheduling says so, `/explain` gives the numbers and
+    /// `headroom_scheduler_warm_holds_total` counts holds. See [`crate::usage::warm`].
+    pub warm_wait: super::WarmWait,
     /// The memory fit built on risk (`src/usage/risk.rs`): the largest probability,
     /// percent, that a node's real memory passes what it can give (its memory less the
     /// class's `memoryReservePercent`) once the pod is placed. Each pod's memory is a
@@ -285,6 +293,7 @@ impl Default for UsagePolicy {
             predict_percentile: Percentile::P95,
             cold_start: ColdStart::Calibrated,
             max_wait: DEFAULT_MAX_WAIT,
+            warm_wait: super::WarmWait::default(),
             memory_risk_percent: None,
             defaults: ClassSettings::default(),
             classes: vec![
@@ -365,6 +374,7 @@ impl UsagePolicy {
 
     /// Checks every class resolves; the error names the field.
     pub fn validate(&self) -> Result<(), (String, String)> {
+        self.warm_wait.validate()?;
         if let Some(r) = self.memory_risk_percent
             && !(r > 0.0 && r <= 50.0)
         {

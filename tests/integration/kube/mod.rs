@@ -18,6 +18,7 @@ mod sections;
 mod spreading;
 mod ui;
 mod volumes;
+mod warm_wait;
 
 use std::collections::HashSet;
 use std::sync::Arc;

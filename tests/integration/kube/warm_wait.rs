@@ -1,0 +1,177 @@
+//! The warm wait (`usage.warmWait`) under `serve`: a returning builder whose warm node is
+//! busy waits for it, within the queue's own tail, when its runs say a warm cache saves
+//! more than the wait; with the warm wait off it goes cold at once.
+
+use std::time::{Duration, Instant};
+
+use headroom_storage::{RunRecord, Store, StoreConfig, UsageSummary};
+use serde_json::{Value, json};
+
+use super::fake::Fake;
+use super::kubelet::{FakeKubelet, collectors_yaml};
+use super::sections::{SERVE_BASE, config, get_json, start, within};
+use super::{events_for, namespace, node};
+
+const GI: f64 = (1u64 << 30) as f64;
+
+/// A pod `name` of `builder` (the `headroom.io/builder` annotation) requesting `cpu`;
+/// bound to `node` and started `started_s_ago` when given, else pending for headroom.
+fn build(name: &str, builder: &str, cpu: &str, on: Option<(&str, i64)>) -> Value {
+    let mut p = json!({"metadata": {"name": name, "namespace": "default",
+            "annotations": {"headroom.io/builder": builder}},
+        "spec": {"schedulerName": "headroom", "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]},
+        "status": {"phase": "Pending"}});
+    if let Some((node, ago)) = on {
+        p["spec"]["nodeName"] = json!(node);
+        p["status"] = json!({"phase": "Running",
+            "startTime": headroom::kube::rfc3339(headroom::kube::now_ms() - ago * 1000)});
+    }
+    p
+}
+
+/// A store holding runs of builder `b` (cold runs of 600 s, warm ones of 300 s: a warm
+/// cache saves 300 s) and of builder `c` (runs of 300 s).
+fn store_with_runs() -> Store {
+    let store = Store::open_temporary(StoreConfig::default()).unwrap();
+    let now = headroom::kube::now_ms();
+    let s = UsageSummary {
+        mean: 0.2,
+        p95: 0.3,
+        max: 0.4,
+    };
+    let m = UsageSummary {
+        mean: 0.2 * GI,
+        p95: 0.25 * GI,
+        max: 0.3 * GI,
+    };
+    let put = |builder: &str, uid: &str, node: &str, start_h: i64, len_s: i64| {
+        let start_ms = now - start_h * 3_600_000;
+        let run = RunRecord {
+            pod_uid: uid.into(),
+            node: node.into(),
+            start_ms,
+            end_ms: start_ms + len_s * 1000,
+            cpu: s,
+            memory: m,
+        };
+        store.put_run(builder, &run).unwrap();
+    };
+    // b: cold on node-z, cold on node-a, warm on node-a twice.
+    put("b", "b1", "node-z", 8, 600);
+    put("b", "b2", "node-a", 6, 600);
+    put("b", "b3", "node-a", 4, 300);
+    put("b", "b4", "node-a", 2, 300);
+    put("c", "c1", "node-a", 5, 300);
+    put("c", "c2", "node-a", 3, 300);
+    // History's list: b ran on node-a last.
+    store.record_placement("b", "node-a").unwrap();
+    store.flush().unwrap();
+    store
+}
+
+/// Two 4-CPU nodes. node-a runs `r` of builder `c` (3.5 CPU), started 295 s ago: its
+/// runs take 300 s, so it is expected to end any moment. The queue first gets a tail:
+/// `w1` and `w2` placed at once, `slow1` and `slow2` (1 CPU each) only after `k` (3.5 CPU
+/// on node-b) is deleted 8 s later: p99 − p50 of the waits is 8 s, and two pods of four
+/// waited, room above the p99 for a held one. Then `p` of builder `b` (1 CPU, history
+/// node-a) arrives: only node-b fits. Returns the fake, the running serve, and where `p`
+/// was bound at once, if it was.
+async fn scene(section: &str) -> (Fake, super::Running, Option<String>, Vec<FakeKubelet>) {
+    let fake = Fake::start().await;
+    let ka = FakeKubelet::start("node-a", 0.5, GI).await;
+    let kb = FakeKubelet::start("node-b", 0.5, GI).await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("nodes", node("node-b", "4"));
+    fake.put("pods", build("r", "c", "3500m", Some(("node-a", 295))));
+    fake.put("pods", build("k", "k", "3500m", Some(("node-b", 10))));
+    let base = format!(
+        "{SERVE_BASE}analytics: {{refreshInterval: 1s}}\n{}",
+        collectors_yaml(&[("node-a", &ka), ("node-b", &kb)])
+    );
+    let s = start(&fake, config(&base, section), Some(store_with_runs())).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The builders' profiles, with their run lengths, reach the view and /builders.
+    loop {
+        let b = get_json(&s.url("/builders/b")).await;
+        if b["profile"]["cold_run_s"].is_number() {
+            assert_eq!(b["profile"]["cold_run_s"], json!(600.0), "{b}");
+            assert_eq!(b["profile"]["warm_run_s"], json!(300.0), "{b}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no profile for b: {b}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The queue's tail: two pods at once, two after 8 s.
+    for w in ["w1", "w2"] {
+        fake.put("pods", build(w, w, "100m", None));
+    }
+    for w in ["slow1", "slow2"] {
+        fake.put("pods", build(w, w, "1", None));
+    }
+    let bound = |f: &Fake, p: &str| f.node_of("default", p).is_some();
+    assert!(
+        within(10.0, || bound(&fake, "w1") && bound(&fake, "w2")).await,
+        "w1, w2 not bound"
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(!bound(&fake, "slow1"), "slow1 bound with no room");
+    fake.delete("pods", "default", "k");
+    assert!(
+        within(10.0, || bound(&fake, "slow1") && bound(&fake, "slow2")).await,
+        "slow1, slow2 not bound"
+    );
+    fake.put("pods", build("p", "b", "1", None));
+    let decided = within(10.0, || {
+        bound(&fake, "p") || !events_for(&fake, "p", "FailedScheduling").is_empty()
+    })
+    .await;
+    assert!(decided, "no decision for p");
+    let at_once = fake.node_of("default", "p");
+    (fake, s, at_once, vec![ka, kb])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_builder_waits_for_its_warm_node_under_serve() {
+    let (fake, s, at_once, _kubelets) = scene("").await;
+    assert_eq!(at_once, None, "p was placed cold");
+    let failed = events_for(&fake, "p", "FailedScheduling")[0]["note"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(failed.contains("usage.warmWait"), "{failed}");
+    let e = get_json(&s.url("/explain/default/p")).await;
+    let notes = e["notes"].to_string();
+    assert!(
+        notes.contains("held for its build cache: node node-a expected to free in")
+            && notes.contains("a warm cache saves 5m")
+            && notes.contains("of the queue's tail 8s"),
+        "{e}"
+    );
+    let metrics = get_json(&s.url("/metrics")).await;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with("headroom_scheduler_warm_holds_total ") && !l.ends_with(" 0")),
+        "no warm hold counted"
+    );
+    // r ends: p goes to its warm node.
+    fake.delete("pods", "default", "r");
+    assert!(
+        within(10.0, || fake.node_of("default", "p").is_some()).await,
+        "p not bound after r ended"
+    );
+    assert_eq!(fake.node_of("default", "p").as_deref(), Some("node-a"));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_warm_wait_the_builder_goes_cold_at_once_under_serve() {
+    let (_fake, s, at_once, _kubelets) = scene("usage: {warmWait: {enabled: false}}\n").await;
+    assert_eq!(at_once.as_deref(), Some("node-b"));
+    s.stop().await;
+}
