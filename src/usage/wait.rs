@@ -31,10 +31,12 @@ pub struct Wait {
     /// (RealMemoryFit all but those the pod's expected memory would overflow while another
     /// node has room).
     pub fallback: bool,
-    /// The queue's tail: p99 − p50 of the time to schedule of the pods the scheduling
-    /// loop placed without a hold, over `usage.warmWait.tailWindow`. The warm wait holds
-    /// a pod only while `waited` is below it ([`crate::usage::warm`]); zero (nothing held)
-    /// outside the loop: `place`, the extender.
+    /// The queue's tail this pod may wait in: p99 − p50 of the time to schedule of the
+    /// pods the scheduling loop placed without a hold, over `usage.warmWait.tailWindow`,
+    /// or zero when the tail has no room for another held build
+    /// ([`QueueTail::tail_for`](crate::usage::QueueTail::tail_for)). The warm wait holds a
+    /// pod only while its expected wait stays below it ([`crate::usage::warm`]); zero
+    /// (nothing held) outside the loop: `place`, the extender.
     pub tail: Duration,
 }
 

@@ -19,8 +19,7 @@
 //!    without moving (a tail that only just reaches 1 % has no room: the holds would carry
 //!    the p99).
 //!
-//! Measured on the farm families (README, *A wait that pays off and leaves the tail
-//! alone*). The judgement is pure over the snapshot; the loop measures the tail and the
+//! Measured on the farm families (README, *The warm wait, built*). The judgement is pure over the snapshot; the loop measures the tail and the
 //! wait and hands them over in the cycle's [`Wait`].
 
 use std::collections::{HashMap, VecDeque};
