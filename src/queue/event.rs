@@ -76,7 +76,8 @@ impl From<Status> for Failure {
 
 impl From<&Decision> for Failure {
     /// An unschedulable outcome is blamed on every plugin that rejected some node or the pod
-    /// in PreFilter, and a warm hold on the plugin it names; an error outcome (or a placed pod whose later steps failed) is an error.
+    /// in PreFilter, and a warm hold on the plugin it names; an error outcome (or a placed
+    /// pod whose later steps failed) is an error.
     fn from(d: &Decision) -> Self {
         match &d.outcome {
             Outcome::Unschedulable { message } => {
