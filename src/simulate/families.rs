@@ -859,6 +859,7 @@ impl Family {
         let s = Scenario {
             duration,
             step: self.step,
+            drain: Duration::from_secs(1800),
             seed: 1,
             nodes: farm.nodes,
             workloads,

@@ -26,6 +26,15 @@ pub struct PolicyReport {
     /// Pods still pending at the end that fit no node the farm ever has by their requests
     /// (CPU, memory and disk on one node): the same under every policy, so not a loss.
     pub infeasible_end: usize,
+    /// Of `pendingEnd`, the pods still pending once the scenario's `drain` has passed with
+    /// nothing arriving (or sooner, when none is left): the pods the policy could not
+    /// place, told from the ones that arrived just before the end.
+    pub pending_after_drain: usize,
+    /// Pods placed during the drain.
+    pub drain_placed: usize,
+    /// The longest time to schedule (arrival to placement) among them, seconds; 0 if none.
+    /// The time-to-schedule percentiles count the pods placed by the end only.
+    pub drain_wait_max_s: f64,
     /// Pods taken off their node: lost with a removed node, OOM-killed builds, evicted
     /// and moved pods. Each is submitted again by its controller (a build's Job after its
     /// backoff: 10 s doubling to 6 min), unless its build gave up (`buildsFailed`) or still
@@ -181,6 +190,9 @@ impl PolicyReport {
             running_end: 0,
             pending_end: 0,
             infeasible_end: 0,
+            pending_after_drain: 0,
+            drain_placed: 0,
+            drain_wait_max_s: 0.0,
             lost_and_resubmitted: 0,
             resubmitted: 0,
             builds_failed: 0,
@@ -390,6 +402,12 @@ impl Report {
             ("placed", |r| r.placed.to_string()),
             ("completed", |r| r.completed.to_string()),
             ("pending at end", |r| r.pending_end.to_string()),
+            ("  placed in the drain, longest wait", |r| {
+                format!("{}, {:.0} s", r.drain_placed, r.drain_wait_max_s)
+            }),
+            ("  still pending after the drain", |r| {
+                r.pending_after_drain.to_string()
+            }),
             ("infeasible at end (fit no node)", |r| {
                 r.infeasible_end.to_string()
             }),

@@ -106,14 +106,17 @@ pub(super) async fn run_policy(
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let mut r = sim.end().await?;
+    let mut r = sim.at_end();
+    r.fallback_placements = engine.metrics().fallback_placements();
+    r.warm_holds = engine.metrics().warm_holds();
+    let from = (ticks as i64 + 1) * sim.step_ms;
+    sim.drain(&time, from, s.drain, &mut r).await?;
+    sim.end().await?;
     if let Some(a) = attached {
         a.state.metrics().set_queue_lengths(&engine.queue().len());
     }
     // The decision sink drains; the store's last flush.
     running.stop().await;
-    r.fallback_placements = engine.metrics().fallback_placements();
-    r.warm_holds = engine.metrics().warm_holds();
     r.finish();
     Ok(r)
 }
@@ -227,6 +230,8 @@ struct Sim<'a> {
     /// Pods to submit again at an instant: (due ms, arrival, name of the pod it replaces).
     retries: Vec<(i64, Arrival, String)>,
     sched_wall: Duration,
+    /// In the drain after the scenario's duration ([`Sim::drain`]): nothing arrives.
+    draining: bool,
 }
 
 impl<'a> Sim<'a> {
@@ -282,6 +287,7 @@ impl<'a> Sim<'a> {
             cooldown: HashMap::new(),
             retries: Vec::new(),
             sched_wall: Duration::ZERO,
+            draining: false,
         })
     }
 
@@ -290,9 +296,11 @@ impl<'a> Sim<'a> {
         let now = self.fixed.epoch + rel;
         time.set(now);
         self.engine.housekeeping();
-        self.apply_events(rel, now)?;
-        self.resubmit_due(now)?;
-        self.arrive(rel)?;
+        if !self.draining {
+            self.apply_events(rel, now)?;
+            self.resubmit_due(now)?;
+            self.arrive(rel)?;
+        }
         self.complete(now)?;
         let demand = self.demand(now);
         let (share, victims) = self.overcommit(&demand);
@@ -826,27 +834,71 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
-    /// The store's last flush and what is left at the end.
-    async fn end(self) -> Result<PolicyReport, Error> {
-        self.engine.flush_store().await?;
-        let mut r = self.r;
+    /// The report at the end of the scenario's duration, with what is left then.
+    fn at_end(&self) -> PolicyReport {
+        let mut r = self.r.clone();
         r.running_end = self.running_pods.len();
         r.retries_pending_end = self.retries.len();
-        // Pods that fit no node by requests wait under every policy: not the policy's doing.
-        r.infeasible_end = self
-            .arrived_at
+        r.infeasible_end = self.infeasible_pending();
+        r.pending_end = self.pending();
+        r.warm_running = self.running_pods.values().filter(|p| p.warm).count();
+        r.decision_wall_s = self.sched_wall.as_secs_f64();
+        r
+    }
+
+    /// Pending pods that fit no node by requests: they wait under every policy, not the
+    /// policy's doing.
+    fn infeasible_pending(&self) -> usize {
+        self.arrived_at
             .values()
             .filter(|(_, a)| self.plan.workloads[a.workload].infeasible)
-            .count();
-        r.pending_end = self
-            .engine
+            .count()
+    }
+
+    /// Pending pods some node could hold by requests.
+    fn pending(&self) -> usize {
+        self.engine
             .queue()
             .len()
             .total()
-            .saturating_sub(r.infeasible_end);
-        r.warm_running = self.running_pods.values().filter(|p| p.warm).count();
-        r.decision_wall_s = self.sched_wall.as_secs_f64();
-        Ok(r)
+            .saturating_sub(self.infeasible_pending())
+    }
+
+    /// The drain: from `from` ms into the run, ticks with nothing arriving (no planned
+    /// arrivals, events or controllers' retries: pods made after the end are not the
+    /// run's) for at most `drain`, until no pending pod is left; into `r` (the report at
+    /// the end, which keeps every other measurement) what it placed and what it left. The
+    /// farm's usage, kills and completions go on as in any tick, so pods waiting for room
+    /// see it come, but nothing of them reaches `r`.
+    async fn drain(
+        &mut self,
+        time: &ManualTime,
+        from: i64,
+        drain: Duration,
+        r: &mut PolicyReport,
+    ) -> Result<(), Error> {
+        self.draining = true;
+        let (placed, waits) = (self.r.placed, self.r.latencies_s.len());
+        let until = from + drain.as_millis() as i64 - self.step_ms;
+        let mut rel = from;
+        while rel <= until && self.pending() > 0 {
+            self.tick(time, rel).await?;
+            tokio::time::advance(Duration::from_millis(self.step_ms as u64)).await;
+            rel += self.step_ms;
+        }
+        r.pending_after_drain = self.pending();
+        r.drain_placed = self.r.placed - placed;
+        r.drain_wait_max_s = self.r.latencies_s[waits..]
+            .iter()
+            .copied()
+            .fold(0.0, f64::max);
+        Ok(())
+    }
+
+    /// The store's last flush.
+    async fn end(self) -> Result<(), Error> {
+        self.engine.flush_store().await?;
+        Ok(())
     }
 }
 

@@ -3,6 +3,7 @@
 //! ```yaml
 //! duration: 6h                 # simulated time
 //! step: 15s                    # sample interval and scheduling tick
+//! drain: 30m                   # after the duration: no arrivals, the queue may empty
 //! seed: 7                      # default seed (--seed overrides)
 //! nodes:
 //!   - count: 12                # a generator; or `node: {...}` with a whole Node object
@@ -483,6 +484,13 @@ pub struct Scenario {
     /// Tick: sample interval and scheduling step. Default `15s`.
     #[serde(default = "fifteen_s", with = "humantime_serde")]
     pub step: Duration,
+    /// After `duration`: how long the scheduler may go on placing the pods still pending,
+    /// with nothing arriving, before the run stops (sooner once none is left). It decides
+    /// `pendingAfterDrain` only; every other measurement stops at `duration`. A pod that
+    /// arrived a step before the end is not one a policy failed to place: the drain tells
+    /// those from the pods it could not place. `0s`: none. Default `30m`.
+    #[serde(default = "thirty_min", with = "humantime_serde")]
+    pub drain: Duration,
     /// Default seed. Default 1.
     #[serde(default = "seed")]
     pub seed: u64,
@@ -507,6 +515,9 @@ fn hour() -> Duration {
 }
 fn fifteen_s() -> Duration {
     Duration::from_secs(15)
+}
+fn thirty_min() -> Duration {
+    Duration::from_secs(1800)
 }
 fn seed() -> u64 {
     1
@@ -954,15 +965,17 @@ impl Scenario {
         errors
     }
 
-    /// `duration` and `step`.
+    /// `duration`, `drain` and `step`.
     fn validate_timing(&self, errors: &mut ErrorList) {
         let s = self;
-        if s.duration > MAX_DURATION {
-            errors.push(FieldError::out_of_range(
-                Path::new("duration"),
-                humantime_serde::re::humantime::format_duration(s.duration),
-                "at most 3660 days",
-            ));
+        for (field, d) in [("duration", s.duration), ("drain", s.drain)] {
+            if d > MAX_DURATION {
+                errors.push(FieldError::out_of_range(
+                    Path::new(field),
+                    humantime_serde::re::humantime::format_duration(d),
+                    "at most 3660 days",
+                ));
+            }
         }
         let step = Path::new("step");
         let shown = |d: Duration| humantime_serde::re::humantime::format_duration(d).to_string();
@@ -988,6 +1001,12 @@ impl Scenario {
                     shown(s.step),
                     shown(s.duration)
                 ),
+            ));
+        } else if s.drain.as_millis() / s.step.as_millis() > MAX_TICKS {
+            errors.push(FieldError::out_of_range(
+                Path::new("drain"),
+                shown(s.drain),
+                format!("at most {MAX_TICKS} steps of {}", shown(s.step)),
             ));
         }
     }

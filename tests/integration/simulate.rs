@@ -442,6 +442,67 @@ fn hot_hours_of_one_pod_alone_are_told_apart() {
     assert!(text.contains("of which one pod alone"), "{text}");
 }
 
+/// The drain: a build that arrives a step before the end, on a node full with another
+/// build until minutes after it, is pending at the end under every policy; the drain
+/// (the scenario's `drain`, 30 minutes by default) places it when the first ends and
+/// nothing else changes: every measurement but the drain's own is the same as with
+/// `drain: 0s`, where it stays pending. Through `headroom simulate`, JSON and text, and
+/// a bad `drain` named.
+#[test]
+fn the_drain_places_what_arrived_just_before_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let farm = |name: &str, drain: &str| {
+        super::write(
+            &dir,
+            name,
+            format!(
+                "duration: 30m\nstep: 15s\nseed: 1\n{drain}nodes:\n  - {{count: 1, namePrefix: n-, cpu: \"4\", memory: 16Gi}}\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 20m, requests: {{cpu: \"3\", memory: 2Gi}}, usage: {{cpu: [0.5, 0.5], memory: [0.5, 0.5]}}, noise: 0.0}}\nevents:\n  - {{at: 25m, burst: {{workload: b, count: 1}}}}\n  - {{at: 29m45s, burst: {{workload: b, count: 1}}}}\n"
+            ),
+        )
+    };
+    let json = |f: &str| simulate_json(&[f, "--policy", "headroom,requests"]);
+    let drained = json(&farm("drained.yaml", ""));
+    let kept = json(&farm("kept.yaml", "drain: 0s\n"));
+    for (d, k) in drained["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(kept["policies"].as_array().unwrap())
+    {
+        let n = |v: &Value, key: &str| v[key].as_f64().unwrap_or_else(|| panic!("{key}: {v}"));
+        assert_eq!(n(d, "pendingEnd"), 1.0, "{d}");
+        assert_eq!(n(d, "pendingAfterDrain"), 0.0, "{d}");
+        assert_eq!(n(d, "drainPlaced"), 1.0, "{d}");
+        // Placed when the first build ends, within the drain (on this seed 345 s after
+        // the second arrived).
+        let wait = n(d, "drainWaitMaxS");
+        assert!(wait > 15.0 && wait <= 30.0 * 60.0, "{wait}");
+        assert_eq!(n(k, "pendingAfterDrain"), 1.0, "{k}");
+        assert_eq!(n(k, "drainPlaced"), 0.0, "{k}");
+        let mut rest = d.as_object().unwrap().clone();
+        let mut other = k.as_object().unwrap().clone();
+        for key in [
+            "pendingAfterDrain",
+            "drainPlaced",
+            "drainWaitMaxS",
+            "decisionsPerSecond",
+            "decisionWallS",
+        ] {
+            rest.remove(key);
+            other.remove(key);
+        }
+        assert_eq!(rest, other, "the drain changed more than its own fields");
+    }
+    let text = run_ok(&["simulate", &farm("text.yaml", ""), "--policy", "headroom"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("still pending after the drain"), "{text}");
+    let bad = farm("bad.yaml", "drain: 4000days\n");
+    let o = run(&["simulate", &bad]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("drain"), "{err}");
+}
+
 /// `coldWithWarmRoom` and `warmCeilingRate` tell a cold placement that a warm node had room
 /// for (by requests) from one where every warm node was full or cordoned, and
 /// `coldWarmFeasible` the cold placements whose cycle found a warm node feasible (the
