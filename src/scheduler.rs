@@ -236,10 +236,6 @@ impl Scheduler {
             for r in fw.plugins() {
                 if let Some(events) = r.events_to_register() {
                     hints.insert(r.name, events);
-                } else if r.name == history::NAME && self.deps.policy.warm_wait.enabled {
-                    // History rejects nothing itself; the warm wait's holds are blamed on
-                    // it (its warm nodes are what the pod waits for).
-                    hints.insert(r.name, crate::usage::warm::RETRY_ON);
                 }
             }
         }

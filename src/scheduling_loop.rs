@@ -103,8 +103,9 @@ pub struct SchedulingLoop {
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The queue's tail the warm wait stays within (time to schedule of the pods placed
     /// without a hold): the engine's, so that a loop rebuilt (a new leader term) keeps it.
-    /// Only the loop writes it, once per cycle.
-    pub tail: Arc<Mutex<QueueTail>>,
+    /// Only the loop writes it, once per cycle. `None` with the warm wait off: nothing
+    /// reads it, so nothing keeps it.
+    pub tail: Option<Arc<Mutex<QueueTail>>>,
 }
 
 /// The profile a pod asks for: its `spec.schedulerName`, or the first profile when it
@@ -175,11 +176,10 @@ impl SchedulingLoop {
             });
         let (attempts, first_attempt) = (queued.attempts, queued.initial_attempt_timestamp);
         let pod = queued.pod_info;
-        let tail = self
-            .tail
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .tail_for(&pod.uid);
+        let id = PodId::new(pod.key(), pod.uid.as_str());
+        let tail = self.tail.as_ref().map_or(std::time::Duration::ZERO, |t| {
+            t.lock().unwrap_or_else(|e| e.into_inner()).tail_for(&id)
+        });
         // Wall time, not tokio's (possibly paused or simulated) clock: the latency metric
         // is what the cycle cost.
         let started = std::time::Instant::now();
@@ -216,7 +216,7 @@ impl SchedulingLoop {
             );
         attempt.decision.cycle_duration = cycle;
         attempt.decision.decided_at_ms = decided_at_ms;
-        self.count_wait(&attempt.decision, waited);
+        self.count_wait(&id, &attempt.decision, waited);
         // What the mode acts on once the bind ended (small: no per-node numbers), joined
         // with the bind's result in the bind task.
         let settled = match (&self.decisions, &attempt.placement) {
@@ -276,12 +276,15 @@ impl SchedulingLoop {
 
     /// Feeds the queue's tail: a held pod is marked (its placement will not count), a
     /// placed one adds its wait.
-    fn count_wait(&self, d: &Decision, waited: std::time::Duration) {
-        let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+    fn count_wait(&self, id: &PodId, d: &Decision, waited: std::time::Duration) {
+        let Some(tail) = &self.tail else {
+            return;
+        };
+        let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
         if d.warm_hold.is_some() {
-            tail.held(&d.uid, d.decided_at_ms);
+            tail.held(id, d.decided_at_ms);
         } else if d.node().is_some() {
-            tail.placed(&d.uid, d.decided_at_ms, waited);
+            tail.placed(id, d.decided_at_ms, waited);
         }
     }
 
@@ -514,7 +517,7 @@ mod tests {
             options: LoopOptions::default(),
             annotate: None,
             metrics: None,
-            tail: Default::default(),
+            tail: None,
         };
         // Decisions, keeping the settled records seen on the way.
         async fn next(

@@ -148,8 +148,8 @@ pub struct Engine {
     decisions_rx: Mutex<Option<crate::decisions::DecisionReceiver>>,
     explain: bool,
     /// The queue's tail the warm wait reads (`usage.warmWait`), kept across the loops a
-    /// leader builds.
-    tail: Arc<Mutex<crate::usage::QueueTail>>,
+    /// leader builds; `None` with the warm wait off.
+    tail: Option<Arc<Mutex<crate::usage::QueueTail>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -209,9 +209,14 @@ impl Engine {
         let (view, _) = watch::channel(Arc::new(UsageView::default()));
         let (decisions, rx) =
             crate::decisions::decision_channel(DECISION_CHANNEL, DECISION_CHANNEL_BYTES);
-        let tail = crate::usage::QueueTail::new(config.usage.warm_wait.tail_window);
+        let warm_wait = &config.usage.warm_wait;
+        let tail = warm_wait.enabled.then(|| {
+            Arc::new(Mutex::new(crate::usage::QueueTail::new(
+                warm_wait.tail_window,
+            )))
+        });
         Ok(Arc::new(Engine {
-            tail: Arc::new(Mutex::new(tail)),
+            tail,
             config: Arc::new(config),
             clock: parts.clock,
             scheduler,

@@ -349,6 +349,10 @@ pub struct Registered {
     pub permit: Option<Arc<dyn PermitPlugin>>,
     /// PreBind, if served.
     pub pre_bind: Option<Arc<dyn PreBindPlugin>>,
+    /// For a plugin that rejects nothing through its extension points but that a step
+    /// after the cycle holds pods in the name of (History: the warm wait keeps a build
+    /// for the warm nodes History found), the events that may end such a hold.
+    pub hold_events: Option<ClusterEvents>,
 }
 
 impl Registered {
@@ -372,10 +376,13 @@ impl Registered {
         self.pre_enqueue.as_ref().map(|p| p.as_ref() as &dyn Plugin)
     }
 
-    /// The events that may undo this plugin's rejections ([`Plugin::events_to_register`]);
-    /// `None` for a plugin that rejects nothing.
+    /// The events that may undo this plugin's rejections ([`Plugin::events_to_register`]),
+    /// or end the holds made in its name ([`hold_events`](Self::hold_events)); `None` for
+    /// a plugin that rejects nothing.
     pub fn events_to_register(&self) -> Option<ClusterEvents> {
-        self.rejecting().map(|p| p.events_to_register())
+        self.rejecting()
+            .map(|p| p.events_to_register())
+            .or(self.hold_events)
     }
 
     /// Whether the usage fallback relaxes this plugin's Filter.

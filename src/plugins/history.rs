@@ -186,12 +186,20 @@ impl History {
         })
     }
 
-    /// Registers its extension points (PreScore, Score).
+    /// Registers its extension points (PreScore, Score), and with the warm wait on the
+    /// events that may end its holds (they are blamed on History: its warm nodes are what
+    /// a held build waits for).
     pub fn register(self) -> Registered {
+        let hold_events = self
+            .policy
+            .warm_wait
+            .enabled
+            .then_some(crate::usage::warm::RETRY_ON);
         let me = Arc::new(self);
         Registered {
             pre_score: Some(me.clone()),
             score: Some(me),
+            hold_events,
             ..Registered::new(NAME)
         }
     }
@@ -350,9 +358,8 @@ pub fn warm_nodes(
     if let Some(c) = state.read::<Cycle>() {
         return c.positions.iter().map(|(n, _)| *n).collect();
     }
-    let found = history_of(pod, snapshot, identity)
-        .unwrap_or_else(|_| history_of_builder(pod, snapshot, identity));
-    found
+    history_of(pod, snapshot, identity)
+        .0
         .map(|(nodes, _)| {
             positions_in(snapshot, &nodes, usize::MAX)
                 .into_iter()
@@ -362,26 +369,29 @@ pub fn warm_nodes(
         .unwrap_or_default()
 }
 
-/// The pod's history: the bk-ci annotation when present and not empty, else the
-/// builder's own ([`history_of_builder`]); `Err` (why) for an unreadable annotation.
+/// The pod's history: the bk-ci annotation when present, readable and not empty, else
+/// the builder's own ([`history_of_builder`]); with why the annotation was ignored when
+/// it could not be read.
 fn history_of(
     pod: &PodInfo,
     snapshot: &Snapshot,
     identity: &headroom_collectors::IdentityConfig,
-) -> Result<Option<(Vec<String>, From)>, String> {
+) -> (Option<(Vec<String>, From)>, Option<String>) {
     let annotated = pod
         .pod
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(HISTORY_ANNOTATION));
+    let mut ignored = None;
     if let Some(text) = annotated {
-        let nodes = parse_history(text)?;
-        if !nodes.is_empty() {
-            return Ok(Some((nodes, From::Annotation)));
+        match parse_history(text) {
+            Ok(nodes) if !nodes.is_empty() => return (Some((nodes, From::Annotation)), None),
+            Ok(_) => {}
+            Err(e) => ignored = Some(e),
         }
     }
-    Ok(history_of_builder(pod, snapshot, identity))
+    (history_of_builder(pod, snapshot, identity), ignored)
 }
 
 /// headroom's own placement history of the pod's builder: its placements since the last
@@ -432,14 +442,11 @@ impl PreScorePlugin for History {
         if crate::usage::fallback_active(state) {
             return Status::skip();
         }
-        let cycle = match history_of(pod, snapshot, &self.identity) {
-            Ok(found) => found,
-            Err(e) => {
-                state.note(format!("ignored {HISTORY_ANNOTATION}: {e}"));
-                history_of_builder(pod, snapshot, &self.identity)
-            }
+        let (found, ignored) = history_of(pod, snapshot, &self.identity);
+        if let Some(e) = ignored {
+            state.note(format!("ignored {HISTORY_ANNOTATION}: {e}"));
         }
-        .map(|(nodes, from)| Cycle {
+        let cycle = found.map(|(nodes, from)| Cycle {
             nodes,
             from,
             positions: Vec::new(),

@@ -693,3 +693,21 @@ fn failure_from_decision_blames_every_rejecting_plugin() {
     };
     assert_eq!(Failure::from(&d).kind, FailureKind::Error);
 }
+
+/// History rejects nothing through its extension points, but the warm wait holds builds in
+/// its name: with the warm wait on, its registration declares the events that may end a
+/// hold, so a held pod is retried on them; with it off, History has no events.
+#[test]
+fn history_declares_the_warm_waits_events_only_with_it_on() {
+    let on = hints();
+    assert_eq!(
+        on.get(crate::plugins::history::NAME),
+        Some(crate::usage::warm::RETRY_ON)
+    );
+    let mut config = crate::config::Config::default();
+    config.usage.warm_wait.enabled = false;
+    let off = crate::scheduler::Scheduler::new(&config)
+        .unwrap()
+        .queueing_hints();
+    assert_eq!(off.get(crate::plugins::history::NAME), None);
+}

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Wait;
 use crate::framework::{ClusterEvent, ClusterEvents, WarmHold};
+use crate::key::PodId;
 use crate::snapshot::{NodeIdx, PodInfo, Snapshot};
 
 /// The `usage.warmWait` configuration section.
@@ -155,14 +156,14 @@ const SLOTS: i64 = 48;
 /// The time to schedule of the pods placed without a hold, over a sliding window: what
 /// the warm wait may add to (its p99 − p50). A histogram per slot of the window (bounded
 /// memory: 48 slots of 161 counts, whatever the pod rate; O(1) to record, O(buckets) to
-/// read), and the pods held in the window (uid → when first held; no more than the
+/// read), and the pods held in the window (pod → when first held; no more than the
 /// tail's room), so that their placement does not count and the room stays spent.
 #[derive(Debug)]
 pub struct QueueTail {
     slot_ms: i64,
     slots: VecDeque<(i64, Box<[u32; BUCKETS]>)>,
     totals: Box<[u64; BUCKETS]>,
-    held: HashMap<String, i64>,
+    held: HashMap<PodId, i64>,
     /// The newest time seen, ms: the window ends there.
     now_ms: i64,
 }
@@ -180,17 +181,19 @@ impl QueueTail {
         }
     }
 
-    /// The pod `uid` was held at `at_ms`: its placement will not count.
-    pub fn held(&mut self, uid: &str, at_ms: i64) {
+    /// The pod `id` was held at `at_ms`: its placement will not count.
+    pub fn held(&mut self, id: &PodId, at_ms: i64) {
         self.advance(at_ms);
-        self.held.entry(uid.to_string()).or_insert(at_ms);
+        if !self.held.contains_key(id) {
+            self.held.insert(id.clone(), at_ms);
+        }
     }
 
-    /// The pod `uid` was placed at `at_ms` after waiting `waited`: counted unless it was
+    /// The pod `id` was placed at `at_ms` after waiting `waited`: counted unless it was
     /// held (a held pod stays counted against the room until the window passes it).
-    pub fn placed(&mut self, uid: &str, at_ms: i64, waited: Duration) {
+    pub fn placed(&mut self, id: &PodId, at_ms: i64, waited: Duration) {
         self.advance(at_ms);
-        if self.held.contains_key(uid) {
+        if self.held.contains_key(id) {
             return;
         }
         let b = bucket(waited.as_secs_f64());
@@ -206,13 +209,13 @@ impl QueueTail {
         self.totals[b] += 1;
     }
 
-    /// The tail pod `uid` may wait in: [`spread`](Self::spread) for a pod already held,
+    /// The tail pod `id` may wait in: [`spread`](Self::spread) for a pod already held,
     /// or while the pods held in the window stay within the tail's room above the p99
     /// (the pods that waited beyond 1 % of those placed, held ones counted as placed);
     /// else zero.
-    pub fn tail_for(&self, uid: &str) -> Duration {
+    pub fn tail_for(&self, id: &PodId) -> Duration {
         let spread = self.spread();
-        if spread.is_zero() || self.held.contains_key(uid) {
+        if spread.is_zero() || self.held.contains_key(id) {
             return spread;
         }
         let n: u64 = self.totals.iter().sum();
@@ -298,18 +301,25 @@ fn value(b: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::PodKey;
+
+    /// A pod by name, with no uid (as a pod from a client that sets none): the pods of
+    /// these tests differ only by name, so a tail keyed by uid would take them for one.
+    fn id(name: impl AsRef<str>) -> PodId {
+        PodId::new(PodKey::new("ci", name.as_ref()), "")
+    }
 
     #[test]
     fn spread_is_p99_minus_p50_within_a_bucket() {
         let mut t = QueueTail::new(Duration::from_secs(48 * 3600));
         assert_eq!(t.spread(), Duration::ZERO);
         for i in 0..99 {
-            t.placed(&format!("u{i}"), 1_000, Duration::ZERO);
+            t.placed(&id(format!("u{i}")), 1_000, Duration::ZERO);
         }
         // A queue that places every pod at once has no tail.
         assert_eq!(t.spread(), Duration::ZERO);
         for i in 0..2 {
-            t.placed(&format!("v{i}"), 2_000, Duration::from_secs(300));
+            t.placed(&id(format!("v{i}")), 2_000, Duration::from_secs(300));
         }
         let s = t.spread().as_secs_f64();
         assert!((s - 300.0).abs() / 300.0 < 0.05, "{s}");
@@ -320,12 +330,12 @@ mod tests {
         let hour = 3_600_000;
         let mut t = QueueTail::new(Duration::from_secs(48 * 3600));
         for i in 0..50 {
-            t.placed(&format!("a{i}"), hour, Duration::from_secs(100));
+            t.placed(&id(format!("a{i}")), hour, Duration::from_secs(100));
         }
-        t.held("h", hour);
-        t.placed("h", hour + 1, Duration::from_secs(10_000));
+        t.held(&id("h"), hour);
+        t.placed(&id("h"), hour + 1, Duration::from_secs(10_000));
         for i in 0..50 {
-            t.placed(&format!("b{i}"), 2 * hour, Duration::ZERO);
+            t.placed(&id(format!("b{i}")), 2 * hour, Duration::ZERO);
         }
         let s = t.spread().as_secs_f64();
         assert!(
@@ -333,11 +343,11 @@ mod tests {
             "the held pod's wait counted: {s}"
         );
         // 48 h later the first hour's waits have left the window.
-        t.placed("c", 50 * hour + 1, Duration::ZERO);
+        t.placed(&id("c"), 50 * hour + 1, Duration::ZERO);
         assert_eq!(t.spread(), Duration::ZERO);
         // And so has a held pod never placed.
-        t.held("gone", 50 * hour + 2);
-        t.placed("x", 100 * hour, Duration::ZERO);
+        t.held(&id("gone"), 50 * hour + 2);
+        t.placed(&id("x"), 100 * hour, Duration::ZERO);
         assert!(t.held.is_empty());
     }
 
@@ -348,21 +358,21 @@ mod tests {
         // 4 % of those placed: room for two held (4 less 1 % of the pods, held ones
         // counted).
         for i in 0..96 {
-            t.placed(&format!("a{i}"), 1_000, Duration::ZERO);
+            t.placed(&id(format!("a{i}")), 1_000, Duration::ZERO);
         }
         for i in 0..4 {
-            t.placed(&format!("w{i}"), 1_000, Duration::from_secs(60));
+            t.placed(&id(format!("w{i}")), 1_000, Duration::from_secs(60));
         }
-        assert!(t.tail_for("h1").as_secs() >= 55);
-        t.held("h1", 2_000);
-        assert!(t.tail_for("h2").as_secs() >= 55);
-        t.held("h2", 2_000);
-        assert_eq!(t.tail_for("h3"), Duration::ZERO, "no room left");
+        assert!(t.tail_for(&id("h1")).as_secs() >= 55);
+        t.held(&id("h1"), 2_000);
+        assert!(t.tail_for(&id("h2")).as_secs() >= 55);
+        t.held(&id("h2"), 2_000);
+        assert_eq!(t.tail_for(&id("h3")), Duration::ZERO, "no room left");
         // A pod already held keeps its tail, before and after it is placed.
-        assert!(t.tail_for("h1").as_secs() >= 55);
-        t.placed("h1", 3_000, Duration::from_secs(30));
+        assert!(t.tail_for(&id("h1")).as_secs() >= 55);
+        t.placed(&id("h1"), 3_000, Duration::from_secs(30));
         assert_eq!(
-            t.tail_for("h3"),
+            t.tail_for(&id("h3")),
             Duration::ZERO,
             "a held pod placed still counts"
         );
