@@ -176,7 +176,7 @@ impl SchedulingLoop {
             });
         let (attempts, first_attempt) = (queued.attempts, queued.initial_attempt_timestamp);
         let pod = queued.pod_info;
-        let id = PodId::new(pod.key(), pod.uid.as_str());
+        let id = PodId::of(&pod);
         let tail = self.tail.as_ref().map_or(std::time::Duration::ZERO, |t| {
             t.lock().unwrap_or_else(|e| e.into_inner()).tail_for(&id)
         });
