@@ -503,6 +503,52 @@ fn the_drain_places_what_arrived_just_before_the_end() {
     assert!(err.contains("drain"), "{err}");
 }
 
+/// The warm wait (`usage.warmWait`) in a simulated run: builder `b` ran cold on n-1 and
+/// then warm there (its profile: 315 s cold, 135 s warm, so a warm cache saves 180 s), and
+/// two builds of `w` waited minutes for n-1 while n-2 and n-3 were cordoned, which gives
+/// the queue a tail (p99 − p50 about 535 s, with room for a held build). When `b` returns,
+/// n-1 is busy with a `w` build expected to end in 90 s and n-3 is free: the cycle chooses
+/// n-3, and headroom holds the build (90 s < 180 s saved) until n-1 frees, where it goes
+/// warm. With the warm wait off it goes cold to n-3 at once; the request baseline holds
+/// nothing. Through `headroom simulate`, JSON (`warmHolds`, `warmPlacements`) and text.
+#[test]
+fn the_warm_wait_holds_a_returning_build_for_its_warm_node_in_a_simulated_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let farm = super::write(
+        &dir,
+        "hold.yaml",
+        "duration: 40m\nstep: 15s\nseed: 1\nnodes:\n  - {count: 3, namePrefix: n-, cpu: \"4\", memory: 16Gi}\nworkloads:\n  - {name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 10m, warmSpeedup: 0.7, requests: {cpu: \"3\", memory: 1Gi}, usage: {cpu: [0.5, 0.5], memory: [0.5, 0.5]}, noise: 0.0}\n  - {name: w, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 10m, warmSpeedup: 0.0, requests: {cpu: \"3\", memory: 1Gi}, usage: {cpu: [0.5, 0.5], memory: [0.5, 0.5]}, noise: 0.0}\n  - {name: s, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 30, duration: 1m, requests: {cpu: 100m, memory: 100Mi}, usage: {cpu: [0.5, 0.5], memory: [0.5, 0.5]}, noise: 0.0}\nevents:\n  - {at: 0s, cordon: n-2}\n  - {at: 0s, cordon: n-3}\n  - {at: 0s, burst: {workload: b, count: 1}}\n  - {at: 10m15s, burst: {workload: b, count: 1}}\n  - {at: 16m, burst: {workload: w, count: 3}}\n  - {at: 25m, uncordon: n-2}\n  - {at: 25m30s, uncordon: n-3}\n  - {at: 30m, burst: {workload: b, count: 1}}\n",
+    );
+    let off = super::write(&dir, "off.yaml", "usage:\n  warmWait: {enabled: false}\n");
+    let n = |v: &Value, key: &str| v[key].as_f64().unwrap_or_else(|| panic!("{key}: {v}"));
+    let on = simulate_json(&[&farm, "--policy", "headroom,requests"]);
+    let (headroom, requests) = (&on["policies"][0], &on["policies"][1]);
+    assert_eq!(headroom["policy"], "headroom", "{on}");
+    let without = simulate_json(&[&farm, "--policy", "headroom", "--config", &off]);
+    let without = &without["policies"][0];
+    assert!(n(headroom, "warmHolds") >= 1.0, "{headroom}");
+    assert_eq!(n(without, "warmHolds"), 0.0, "{without}");
+    assert_eq!(n(requests, "warmHolds"), 0.0, "{requests}");
+    // The held build went warm: one warm placement more than without the wait, the
+    // same pods placed, nothing left pending.
+    assert_eq!(
+        n(headroom, "warmPlacements"),
+        n(without, "warmPlacements") + 1.0,
+        "{headroom}\n{without}"
+    );
+    for p in [headroom, without] {
+        assert_eq!(n(p, "placed"), n(requests, "placed"), "{p}");
+        assert_eq!(n(p, "pendingAfterDrain"), 0.0, "{p}");
+    }
+    let text = run_ok(&["simulate", &farm, "--policy", "headroom"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("warm holds (usage.warmWait)"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(!row.trim_end().ends_with(" 0"), "{row}");
+}
+
 /// `coldWithWarmRoom` and `warmCeilingRate` tell a cold placement that a warm node had room
 /// for (by requests) from one where every warm node was full or cordoned, and
 /// `coldWarmFeasible` the cold placements whose cycle found a warm node feasible (the
