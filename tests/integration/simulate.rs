@@ -21,6 +21,13 @@ fn simulate_json(args: &[&str]) -> Value {
     serde_json::from_slice(&run_ok(&all).stdout).unwrap()
 }
 
+/// The number `key` of a policy's report `v` (a missing or non-numeric field fails the test).
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {key}: {v}"))
+}
+
 /// The CI-farm quality bar (issue #6) on the small variant, on the mean of four seeds (one
 /// seed of a 3-hour, 8-node farm varies by several points): every pod accounted for;
 /// warm-cache placements ≥ 80 % and far above the baseline's; node-time above 90 % real
@@ -421,10 +428,9 @@ fn hot_hours_of_one_pod_alone_are_told_apart() {
     let hours = |f: &str| {
         let v = simulate_json(&[f, "--policy", "requests"]);
         let p = &v["policies"][0];
-        let h = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("no {k}: {p}"));
         (
-            h("nodeHoursMemoryAbove90"),
-            h("nodeHoursMemoryAbove90OnePod"),
+            num(p, "nodeHoursMemoryAbove90"),
+            num(p, "nodeHoursMemoryAbove90OnePod"),
         )
     };
     // 4 GiB × 3.25 = 13 GiB, + 2 GiB system: 94 % of 16 GiB alone, for the ~18 minutes
@@ -469,16 +475,15 @@ fn the_drain_places_what_arrived_just_before_the_end() {
         .iter()
         .zip(kept["policies"].as_array().unwrap())
     {
-        let n = |v: &Value, key: &str| v[key].as_f64().unwrap_or_else(|| panic!("{key}: {v}"));
-        assert_eq!(n(d, "pendingEnd"), 1.0, "{d}");
-        assert_eq!(n(d, "pendingAfterDrain"), 0.0, "{d}");
-        assert_eq!(n(d, "drainPlaced"), 1.0, "{d}");
+        assert_eq!(num(d, "pendingEnd"), 1.0, "{d}");
+        assert_eq!(num(d, "pendingAfterDrain"), 0.0, "{d}");
+        assert_eq!(num(d, "drainPlaced"), 1.0, "{d}");
         // Placed when the first build ends, within the drain (on this seed 345 s after
         // the second arrived).
-        let wait = n(d, "drainWaitMaxS");
+        let wait = num(d, "drainWaitMaxS");
         assert!(wait > 15.0 && wait <= 30.0 * 60.0, "{wait}");
-        assert_eq!(n(k, "pendingAfterDrain"), 1.0, "{k}");
-        assert_eq!(n(k, "drainPlaced"), 0.0, "{k}");
+        assert_eq!(num(k, "pendingAfterDrain"), 1.0, "{k}");
+        assert_eq!(num(k, "drainPlaced"), 0.0, "{k}");
         let mut rest = d.as_object().unwrap().clone();
         let mut other = k.as_object().unwrap().clone();
         for key in [
@@ -520,25 +525,24 @@ fn the_warm_wait_holds_a_returning_build_for_its_warm_node_in_a_simulated_run() 
         "duration: 40m\nstep: 15s\nseed: 1\nnodes:\n  - {count: 3, namePrefix: n-, cpu: \"4\", memory: 16Gi}\nworkloads:\n  - {name: b, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 10m, warmSpeedup: 0.7, requests: {cpu: \"3\", memory: 1Gi}, usage: {cpu: [0.5, 0.5], memory: [0.5, 0.5]}, noise: 0.0}\n  - {name: w, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 0, duration: 10m, warmSpeedup: 0.0, requests: {cpu: \"3\", memory: 1Gi}, usage: {cpu: [0.5, 0.5], memory: [0.5, 0.5]}, noise: 0.0}\n  - {name: s, kind: builder, namespace: ci, builders: 1, arrivalsPerHour: 30, duration: 1m, requests: {cpu: 100m, memory: 100Mi}, usage: {cpu: [0.5, 0.5], memory: [0.5, 0.5]}, noise: 0.0}\nevents:\n  - {at: 0s, cordon: n-2}\n  - {at: 0s, cordon: n-3}\n  - {at: 0s, burst: {workload: b, count: 1}}\n  - {at: 10m15s, burst: {workload: b, count: 1}}\n  - {at: 16m, burst: {workload: w, count: 3}}\n  - {at: 25m, uncordon: n-2}\n  - {at: 25m30s, uncordon: n-3}\n  - {at: 30m, burst: {workload: b, count: 1}}\n",
     );
     let off = super::write(&dir, "off.yaml", "usage:\n  warmWait: {enabled: false}\n");
-    let n = |v: &Value, key: &str| v[key].as_f64().unwrap_or_else(|| panic!("{key}: {v}"));
     let on = simulate_json(&[&farm, "--policy", "headroom,requests"]);
     let (headroom, requests) = (&on["policies"][0], &on["policies"][1]);
     assert_eq!(headroom["policy"], "headroom", "{on}");
     let without = simulate_json(&[&farm, "--policy", "headroom", "--config", &off]);
     let without = &without["policies"][0];
-    assert!(n(headroom, "warmHolds") >= 1.0, "{headroom}");
-    assert_eq!(n(without, "warmHolds"), 0.0, "{without}");
-    assert_eq!(n(requests, "warmHolds"), 0.0, "{requests}");
+    assert!(num(headroom, "warmHolds") >= 1.0, "{headroom}");
+    assert_eq!(num(without, "warmHolds"), 0.0, "{without}");
+    assert_eq!(num(requests, "warmHolds"), 0.0, "{requests}");
     // The held build went warm: one warm placement more than without the wait, the
     // same pods placed, nothing left pending.
     assert_eq!(
-        n(headroom, "warmPlacements"),
-        n(without, "warmPlacements") + 1.0,
+        num(headroom, "warmPlacements"),
+        num(without, "warmPlacements") + 1.0,
         "{headroom}\n{without}"
     );
     for p in [headroom, without] {
-        assert_eq!(n(p, "placed"), n(requests, "placed"), "{p}");
-        assert_eq!(n(p, "pendingAfterDrain"), 0.0, "{p}");
+        assert_eq!(num(p, "placed"), num(requests, "placed"), "{p}");
+        assert_eq!(num(p, "pendingAfterDrain"), 0.0, "{p}");
     }
     let text = run_ok(&["simulate", &farm, "--policy", "headroom"]);
     let text = String::from_utf8_lossy(&text.stdout);
