@@ -399,9 +399,7 @@ impl Scheduler {
         };
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
         let (mut decision, mut state) = fw.schedule_in(pod, snapshot, &mut rng, cycle_state(false));
-        if let Some(chosen) = decision.chosen
-            && let Some(hold) = self.warm_hold(fw, snapshot, pod, &state, chosen, &wait)
-        {
+        if let Some(hold) = self.warm_hold(fw, snapshot, pod, &mut state, &decision, &wait) {
             decision.chosen = None;
             decision.notes.push(hold.describe());
             decision.outcome = Outcome::Unschedulable {
@@ -448,17 +446,25 @@ impl Scheduler {
         fw: &Framework,
         snapshot: &Snapshot,
         pod: &PodInfo,
-        state: &CycleState,
-        chosen: crate::snapshot::NodeIdx,
+        state: &mut CycleState,
+        decision: &Decision,
         wait: &Wait,
     ) -> Option<crate::framework::WarmHold> {
+        let chosen = decision.chosen?;
         if !self.deps.policy.warm_wait.enabled || wait.waited >= wait.tail {
             return None;
         }
-        if !fw.plugins().iter().any(|r| r.name == history::NAME) {
-            return None;
+        let history = fw.plugins().iter().find(|r| r.name == history::NAME)?;
+        if decision.feasible.len() == 1
+            && let Some(pre_score) = &history.pre_score
+        {
+            // A single feasible node skips scoring, as upstream's does; History's own
+            // PreScore then finds the warm nodes a scored cycle would (its depth, its
+            // band's inputs), rather than a second reading of the history that could
+            // disagree with it.
+            pre_score.pre_score(state, pod, snapshot, &decision.feasible);
         }
-        let warm = history::warm_nodes(state, pod, snapshot, &self.deps.identity);
+        let warm = history::warm_nodes(state);
         crate::usage::warm::judge(
             snapshot,
             pod,

@@ -345,27 +345,14 @@ impl Plugin for History {
     }
 }
 
-/// The nodes of the snapshot the pod's builder history names (its warm caches), for the
-/// warm wait after the cycle ([`crate::usage::warm`]): from the cycle state History's
-/// PreScore left, or, when scoring did not run (a single feasible node), read the way
-/// PreScore reads them. Empty for a builder without history.
-pub fn warm_nodes(
-    state: &CycleState,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
-    identity: &headroom_collectors::IdentityConfig,
-) -> Vec<NodeIdx> {
-    if let Some(c) = state.read::<Cycle>() {
-        return c.positions.iter().map(|(n, _)| *n).collect();
-    }
-    history_of(pod, snapshot, identity)
-        .0
-        .map(|(nodes, _)| {
-            positions_in(snapshot, &nodes, usize::MAX)
-                .into_iter()
-                .map(|(n, _)| n)
-                .collect()
-        })
+/// The nodes of the snapshot that the history entries History scores name (the pod's
+/// warm caches), from the cycle state its PreScore left; for the warm wait after the cycle
+/// ([`crate::usage::warm`]). Empty when PreScore found no history or did not run (the
+/// scheduler runs it for a cycle whose single feasible node skipped scoring).
+pub fn warm_nodes(state: &CycleState) -> Vec<NodeIdx> {
+    state
+        .read::<Cycle>()
+        .map(|c| c.positions.iter().map(|(n, _)| *n).collect())
         .unwrap_or_default()
 }
 

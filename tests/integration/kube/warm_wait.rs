@@ -32,8 +32,9 @@ fn build(name: &str, builder: &str, cpu: &str, on: Option<(&str, i64)>) -> Value
 }
 
 /// A store holding runs of builder `b` (cold runs of 600 s, warm ones of 300 s: a warm
-/// cache saves 300 s) and of builder `c` (runs of 300 s).
-fn store_with_runs() -> Store {
+/// cache saves 300 s) and of builder `c` (runs of 300 s), and `b`'s placement history:
+/// `history`, most recent first.
+fn store_with_runs(history: &[&str]) -> Store {
     let store = Store::open_temporary(StoreConfig::default()).unwrap();
     let now = headroom::kube::now_ms();
     let s = UsageSummary {
@@ -65,8 +66,9 @@ fn store_with_runs() -> Store {
     put("b", "b4", "node-a", 2, 300);
     put("c", "c1", "node-a", 5, 300);
     put("c", "c2", "node-a", 3, 300);
-    // History's list: b ran on node-a last.
-    store.record_placement("b", "node-a").unwrap();
+    for node in history.iter().rev() {
+        store.record_placement("b", node).unwrap();
+    }
     store.flush().unwrap();
     store
 }
@@ -77,8 +79,11 @@ fn store_with_runs() -> Store {
 /// on node-b) is deleted 8 s later: p99 − p50 of the waits is 8 s, and two pods of four
 /// waited, room above the p99 for a held one. Then `p` of builder `b` (1 CPU, history
 /// node-a) arrives: only node-b fits. Returns the fake, the running serve, and where `p`
-/// was bound at once, if it was.
-async fn scene(section: &str) -> (Fake, super::Running, Option<String>, Vec<FakeKubelet>) {
+/// was bound at once, if it was. `b`'s history is `history` (most recent first).
+async fn scene(
+    section: &str,
+    history: &[&str],
+) -> (Fake, super::Running, Option<String>, Vec<FakeKubelet>) {
     let fake = Fake::start().await;
     let ka = FakeKubelet::start("node-a", 0.5, GI).await;
     let kb = FakeKubelet::start("node-b", 0.5, GI).await;
@@ -91,7 +96,12 @@ async fn scene(section: &str) -> (Fake, super::Running, Option<String>, Vec<Fake
         "{SERVE_BASE}analytics: {{refreshInterval: 1s}}\n{}",
         collectors_yaml(&[("node-a", &ka), ("node-b", &kb)])
     );
-    let s = start(&fake, config(&base, section), Some(store_with_runs())).await;
+    let s = start(
+        &fake,
+        config(&base, section),
+        Some(store_with_runs(history)),
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(20);
     // The builders' profiles, with their run lengths, reach the view and /builders.
     loop {
@@ -135,7 +145,7 @@ async fn scene(section: &str) -> (Fake, super::Running, Option<String>, Vec<Fake
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returning_builder_waits_for_its_warm_node_under_serve() {
-    let (fake, s, at_once, _kubelets) = scene("").await;
+    let (fake, s, at_once, _kubelets) = scene("", &["node-a"]).await;
     assert_eq!(at_once, None, "p was placed cold");
     let failed = events_for(&fake, "p", "FailedScheduling")[0]["note"]
         .as_str()
@@ -171,7 +181,26 @@ async fn a_returning_builder_waits_for_its_warm_node_under_serve() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_warm_wait_the_builder_goes_cold_at_once_under_serve() {
-    let (_fake, s, at_once, _kubelets) = scene("usage: {warmWait: {enabled: false}}\n").await;
+    let (_fake, s, at_once, _kubelets) =
+        scene("usage: {warmWait: {enabled: false}}\n", &["node-a"]).await;
+    assert_eq!(at_once.as_deref(), Some("node-b"));
+    s.stop().await;
+}
+
+/// The warm wait waits only for the warm nodes History scores. node-a is second in `b`'s
+/// history (node-z, gone, is first): with `olderScore` at its default every history node
+/// scores and `p` is held for node-a; with `scores: [60], olderScore: 0` only the first
+/// entry scores, so placing `p` on node-a after a wait would not be History's choice
+/// either, and `p` goes cold to node-b at once. node-b is `p`'s only feasible node, so
+/// the cycle skips scoring and the scheduler runs History's PreScore for the warm nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warm_wait_holds_only_for_warm_nodes_history_scores_under_serve() {
+    let history = ["node-z", "node-a"];
+    let (_fake, s, at_once, _kubelets) = scene("", &history).await;
+    assert_eq!(at_once, None, "p was placed cold with node-a scored");
+    s.stop().await;
+    let section = "profiles: [{schedulerName: headroom, pluginArgs: {history: {scores: [60], olderScore: 0}}}]\n";
+    let (_fake, s, at_once, _kubelets) = scene(section, &history).await;
     assert_eq!(at_once.as_deref(), Some("node-b"));
     s.stop().await;
 }
