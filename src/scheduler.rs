@@ -438,9 +438,9 @@ impl Scheduler {
         (decision, state)
     }
 
-    /// Whether the warm wait holds a pod whose cycle chose `chosen` (see
+    /// Whether the warm wait holds a pod whose cycle (`decision`) chose a node (see
     /// [`crate::usage::warm`]): only with `usage.warmWait` on, a tail to wait in, History
-    /// in the profile and warm nodes in the builder's history.
+    /// in the profile and warm nodes History scores in the builder's history.
     fn warm_hold(
         &self,
         fw: &Framework,
