@@ -614,6 +614,7 @@ fn set_usage_view(
     usage.prune(policy.warmup_ms(), RECENT_MAX_AGE_MS);
     usage.calibration = derived.calibration;
     usage.shapes = derived.shapes;
+    usage.whole = derived.whole;
 }
 
 #[cfg(test)]

@@ -34,7 +34,16 @@
 //!
 //! In a cycle of the usage fallback (`usage.maxWait`, see [`crate::usage::wait`]) the mean
 //! is memory alone: the pod goes where the least memory is really in use.
+//!
+//! `keepWhole` (on by default): while builds that need half a node's memory or more run,
+//! and their requests do not keep that room themselves, the `k` feasible nodes with the
+//! most free memory score 0 for every other pod, so that the next such build finds a node
+//! empty enough instead of going through the usage fallback beside small builds. `k` comes
+//! from the big builds' arrivals over the small builds' run length
+//! ([`crate::usage_context::whole`]); with no such build running it is 0 and nothing
+//! changes. Not in a fallback cycle, and never with `k` or fewer feasible nodes.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -89,6 +98,10 @@ pub struct RealHeadroomArgs {
     pub cpu_weight: f64,
     /// Weight of memory in the mean. Default `1`.
     pub memory_weight: f64,
+    /// Keep the nodes with the most free memory whole for builds as big as half a node
+    /// while such builds run (as many as they need, [`crate::usage_context::whole`]):
+    /// other pods score 0 there. Default `true`.
+    pub keep_whole: bool,
 }
 
 impl Default for RealHeadroomArgs {
@@ -99,7 +112,25 @@ impl Default for RealHeadroomArgs {
             target_percent: 70.0,
             cpu_weight: 1.0,
             memory_weight: 1.0,
+            keep_whole: true,
         }
+    }
+}
+
+/// The feasible nodes this cycle's pod keeps off (`keepWhole`), written by PreScore.
+#[derive(Debug, Clone, Default)]
+struct KeptWhole {
+    /// The nodes, by index.
+    nodes: HashSet<NodeIdx>,
+    /// How many were asked for, and why, for `/explain`.
+    why: String,
+}
+
+impl KeptWhole {
+    fn holds(state: &CycleState, idx: NodeIdx) -> bool {
+        state
+            .read::<KeptWhole>()
+            .is_some_and(|k| k.nodes.contains(&idx))
     }
 }
 
@@ -164,6 +195,53 @@ impl RealHeadroom {
     /// `node`: a replica of its own workload runs there.
     fn keeps_off(&self, long: Option<Strategy>, pod: &PodInfo, node: &NodeInfo) -> bool {
         long == Some(Strategy::Binpack) && node.pods.iter().any(|q| same_workload(&q.pod, &pod.pod))
+    }
+
+    /// The nodes kept whole from `pod` this cycle (`keepWhole`): the `k` feasible nodes
+    /// with the most memory free after it, while big builds need `k`; `None` for a big
+    /// pod itself, in a fallback cycle, or with `k` or fewer feasible nodes.
+    fn kept_whole(
+        &self,
+        u: &CycleUsage,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[NodeIdx],
+        fallback: bool,
+    ) -> Option<KeptWhole> {
+        let need = &u.ctx.whole;
+        let k = need.nodes();
+        if !self.args.keep_whole
+            || fallback
+            || k == 0
+            || feasible.len() <= k
+            || need.is_big(u.pod.prediction.memory_bytes)
+        {
+            return None;
+        }
+        let table = snapshot.table();
+        let mut free: Vec<(f64, NodeIdx)> = feasible
+            .iter()
+            .map(|&i| {
+                let f = FreeAfter::at(u, pod, table, i, &self.policy, self.risk_z);
+                (f.memory_total * f.memory(), i)
+            })
+            .collect();
+        // The k emptiest first (ties by index, so the choice does not depend on order).
+        free.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let gi = (1u64 << 30) as f64;
+        Some(KeptWhole {
+            nodes: free[..k].iter().map(|&(_, i)| i).collect(),
+            why: format!(
+                "kept whole: 0, one of the {k} feasible nodes with the most free memory kept for builds of half a node or more ({} running, runs of {:.0} s against the others' {:.0} s: {:.1} arriving while a node empties, plus {}; the pod's {:.1} GiB is under half the largest node's {:.1} GiB)",
+                need.big_running,
+                need.big_run_s,
+                need.small_run_s,
+                need.arriving(),
+                crate::usage_context::whole::SPARE_NODES,
+                u.pod.prediction.memory_bytes / gi,
+                need.largest_memory / gi,
+            ),
+        })
     }
 
     fn score_of(&self, i: &FreeAfter, strategy: Strategy, reserve: f64, fallback: bool) -> i64 {
@@ -232,6 +310,11 @@ impl PreScorePlugin for RealHeadroom {
         if !any_fresh {
             return Status::skip();
         }
+        // A state carried into a fallback cycle must not keep the first cycle's choice.
+        state.take::<KeptWhole>();
+        if let Some(kept) = self.kept_whole(&u, pod, snapshot, feasible, fallback_active(state)) {
+            state.write(kept);
+        }
         Status::success()
     }
 }
@@ -246,7 +329,7 @@ impl ScorePlugin for RealHeadroom {
         let u = cycle_usage_written(state, NAME, WrittenIn::PreScore)?;
         let fallback = fallback_active(state);
         let long = self.long_running(u, fallback);
-        if self.keeps_off(long, pod, node) {
+        if self.keeps_off(long, pod, node) || KeptWhole::holds(state, node.idx) {
             return Ok(0);
         }
         let i = FreeAfter::of(u, pod, node, &self.policy, self.risk_z);
@@ -269,8 +352,11 @@ impl ScorePlugin for RealHeadroom {
         let long = self.long_running(u, fallback);
         let strategy = long.unwrap_or(self.args.strategy);
         let table = snapshot.table();
+        let kept = state.read::<KeptWhole>();
         for &idx in nodes {
-            if self.keeps_off(long, pod, snapshot.node(idx)) {
+            if self.keeps_off(long, pod, snapshot.node(idx))
+                || kept.is_some_and(|k| k.nodes.contains(&idx))
+            {
                 scores.push(0);
                 continue;
             }
@@ -289,6 +375,12 @@ impl ScorePlugin for RealHeadroom {
                 "Binpack (runs until removed): 0, a replica of the pod's workload runs here"
                     .to_string(),
             );
+        }
+        if let Some(k) = state
+            .read::<KeptWhole>()
+            .filter(|k| k.nodes.contains(&node.idx))
+        {
+            return Some(k.why.clone());
         }
         let i = FreeAfter::of(u, pod, node, &self.policy, self.risk_z);
         let gi = |b: f64| b / (1u64 << 30) as f64;
@@ -567,6 +659,57 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(scores(mem_only, &p), [90, 40, 0, 97]);
+    }
+
+    /// `keepWhole`: with one big build running (a profile of half a node's memory or
+    /// more), the two feasible nodes with the most free memory score 0 for a small pod
+    /// (`dark`, by requests, and `idle`), and `/explain` says why; a big pod, or the
+    /// setting off, scores as before.
+    #[test]
+    fn keep_whole_keeps_the_emptiest_nodes_from_small_pods() {
+        let mut s = snap();
+        s.usage_mut().whole = crate::usage_context::WholeNeed {
+            big_running: 1,
+            big_run_s: 3600.0,
+            small_run_s: 0.0,
+            largest_memory: 8.0 * GI,
+        };
+        let p = info(pod(
+            "p",
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "memory": "256Mi"}}}]}}),
+        ));
+        let scored = |args: RealHeadroomArgs, s: &Snapshot, p: &PodInfo| -> Vec<i64> {
+            score_all(plugin(args), s, p)
+                .unwrap()
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect()
+        };
+        // Without it: [90, 40, 0, 48] (`strategies`).
+        assert_eq!(scored(RealHeadroomArgs::default(), &s, &p), [0, 40, 0, 0]);
+        let off = RealHeadroomArgs {
+            keep_whole: false,
+            ..Default::default()
+        };
+        assert_eq!(scored(off, &s, &p), [90, 40, 0, 48]);
+        let fw = crate::framework::Framework::new("t", vec![plugin(Default::default())], &[]);
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+        let (d, _) = fw.schedule(&p, &s, &mut rng, true);
+        let idle = d.scores[0].details.as_ref().unwrap()[0].clone().unwrap();
+        assert!(
+            idle.starts_with("kept whole: 0, one of the 2 feasible nodes"),
+            "{idle}"
+        );
+        // A pod predicted at half the largest node is what the nodes are kept for.
+        let mut big = snap_with(vec![]);
+        big.usage_mut().whole = s.usage().whole;
+        let view = Arc::make_mut(&mut big.usage_mut().view);
+        view.builders.insert(
+            "default/Pod/p".into(),
+            profile("default/Pod/p", 0.4, 4.0 * GI),
+        );
+        let kept = scored(RealHeadroomArgs::default(), &big, &p);
+        assert!(kept[0] > 0 && kept[3] > 0, "{kept:?}");
     }
 
     #[test]

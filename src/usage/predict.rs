@@ -21,6 +21,7 @@ use crate::snapshot::table::NodeTable;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, normalized_image_name};
 use crate::usage_context::risk::Z95;
 use crate::usage_context::shapes::{ShapeCounter, ShapeMix};
+use crate::usage_context::whole::{WholeCounter, WholeNeed};
 use crate::usage_context::{
     Calibration, MemoryDist, Ratios, RecentSums, RecentTable, UsageContext, UsageRows,
 };
@@ -147,10 +148,12 @@ pub struct Derived {
     pub calibration: Option<Calibration>,
     /// The running builds' shapes (the Fragmentation score's; empty unless counted).
     pub shapes: Arc<ShapeMix>,
+    /// How many nodes the running big builds need kept whole (RealHeadroom's `keepWhole`).
+    pub whole: WholeNeed,
 }
 
-/// The calibration and, with `count_shapes`, the shape mix over the snapshot's running
-/// pods and the profiles of `view`. It reads every pod (140 ms at 150,000 profiled pods,
+/// The calibration, what the big builds need kept whole and, with `count_shapes`, the
+/// shape mix over the snapshot's running pods and the profiles of `view`. It reads every pod (140 ms at 150,000 profiled pods,
 /// benches/README), so the scheduler computes it before taking the cache's lock.
 pub fn derive(
     snapshot: &Snapshot,
@@ -168,6 +171,9 @@ pub fn derive(
     let mut all = RatioSamples::default();
     let mut images: HashMap<String, RatioSamples> = HashMap::new();
     let mut shapes = ShapeCounter::default();
+    let largest =
+        |f: fn(&NodeInfo) -> i64| snapshot.nodes().iter().map(|n| f(n)).max().unwrap_or(0);
+    let mut whole = WholeCounter::new(largest(|n| n.capacity.0), largest(|n| n.capacity.1));
     for node in snapshot.nodes() {
         for pod in &node.pods {
             let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
@@ -178,6 +184,10 @@ pub fn derive(
             let Some(profile) = view.builder(builder.as_str()) else {
                 continue;
             };
+            if !super::lifetime::runs_until_removed(&pod.pod, &builder) {
+                let run_s = profile.warm_run_s.or(profile.cold_run_s);
+                whole.add(p.pick(&profile.memory), r.milli_cpu, r.memory, run_s);
+            }
             all.push(profile, r, p);
             if let Some(key) = per_image.then(|| image_key(&pod.pod)).flatten() {
                 images.entry(key).or_default().push(profile, r, p);
@@ -194,6 +204,7 @@ pub fn derive(
     Derived {
         calibration,
         shapes: Arc::new(shapes.finish()),
+        whole: whole.finish(),
     }
 }
 

@@ -19,6 +19,7 @@ pub mod recent;
 pub mod risk;
 pub mod rows;
 pub mod shapes;
+pub mod whole;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub use calibration::{Calibration, Ratios};
 pub use recent::{RecentSums, RecentTable};
 pub use risk::MemoryDist;
 pub use rows::{UsageRow, UsageRows};
+pub use whole::WholeNeed;
 
 /// How many of its own recent nodes per builder the scheduler remembers between views.
 pub const HISTORY_DEPTH: usize = 8;
@@ -79,6 +81,9 @@ pub struct UsageContext {
     pub calibration: Option<Calibration>,
     /// The running builds' shapes, derived with each new view (the Fragmentation score).
     pub shapes: Arc<shapes::ShapeMix>,
+    /// How many nodes the running big builds need kept whole (RealHeadroom's
+    /// `keepWhole`), derived with each new view.
+    pub whole: WholeNeed,
 }
 
 impl UsageContext {

@@ -8,6 +8,7 @@ mod engine;
 mod fake;
 mod fragmentation;
 mod history_band;
+mod keep_whole;
 mod kubelet;
 mod logs;
 mod long_running;

@@ -16,7 +16,7 @@ const GI: f64 = (1u64 << 30) as f64;
 
 /// A pod `name` of `builder` (the `headroom.io/builder` annotation) requesting `cpu`;
 /// bound to `node` and started `started_s_ago` when given, else pending for headroom.
-fn build(name: &str, builder: &str, cpu: &str, on: Option<(&str, i64)>) -> Value {
+pub(super) fn build(name: &str, builder: &str, cpu: &str, on: Option<(&str, i64)>) -> Value {
     let mut p = json!({"metadata": {"name": name, "namespace": "default",
             "annotations": {"headroom.io/builder": builder}},
         "spec": {"schedulerName": "headroom", "restartPolicy": "Never",
