@@ -122,8 +122,6 @@ impl Default for RealHeadroomArgs {
 struct KeptWhole {
     /// The nodes, by index.
     nodes: HashSet<NodeIdx>,
-    /// How many were asked for, and why, for `/explain`.
-    why: String,
 }
 
 impl KeptWhole {
@@ -228,20 +226,25 @@ impl RealHeadroom {
             .collect();
         // The k emptiest first (ties by index, so the choice does not depend on order).
         free.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let gi = (1u64 << 30) as f64;
         Some(KeptWhole {
             nodes: free[..k].iter().map(|&(_, i)| i).collect(),
-            why: format!(
-                "kept whole: 0, one of the {k} feasible nodes with the most free memory kept for builds of half a node or more ({} running, runs of {:.0} s against the others' {:.0} s: {:.1} arriving while a node empties, plus {}; the pod's {:.1} GiB is under half the largest node's {:.1} GiB)",
-                need.big_running,
-                need.big_run_s,
-                need.small_run_s,
-                need.arriving(),
-                crate::usage_context::whole::SPARE_NODES,
-                u.pod.prediction.memory_bytes / gi,
-                need.largest_memory / gi,
-            ),
         })
+    }
+
+    /// `/explain`'s line for a node kept whole: how many, and why.
+    fn explain_kept(u: &CycleUsage, k: usize) -> String {
+        let need = &u.ctx.whole;
+        let gi = (1u64 << 30) as f64;
+        format!(
+            "kept whole: 0, one of the {k} feasible nodes with the most free memory kept for builds of half a node or more ({} running, runs of {:.0} s against the others' {:.0} s: {:.1} arriving while a node empties, plus {}; the pod's {:.1} GiB is under half the largest node's {:.1} GiB)",
+            need.big_running,
+            need.big_run_s,
+            need.small_run_s,
+            need.arriving(),
+            crate::usage_context::whole::SPARE_NODES,
+            u.pod.prediction.memory_bytes / gi,
+            need.largest_memory / gi,
+        )
     }
 
     fn score_of(&self, i: &FreeAfter, strategy: Strategy, reserve: f64, fallback: bool) -> i64 {
@@ -380,7 +383,7 @@ impl ScorePlugin for RealHeadroom {
             .read::<KeptWhole>()
             .filter(|k| k.nodes.contains(&node.idx))
         {
-            return Some(k.why.clone());
+            return Some(Self::explain_kept(u, k.nodes.len()));
         }
         let i = FreeAfter::of(u, pod, node, &self.policy, self.risk_z);
         let gi = |b: f64| b / (1u64 << 30) as f64;
