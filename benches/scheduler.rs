@@ -178,14 +178,6 @@ fn calibration(c: &mut Criterion) {
 /// decision, each feasible node read against every shape before and after the pod.
 fn fragmentation(c: &mut Criterion) {
     use headroom::usage_context::shapes::{MAX_SHAPES, Shape, ShapeMix};
-    let id = "usage+fragmentation/5000/1t";
-    if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {
-        return;
-    }
-    let mut group = c.benchmark_group("decision");
-    group.sample_size(20);
-    group.throughput(Throughput::Elements(1));
-    let mut snap = Case::Usage.snapshot(5_000);
     let shapes: Vec<Shape> = (0..MAX_SHAPES as i64)
         .map(|i| Shape {
             milli_cpu: 250 * (1 + i % 64),
@@ -194,21 +186,81 @@ fn fragmentation(c: &mut Criterion) {
         })
         .collect();
     let total = shapes.iter().map(|s| s.weight).sum();
-    snap.usage_mut().shapes = Arc::new(ShapeMix { shapes, total });
-    let config = Config::from_yaml(
+    let mix = Arc::new(ShapeMix { shapes, total });
+    usage_variant(
+        c,
+        "usage+fragmentation",
         "profiles: [{plugins: {Fragmentation: {enabled: true}}}]",
-        "bench",
-    )
-    .expect("a valid profile");
+        |snap| snap.usage_mut().shapes = mix,
+        |d| {
+            assert!(
+                !d.skipped_scores.contains(&"Fragmentation"),
+                "Fragmentation must score here"
+            )
+        },
+    );
+}
+
+/// The usage case while big builds run (RealHeadroom's `keepWhole`, on by default, with
+/// 50 big builds of an hour and small ones of ten minutes: 11 nodes kept whole): what
+/// ranking the feasible nodes by free memory adds to a decision.
+fn keep_whole(c: &mut Criterion) {
+    use headroom::usage_context::WholeNeed;
+    usage_variant(
+        c,
+        "usage+keepWhole",
+        "profiles: [{}]",
+        |snap| {
+            snap.usage_mut().whole = WholeNeed {
+                big_running: 50,
+                big_run_s: 3600.0,
+                small_run_s: 600.0,
+                largest_memory: 1e15,
+            }
+        },
+        |d| {
+            let kept = d
+                .scores
+                .iter()
+                .find(|c| c.plugin == "RealHeadroom")
+                .and_then(|c| c.details.as_ref())
+                .map(|d| {
+                    d.iter()
+                        .flatten()
+                        .filter(|s| s.starts_with("kept whole"))
+                        .count()
+                });
+            assert_eq!(kept, Some(11), "keepWhole must keep 11 nodes here")
+        },
+    );
+}
+
+/// The usage case at 5,000 nodes under profile `config`, its snapshot changed by `tweak`,
+/// the decision (explained) checked by `check` before it is measured, unexplained, as
+/// `name/5000/1t`.
+fn usage_variant(
+    c: &mut Criterion,
+    name: &str,
+    config: &str,
+    tweak: impl FnOnce(&mut Snapshot),
+    check: impl FnOnce(&headroom::framework::Decision),
+) {
+    let id = format!("{name}/5000/1t");
+    if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {
+        return;
+    }
+    let mut group = c.benchmark_group("decision");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(1));
+    let mut snap = Case::Usage.snapshot(5_000);
+    tweak(&mut snap);
+    let config = Config::from_yaml(config, "bench").expect("a valid profile");
     let fw = build_framework(&config.profiles[0]).unwrap();
     let pod = PodInfo::new(Arc::new(Case::Usage.pod()));
-    let (d, _) = fw.schedule(&pod, &snap, &mut SmallRng::seed_from_u64(0), false);
-    assert!(
-        !d.skipped_scores.contains(&"Fragmentation"),
-        "Fragmentation must score here"
-    );
-    let bench = BenchmarkId::new("usage+fragmentation", "5000/1t");
-    bench_decision(&mut group, bench, id, &fw, &pod, &snap);
+    let (d, _) = fw.schedule(&pod, &snap, &mut SmallRng::seed_from_u64(0), true);
+    check(&d);
+    let bench = BenchmarkId::new(name, "5000/1t");
+    bench_decision(&mut group, bench, &id, &fw, &pod, &snap);
     group.finish();
 }
 
@@ -216,6 +268,7 @@ criterion_group!(
     benches,
     decisions,
     fragmentation,
+    keep_whole,
     snapshot_update,
     calibration
 );
