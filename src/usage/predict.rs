@@ -153,8 +153,9 @@ pub struct Derived {
 }
 
 /// The calibration, what the big builds need kept whole and, with `count_shapes`, the
-/// shape mix over the snapshot's running pods and the profiles of `view`. It reads every pod (140 ms at 150,000 profiled pods,
-/// benches/README), so the scheduler computes it before taking the cache's lock.
+/// shape mix over the snapshot's running pods and the profiles of `view`. It reads every
+/// pod (140 ms at 150,000 profiled pods, benches/README), so the scheduler computes it
+/// before taking the cache's lock.
 pub fn derive(
     snapshot: &Snapshot,
     view: &crate::analytics::UsageView,
