@@ -179,13 +179,17 @@ pub fn derive(
         for pod in &node.pods {
             let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
             let r = &pod.requests.requests;
-            if count_shapes && !super::lifetime::runs_until_removed(&pod.pod, &builder) {
+            let profile = view.builder(builder.as_str());
+            // Read once: both the shapes and the big builds count only builds.
+            let build = (count_shapes || profile.is_some())
+                && !super::lifetime::runs_until_removed(&pod.pod, &builder);
+            if count_shapes && build {
                 shapes.add(r.milli_cpu, r.memory);
             }
-            let Some(profile) = view.builder(builder.as_str()) else {
+            let Some(profile) = profile else {
                 continue;
             };
-            if !super::lifetime::runs_until_removed(&pod.pod, &builder) {
+            if build {
                 let run_s = profile.warm_run_s.or(profile.cold_run_s);
                 whole.add(p.pick(&profile.memory), r.milli_cpu, r.memory, run_s);
             }
