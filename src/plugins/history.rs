@@ -16,6 +16,13 @@
 //! builder use alike, so what a prediction misses for one it misses for both, and every OOM
 //! kill measured with the band off was two or more runs of one builder that History had
 //! drawn onto one node (README, *What the band guards against*).
+//!
+//! With `coldCpuGuard` (on by default) the band also takes the score from a warm node whose
+//! real CPU the pod would push past capacity, when the pod is predicted by its requests
+//! alone (no profile, no `builder-real-resources`, no calibration yet). Such a node is
+//! busy with running builds, typically the builder's own earlier run that made it warm and
+//! is still ramping up; a second unknown run beside it doubles whatever the requests miss
+//! (README, *The cold CPU guard*).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +34,7 @@ use crate::framework::{
     CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
 };
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
+use crate::usage::predict::Source;
 use crate::usage::{FreeAfter, UsagePolicy, pod_usage};
 
 use super::PluginDeps;
@@ -79,6 +87,15 @@ pub struct HistoryArgs {
     /// and OOM kills on the family the defaults were tuned on; measured on every farm
     /// family, README *What the band guards against*).
     pub headroom_band_scope: BandScope,
+    /// Whether the band also judges CPU for a pod that headroom can predict only by its
+    /// requests (no profile, no `builder-real-resources`, no calibration yet): a warm node
+    /// whose real CPU that pod would push past capacity scores 0. Its busy CPU is the
+    /// running builds, typically the builder's own run that made the node warm and is still
+    /// ramping up; two runs of one unknown builder on one node double what the requests
+    /// miss. Capacity is the threshold, no constant; a pod with a prediction of its own is
+    /// judged by memory alone. Default `true` (measured on every farm family, README *The
+    /// cold CPU guard*); needs the band (`headroomBand` below 100).
+    pub cold_cpu_guard: bool,
     /// Score of a node further back in the builder's history than `scores` reaches: its
     /// cache is still there (headroom's own history keeps the builder's last 8 nodes; an
     /// annotation lists as many as it lists). `0` scores only the first `scores.len()`
@@ -94,6 +111,7 @@ impl Default for HistoryArgs {
             scores: vec![60, 50, 40],
             headroom_band: BAND,
             headroom_band_scope: BandScope::default(),
+            cold_cpu_guard: true,
             older_score: OLDER_SCORE,
         }
     }
@@ -134,13 +152,38 @@ struct Band {
     /// The free memory fraction a node needs for its history score (the median feasible
     /// node's minus `headroomBand`).
     floor: f64,
-    /// The history nodes below the floor that lose their score, by node index, with their
-    /// free memory fraction.
-    outside: HashMap<NodeIdx, f64>,
-    /// Under `sameBuilder`, the history nodes below the floor that keep their score (no
-    /// other pod of the builder runs there), with their free memory fraction: for
-    /// `/explain`.
-    spared: HashMap<NodeIdx, f64>,
+    /// The history nodes the band judges that lose their score, by node index, with why.
+    outside: HashMap<NodeIdx, Below>,
+    /// Under `sameBuilder`, the history nodes the band would judge that keep their score (no
+    /// other pod of the builder runs there), with why: for `/explain`.
+    spared: HashMap<NodeIdx, Below>,
+}
+
+/// Why the band judges a warm node.
+#[derive(Debug, Clone, Copy)]
+enum Below {
+    /// Its free memory fraction after placement is under the floor.
+    Memory(f64),
+    /// `coldCpuGuard`: the pod, predicted by its requests alone, would push the node's real
+    /// CPU past capacity. CPU in use, the pod's, and capacity, cores.
+    ColdCpu { used: f64, pod: f64, total: f64 },
+}
+
+impl Below {
+    /// `/explain`'s words; `floor` and `band` in the memory case.
+    fn words(self, floor: f64, band: f64) -> String {
+        match self {
+            Below::Memory(free) => format!(
+                "{:.0} % memory free after placement, below the band's {:.0} % ({:.0} points under the median feasible node)",
+                free * 100.0,
+                floor * 100.0,
+                band
+            ),
+            Below::ColdCpu { used, pod, total } => format!(
+                "real CPU {used:.2} used + {pod:.2} pod of {total:.2} cores after placement, past capacity, for a pod predicted by its requests alone (coldCpuGuard)"
+            ),
+        }
+    }
 }
 
 /// The History plugin.
@@ -255,11 +298,12 @@ fn positions_in(snapshot: &Snapshot, nodes: &[String], depth: usize) -> Vec<(Nod
 impl History {
     /// The cycle's band: the median feasible node's free memory fraction after placement
     /// minus the band, and the history nodes below it; `None` when no feasible node has
-    /// fresh usage (requests alone cannot tell hot from cold). Memory, not CPU: memory is
-    /// what cannot be taken back from a running build (CPU contention slows it, memory
-    /// pressure kills it). The median, not the emptiest node: the band guards the hot
-    /// tail, and a reference that one idle node sets would turn history off whenever a node
-    /// is empty.
+    /// fresh usage (requests alone cannot tell hot from cold). Memory: memory is what cannot
+    /// be taken back from a running build (CPU contention slows it, memory pressure kills
+    /// it). CPU only under `coldCpuGuard`, for a pod predicted by its requests alone, where
+    /// busy CPU is the sign of runs whose memory no sample shows yet. The median, not the
+    /// emptiest node: the band guards the hot tail, and a reference that one idle node sets
+    /// would turn history off whenever a node is empty.
     fn band(
         &self,
         state: &mut CycleState,
@@ -270,6 +314,7 @@ impl History {
     ) -> Option<Band> {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
         let table = snapshot.table();
+        let cold = self.args.cold_cpu_guard && matches!(u.pod.prediction.source, Source::Requests);
         let mut frees = Vec::with_capacity(feasible.len());
         let mut warm = Vec::new();
         let mut any_fresh = false;
@@ -278,7 +323,14 @@ impl History {
             any_fresh |= f.fresh;
             frees.push(f.memory());
             if positions.binary_search_by_key(&i, |(n, _)| *n).is_ok() {
-                warm.push((i, f.memory()));
+                let cpu = (cold && f.fresh && f.cpu_used + f.cpu_pod > f.cpu_total).then_some(
+                    Below::ColdCpu {
+                        used: f.cpu_used,
+                        pod: f.cpu_pod,
+                        total: f.cpu_total,
+                    },
+                );
+                warm.push((i, f.memory(), cpu));
             }
         }
         if !any_fresh || frees.is_empty() {
@@ -290,7 +342,10 @@ impl History {
         // A hair of tolerance: floating-point noise must not flip a tie.
         let (outside, spared) = warm
             .into_iter()
-            .filter(|(_, free)| *free < floor - 1e-9)
+            .filter_map(|(i, free, cpu)| {
+                let below = (free < floor - 1e-9).then_some(Below::Memory(free));
+                Some((i, below.or(cpu)?))
+            })
             .partition(|(i, _)| match self.args.headroom_band_scope {
                 BandScope::EveryWarmNode => true,
                 BandScope::SameBuilder => runs_sibling(
@@ -498,32 +553,31 @@ impl History {
     /// `/explain`'s words for a node at history index `i`: its score, and the band's
     /// verdict when the node is below the band's floor.
     fn explain_warm(&self, c: &Cycle, idx: NodeIdx, i: usize, from: &str) -> String {
-        let below = |free: f64, floor: f64| {
-            format!(
-                "{:.0} % memory free after placement, below the band's {:.0} % ({:.0} points under the median feasible node)",
-                free * 100.0,
-                floor * 100.0,
-                self.args.headroom_band
-            )
-        };
         let Some(b) = c.band.as_ref() else {
             return format!("history index {i} {from} → {}", self.score_at(i));
         };
-        if let Some(&free) = b.outside.get(&idx) {
-            let why = match self.args.headroom_band_scope {
+        let below = |why: Below| why.words(b.floor, self.args.headroom_band);
+        if let Some(&why) = b.outside.get(&idx) {
+            let scope = match self.args.headroom_band_scope {
                 BandScope::SameBuilder => ", with another run of this builder on it",
                 BandScope::EveryWarmNode => "",
             };
+            // "but only 40 % memory free …", "but real CPU … past capacity …".
+            let only = if matches!(why, Below::Memory(_)) {
+                "only "
+            } else {
+                ""
+            };
             return format!(
-                "history index {i} {from}, but only {}{why} → 0",
-                below(free, b.floor)
+                "history index {i} {from}, but {only}{}{scope} → 0",
+                below(why)
             );
         }
-        if let Some(&free) = b.spared.get(&idx) {
+        if let Some(&why) = b.spared.get(&idx) {
             return format!(
                 "history index {i} {from} → {} ({}, but no other run of this builder is on it)",
                 self.score_at(i),
-                below(free, b.floor)
+                below(why)
             );
         }
         format!("history index {i} {from} → {}", self.score_at(i))
@@ -762,7 +816,73 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let (d, _) = fw.schedule(&p, &snap, &mut rng, true);
         let n1 = d.scores[0].details.as_ref().unwrap()[0].clone().unwrap();
-        assert!(n1.contains("0 % memory free after placement"), "{n1}");
+        assert!(
+            n1.contains("but only 0 % memory free after placement"),
+            "{n1}"
+        );
+    }
+
+    /// `coldCpuGuard`: nodes of 4 CPU and 8 GiB with 2 GiB in use each, n1 and n2 at 3 CPU,
+    /// n3 and n4 at 0.5; the builder ran on n1 and n3. A pod of 2 CPU with no profile (its
+    /// requests are all headroom knows) would take n1 past capacity, so n1 scores 0 and the
+    /// record says why; n3 keeps its 50. With a profile of its own, or the guard off, n1
+    /// keeps its 60 (memory alike on every node: the memory band takes nothing).
+    #[test]
+    fn cold_cpu_guard_takes_the_score_of_a_warm_node_a_cold_pod_would_overcommit() {
+        let usage = vec![
+            usage("n1", 3.0, 2.0 * GI, 5, None),
+            usage("n2", 3.0, 2.0 * GI, 5, None),
+            usage("n3", 0.5, 2.0 * GI, 5, None),
+            usage("n4", 0.5, 2.0 * GI, 5, None),
+        ];
+        let p = info(pod(
+            "b",
+            json!({"metadata": {"annotations": {HISTORY_ANNOTATION: r#"["n1","n3"]"#}},
+                   "spec": {"containers": [{"name": "c", "image": "x",
+                       "resources": {"requests": {"cpu": "2", "memory": "512Mi"}}}]}}),
+        ));
+        let guard = |on: bool| {
+            History::new(
+                HistoryArgs {
+                    cold_cpu_guard: on,
+                    ..Default::default()
+                },
+                &PluginDeps::default(),
+            )
+            .unwrap()
+            .register()
+        };
+        let scores = |reg, snap: &Snapshot| -> Vec<i64> {
+            score_all(reg, snap, &p)
+                .unwrap()
+                .iter()
+                .map(|(_, s)| *s)
+                .collect()
+        };
+        let cold = with_usage(nodes(), usage.clone(), vec![]);
+        assert_eq!(scores(guard(true), &cold), [0, 0, 50, 0]);
+        assert_eq!(scores(guard(false), &cold), [60, 0, 50, 0]);
+        // A profile predicts the pod (at 1 CPU): the guard does not judge it.
+        let known = with_usage(
+            nodes(),
+            usage,
+            vec![profile("default/Pod/b", 1.0, 0.5 * GI)],
+        );
+        assert_eq!(scores(guard(true), &known), [60, 0, 50, 0]);
+        let fw = crate::framework::Framework::new("t", vec![guard(true)], &[]);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let (d, _) = fw.schedule(&p, &cold, &mut rng, true);
+        let n1 = d.scores[0].details.as_ref().unwrap()[0].clone().unwrap();
+        assert!(
+            n1.contains("real CPU 3.00 used + 2.00 pod of 4.00 cores")
+                && n1.contains("coldCpuGuard")
+                && n1.ends_with("→ 0"),
+            "{n1}"
+        );
+        // Configuration: on by default, `false` turns it off.
+        assert!(HistoryArgs::default().cold_cpu_guard);
+        let args: HistoryArgs = serde_json::from_value(json!({"coldCpuGuard": false})).unwrap();
+        assert!(!args.cold_cpu_guard);
     }
 
     /// With `sameBuilder` the band judges only a warm node that already runs another pod of

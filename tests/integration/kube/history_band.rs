@@ -1,6 +1,6 @@
 //! History's band under `serve`: by default it judges every warm node; with
 //! `headroomBandScope: sameBuilder` only a warm node that another run of the pod's builder
-//! is on.
+//! is on. `coldCpuGuard` judges CPU too for a pod known only by its requests.
 
 use serde_json::{Value, json};
 
@@ -18,14 +18,19 @@ fn run_of(name: &str, builder: &str, node: &str) -> Value {
            "status": {"phase": "Running"}})
 }
 
-/// The next run of builder `b`, whose bk-ci history lists node-a.
-fn next_run() -> Value {
+/// The next run of builder `b`, whose bk-ci history lists node-a, requesting `cpu`.
+fn next_run_of(cpu: &str) -> Value {
     json!({"metadata": {"name": "p", "namespace": "default",
                "annotations": {"headroom.io/builder": "b",
                    "bkci.dispatch.kubenetes/builder-history-nodes": r#"["node-a"]"#}},
            "spec": {"schedulerName": "headroom", "containers": [{"name": "c", "image": "x",
-               "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]},
+               "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]},
            "status": {"phase": "Pending"}})
+}
+
+/// [`next_run_of`] at 100m.
+fn next_run() -> Value {
+    next_run_of("100m")
 }
 
 /// node-a, the builder's warm node, uses 9 of 16 GiB; node-b 1 GiB. After the pod node-a
@@ -53,5 +58,26 @@ async fn history_band_judges_warm_nodes_running_the_same_builder_under_serve() {
             "{section:?} with {}",
             existing[0]["metadata"]["name"]
         );
+    }
+}
+
+/// `coldCpuGuard` (on by default): node-a, the builder's warm node, uses 3 of its 4 CPU,
+/// node-b 0.5; both 2 GiB of memory, so the memory band takes nothing. The builder has no
+/// profile and nothing calibrates it, so its 2-CPU run is predicted by its requests and
+/// would take node-a's real CPU past capacity: History gives node-a nothing and the pod goes
+/// to node-b. With `coldCpuGuard: false` History's 600 points send it to node-a; a run of
+/// 100m fits node-a either way and goes warm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_cpu_guard_keeps_an_unknown_run_off_a_busy_warm_node_under_serve() {
+    let (a, b) = ((3.0, 2.0 * GI), (0.5, 2.0 * GI));
+    let off =
+        "profiles: [{schedulerName: headroom, pluginArgs: {history: {coldCpuGuard: false}}}]\n";
+    for (section, cpu, want) in [
+        ("", "2", "node-b"),
+        (off, "2", "node-a"),
+        ("", "100m", "node-a"),
+    ] {
+        let got = placed_pod(section, a, b, &[], next_run_of(cpu)).await;
+        assert_eq!(got.as_deref(), Some(want), "{section:?} at {cpu} CPU");
     }
 }
