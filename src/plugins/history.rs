@@ -551,7 +551,7 @@ impl ScorePlugin for History {
 
 impl History {
     /// `/explain`'s words for a node at history index `i`: its score, and the band's
-    /// verdict when the node is below the band's floor.
+    /// verdict when the band judges it (memory below the floor, or `coldCpuGuard`).
     fn explain_warm(&self, c: &Cycle, idx: NodeIdx, i: usize, from: &str) -> String {
         let Some(b) = c.band.as_ref() else {
             return format!("history index {i} {from} → {}", self.score_at(i));
