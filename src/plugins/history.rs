@@ -321,7 +321,8 @@ impl History {
         for &i in feasible {
             let f = FreeAfter::at(&u, pod, table, i, &self.policy, self.risk_z);
             any_fresh |= f.fresh;
-            frees.push(f.memory());
+            let free = f.memory();
+            frees.push(free);
             if positions.binary_search_by_key(&i, |(n, _)| *n).is_ok() {
                 let cpu = (cold && f.fresh && f.cpu_used + f.cpu_pod > f.cpu_total).then_some(
                     Below::ColdCpu {
@@ -330,7 +331,7 @@ impl History {
                         total: f.cpu_total,
                     },
                 );
-                warm.push((i, f.memory(), cpu));
+                warm.push((i, free, cpu));
             }
         }
         if !any_fresh || frees.is_empty() {
