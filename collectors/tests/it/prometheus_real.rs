@@ -10,7 +10,7 @@ use crate::common::{
 use headroom_collectors::config::{InstanceMapConfig, PrometheusConfig, QueriesConfig};
 use headroom_collectors::prometheus::PrometheusClient;
 use headroom_collectors::scrape::{parse_exposition, scalar};
-use headroom_collectors::{Collectors, CollectorsConfig, MemorySink, SourceKind};
+use headroom_collectors::{CollectReport, Collectors, CollectorsConfig, MemorySink, SourceKind};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -112,10 +112,46 @@ async fn real_prometheus_rates_node_exporter_and_outage() {
     let mut collectors = Collectors::new(config.clone()).unwrap();
     let sink = MemorySink::new();
 
-    // Prometheus needs a few scrapes before rate() over 5s has two points.
+    let client = PrometheusClient::new(config.prometheus.as_ref().unwrap()).unwrap();
+    let report = first_complete_cycle(&mut collectors, &sink, &client, &hostname).await;
+    assert_container_values(&sink);
+    assert_node_values(&sink, &hostname, &node_exporter.url()).await;
+    assert_missing_rule_named(&report);
+    assert_query_range_and_backfill(&client, &config).await;
+
+    // Prometheus goes down: errors counted per query, nothing stored is lost.
+    let before = sink.series();
+    let errors_before = collectors
+        .metrics()
+        .errors(SourceKind::Prometheus, "connect");
+    prometheus.kill();
+    let report = collectors.collect_once(&sink).await;
+    let p = report.source(SourceKind::Prometheus).unwrap();
+    assert!(
+        !p.errors.is_empty() && p.errors.iter().all(|e| e.reason == "connect"),
+        "{:?}",
+        p.errors
+    );
+    assert_eq!(p.samples, 0);
+    assert_eq!(sink.series(), before);
+    assert!(
+        collectors
+            .metrics()
+            .errors(SourceKind::Prometheus, "connect")
+            >= errors_before + 8
+    );
+}
+
+/// Collects until every source's first series are in (Prometheus needs a few scrapes
+/// before `rate()` has two points); the report of that cycle.
+async fn first_complete_cycle(
+    collectors: &mut Collectors,
+    sink: &MemorySink,
+    client: &PrometheusClient,
+    hostname: &str,
+) -> CollectReport {
     // rate() extrapolates from a partly filled window while a series is younger than the
     // window; wait until Prometheus holds 8 s of the fixture's series, then values are exact.
-    let client = PrometheusClient::new(config.prometheus.as_ref().unwrap()).unwrap();
     poll_until(Duration::from_secs(40), "8 s of scraped cAdvisor series", || async {
         let r = client
             .query("wait", r#"min(count_over_time(container_cpu_usage_seconds_total{container="build"}[8s]))"#, None)
@@ -127,13 +163,13 @@ async fn real_prometheus_rates_node_exporter_and_outage() {
     .await;
     let have = |m: &str, k: &str, v: &str| sink.latest(m, &[(k, v)]).is_some();
     let deadline = Instant::now() + Duration::from_secs(40);
-    let report = loop {
-        let report = collectors.collect_once(&sink).await;
+    loop {
+        let report = collectors.collect_once(sink).await;
         if have("container_cpu_usage_cores", "pod", "builder-a")
             && have("container_cpu_usage_cores", "pod", "builder-c")
             && have("container_memory_working_set_bytes", "pod", "builder-b")
-            && have("node_cpu_usage_cores", "node", &hostname)
-            && have("node_fs_capacity_bytes", "node", &hostname)
+            && have("node_cpu_usage_cores", "node", hostname)
+            && have("node_fs_capacity_bytes", "node", hostname)
         {
             break report;
         }
@@ -142,8 +178,11 @@ async fn real_prometheus_rates_node_exporter_and_outage() {
             "no complete data from Prometheus in 40 s: {report:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    }
+}
 
+/// Container rates computed by Prometheus, and memory mapped to nodes.
+fn assert_container_values(sink: &MemorySink) {
     // Rates computed by Prometheus over the fixture's linear counters.
     let cpu = |pod: &str| {
         sink.latest("container_cpu_usage_cores", &[("pod", pod)])
@@ -189,10 +228,12 @@ async fn real_prometheus_rates_node_exporter_and_outage() {
         .1,
         MIB
     );
+}
 
-    // Node values agree with what node-exporter itself reports.
-    let direct = node_exporter_values(&node_exporter.url()).await;
-    let node = [("node", hostname.as_str())];
+/// Node values agree with what node-exporter itself reports.
+async fn assert_node_values(sink: &MemorySink, hostname: &str, node_exporter: &str) {
+    let direct = node_exporter_values(node_exporter).await;
+    let node = [("node", hostname)];
     assert_eq!(
         sink.latest("node_fs_capacity_bytes", &node).unwrap().1,
         direct["fs_size"]
@@ -225,8 +266,10 @@ async fn real_prometheus_rates_node_exporter_and_outage() {
     // Samples carry Prometheus' evaluation time: fresh.
     let (ts, _) = sink.latest("node_cpu_usage_cores", &node).unwrap();
     assert!((chrono::Utc::now().timestamp_millis() - ts).abs() < 60_000);
+}
 
-    // The missing recording rule: one error naming the query and the setting to fix.
+/// The missing recording rule: one error naming the query and the setting to fix.
+fn assert_missing_rule_named(report: &CollectReport) {
     let p = report.source(SourceKind::Prometheus).unwrap();
     let missing: Vec<_> = p.errors.iter().filter(|e| e.reason == "no_data").collect();
     assert_eq!(missing.len(), 1, "{:?}", p.errors);
@@ -245,7 +288,10 @@ async fn real_prometheus_rates_node_exporter_and_outage() {
         "{:?}",
         p.errors
     );
+}
 
+/// `query_range` over what Prometheus stored, and the backfill that reads it.
+async fn assert_query_range_and_backfill(client: &PrometheusClient, config: &CollectorsConfig) {
     // query_range over what Prometheus stored.
     let now = chrono::Utc::now().timestamp_millis();
     let range = client
@@ -291,27 +337,5 @@ async fn real_prometheus_rates_node_exporter_and_outage() {
     assert!(
         samples.iter().any(|&(ts, _)| ts < started_ms - 3_000),
         "{samples:?}"
-    );
-
-    // Prometheus goes down: errors counted per query, nothing stored is lost.
-    let before = sink.series();
-    let errors_before = collectors
-        .metrics()
-        .errors(SourceKind::Prometheus, "connect");
-    prometheus.kill();
-    let report = collectors.collect_once(&sink).await;
-    let p = report.source(SourceKind::Prometheus).unwrap();
-    assert!(
-        !p.errors.is_empty() && p.errors.iter().all(|e| e.reason == "connect"),
-        "{:?}",
-        p.errors
-    );
-    assert_eq!(p.samples, 0);
-    assert_eq!(sink.series(), before);
-    assert!(
-        collectors
-            .metrics()
-            .errors(SourceKind::Prometheus, "connect")
-            >= errors_before + 8
     );
 }

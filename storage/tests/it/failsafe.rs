@@ -79,189 +79,87 @@ fn make_store(dir: &Path, series: usize, samples: i64, reopen: bool) {
     }
 }
 
+/// A case of [`every_config_bound_names_its_field`]: the default configuration with `set`
+/// applied, and the field and message its error must name.
+fn case<'a>(
+    field: &'a str,
+    message: &'a str,
+    set: impl FnOnce(&mut StoreConfig),
+) -> (StoreConfig, &'a str, &'a str) {
+    let mut c = StoreConfig::default();
+    set(&mut c);
+    (c, field, message)
+}
+
 #[test]
 fn every_config_bound_names_its_field() {
     let d = StoreConfig::default;
     let s = Duration::from_secs;
     let century = headroom_storage::MAX_DURATION + s(1);
-    let cases: Vec<(StoreConfig, &str, &str)> = vec![
-        (
-            StoreConfig {
-                flush_interval: s(0),
-                ..d()
-            },
-            "flushInterval",
-            "greater than 0",
-        ),
-        (
-            StoreConfig {
-                flush_interval: century,
-                ..d()
-            },
-            "flushInterval",
-            "at most 100 years",
-        ),
-        (
-            StoreConfig {
-                raw_retention: s(0),
-                ..d()
-            },
-            "rawRetention",
-            "greater than 0",
-        ),
-        (
-            StoreConfig {
-                raw_retention: century,
-                rollup_retention: century,
-                ..d()
-            },
-            "rawRetention",
-            "at most 100 years",
-        ),
-        (
-            StoreConfig {
-                rollup_retention: s(3600),
-                ..d()
-            },
-            "rollupRetention",
-            "at least rawRetention (2days)",
-        ),
-        (
-            StoreConfig {
-                rollup_retention: century,
-                ..d()
-            },
-            "rollupRetention",
-            "at most 100 years",
-        ),
-        (
-            StoreConfig {
-                maintenance_interval: s(0),
-                ..d()
-            },
-            "maintenanceInterval",
-            "greater than 0",
-        ),
-        (
-            StoreConfig {
-                maintenance_interval: century,
-                ..d()
-            },
-            "maintenanceInterval",
-            "at most 100 years",
-        ),
-        (
-            StoreConfig {
-                maintenance_backoff_min: s(0),
-                ..d()
-            },
-            "maintenanceBackoffMin",
-            "greater than 0",
-        ),
-        (
-            StoreConfig {
-                maintenance_backoff_max: s(0),
-                ..d()
-            },
-            "maintenanceBackoffMax",
-            "greater than 0",
-        ),
-        (
-            StoreConfig {
-                maintenance_backoff_max: century,
-                ..d()
-            },
-            "maintenanceBackoffMax",
-            "at most 100 years",
-        ),
-        (
-            StoreConfig {
-                maintenance_backoff_min: s(600),
-                ..d()
-            },
+    let cases = [
+        case("flushInterval", "greater than 0", |c| {
+            c.flush_interval = s(0)
+        }),
+        case("flushInterval", "at most 100 years", |c| {
+            c.flush_interval = century
+        }),
+        case("rawRetention", "greater than 0", |c| c.raw_retention = s(0)),
+        case("rawRetention", "at most 100 years", |c| {
+            c.raw_retention = century;
+            c.rollup_retention = century
+        }),
+        case("rollupRetention", "at least rawRetention (2days)", |c| {
+            c.rollup_retention = s(3600)
+        }),
+        case("rollupRetention", "at most 100 years", |c| {
+            c.rollup_retention = century
+        }),
+        case("maintenanceInterval", "greater than 0", |c| {
+            c.maintenance_interval = s(0)
+        }),
+        case("maintenanceInterval", "at most 100 years", |c| {
+            c.maintenance_interval = century
+        }),
+        case("maintenanceBackoffMin", "greater than 0", |c| {
+            c.maintenance_backoff_min = s(0)
+        }),
+        case("maintenanceBackoffMax", "greater than 0", |c| {
+            c.maintenance_backoff_max = s(0)
+        }),
+        case("maintenanceBackoffMax", "at most 100 years", |c| {
+            c.maintenance_backoff_max = century
+        }),
+        case(
             "maintenanceBackoffMin",
             "must not exceed maintenanceBackoffMax (5m)",
+            |c| c.maintenance_backoff_min = s(600),
         ),
-        (
-            StoreConfig {
-                decision_log_max_age: s(0),
-                ..d()
-            },
-            "decisionLogMaxAge",
-            "greater than 0",
-        ),
-        (
-            StoreConfig {
-                decision_log_max_age: century,
-                ..d()
-            },
-            "decisionLogMaxAge",
-            "at most 100 years",
-        ),
-        (
-            StoreConfig {
-                max_runs_per_builder: 0,
-                ..d()
-            },
-            "maxRunsPerBuilder",
-            "at least 1",
-        ),
-        (
-            StoreConfig {
-                max_history_nodes: 0,
-                ..d()
-            },
-            "maxHistoryNodes",
-            "at least 1",
-        ),
-        (
-            StoreConfig {
-                decision_log_max_records: 0,
-                ..d()
-            },
-            "decisionLogMaxRecords",
-            "at least 1",
-        ),
-        (
-            StoreConfig {
-                wal_checkpoint_flushes: 0,
-                ..d()
-            },
-            "walCheckpointFlushes",
-            "at least 1",
-        ),
-        (
-            StoreConfig {
-                max_series: 0,
-                ..d()
-            },
-            "maxSeries",
-            "at least 1",
-        ),
-        (
-            StoreConfig {
-                max_series: u32::MAX as usize + 1,
-                ..d()
-            },
-            "maxSeries",
-            "at most 4294967295",
-        ),
-        (
-            StoreConfig {
-                cache_capacity_bytes: 0,
-                ..d()
-            },
-            "cacheCapacityBytes",
-            "must be at least 256 (bytes)",
-        ),
-        (
-            StoreConfig {
-                cache_capacity_bytes: 255,
-                ..d()
-            },
-            "cacheCapacityBytes",
-            "must be at least 256 (bytes)",
-        ),
+        case("decisionLogMaxAge", "greater than 0", |c| {
+            c.decision_log_max_age = s(0)
+        }),
+        case("decisionLogMaxAge", "at most 100 years", |c| {
+            c.decision_log_max_age = century
+        }),
+        case("maxRunsPerBuilder", "at least 1", |c| {
+            c.max_runs_per_builder = 0
+        }),
+        case("maxHistoryNodes", "at least 1", |c| c.max_history_nodes = 0),
+        case("decisionLogMaxRecords", "at least 1", |c| {
+            c.decision_log_max_records = 0
+        }),
+        case("walCheckpointFlushes", "at least 1", |c| {
+            c.wal_checkpoint_flushes = 0
+        }),
+        case("maxSeries", "at least 1", |c| c.max_series = 0),
+        case("maxSeries", "at most 4294967295", |c| {
+            c.max_series = u32::MAX as usize + 1
+        }),
+        case("cacheCapacityBytes", "must be at least 256 (bytes)", |c| {
+            c.cache_capacity_bytes = 0
+        }),
+        case("cacheCapacityBytes", "must be at least 256 (bytes)", |c| {
+            c.cache_capacity_bytes = 255
+        }),
     ];
     let tmp = tempfile::tempdir().unwrap();
     for (i, (config, field, message)) in cases.into_iter().enumerate() {
