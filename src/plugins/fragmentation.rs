@@ -20,13 +20,13 @@
 //! Requests, not real usage: room whole by requests is what a big build needs to be
 //! placed at all, and real memory stays RealMemoryFit's and RealHeadroom's to judge.
 //! Measured with the shapes' predicted memory too, the score packed real memory and gave
-//! hot node-hours and OOM kills on farms of small nodes (README, *Keeping room whole*).
+//! hot node-hours and OOM kills on farms of small nodes (docs/placement.md, *Keeping room whole*).
 //!
 //! Without a shape mix (no usage view yet, or no build running), with no fresh usage on any
 //! feasible node, and in a cycle of the usage fallback, PreScore skips the plugin: the
 //! other scores decide, and with no usage data at all headroom decides as kube-scheduler.
 //! The plugin's weight (7, RealHeadroom's) is its one knob. Off by default: on the farm
-//! families it shortens waits where CPU requests bind, and costs elsewhere (README,
+//! families it shortens waits where CPU requests bind, and costs elsewhere (docs/placement.md,
 //! *Keeping room whole*).
 
 use std::sync::Arc;

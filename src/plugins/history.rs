@@ -10,19 +10,19 @@
 //! Scores are not normalised: they are absolute. Seed 000 scored 30/20/10, so that with the
 //! default weights the history was worth at most 30 % of headroom's own score; headroom's
 //! defaults score every node that holds the cache nearly alike and twice as much, with the
-//! band guarding the hot tail (README, *History's strength*: measured on every farm family,
-//! on seeds they were not tuned on too). With `headroomBandScope: sameBuilder` the band
-//! judges only a warm node that already runs another pod of the same builder: runs of one
-//! builder use alike, so what a prediction misses for one it misses for both, and every OOM
-//! kill measured with the band off was two or more runs of one builder that History had
-//! drawn onto one node (README, *What the band guards against*).
+//! band guarding the hot tail (docs/placement.md, *History's strength*: measured on every
+//! farm family, on seeds they were not tuned on too). With `headroomBandScope: sameBuilder`
+//! the band judges only a warm node that already runs another pod of the same builder: runs
+//! of one builder use alike, so what a prediction misses for one it misses for both, and
+//! every OOM kill measured with the band off was two or more runs of one builder that
+//! History had drawn onto one node (docs/placement.md, *What the band guards against*).
 //!
 //! With `coldCpuGuard` (on by default) the band also takes the score from a warm node whose
 //! real CPU the pod would push past capacity, when the pod is predicted by its requests
 //! alone (no profile, no `builder-real-resources`, no calibration yet). Such a node is
 //! busy with running builds, typically the builder's own earlier run that made it warm and
 //! is still ramping up; a second unknown run beside it doubles whatever the requests miss
-//! (README, *The cold CPU guard*).
+//! (docs/placement.md, *The cold CPU guard*).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ pub struct HistoryArgs {
     /// Score of the node at each history index, most recent first. Default `[60, 50, 40]`
     /// (seed 000: `[30, 20, 10]`; twice that, nearly alike, measured on every farm family:
     /// fewer OOM kills and hot node-hours where nodes are small, more warm caches
-    /// everywhere, README *History's strength*).
+    /// everywhere, docs/placement.md, *History's strength*).
     pub scores: Vec<i64>,
     /// How much less real free memory than the median feasible node a warm node may have
     /// and still get its history score, in percentage points of capacity, after placing
@@ -85,7 +85,7 @@ pub struct HistoryArgs {
     /// warm node that already runs another pod of the pod's builder: more warm caches and
     /// fewer hot node-hours where builds are big against their nodes, more memory spread
     /// and OOM kills on the family the defaults were tuned on; measured on every farm
-    /// family, README *What the band guards against*).
+    /// family, docs/placement.md, *What the band guards against*).
     pub headroom_band_scope: BandScope,
     /// Whether the band also judges CPU for a pod that headroom can predict only by its
     /// requests (no profile, no `builder-real-resources`, no calibration yet): a warm node
@@ -93,15 +93,15 @@ pub struct HistoryArgs {
     /// running builds, typically the builder's own run that made the node warm and is still
     /// ramping up; two runs of one unknown builder on one node double what the requests
     /// miss. Capacity is the threshold, no constant; a pod with a prediction of its own is
-    /// judged by memory alone. Default `true` (measured on every farm family, README *The
-    /// cold CPU guard*); needs the band (`headroomBand` below 100).
+    /// judged by memory alone. Default `true` (measured on every farm family,
+    /// docs/placement.md, *The cold CPU guard*); needs the band (`headroomBand` below 100).
     pub cold_cpu_guard: bool,
     /// Score of a node further back in the builder's history than `scores` reaches: its
     /// cache is still there (headroom's own history keeps the builder's last 8 nodes; an
     /// annotation lists as many as it lists). `0` scores only the first `scores.len()`
     /// nodes, as seed 000's plugin does. Default `40`, the last default score: every node
-    /// that holds the cache is worth returning to (measured on the farm families, README
-    /// *History's strength*).
+    /// that holds the cache is worth returning to (measured on the farm families,
+    /// docs/placement.md, *History's strength*).
     pub older_score: i64,
 }
 

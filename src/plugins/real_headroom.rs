@@ -29,7 +29,7 @@
 //! (such a node scores 0, so replicas stay apart), and leave whole nodes to the builds: a
 //! service never leaves its node, and spread over the cluster each one keeps a node from
 //! holding a build as big as the node and takes CPU from the builders whose caches are
-//! there. Measured on the farm families in the README (*Services pack, builds spread*):
+//! there. Measured on the farm families in docs/placement.md (*Services pack, builds spread*):
 //! fewer hot node-hours on farms of small nodes, not on big ones; off by default.
 //!
 //! In a cycle of the usage fallback (`usage.maxWait`, see [`crate::usage::wait`]) the mean

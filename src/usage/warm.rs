@@ -19,8 +19,9 @@
 //!    without moving (a tail that only just reaches 1 % has no room: the holds would carry
 //!    the p99).
 //!
-//! Measured on the farm families (README, *The warm wait, built*). The judgement is pure over the snapshot; the loop measures the tail and the
-//! wait and hands them over in the cycle's [`Wait`].
+//! Measured on the farm families (docs/placement.md, *The warm wait, built*). The judgement
+//! is pure over the snapshot; the loop measures the tail and the wait and hands them over
+//! in the cycle's [`Wait`].
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! not read every pod. Pods that run until removed (services, databases) are left out:
 //! once placed they do not come back for room. Requests, not predicted usage: the score
 //! keeps room whole in what the scheduler's request filter reads, where packing costs no
-//! real memory (measured against shapes with predicted memory in the README, *Keeping room
+//! real memory (measured against shapes with predicted memory in docs/placement.md, *Keeping room
 //! whole*).
 
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! nodes no node stays empty enough for a build that needs most of one: such a build goes
 //! through the usage fallback beside whatever is there, and the node runs hot. Keeping
 //! every node whole for it crowds the small builds off their warm nodes; keeping one is
-//! not enough once several big builds run (both measured in the README, *Keeping room
+//! not enough once several big builds run (both measured in docs/placement.md, *Keeping room
 //! whole*). So the number comes from the big builds themselves, by Little's law: `n` big
 //! builds running with runs of `T_big` arrive at `n / T_big`; a node the small builds are
 //! kept off empties within their run length `T_small`, during which `n × T_small / T_big`
@@ -27,7 +27,7 @@ pub const BIG_SHARE: f64 = 0.5;
 /// Nodes kept whole beyond the big builds expected while one drains: one for a big build
 /// arriving now, one for the next while the node it leaves behind drains. Chosen on
 /// alibaba-trace-19 and -10 (one spare node missed both on twenty seeds) and judged on the
-/// other families and seeds (README, *Keeping room whole*).
+/// other families and seeds (docs/placement.md, *Keeping room whole*).
 pub const SPARE_NODES: usize = 2;
 
 /// What the running builds say about keeping nodes whole.

@@ -303,22 +303,26 @@ fn check_config_prints_effective_config_or_names_the_field() {
 fn readme_configuration_examples_are_valid() {
     let readme = std::fs::read_to_string(repo("README.md")).unwrap();
     let dir = tempfile::tempdir().unwrap();
+    // The placement notes quote the configurations they measured: those must load too.
+    let placement = std::fs::read_to_string(repo("docs/placement.md")).unwrap();
     let mut blocks = 0;
-    for (i, block) in readme.split("```yaml\n").skip(1).enumerate() {
-        let yaml = block.split("```").next().unwrap();
-        let path = write(&dir, &format!("readme{i}.yaml"), yaml);
-        let o = run(&["check-config", &path]);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "README yaml block {i}:\n{yaml}\n{}",
-            stderr(&o)
-        );
-        blocks += 1;
+    for (doc, text) in [("README", &readme), ("docs/placement.md", &placement)] {
+        for (i, block) in text.split("```yaml\n").skip(1).enumerate() {
+            let yaml = block.split("```").next().unwrap();
+            let path = write(&dir, &format!("block{blocks}.yaml"), yaml);
+            let o = run(&["check-config", &path]);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{doc} yaml block {i}:\n{yaml}\n{}",
+                stderr(&o)
+            );
+            blocks += 1;
+        }
     }
     assert!(
-        blocks >= 2,
-        "the README documents the configuration in YAML blocks"
+        blocks >= 6,
+        "the README and docs/placement.md document the configuration in YAML blocks"
     );
     // Usage-file examples are checked by `place --usage` on a one-node cluster.
     let cluster = write(
