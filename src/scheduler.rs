@@ -394,7 +394,10 @@ impl Scheduler {
         let waited = wait.waited;
         let cycle_state = |fallback: bool| {
             let mut state = CycleState::new(explain);
-            state.write_input(Wait { fallback, ..wait });
+            state.write_input(Wait {
+                fallback,
+                ..wait.clone()
+            });
             state
         };
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());

@@ -177,8 +177,9 @@ impl SchedulingLoop {
         let (attempts, first_attempt) = (queued.attempts, queued.initial_attempt_timestamp);
         let pod = queued.pod_info;
         let id = PodId::of(&pod);
-        let tail = self.tail.as_ref().map_or(std::time::Duration::ZERO, |t| {
-            t.lock().unwrap_or_else(|e| e.into_inner()).tail_for(&id)
+        let (tail, awaited) = self.tail.as_ref().map_or_else(Default::default, |t| {
+            let t = t.lock().unwrap_or_else(|e| e.into_inner());
+            (t.tail_for(&id), t.awaited_by_others(&id))
         });
         // Wall time, not tokio's (possibly paused or simulated) clock: the latency metric
         // is what the cycle cost.
@@ -191,6 +192,7 @@ impl SchedulingLoop {
                 Wait {
                     waited,
                     tail,
+                    awaited,
                     ..Wait::default()
                 },
                 // Read from the snapshot the cycle saw, with the pod assumed, as the lease
@@ -274,15 +276,22 @@ impl SchedulingLoop {
         });
     }
 
-    /// Feeds the queue's tail: a held pod is marked (its placement will not count), a
-    /// placed one adds its wait.
+    /// Feeds the queue's tail: a held pod is marked (its placement will not count, and no
+    /// other pod is held for its node while it waits), a placed one adds its wait.
     fn count_wait(&self, id: &PodId, d: &Decision, waited: std::time::Duration) {
         let Some(tail) = &self.tail else {
             return;
         };
         let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-        if d.warm_hold.is_some() {
-            tail.held(id, d.decided_at_ms);
+        if let Some(h) = &d.warm_hold {
+            // The hold ends, at the latest, when the pod's wait reaches its tail.
+            let left_ms = ((h.tail_seconds - h.waited_seconds).max(0.0) * 1000.0) as i64;
+            tail.held(
+                id,
+                d.decided_at_ms,
+                h.node.clone(),
+                d.decided_at_ms.saturating_add(left_ms),
+            );
         } else if d.node().is_some() {
             tail.placed(id, d.decided_at_ms, waited);
         }

@@ -18,12 +18,13 @@
 //! more likely than not start the OOM killer. With no such room anywhere, every node
 //! passes. No I/O, no clock: the wait is measured by the caller.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::framework::{CycleState, Decision, Framework, Status};
 
 /// What the scheduler tells a cycle about the pod's wait (a [`CycleState`] slot).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Wait {
     /// Time since the pod's first scheduling attempt (zero on the first attempt).
     pub waited: Duration,
@@ -38,6 +39,11 @@ pub struct Wait {
     /// pod only while its expected wait stays below it ([`crate::usage::warm`]); zero
     /// (nothing held) outside the loop: `place`, the extender.
     pub tail: Duration,
+    /// The nodes other held builds wait for, each until its hold would end
+    /// ([`QueueTail::awaited_by_others`](crate::usage::QueueTail::awaited_by_others)): the
+    /// build expected to end on such a node frees room for the build already waiting, so
+    /// the warm wait does not hold a second one for it. Empty outside the loop.
+    pub awaited: Arc<[Arc<str>]>,
 }
 
 /// Whether the usage fallback applies to this cycle.

@@ -18,12 +18,19 @@
 //!    build no more than the spread it has, to no more builds than its p99 can take
 //!    without moving (a tail that only just reaches 1 % has no room: the holds would carry
 //!    the p99).
+//! 3. **One held build per node it waits for.** The build expected to end on a warm node
+//!    frees room for one build: a node another held build already waits for (until that
+//!    hold would end, [`QueueTail::awaited_by_others`]) is not waited for again. Without
+//!    it, after a burst several builds of one builder were held for the same node, each
+//!    re-held at every retry while the build there ran past its median ("expected to free
+//!    in 0s"), and all but one waited out the whole tail and went cold anyway.
 //!
 //! Measured on the farm families (docs/placement.md, *The warm wait, built*). The judgement
 //! is pure over the snapshot; the loop measures the tail and the wait and hands them over
 //! in the cycle's [`Wait`].
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -109,6 +116,9 @@ pub fn judge(
         .iter()
         .filter_map(|&n| {
             let info = snapshot.node(n);
+            if wait.awaited.contains(&info.name) {
+                return None;
+            }
             let end = info
                 .pods
                 .iter()
@@ -157,16 +167,27 @@ const SLOTS: i64 = 48;
 /// The time to schedule of the pods placed without a hold, over a sliding window: what
 /// the warm wait may add to (its p99 − p50). A histogram per slot of the window (bounded
 /// memory: 48 slots of 161 counts, whatever the pod rate; O(1) to record, O(buckets) to
-/// read), and the pods held in the window (pod → when first held; no more than the
-/// tail's room), so that their placement does not count and the room stays spent.
+/// read), and the pods held in the window (no more than the tail's room), so that their
+/// placement does not count and the room stays spent, with the node each still waits for.
 #[derive(Debug)]
 pub struct QueueTail {
     slot_ms: i64,
     slots: VecDeque<(i64, Box<[u32; BUCKETS]>)>,
     totals: Box<[u64; BUCKETS]>,
-    held: HashMap<PodId, i64>,
+    held: HashMap<PodId, Held>,
     /// The newest time seen, ms: the window ends there.
     now_ms: i64,
+}
+
+/// A pod held in the window.
+#[derive(Debug)]
+struct Held {
+    /// When it was first held, ms.
+    at_ms: i64,
+    /// The node it waits for and until when (ms: when its hold would end, its wait
+    /// reaching the tail) while it is not placed. The end bounds a claim whose pod was
+    /// deleted while held, which no placement clears.
+    awaits: Option<(Arc<str>, i64)>,
 }
 
 impl QueueTail {
@@ -182,19 +203,40 @@ impl QueueTail {
         }
     }
 
-    /// The pod `id` was held at `at_ms`: its placement will not count.
-    pub fn held(&mut self, id: &PodId, at_ms: i64) {
+    /// The pod `id` was held at `at_ms` for `node` until `until_ms` (when its wait would
+    /// reach its tail): its placement will not count, and no other pod is held for `node`
+    /// meanwhile.
+    pub fn held(&mut self, id: &PodId, at_ms: i64, node: Arc<str>, until_ms: i64) {
         self.advance(at_ms);
-        if !self.held.contains_key(id) {
-            self.held.insert(id.clone(), at_ms);
-        }
+        let h = self.held.entry(id.clone()).or_insert(Held {
+            at_ms,
+            awaits: None,
+        });
+        h.awaits = Some((node, until_ms));
+    }
+
+    /// The nodes held pods other than `id` wait for, as the window's newest time sees
+    /// them (sorted, each once).
+    pub fn awaited_by_others(&self, id: &PodId) -> Arc<[Arc<str>]> {
+        let mut nodes: Vec<Arc<str>> = self
+            .held
+            .iter()
+            .filter(|(other, _)| *other != id)
+            .filter_map(|(_, h)| h.awaits.as_ref())
+            .filter(|(_, until)| *until > self.now_ms)
+            .map(|(node, _)| node.clone())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes.into()
     }
 
     /// The pod `id` was placed at `at_ms` after waiting `waited`: counted unless it was
     /// held (a held pod stays counted against the room until the window passes it).
     pub fn placed(&mut self, id: &PodId, at_ms: i64, waited: Duration) {
         self.advance(at_ms);
-        if self.held.contains_key(id) {
+        if let Some(h) = self.held.get_mut(id) {
+            h.awaits = None;
             return;
         }
         let b = bucket(waited.as_secs_f64());
@@ -270,7 +312,7 @@ impl QueueTail {
         if dropped {
             // A held pod deleted before it was placed would stay forever otherwise.
             let since = oldest.saturating_mul(self.slot_ms);
-            self.held.retain(|_, at| *at > since);
+            self.held.retain(|_, h| h.at_ms > since);
         }
     }
 }
@@ -333,7 +375,7 @@ mod tests {
         for i in 0..50 {
             t.placed(&id(format!("a{i}")), hour, Duration::from_secs(100));
         }
-        t.held(&id("h"), hour);
+        t.held(&id("h"), hour, "n".into(), hour);
         t.placed(&id("h"), hour + 1, Duration::from_secs(10_000));
         for i in 0..50 {
             t.placed(&id(format!("b{i}")), 2 * hour, Duration::ZERO);
@@ -347,7 +389,7 @@ mod tests {
         t.placed(&id("c"), 50 * hour + 1, Duration::ZERO);
         assert_eq!(t.spread(), Duration::ZERO);
         // And so has a held pod never placed.
-        t.held(&id("gone"), 50 * hour + 2);
+        t.held(&id("gone"), 50 * hour + 2, "n".into(), 50 * hour + 2);
         t.placed(&id("x"), 100 * hour, Duration::ZERO);
         assert!(t.held.is_empty());
     }
@@ -365,9 +407,9 @@ mod tests {
             t.placed(&id(format!("w{i}")), 1_000, Duration::from_secs(60));
         }
         assert!(t.tail_for(&id("h1")).as_secs() >= 55);
-        t.held(&id("h1"), 2_000);
+        t.held(&id("h1"), 2_000, "n1".into(), 60_000);
         assert!(t.tail_for(&id("h2")).as_secs() >= 55);
-        t.held(&id("h2"), 2_000);
+        t.held(&id("h2"), 2_000, "n2".into(), 60_000);
         assert_eq!(t.tail_for(&id("h3")), Duration::ZERO, "no room left");
         // A pod already held keeps its tail, before and after it is placed.
         assert!(t.tail_for(&id("h1")).as_secs() >= 55);
@@ -396,6 +438,17 @@ mod tests {
     /// node-a (warm) runs `r` of builder c (300 s runs) started `ran_s` ago; the pod of
     /// builder b (cold 600 s, warm 300 s) was sent to node-b.
     fn judged(ran_s: i64, waited_s: u64, tail_s: u64, chosen: &str) -> Option<WarmHold> {
+        judged_awaiting(ran_s, waited_s, tail_s, chosen, &[])
+    }
+
+    /// [`judged`], with `awaited` the nodes other held pods wait for.
+    fn judged_awaiting(
+        ran_s: i64,
+        waited_s: u64,
+        tail_s: u64,
+        chosen: &str,
+        awaited: &[&str],
+    ) -> Option<WarmHold> {
         use crate::plugins::testutil::{NOW_MS, info, node, pod, profile, with_usage};
         use serde_json::json;
         let annotated = |name: &str, builder: &str, extra: serde_json::Value| {
@@ -419,6 +472,7 @@ mod tests {
         let wait = Wait {
             waited: Duration::from_secs(waited_s),
             tail: Duration::from_secs(tail_s),
+            awaited: awaited.iter().map(|&n| Arc::from(n)).collect(),
             ..Wait::default()
         };
         let warm = [snap.index_of("node-a").unwrap()];
@@ -449,6 +503,36 @@ mod tests {
         assert!(judged(250, 61, 60, "node-b").is_none());
         // The cycle chose the warm node itself.
         assert!(judged(250, 0, 60, "node-a").is_none());
+        // Another held pod already waits for node-a: its build frees room for one.
+        assert!(judged_awaiting(250, 0, 60, "node-b", &["node-a"]).is_none());
+        assert!(judged_awaiting(250, 0, 60, "node-b", &["node-c"]).is_some());
+    }
+
+    #[test]
+    fn a_node_is_awaited_by_one_held_pod_until_it_is_placed_or_its_hold_ends() {
+        let mut t = QueueTail::default();
+        t.held(&id("h1"), 1_000, "node-a".into(), 61_000);
+        // h1 does not keep itself from its own node; others do not wait for it.
+        assert!(t.awaited_by_others(&id("h1")).is_empty());
+        assert_eq!(&*t.awaited_by_others(&id("p"))[0], "node-a");
+        // Held again (retried), now for node-b: node-a is free to wait for.
+        t.held(&id("h1"), 16_000, "node-b".into(), 61_000);
+        assert_eq!(
+            t.awaited_by_others(&id("p"))
+                .iter()
+                .map(|n| &**n)
+                .collect::<Vec<_>>(),
+            ["node-b"]
+        );
+        // Placed: node-b is no longer awaited, and the room stays spent.
+        t.placed(&id("h1"), 20_000, Duration::from_secs(19));
+        assert!(t.awaited_by_others(&id("p")).is_empty());
+        assert!(t.held.contains_key(&id("h1")));
+        // A held pod deleted before it was placed waits no longer than its hold would.
+        t.held(&id("h2"), 30_000, "node-c".into(), 90_000);
+        assert_eq!(t.awaited_by_others(&id("p")).len(), 1);
+        t.placed(&id("x"), 90_000, Duration::ZERO);
+        assert!(t.awaited_by_others(&id("p")).is_empty());
     }
 
     #[test]

@@ -75,11 +75,11 @@ fn store_with_runs(history: &[&str]) -> Store {
 
 /// Two 4-CPU nodes. node-a runs `r` of builder `c` (3.5 CPU), started 295 s ago: its
 /// runs take 300 s, so it is expected to end any moment. The queue first gets a tail:
-/// `w1` and `w2` placed at once, `slow1` and `slow2` (1 CPU each) only after `k` (3.5 CPU
-/// on node-b) is deleted 8 s later: p99 − p50 of the waits is 8 s, and two pods of four
-/// waited, room above the p99 for a held one. Then `p` of builder `b` (1 CPU, history
-/// node-a) arrives: only node-b fits. Returns the fake, the running serve, and where `p`
-/// was bound at once, if it was. `b`'s history is `history` (most recent first).
+/// `w1`–`w4` (10m each) placed at once, `slow1`–`slow3` (900m each) only after `k` (3.5
+/// CPU on node-b) is deleted 8 s later: p99 − p50 of the waits is 8 s, and three pods of
+/// seven waited, room above the p99 for two held ones. Then `p` of builder `b` (1 CPU,
+/// history node-a) arrives: only node-b fits. Returns the fake, the running serve, and
+/// where `p` was bound at once, if it was. `b`'s history is `history` (most recent first).
 async fn scene(
     section: &str,
     history: &[&str],
@@ -114,24 +114,26 @@ async fn scene(
         assert!(Instant::now() < deadline, "no profile for b: {b}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The queue's tail: two pods at once, two after 8 s.
-    for w in ["w1", "w2"] {
-        fake.put("pods", build(w, w, "100m", None));
+    // The queue's tail: four pods at once, three after 8 s.
+    const AT_ONCE: [&str; 4] = ["w1", "w2", "w3", "w4"];
+    const SLOW: [&str; 3] = ["slow1", "slow2", "slow3"];
+    for w in AT_ONCE {
+        fake.put("pods", build(w, w, "10m", None));
     }
-    for w in ["slow1", "slow2"] {
-        fake.put("pods", build(w, w, "1", None));
+    for w in SLOW {
+        fake.put("pods", build(w, w, "900m", None));
     }
     let bound = |f: &Fake, p: &str| f.node_of("default", p).is_some();
     assert!(
-        within(10.0, || bound(&fake, "w1") && bound(&fake, "w2")).await,
-        "w1, w2 not bound"
+        within(10.0, || AT_ONCE.iter().all(|w| bound(&fake, w))).await,
+        "w1–w4 not bound"
     );
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert!(!bound(&fake, "slow1"), "slow1 bound with no room");
     fake.delete("pods", "default", "k");
     assert!(
-        within(10.0, || bound(&fake, "slow1") && bound(&fake, "slow2")).await,
-        "slow1, slow2 not bound"
+        within(10.0, || SLOW.iter().all(|w| bound(&fake, w))).await,
+        "slow1–slow3 not bound"
     );
     fake.put("pods", build("p", "b", "1", None));
     let decided = within(10.0, || {
@@ -170,6 +172,36 @@ async fn a_returning_builder_waits_for_its_warm_node_under_serve() {
         "no warm hold counted"
     );
     // r ends: p goes to its warm node.
+    fake.delete("pods", "default", "r");
+    assert!(
+        within(10.0, || fake.node_of("default", "p").is_some()).await,
+        "p not bound after r ended"
+    );
+    assert_eq!(fake.node_of("default", "p").as_deref(), Some("node-a"));
+    s.stop().await;
+}
+
+/// The build expected to end on node-a frees room for one build: while `p` waits for it,
+/// `p2` of the same builder (600m: node-a's 0.5 CPU cannot take it, node-b's can) is not
+/// held for node-a too (the tail has room for a second hold) but placed cold at once;
+/// when `r` ends, `p` gets node-a.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_build_is_not_held_for_a_node_another_already_awaits_under_serve() {
+    let (fake, s, at_once, _kubelets) = scene("", &["node-a"]).await;
+    assert_eq!(at_once, None, "p was placed cold");
+    fake.put("pods", build("p2", "b", "600m", None));
+    assert!(
+        within(10.0, || fake.node_of("default", "p2").is_some()).await,
+        "p2 not bound: held for node-a, which p already awaits? {}",
+        get_json(&s.url("/explain/default/p2")).await
+    );
+    assert_eq!(fake.node_of("default", "p2").as_deref(), Some("node-b"));
+    // At once: a hold, even one released at the tail, leaves a FailedScheduling event.
+    assert!(
+        events_for(&fake, "p2", "FailedScheduling").is_empty(),
+        "p2 was held"
+    );
+    assert_eq!(fake.node_of("default", "p"), None, "p no longer waits");
     fake.delete("pods", "default", "r");
     assert!(
         within(10.0, || fake.node_of("default", "p").is_some()).await,
