@@ -171,14 +171,18 @@ async fn a_returning_builder_waits_for_its_warm_node_under_serve() {
             .any(|l| l.starts_with("headroom_scheduler_warm_holds_total ") && !l.ends_with(" 0")),
         "no warm hold counted"
     );
-    // r ends: p goes to its warm node.
+    r_ends_and_p_goes_warm(&fake).await;
+    s.stop().await;
+}
+
+/// `r` ends: the held `p` goes to its warm node, node-a.
+async fn r_ends_and_p_goes_warm(fake: &Fake) {
     fake.delete("pods", "default", "r");
     assert!(
         within(10.0, || fake.node_of("default", "p").is_some()).await,
         "p not bound after r ended"
     );
     assert_eq!(fake.node_of("default", "p").as_deref(), Some("node-a"));
-    s.stop().await;
 }
 
 /// The build expected to end on node-a frees room for one build: while `p` waits for it,
@@ -202,12 +206,7 @@ async fn a_second_build_is_not_held_for_a_node_another_already_awaits_under_serv
         "p2 was held"
     );
     assert_eq!(fake.node_of("default", "p"), None, "p no longer waits");
-    fake.delete("pods", "default", "r");
-    assert!(
-        within(10.0, || fake.node_of("default", "p").is_some()).await,
-        "p not bound after r ended"
-    );
-    assert_eq!(fake.node_of("default", "p").as_deref(), Some("node-a"));
+    r_ends_and_p_goes_warm(&fake).await;
     s.stop().await;
 }
 
