@@ -179,7 +179,15 @@ impl SchedulingLoop {
         let id = PodId::of(&pod);
         let (tail, awaited) = self.tail.as_ref().map_or_else(Default::default, |t| {
             let t = t.lock().unwrap_or_else(|e| e.into_inner());
-            (t.tail_for(&id), t.awaited_by_others(&id))
+            let tail = t.tail_for(&id);
+            // Only a pod still inside its tail can be held and read the awaited nodes:
+            // the rest of the cycles skip the scan of the held pods.
+            let awaited = if waited < tail {
+                t.awaited_by_others(&id)
+            } else {
+                Default::default()
+            };
+            (tail, awaited)
         });
         // Wall time, not tokio's (possibly paused or simulated) clock: the latency metric
         // is what the cycle cost.

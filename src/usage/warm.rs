@@ -233,7 +233,8 @@ impl QueueTail {
     }
 
     /// The pod `id` was placed at `at_ms` after waiting `waited`: counted unless it was
-    /// held (a held pod stays counted against the room until the window passes it).
+    /// held (a held pod stays counted against the room until the window passes it, and
+    /// no longer awaits its node).
     pub fn placed(&mut self, id: &PodId, at_ms: i64, waited: Duration) {
         self.advance(at_ms);
         if let Some(h) = self.held.get_mut(id) {
