@@ -6,9 +6,12 @@
 //! Three conditions, each measured, no constant fitted to a farm:
 //! 1. **It pays.** The builder's profile holds the median length of its runs on a node new
 //!    to it and on one an earlier run used (`cold_run_s`, `warm_run_s`, from its own runs);
-//!    their difference is what a warm cache saves. A build running on a warm node is
-//!    expected to end after its builder's median run length less the time it has run. The
-//!    pod waits while `waited + earliest expected end < cold − warm`.
+//!    their difference is what a warm cache saves. A builder whose runs have all been on
+//!    nodes new to it (a cold length, no warm one yet) is expected to keep of its cold
+//!    length what the cluster's builders with both keep (the median of their warm over
+//!    cold length). A build running on a warm node is expected to end after its builder's
+//!    median run length less the time it has run. The pod waits while `waited + earliest
+//!    expected end < cold − warm`.
 //! 2. **It stays in the queue's tail.** The scheduling loop keeps the time to schedule of
 //!    the pods it placed without a hold over `tailWindow` ([`QueueTail`]); the pod waits
 //!    only while `waited + earliest expected end < p99 − p50` of it, and only while the
@@ -17,7 +20,8 @@
 //!    every pod at once (spread 0) holds nothing; one whose pods already wait gives a held
 //!    build no more than the spread it has, to no more builds than its p99 can take
 //!    without moving (a tail that only just reaches 1 % has no room: the holds would carry
-//!    the p99).
+//!    the p99). A held build placed after a wait at or below the window's p99 gives its
+//!    room back (a wait there cannot raise the p99); one that overran stays counted.
 //! 3. **One held build per node it waits for.** The build expected to end on a warm node
 //!    frees room for one build: a node another held build already waits for (until that
 //!    hold would end, [`QueueTail::awaited_by_others`]) is not waited for again. Without
@@ -26,8 +30,9 @@
 //!    in 0s"); the others waited out their tail, and 23 of 57 held builds went cold anyway
 //!    (big-nodes-13, seed 2).
 //!
-//! Measured on the farm families (docs/placement.md, *The warm wait, built* and *One held
-//! build per node it waits for*). The judgement is pure over the snapshot; the loop
+//! Measured on the farm families (docs/placement.md, *The warm wait, built*, *One held
+//! build per node it waits for* and *The room given back, and builders with no warm run
+//! yet*). The judgement is pure over the snapshot; the loop
 //! measures the tail and the wait and hands them over in the cycle's [`Wait`].
 
 use std::collections::{HashMap, VecDeque};
@@ -108,7 +113,11 @@ pub fn judge(
     let usage = snapshot.usage();
     let builder = headroom_collectors::builder_identity(&pod.pod.metadata, identity);
     let profile = usage.view.builder(builder.as_str())?;
-    let (cold, warm_run) = (profile.cold_run_s?, profile.warm_run_s?);
+    let cold = profile.cold_run_s?;
+    let warm_run = match profile.warm_run_s {
+        Some(w) => w,
+        None => cold * cluster_warm_ratio(&usage.view)?,
+    };
     let saves = cold - warm_run;
     if saves.is_nan() || saves <= 0.0 {
         return None;
@@ -142,6 +151,25 @@ pub fn judge(
     })
 }
 
+/// The median, over the builders whose runs include both, of their warm run length over
+/// their cold one: what a warm cache leaves of a run on this cluster, for a builder whose
+/// runs have all been on nodes new to it (it has a cold length and no warm one yet).
+/// `None` while no builder has both. Read only for such a builder's pod whose cycle chose
+/// a cold node inside its tail, so the walk over the profiles is rare.
+fn cluster_warm_ratio(view: &crate::analytics::UsageView) -> Option<f64> {
+    let mut ratios: Vec<f64> = view
+        .builders
+        .values()
+        .filter_map(|b| Some(b.warm_run_s? / b.cold_run_s?))
+        .filter(|r| r.is_finite() && *r >= 0.0)
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    ratios.sort_by(f64::total_cmp);
+    Some(ratios[ratios.len() / 2])
+}
+
 /// Seconds until `p` is expected to end: its builder's median run length (warm, else
 /// cold) less the time it has run since it started; 0 for one past it. `None` for a pod
 /// without a start time or a builder profile with run lengths (a service, a new builder).
@@ -169,7 +197,8 @@ const SLOTS: i64 = 48;
 /// the warm wait may add to (its p99 − p50). A histogram per slot of the window (bounded
 /// memory: 48 slots of 161 counts, whatever the pod rate; O(1) to record, O(buckets) to
 /// read), and the pods held in the window (no more than the tail's room), so that their
-/// placement does not count and the room stays spent, with the node each still waits for.
+/// placement does not count and the room stays spent unless they were placed within the
+/// p99, with the node each still waits for.
 #[derive(Debug)]
 pub struct QueueTail {
     slot_ms: i64,
@@ -233,12 +262,17 @@ impl QueueTail {
     }
 
     /// The pod `id` was placed at `at_ms` after waiting `waited`: counted unless it was
-    /// held (a held pod stays counted against the room until the window passes it, and
-    /// no longer awaits its node).
+    /// held. A held pod no longer awaits its node; it gives its room back when its wait
+    /// ended at or below the window's p99 (a wait there cannot raise the p99), else stays
+    /// counted against the room until the window passes it.
     pub fn placed(&mut self, id: &PodId, at_ms: i64, waited: Duration) {
         self.advance(at_ms);
-        if let Some(h) = self.held.get_mut(id) {
-            h.awaits = None;
+        if self.held.contains_key(id) {
+            if waited.as_secs_f64() <= self.quantile(0.99) {
+                self.held.remove(id);
+            } else if let Some(h) = self.held.get_mut(id) {
+                h.awaits = None;
+            }
             return;
         }
         let b = bucket(waited.as_secs_f64());
@@ -276,22 +310,28 @@ impl QueueTail {
     /// p99 − p50 of the waits counted in the window ending at the newest time seen; zero
     /// with none.
     pub fn spread(&self) -> Duration {
-        let n: u64 = self.totals.iter().sum();
-        if n == 0 {
+        if self.totals.iter().all(|c| *c == 0) {
             return Duration::ZERO;
         }
-        let quantile = |q: f64| {
-            let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
-            let mut seen = 0;
-            for (b, c) in self.totals.iter().enumerate() {
-                seen += c;
-                if seen >= rank {
-                    return value(b);
-                }
+        Duration::from_secs_f64((self.quantile(0.99) - self.quantile(0.50)).max(0.0))
+    }
+
+    /// The `q` quantile of the waits counted in the window, seconds (its bucket's value);
+    /// zero with none.
+    fn quantile(&self, q: f64) -> f64 {
+        let n: u64 = self.totals.iter().sum();
+        if n == 0 {
+            return 0.0;
+        }
+        let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (b, c) in self.totals.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return value(b);
             }
-            value(BUCKETS - 1)
-        };
-        Duration::from_secs_f64((quantile(0.99) - quantile(0.50)).max(0.0))
+        }
+        value(BUCKETS - 1)
     }
 
     /// Moves the window's end to `at_ms` (never back) and drops the slots and held pods
@@ -413,14 +453,24 @@ mod tests {
         assert!(t.tail_for(&id("h2")).as_secs() >= 55);
         t.held(&id("h2"), 2_000, "n2".into(), 60_000);
         assert_eq!(t.tail_for(&id("h3")), Duration::ZERO, "no room left");
-        // A pod already held keeps its tail, before and after it is placed.
+        // A pod already held keeps its tail.
         assert!(t.tail_for(&id("h1")).as_secs() >= 55);
-        t.placed(&id("h1"), 3_000, Duration::from_secs(30));
+        // h2 overran the p99 (100 s against 60 s): it stays counted against the room.
+        t.placed(&id("h2"), 3_000, Duration::from_secs(100));
         assert_eq!(
             t.tail_for(&id("h3")),
             Duration::ZERO,
-            "a held pod placed still counts"
+            "a held pod placed past the p99 still counts"
         );
+        // h1 was placed within the p99 (30 s): a wait there cannot raise it, so its room
+        // comes back and h3 may be held.
+        t.placed(&id("h1"), 3_000, Duration::from_secs(30));
+        assert!(
+            t.tail_for(&id("h3")).as_secs() >= 55,
+            "h1's room not given back"
+        );
+        // Neither held pod's wait was counted as a placement: the spread is as before.
+        assert!((t.spread().as_secs_f64() - 60.0).abs() < 5.0);
     }
 
     #[test]
@@ -451,6 +501,26 @@ mod tests {
         chosen: &str,
         awaited: &[&str],
     ) -> Option<WarmHold> {
+        judge_in(ran_s, waited_s, tail_s, chosen, awaited, None)
+    }
+
+    /// [`judged`] with a tail of 60 s and these builder profiles instead of b's (c's,
+    /// with no run lengths, is added: `r`'s builder).
+    fn judged_with(
+        ran_s: i64,
+        profiles: Vec<crate::analytics::BuilderProfile>,
+    ) -> Option<WarmHold> {
+        judge_in(ran_s, 0, 60, "node-b", &[], Some(profiles))
+    }
+
+    fn judge_in(
+        ran_s: i64,
+        waited_s: u64,
+        tail_s: u64,
+        chosen: &str,
+        awaited: &[&str],
+        profiles: Option<Vec<crate::analytics::BuilderProfile>>,
+    ) -> Option<WarmHold> {
         use crate::plugins::testutil::{NOW_MS, info, node, pod, profile, with_usage};
         use serde_json::json;
         let annotated = |name: &str, builder: &str, extra: serde_json::Value| {
@@ -465,11 +535,14 @@ mod tests {
             json!({"spec": {"nodeName": "node-a"}, "status": {"startTime": start.to_string()}}),
         );
         let snap = Snapshot::build([node("node-a", json!({})), node("node-b", json!({}))], [r]);
-        let mut b = profile("b", 1.0, 1e9);
-        (b.cold_run_s, b.warm_run_s) = (Some(600.0), Some(300.0));
+        let profiles = profiles.unwrap_or_else(|| {
+            let mut b = profile("b", 1.0, 1e9);
+            (b.cold_run_s, b.warm_run_s) = (Some(600.0), Some(300.0));
+            vec![b]
+        });
         let mut c = profile("c", 1.0, 1e9);
         c.warm_run_s = Some(300.0);
-        let snap = with_usage(snap, vec![], vec![b, c]);
+        let snap = with_usage(snap, vec![], profiles.into_iter().chain([c]).collect());
         let p = info(annotated("p", "b", json!({})));
         let wait = Wait {
             waited: Duration::from_secs(waited_s),
@@ -508,6 +581,35 @@ mod tests {
         // Another held pod already waits for node-a: its build frees room for one.
         assert!(judged_awaiting(250, 0, 60, "node-b", &["node-a"]).is_none());
         assert!(judged_awaiting(250, 0, 60, "node-b", &["node-c"]).is_some());
+    }
+
+    #[test]
+    fn a_builder_with_no_warm_run_yet_is_judged_by_the_clusters_warm_ratio() {
+        use crate::plugins::testutil::profile;
+        // b has run only on nodes new to it (cold 600 s); c's warm runs take half its
+        // cold ones, d's a quarter, e's three quarters: the median ratio is 1/2, so b's
+        // warm cache is expected to save 300 s.
+        let with = |cold: Option<f64>, warm: Option<f64>, others: &[(f64, f64)]| {
+            let mut b = profile("b", 1.0, 1e9);
+            (b.cold_run_s, b.warm_run_s) = (cold, warm);
+            let mut v = vec![b];
+            for (i, &(c, w)) in others.iter().enumerate() {
+                let mut o = profile(&format!("o{i}"), 1.0, 1e9);
+                (o.cold_run_s, o.warm_run_s) = (Some(c), Some(w));
+                v.push(o);
+            }
+            v
+        };
+        let three = [(400.0, 200.0), (400.0, 100.0), (400.0, 300.0)];
+        let h = judged_with(250, with(Some(600.0), None, &three)).expect("held");
+        assert_eq!(h.saves_seconds, 300.0);
+        // Its own warm runs, once it has them, take over (here they save 100 s: r's
+        // 50 s left is still worth waiting for).
+        let own = judged_with(250, with(Some(600.0), Some(500.0), &three)).expect("held");
+        assert_eq!(own.saves_seconds, 100.0);
+        // No builder has both lengths yet, or b has no cold run: nothing to go by.
+        assert!(judged_with(250, with(Some(600.0), None, &[])).is_none());
+        assert!(judged_with(250, with(None, None, &three)).is_none());
     }
 
     #[test]

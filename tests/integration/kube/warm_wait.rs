@@ -31,10 +31,10 @@ pub(super) fn build(name: &str, builder: &str, cpu: &str, on: Option<(&str, i64)
     p
 }
 
-/// A store holding runs of builder `b` (cold runs of 600 s, warm ones of 300 s: a warm
-/// cache saves 300 s) and of builder `c` (runs of 300 s), and `b`'s placement history:
-/// `history`, most recent first.
-fn store_with_runs(history: &[&str]) -> Store {
+/// A store holding runs of builder `b` (cold runs of 600 s and, with `b_warm`, warm ones of
+/// 300 s: a warm cache saves 300 s) and of builder `c` (a cold run of 600 s, a warm one of
+/// 300 s), and `b`'s placement history: `history`, most recent first.
+fn store_with_runs(history: &[&str], b_warm: bool) -> Store {
     let store = Store::open_temporary(StoreConfig::default()).unwrap();
     let now = headroom::kube::now_ms();
     let s = UsageSummary {
@@ -59,12 +59,14 @@ fn store_with_runs(history: &[&str]) -> Store {
         };
         store.put_run(builder, &run).unwrap();
     };
-    // b: cold on node-z, cold on node-a, warm on node-a twice.
+    // b: cold on node-z, cold on node-a, then (b_warm) warm on node-a twice.
     put("b", "b1", "node-z", 8, 600);
     put("b", "b2", "node-a", 6, 600);
-    put("b", "b3", "node-a", 4, 300);
-    put("b", "b4", "node-a", 2, 300);
-    put("c", "c1", "node-a", 5, 300);
+    if b_warm {
+        put("b", "b3", "node-a", 4, 300);
+        put("b", "b4", "node-a", 2, 300);
+    }
+    put("c", "c1", "node-a", 5, 600);
     put("c", "c2", "node-a", 3, 300);
     for node in history.iter().rev() {
         store.record_placement("b", node).unwrap();
@@ -74,7 +76,7 @@ fn store_with_runs(history: &[&str]) -> Store {
 }
 
 /// Two 4-CPU nodes. node-a runs `r` of builder `c` (3.5 CPU), started 295 s ago: its
-/// runs take 300 s, so it is expected to end any moment. The queue first gets a tail:
+/// warm runs take 300 s, so it is expected to end any moment. The queue first gets a tail:
 /// `w1`–`w4` (10m each) placed at once, `slow1`–`slow3` (900m each) only after `k` (3.5
 /// CPU on node-b) is deleted 8 s later: p99 − p50 of the waits is 8 s, and three pods of
 /// seven waited, room above the p99 for two held ones. Then `p` of builder `b` (1 CPU,
@@ -83,6 +85,15 @@ fn store_with_runs(history: &[&str]) -> Store {
 async fn scene(
     section: &str,
     history: &[&str],
+) -> (Fake, super::Running, Option<String>, Vec<FakeKubelet>) {
+    scene_with(section, history, true).await
+}
+
+/// [`scene`], where `b` has warm runs only when `b_warm`.
+async fn scene_with(
+    section: &str,
+    history: &[&str],
+    b_warm: bool,
 ) -> (Fake, super::Running, Option<String>, Vec<FakeKubelet>) {
     let fake = Fake::start().await;
     let ka = FakeKubelet::start("node-a", 0.5, GI).await;
@@ -99,16 +110,18 @@ async fn scene(
     let s = start(
         &fake,
         config(&base, section),
-        Some(store_with_runs(history)),
+        Some(store_with_runs(history, b_warm)),
     )
     .await;
     let deadline = Instant::now() + Duration::from_secs(20);
     // The builders' profiles, with their run lengths, reach the view and /builders.
     loop {
         let b = get_json(&s.url("/builders/b")).await;
-        if b["profile"]["cold_run_s"].is_number() {
+        let c = get_json(&s.url("/builders/c")).await;
+        if b["profile"]["cold_run_s"].is_number() && c["profile"]["warm_run_s"].is_number() {
             assert_eq!(b["profile"]["cold_run_s"], json!(600.0), "{b}");
-            assert_eq!(b["profile"]["warm_run_s"], json!(300.0), "{b}");
+            let warm = if b_warm { json!(300.0) } else { Value::Null };
+            assert_eq!(b["profile"]["warm_run_s"], warm, "{b}");
             break;
         }
         assert!(Instant::now() < deadline, "no profile for b: {b}");
@@ -207,6 +220,22 @@ async fn a_second_build_is_not_held_for_a_node_another_already_awaits_under_serv
     );
     assert_eq!(fake.node_of("default", "p"), None, "p no longer waits");
     r_ends_and_p_goes_warm(&fake).await;
+    s.stop().await;
+}
+
+/// `b` has run only on nodes new to it: no warm run length of its own. The cluster's
+/// other builder with both (`c`: 600 s cold, 300 s warm) says a warm cache leaves half a
+/// run, so `b`'s is expected to save 300 s of its 600 s, and `p` waits for node-a as in
+/// [`a_returning_builder_waits_for_its_warm_node_under_serve`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_builder_with_no_warm_run_yet_waits_by_the_clusters_warm_ratio_under_serve() {
+    let (_fake, s, at_once, _kubelets) = scene_with("", &["node-a"], false).await;
+    assert_eq!(at_once, None, "p was placed cold");
+    let e = get_json(&s.url("/explain/default/p")).await;
+    assert!(
+        e["notes"].to_string().contains("a warm cache saves 5m"),
+        "{e}"
+    );
     s.stop().await;
 }
 
