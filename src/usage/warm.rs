@@ -310,9 +310,6 @@ impl QueueTail {
     /// p99 − p50 of the waits counted in the window ending at the newest time seen; zero
     /// with none.
     pub fn spread(&self) -> Duration {
-        if self.totals.iter().all(|c| *c == 0) {
-            return Duration::ZERO;
-        }
         Duration::from_secs_f64((self.quantile(0.99) - self.quantile(0.50)).max(0.0))
     }
 
@@ -504,8 +501,8 @@ mod tests {
         judge_in(ran_s, waited_s, tail_s, chosen, awaited, None)
     }
 
-    /// [`judged`] with a tail of 60 s and these builder profiles instead of b's (c's,
-    /// with no run lengths, is added: `r`'s builder).
+    /// [`judged`] with a tail of 60 s and these builder profiles instead of b's (`r`'s
+    /// builder c, with a warm run length only, is added).
     fn judged_with(
         ran_s: i64,
         profiles: Vec<crate::analytics::BuilderProfile>,
@@ -586,9 +583,10 @@ mod tests {
     #[test]
     fn a_builder_with_no_warm_run_yet_is_judged_by_the_clusters_warm_ratio() {
         use crate::plugins::testutil::profile;
-        // b has run only on nodes new to it (cold 600 s); c's warm runs take half its
-        // cold ones, d's a quarter, e's three quarters: the median ratio is 1/2, so b's
-        // warm cache is expected to save 300 s.
+        // b has run only on nodes new to it (cold 600 s); o0's warm runs take half its
+        // cold ones, o1's a quarter, o2's three quarters (c, with no cold length, does
+        // not count): the median ratio is 1/2, so b's warm cache is expected to save
+        // 300 s.
         let with = |cold: Option<f64>, warm: Option<f64>, others: &[(f64, f64)]| {
             let mut b = profile("b", 1.0, 1e9);
             (b.cold_run_s, b.warm_run_s) = (cold, warm);
