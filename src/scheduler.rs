@@ -618,6 +618,7 @@ fn set_usage_view(
     usage.calibration = derived.calibration;
     usage.shapes = derived.shapes;
     usage.whole = derived.whole;
+    usage.warm_ratio = derived.warm_ratio;
 }
 
 #[cfg(test)]

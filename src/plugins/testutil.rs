@@ -133,6 +133,8 @@ pub fn with_usage(
         ..Default::default()
     };
     let u = snap.usage_mut();
+    // What the scheduler derives from a new view and the plugins read beside it.
+    u.warm_ratio = crate::usage::warm::cluster_warm_ratio(&view);
     u.view = Arc::new(view);
     u.now_ms = NOW_MS;
     snap

@@ -140,7 +140,7 @@ impl RatioSamples {
 }
 
 /// What a new usage view gives the cycles besides itself, from one walk over the running
-/// pods ([`derive()`]).
+/// pods and one over the view's profiles ([`derive()`]).
 #[derive(Debug, Clone, Default)]
 pub struct Derived {
     /// The calibration of pods without a profile; `None` with fewer than
@@ -150,10 +150,14 @@ pub struct Derived {
     pub shapes: Arc<ShapeMix>,
     /// How many nodes the running big builds need kept whole (RealHeadroom's `keepWhole`).
     pub whole: WholeNeed,
+    /// The cluster's warm run length over the cold one, for builders with no warm run yet
+    /// (the warm wait's, [`super::warm::cluster_warm_ratio`]).
+    pub warm_ratio: Option<f64>,
 }
 
 /// The calibration, what the big builds need kept whole and, with `count_shapes`, the
-/// shape mix over the snapshot's running pods and the profiles of `view`. It reads every
+/// shape mix over the snapshot's running pods and the profiles of `view`, and the warm
+/// wait's cluster warm ratio over the profiles alone. It reads every
 /// pod (140 ms at 150,000 profiled pods, benches/README), so the scheduler computes it
 /// before taking the cache's lock.
 pub fn derive(
@@ -210,6 +214,7 @@ pub fn derive(
         calibration,
         shapes: Arc::new(shapes.finish()),
         whole: whole.finish(),
+        warm_ratio: super::warm::cluster_warm_ratio(view),
     }
 }
 

@@ -116,7 +116,7 @@ pub fn judge(
     let cold = profile.cold_run_s?;
     let warm_run = match profile.warm_run_s {
         Some(w) => w,
-        None => cold * cluster_warm_ratio(&usage.view)?,
+        None => cold * usage.warm_ratio?,
     };
     let saves = cold - warm_run;
     if saves.is_nan() || saves <= 0.0 {
@@ -154,9 +154,10 @@ pub fn judge(
 /// The median, over the builders whose runs include both, of their warm run length over
 /// their cold one: what a warm cache leaves of a run on this cluster, for a builder whose
 /// runs have all been on nodes new to it (it has a cold length and no warm one yet).
-/// `None` while no builder has both. Read only for such a builder's pod whose cycle chose
-/// a cold node inside its tail, so the walk over the profiles is rare.
-fn cluster_warm_ratio(view: &crate::analytics::UsageView) -> Option<f64> {
+/// `None` while no builder has both. Computed once per usage view, with the calibration
+/// ([`super::derive`]), and kept in the snapshot's usage context: a held pod is judged
+/// again at every retry against the same view.
+pub fn cluster_warm_ratio(view: &crate::analytics::UsageView) -> Option<f64> {
     let mut ratios: Vec<f64> = view
         .builders
         .values()

@@ -84,6 +84,9 @@ pub struct UsageContext {
     /// How many nodes the running big builds need kept whole (RealHeadroom's
     /// `keepWhole`), derived with each new view.
     pub whole: WholeNeed,
+    /// The median over the view's builders of warm run length over cold, derived with
+    /// each new view (the warm wait's expectation for a builder with no warm run yet).
+    pub warm_ratio: Option<f64>,
 }
 
 impl UsageContext {
