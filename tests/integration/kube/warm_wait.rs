@@ -86,14 +86,16 @@ async fn scene(
     section: &str,
     history: &[&str],
 ) -> (Fake, super::Running, Option<String>, Vec<FakeKubelet>) {
-    scene_with(section, history, true).await
+    scene_with(section, history, true, 3).await
 }
 
-/// [`scene`], where `b` has warm runs only when `b_warm`.
+/// [`scene`], where `b` has warm runs only when `b_warm`, and `slow` pods wait the 8 s
+/// (room above the p99 for `slow − 1` held ones).
 async fn scene_with(
     section: &str,
     history: &[&str],
     b_warm: bool,
+    slow: usize,
 ) -> (Fake, super::Running, Option<String>, Vec<FakeKubelet>) {
     let fake = Fake::start().await;
     let ka = FakeKubelet::start("node-a", 0.5, GI).await;
@@ -127,13 +129,14 @@ async fn scene_with(
         assert!(Instant::now() < deadline, "no profile for b: {b}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The queue's tail: four pods at once, three after 8 s.
+    // The queue's tail: four pods at once, `slow` after 8 s.
     const AT_ONCE: [&str; 4] = ["w1", "w2", "w3", "w4"];
-    const SLOW: [&str; 3] = ["slow1", "slow2", "slow3"];
+    let slow: Vec<String> = (1..=slow).map(|i| format!("slow{i}")).collect();
+    let slow: Vec<&str> = slow.iter().map(String::as_str).collect();
     for w in AT_ONCE {
         fake.put("pods", build(w, w, "10m", None));
     }
-    for w in SLOW {
+    for &w in &slow {
         fake.put("pods", build(w, w, "900m", None));
     }
     let bound = |f: &Fake, p: &str| f.node_of("default", p).is_some();
@@ -145,8 +148,8 @@ async fn scene_with(
     assert!(!bound(&fake, "slow1"), "slow1 bound with no room");
     fake.delete("pods", "default", "k");
     assert!(
-        within(10.0, || SLOW.iter().all(|w| bound(&fake, w))).await,
-        "slow1–slow3 not bound"
+        within(10.0, || slow.iter().all(|w| bound(&fake, w))).await,
+        "the slow pods not bound"
     );
     fake.put("pods", build("p", "b", "1", None));
     let decided = within(10.0, || {
@@ -229,13 +232,56 @@ async fn a_second_build_is_not_held_for_a_node_another_already_awaits_under_serv
 /// [`a_returning_builder_waits_for_its_warm_node_under_serve`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_builder_with_no_warm_run_yet_waits_by_the_clusters_warm_ratio_under_serve() {
-    let (_fake, s, at_once, _kubelets) = scene_with("", &["node-a"], false).await;
+    let (_fake, s, at_once, _kubelets) = scene_with("", &["node-a"], false, 3).await;
     assert_eq!(at_once, None, "p was placed cold");
     let e = get_json(&s.url("/explain/default/p")).await;
     assert!(
         e["notes"].to_string().contains("a warm cache saves 5m"),
         "{e}"
     );
+    s.stop().await;
+}
+
+/// A held build placed within the window's p99 gives its room back: its wait cannot raise
+/// the p99. With two pods of six waiting 8 s, the tail has room above the p99 for one
+/// held pod; `p` takes it, and is placed on node-a a second or two later, when `r` ends.
+/// Then `r2` of `c` (2.5 CPU, also expected to end any moment) runs on node-a beside `p`,
+/// and `p2` of `b` (1 CPU) arrives: only node-b fits, and `p2` is held for node-a too,
+/// on the room `p` gave back (were `p` still counted, `p2` would go cold to node-b at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_placed_within_the_p99_gives_its_room_back_under_serve() {
+    let (fake, s, at_once, _kubelets) = scene_with("", &["node-a"], true, 2).await;
+    assert_eq!(at_once, None, "p was placed cold");
+    r_ends_and_p_goes_warm(&fake).await;
+    fake.put("pods", build("r2", "c", "2500m", Some(("node-a", 295))));
+    // r2 reaches the scheduler's cache before p2 arrives (else p2 would fit node-a).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = get_json(&s.url("/nodes/node-a")).await;
+        if n["requested"]["cpuCores"].as_f64().is_some_and(|c| c >= 3.5) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "r2 not on node-a: {n}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    fake.put("pods", build("p2", "b", "1", None));
+    let held = within(10.0, || {
+        !events_for(&fake, "p2", "FailedScheduling").is_empty()
+            || fake.node_of("default", "p2").is_some()
+    })
+    .await;
+    assert!(held, "no decision for p2");
+    assert_eq!(
+        fake.node_of("default", "p2"),
+        None,
+        "p2 placed cold at once: p's room was not given back; {}",
+        get_json(&s.url("/explain/default/p2")).await
+    );
+    let failed = events_for(&fake, "p2", "FailedScheduling")[0]["note"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(failed.contains("usage.warmWait"), "{failed}");
     s.stop().await;
 }
 
