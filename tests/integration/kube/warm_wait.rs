@@ -258,7 +258,10 @@ async fn a_hold_placed_within_the_p99_gives_its_room_back_under_serve() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let n = get_json(&s.url("/nodes/node-a")).await;
-        if n["requested"]["cpuCores"].as_f64().is_some_and(|c| c >= 3.5) {
+        if n["requested"]["cpuCores"]
+            .as_f64()
+            .is_some_and(|c| c >= 3.5)
+        {
             break;
         }
         assert!(Instant::now() < deadline, "r2 not on node-a: {n}");
