@@ -151,7 +151,8 @@ pub struct Derived {
     /// How many nodes the running big builds need kept whole (RealHeadroom's `keepWhole`).
     pub whole: WholeNeed,
     /// The cluster's warm run length over the cold one, for builders with no warm run yet
-    /// (the warm wait's, [`super::warm::cluster_warm_ratio`]).
+    /// (the warm wait's, [`super::warm::cluster_warm_ratio`]); `None` with the warm wait
+    /// off.
     pub warm_ratio: Option<f64>,
 }
 
@@ -214,7 +215,12 @@ pub fn derive(
         calibration,
         shapes: Arc::new(shapes.finish()),
         whole: whole.finish(),
-        warm_ratio: super::warm::cluster_warm_ratio(view),
+        // Only the warm wait reads it: with it off, the walk over the profiles is saved.
+        warm_ratio: if policy.warm_wait.enabled {
+            super::warm::cluster_warm_ratio(view)
+        } else {
+            None
+        },
     }
 }
 

@@ -85,7 +85,8 @@ pub struct UsageContext {
     /// `keepWhole`), derived with each new view.
     pub whole: WholeNeed,
     /// The median over the view's builders of warm run length over cold, derived with
-    /// each new view (the warm wait's expectation for a builder with no warm run yet).
+    /// each new view (the warm wait's expectation for a builder with no warm run yet;
+    /// `None` with the warm wait off).
     pub warm_ratio: Option<f64>,
 }
 
