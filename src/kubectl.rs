@@ -77,8 +77,20 @@ pub enum PluginError {
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
     /// The API server cannot be reached.
-    #[error("cannot reach the API server: {0}")]
-    Unreachable(String),
+    #[error(
+        "cannot reach the API server {server}: {reason} - did you specify the right host or port? \
+         (kubeconfig {kubeconfig}{context})"
+    )]
+    Unreachable {
+        /// Its URL, as the kubeconfig names it.
+        server: String,
+        /// What went wrong (the connection refused, no answer, …).
+        reason: String,
+        /// The kubeconfig read (a path, or where kubectl looks).
+        kubeconfig: String,
+        /// `, context NAME` when one was named.
+        context: String,
+    },
     /// The Service does not exist.
     #[error(
         "headroom's Service {namespace}/{service} was not found: is headroom installed? (kubectl apply -k deploy/)"
@@ -168,7 +180,31 @@ fn page_through_proxy(cli: &PluginCli, text: &str) -> String {
     }
 }
 
-async fn client(cli: &PluginCli) -> Result<kube::Client, PluginError> {
+/// The API server a plugin call talks to, and how to name it in an error.
+struct Server {
+    client: kube::Client,
+    url: String,
+}
+
+impl Server {
+    fn unreachable(&self, cli: &PluginCli, reason: String) -> PluginError {
+        PluginError::Unreachable {
+            server: self.url.clone(),
+            reason,
+            kubeconfig: match &cli.kubeconfig {
+                Some(p) => p.display().to_string(),
+                None => std::env::var("KUBECONFIG").unwrap_or_else(|_| "~/.kube/config".into()),
+            },
+            context: cli
+                .context
+                .as_ref()
+                .map(|c| format!(", context {c}"))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+async fn client(cli: &PluginCli) -> Result<Server, PluginError> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let options = KubeConfigOptions {
         context: cli.context.clone(),
@@ -190,12 +226,17 @@ async fn client(cli: &PluginCli) -> Result<kube::Client, PluginError> {
     // kube-rs would retry 503 (the proxy's "no endpoints available") for a long while; the
     // user wants the answer now (seen on a real API server).
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| bad(&e))
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(|e| bad(&e))?;
+    Ok(Server {
+        client,
+        url: url.trim_end_matches('/').to_string(),
+    })
 }
 
 /// GET `path` of headroom's viewer listener through the API server's service proxy.
 async fn proxy_get(cli: &PluginCli, path: &str) -> Result<String, PluginError> {
-    let client = client(cli).await?;
+    let server = client(cli).await?;
     let url = format!(
         "/api/v1/namespaces/{}/services/http:{}:{}/proxy/{path}?format={}",
         cli.namespace,
@@ -205,17 +246,20 @@ async fn proxy_get(cli: &PluginCli, path: &str) -> Result<String, PluginError> {
     );
     let request = axum::http::Request::get(&url)
         .body(kube::client::Body::empty())
-        .map_err(|e| PluginError::Unreachable(e.to_string()))?;
-    let response = tokio::time::timeout(std::time::Duration::from_secs(15), client.send(request))
-        .await
-        .map_err(|_| PluginError::Unreachable("no answer within 15s".into()))?
-        .map_err(|e| PluginError::Unreachable(e.to_string()))?;
+        .map_err(|e| server.unreachable(cli, e.to_string()))?;
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        server.client.send(request),
+    )
+    .await
+    .map_err(|_| server.unreachable(cli, "no answer within 15s".into()))?
+    .map_err(|e| server.unreachable(cli, crate::cli::connection_failure(&e)))?;
     let status = response.status().as_u16();
     let bytes = response
         .into_body()
         .collect_bytes()
         .await
-        .map_err(|e| PluginError::Unreachable(e.to_string()))?;
+        .map_err(|e| server.unreachable(cli, crate::cli::connection_failure(&e)))?;
     let body = String::from_utf8_lossy(&bytes).into_owned();
     if let Some(e) = api_server_error(cli, status, &body) {
         return Err(e);

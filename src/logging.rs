@@ -11,13 +11,17 @@
 //! | 4 | trace | info |
 //! | 5 and more | trace | debug |
 //!
+//! Below 5, kube's client does not log each failed request itself (headroom reports those
+//! failures where it handles them, summarised; see [`Trouble`]).
+//!
 //! Without `-v`, `RUST_LOG` (a `tracing` filter such as `info,headroom::kube=debug`) is used
 //! when set; `-v` wins over it. Colour escapes are written only when stderr is a terminal
 //! and `NO_COLOR` is unset: a log file or a pod's log has none.
 //!
-//! A failure that repeats once per pod (a full disk under the store, an API server that
-//! refuses events) would otherwise write one warning per pod: [`Repeated`] lets the first
-//! through and then one per [`REPEAT_INTERVAL`] with the number held back in between.
+//! A failure that repeats once per pod or once per retry (a full disk under the store, an
+//! API server that is down or refuses events) would otherwise write one warning per pod or
+//! per retry: a [`Trouble`] logs when it starts, then one line per [`REPEAT_INTERVAL`] with
+//! the number held back in between, and when it ends.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
@@ -73,7 +77,7 @@ pub fn filter(verbosity: Option<u8>, rust_log: Option<&str>) -> Result<EnvFilter
     let directives = match (verbosity, rust_log) {
         (Some(v), _) => verbosity_directives(v),
         (None, Some(s)) if !s.trim().is_empty() => s.to_string(),
-        (None, _) => "info".to_string(),
+        (None, _) => format!("info,{QUIET_DEPENDENCIES}"),
     };
     EnvFilter::builder()
         .parse(&directives)
@@ -82,6 +86,12 @@ pub fn filter(verbosity: Option<u8>, rust_log: Option<&str>) -> Result<EnvFilter
             reason: e.to_string(),
         })
 }
+
+/// Lines of dependencies that headroom reports itself, where it handles what they are
+/// about: kube's client logs every failed request at ERROR ("failed with error client error
+/// (Connect)"), once per retry of every watch while the API server is down, and each of
+/// those failures reaches a [`Trouble`] of headroom's. Shown from `-v 5` on.
+const QUIET_DEPENDENCIES: &str = "kube_client::client::builder=off";
 
 /// The filter directives for `-v N` (the table in the module docs).
 fn verbosity_directives(v: u8) -> String {
@@ -92,11 +102,18 @@ fn verbosity_directives(v: u8) -> String {
         _ => ("trace", "debug"),
     };
     let mut s = deps.to_string();
+    if v < 5 {
+        s.push(',');
+        s.push_str(QUIET_DEPENDENCIES);
+    }
     for c in OWN_CRATES {
         s.push_str(&format!(",{c}={own}"));
     }
     s
 }
+
+/// The format [`init`] installed, once it has.
+static INSTALLED: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 
 /// Installs the process's log subscriber on stderr. A second call (tests in one process)
 /// keeps the first subscriber.
@@ -108,7 +125,7 @@ pub fn init(args: &LogArgs) -> Result<(), LoggingError> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
-    let _ = match args.log_format {
+    let installed = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder
             .json()
@@ -117,68 +134,225 @@ pub fn init(args: &LogArgs) -> Result<(), LoggingError> {
             .with_span_list(false)
             .try_init(),
     };
+    if installed.is_ok() {
+        let _ = INSTALLED.set(args.log_format);
+    }
     Ok(())
 }
 
-/// A failure that may repeat once per event: the first is logged, then at most one per
-/// interval, carrying how many were held back since the previous line.
+/// Writes a command's last words on stderr: through the log once [`init`] installed one (so
+/// that with `--log-format json` every line of stderr is JSON, the last one included), else
+/// as `error: …`/the plain line.
+pub fn last_words(level: tracing::Level, message: &str) {
+    match (INSTALLED.get(), level) {
+        (Some(_), tracing::Level::ERROR) => tracing::error!("{message}"),
+        (Some(_), _) => tracing::info!("{message}"),
+        (None, tracing::Level::ERROR) => eprintln!("error: {message}"),
+        (None, _) => eprintln!("{message}"),
+    }
+}
+
+/// A failure that may last (an API server that is down, a full disk, a refused write): the
+/// first failure is logged when it starts (WARN), then at most one line per interval while
+/// it lasts, carrying how many failures were held back and of which operations (WARN), and
+/// one line when it ends, saying for how long it lasted and how many attempts failed (INFO):
 ///
-/// Each call site owns one (the lock is its own, held for a few instructions).
+/// ```text
+/// WARN API server https://10.0.0.1:6443: watch of pods failed; retrying, one line every 30s while it lasts error=…
+/// WARN API server https://10.0.0.1:6443: still failing after 30s: 118 failures since the last line (watch of nodes 40, watch of pods 40, lease 38) error=…
+/// INFO API server https://10.0.0.1:6443: reachable again after 42s, 131 failed attempts
+/// ```
+///
+/// kube-scheduler's reflectors log one line per informer per backoff step; here every
+/// caller that meets the same trouble shares one [`Trouble`], so a dozen watches, the
+/// lease and the binds failing together write one line per interval between them.
+///
+/// Each owner keeps one (its lock is its own, held for a few instructions).
 #[derive(Debug)]
-pub struct Repeated {
+pub struct Trouble {
+    subject: String,
+    again: &'static str,
     interval: Duration,
-    state: Mutex<RepeatState>,
+    state: Mutex<TroubleState>,
 }
 
 #[derive(Debug, Default)]
-struct RepeatState {
-    last_logged: Option<Instant>,
-    held_back: u64,
+struct TroubleState {
+    /// When the current trouble began (`None`: no trouble).
+    since: Option<Instant>,
+    last_line: Option<Instant>,
+    /// Failures since it began.
+    total: u64,
+    /// Failures since the last line, by operation.
+    held_back: Vec<(String, u64)>,
 }
 
-impl Default for Repeated {
-    fn default() -> Self {
-        Repeated::new(REPEAT_INTERVAL)
+/// The operations a [`Trouble`]'s summary line names one by one; the rest are summed.
+const SHOWN_OPS: usize = 4;
+
+/// What [`Trouble::failed`] or [`Trouble::ok`] wrote to the log (for tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TroubleLine {
+    /// Nothing: the failure was counted towards the next line.
+    Quiet,
+    /// The trouble started.
+    Started,
+    /// Still failing: `held_back` failures since the previous line.
+    Still {
+        /// Failures counted since the previous line.
+        held_back: u64,
+    },
+    /// The trouble ended after `failures` failed attempts over `lasted`.
+    Ended {
+        /// How long it lasted.
+        lasted: Duration,
+        /// Failed attempts from its start.
+        failures: u64,
+    },
+}
+
+impl Trouble {
+    /// A trouble about `subject` (`API server https://…`, `the store at /var/lib/headroom`),
+    /// whose end is logged as "`subject`: `again` after …" (`reachable again`,
+    /// `writing again`), with one line per [`REPEAT_INTERVAL`] at most while it lasts.
+    pub fn new(subject: impl Into<String>, again: &'static str) -> Trouble {
+        Trouble::with_interval(subject, again, REPEAT_INTERVAL)
     }
-}
 
-impl Repeated {
-    /// One line per `interval` at most.
-    pub fn new(interval: Duration) -> Repeated {
-        Repeated {
+    /// As [`Trouble::new`], with another interval between lines.
+    pub fn with_interval(
+        subject: impl Into<String>,
+        again: &'static str,
+        interval: Duration,
+    ) -> Trouble {
+        Trouble {
+            subject: subject.into(),
+            again,
             interval,
-            state: Mutex::new(RepeatState::default()),
+            state: Mutex::new(TroubleState::default()),
         }
     }
 
-    /// Counts a failure at `now`. `Some(n)` when this one is to be logged, `n` being the
-    /// failures held back since the previous line (0 for the first); `None` to stay quiet.
-    pub fn failure(&self, now: Instant) -> Option<u64> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    /// What this trouble is about.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// Whether a trouble is going on (a failure not yet followed by a success).
+    pub fn ongoing(&self) -> bool {
+        self.lock().since.is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TroubleState> {
+        // A panic elsewhere while holding this lock left counters only: keep counting.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a failure of `op` (`watch of pods`, `bind`) at `now`, and logs it when it
+    /// starts a trouble or an interval has passed since the previous line.
+    pub fn failed(&self, now: Instant, op: &str, error: &dyn std::fmt::Display) -> TroubleLine {
+        let mut s = self.lock();
+        s.total += 1;
+        match s.held_back.iter_mut().find(|(o, _)| o == op) {
+            Some((_, n)) => *n += 1,
+            None => s.held_back.push((op.to_string(), 1)),
+        }
+        let Some(since) = s.since else {
+            s.since = Some(now);
+            s.last_line = Some(now);
+            s.held_back.clear();
+            drop(s);
+            tracing::warn!(
+                subject = %self.subject,
+                op,
+                error = %error,
+                "{}: {op} failed; retrying, one line every {}s while it lasts",
+                self.subject,
+                self.interval.as_secs()
+            );
+            return TroubleLine::Started;
+        };
         let due = s
-            .last_logged
+            .last_line
             .is_none_or(|t| now.saturating_duration_since(t) >= self.interval);
-        if due {
-            s.last_logged = Some(now);
-            Some(std::mem::take(&mut s.held_back))
-        } else {
-            s.held_back += 1;
-            None
+        if !due {
+            return TroubleLine::Quiet;
         }
+        s.last_line = Some(now);
+        let mut ops = std::mem::take(&mut s.held_back);
+        let held_back: u64 = ops.iter().map(|(_, n)| n).sum();
+        // The busiest first; a long tail (a dozen watches) as one count.
+        ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut by_op = ops
+            .iter()
+            .take(SHOWN_OPS)
+            .map(|(o, n)| format!("{o} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if ops.len() > SHOWN_OPS {
+            let rest: u64 = ops[SHOWN_OPS..].iter().map(|(_, n)| n).sum();
+            by_op.push_str(&format!(
+                " and {rest} of {} other operations",
+                ops.len() - SHOWN_OPS
+            ));
+        }
+        let lasted = now.saturating_duration_since(since);
+        drop(s);
+        tracing::warn!(
+            subject = %self.subject,
+            op,
+            error = %error,
+            held_back,
+            for_s = lasted.as_secs(),
+            "{}: still failing after {}s: {held_back} failures since the last line ({by_op})",
+            self.subject,
+            lasted.as_secs()
+        );
+        TroubleLine::Still { held_back }
     }
 
-    /// Counts a success. `Some(n)` when `n` failures were held back since the last line: the
-    /// caller logs that the trouble is over, so no failure goes uncounted in the log.
-    pub fn success(&self) -> Option<u64> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::take(&mut s.held_back) {
-            0 => None,
-            n => Some(n),
-        }
+    /// Counts a success at `now`: if a trouble was going on, logs its end.
+    pub fn ok(&self, now: Instant) -> TroubleLine {
+        let mut s = self.lock();
+        let Some(since) = s.since.take() else {
+            return TroubleLine::Quiet;
+        };
+        let failures = std::mem::take(&mut s.total);
+        s.held_back.clear();
+        s.last_line = None;
+        let lasted = now.saturating_duration_since(since);
+        drop(s);
+        tracing::info!(
+            subject = %self.subject,
+            failures,
+            for_s = lasted.as_secs(),
+            "{}: {} after {}s, {failures} failed attempts",
+            self.subject,
+            self.again,
+            lasted.as_secs()
+        );
+        TroubleLine::Ended { lasted, failures }
     }
 }
 
-/// `tokio`'s clock as an [`Instant`], so a paused test clock drives [`Repeated`] too.
+/// An error with the errors behind it (`source()`), each once: "ServiceError: client error
+/// (Connect): tcp connect error: Connection refused (os error 111)". kube's and hyper's
+/// errors say what failed at the top and why only further down.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// `tokio`'s clock as an [`Instant`], so a paused test clock drives [`Trouble`] too.
 pub fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -188,42 +362,95 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_first_failure_is_logged_then_one_per_interval_with_the_count() {
-        let r = Repeated::new(Duration::from_secs(30));
+    fn a_trouble_is_logged_when_it_starts_once_per_interval_and_when_it_ends() {
+        let t = Trouble::with_interval("API server x", "reachable again", Duration::from_secs(30));
         let t0 = Instant::now();
-        assert_eq!(r.failure(t0), Some(0));
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(!t.ongoing());
+        assert_eq!(t.ok(t0), TroubleLine::Quiet);
+        assert_eq!(
+            t.failed(t0, "watch of pods", &"refused"),
+            TroubleLine::Started
+        );
+        assert!(t.ongoing());
         for i in 1..=99 {
-            assert_eq!(r.failure(t0 + Duration::from_millis(i * 100)), None);
+            let op = if i % 2 == 0 { "watch of pods" } else { "lease" };
+            assert_eq!(t.failed(at(i * 100), op, &"refused"), TroubleLine::Quiet);
         }
-        // 29.9 s later still quiet, at 30 s the line carries the 100 held back.
-        assert_eq!(r.failure(t0 + Duration::from_millis(29_900)), None);
-        assert_eq!(r.failure(t0 + Duration::from_secs(30)), Some(100));
-        assert_eq!(r.failure(t0 + Duration::from_secs(31)), None);
-        // A success reports what was held back once, then nothing.
-        assert_eq!(r.success(), Some(1));
-        assert_eq!(r.success(), None);
-        // The interval still runs from the last line.
-        assert_eq!(r.failure(t0 + Duration::from_secs(40)), None);
-        assert_eq!(r.failure(t0 + Duration::from_secs(60)), Some(1));
+        // 29.9 s later still quiet, at 30 s the line carries the 100 since the first.
+        assert_eq!(
+            t.failed(at(29_900), "lease", &"refused"),
+            TroubleLine::Quiet
+        );
+        assert_eq!(
+            t.failed(at(30_000), "lease", &"refused"),
+            TroubleLine::Still { held_back: 101 }
+        );
+        assert_eq!(
+            t.failed(at(31_000), "lease", &"refused"),
+            TroubleLine::Quiet
+        );
+        // The end carries every failure since the start.
+        assert_eq!(
+            t.ok(at(42_000)),
+            TroubleLine::Ended {
+                lasted: Duration::from_secs(42),
+                failures: 103
+            }
+        );
+        assert!(!t.ok(at(43_000)).eq(&TroubleLine::Started));
+        assert_eq!(t.ok(at(43_000)), TroubleLine::Quiet);
+        // A new trouble starts afresh.
+        assert_eq!(
+            t.failed(at(44_000), "lease", &"refused"),
+            TroubleLine::Started
+        );
+        assert_eq!(
+            t.ok(at(45_000)),
+            TroubleLine::Ended {
+                lasted: Duration::from_secs(1),
+                failures: 1
+            }
+        );
+    }
+
+    #[test]
+    fn an_error_chain_names_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Outer(#[source] std::io::Error);
+        assert_eq!(error_chain(&Outer(io)), "client error (Connect): refused");
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped: {0}")]
+        struct Same(#[source] std::io::Error);
+        let io = std::io::Error::other("disk full");
+        assert_eq!(error_chain(&Same(io)), "wrapped: disk full");
     }
 
     #[test]
     fn verbosity_maps_onto_levels_and_wins_over_rust_log() {
         assert_eq!(
             verbosity_directives(0),
-            "info,headroom=info,headroom_collectors=info,headroom_storage=info"
+            "info,kube_client::client::builder=off,headroom=info,headroom_collectors=info,headroom_storage=info"
         );
-        assert!(verbosity_directives(2).starts_with("info,headroom=debug"));
-        assert!(verbosity_directives(4).starts_with("info,headroom=trace"));
+        assert!(verbosity_directives(2).contains(",headroom=debug"));
+        assert!(verbosity_directives(4).contains(",headroom=trace"));
         assert!(verbosity_directives(7).starts_with("debug,headroom=trace"));
+        assert!(!verbosity_directives(7).contains("=off"));
         let f = filter(Some(2), Some("warn")).unwrap().to_string();
         assert!(f.contains("headroom=debug"), "{f}");
         let f = filter(None, Some("warn,headroom::kube=trace"))
             .unwrap()
             .to_string();
         assert!(f.contains("headroom::kube=trace"), "{f}");
-        assert_eq!(filter(None, None).unwrap().to_string(), "info");
-        assert_eq!(filter(None, Some("  ")).unwrap().to_string(), "info");
+        let default = filter(None, None).unwrap().to_string();
+        assert!(
+            default.contains("kube_client::client::builder=off"),
+            "{default}"
+        );
+        assert!(default.contains("info"), "{default}");
+        assert_eq!(filter(None, Some("  ")).unwrap().to_string(), default);
     }
 
     #[test]

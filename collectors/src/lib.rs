@@ -10,6 +10,7 @@
 //! for builder identity and a shared [`Metrics`] handle.
 
 pub mod config;
+mod errlog;
 pub mod error;
 mod http;
 pub mod identity;
@@ -131,39 +132,12 @@ impl SeriesWriter {
     }
 }
 
-/// Logs each (subject, reason) failure once while it persists, and once when it clears,
-/// instead of every cycle: a missing recording rule must not flood the log.
-#[derive(Default)]
-struct ErrorLog {
-    active: HashSet<(String, &'static str)>,
-}
-
-impl ErrorLog {
-    fn cycle(&mut self, source: SourceKind, errors: &[(String, CollectError)]) {
-        let now: HashSet<(String, &'static str)> = errors
-            .iter()
-            .map(|(s, e)| (s.clone(), e.reason()))
-            .collect();
-        for (subject, err) in errors {
-            if self.active.contains(&(subject.clone(), err.reason())) {
-                tracing::debug!(%source, %subject, reason = err.reason(), error = %err, "collection still failing");
-            } else {
-                tracing::warn!(%source, %subject, reason = err.reason(), error = %err, "collection failed");
-            }
-        }
-        for (subject, reason) in self.active.difference(&now) {
-            tracing::info!(%source, %subject, reason, "collection recovered");
-        }
-        self.active = now;
-    }
-}
-
 struct SourceRunner {
     kind: SourceKind,
     source: SourceImpl,
     interval: Duration,
     writer: SeriesWriter,
-    log: ErrorLog,
+    log: errlog::ErrorLog,
     runs: Option<RunTracker>,
     backfill: Option<Duration>,
 }
@@ -274,7 +248,7 @@ impl SourceRunner {
         for (_, e) in &batch.errors {
             shared.metrics.count_error(self.kind, e);
         }
-        self.log.cycle(self.kind, &batch.errors);
+        self.log.cycle(self.kind, &batch.errors, Instant::now());
         shared.metrics.add_samples(self.kind, written as u64);
         shared.metrics.inc_cycles(self.kind);
         SourceReport {
@@ -331,7 +305,7 @@ impl Collectors {
                 source,
                 interval,
                 writer: SeriesWriter::default(),
-                log: ErrorLog::default(),
+                log: errlog::ErrorLog::default(),
                 runs: tracker(kind),
                 backfill,
             })

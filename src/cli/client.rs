@@ -20,11 +20,14 @@ pub enum ExplainError {
         reason: String,
     },
     /// The server could not be reached or did not answer.
-    #[error("cannot reach headroom at {url}: {reason}")]
+    #[error(
+        "cannot reach headroom at {url}: {reason} - is `headroom serve` (or `headroom simulate --serve`) \
+         listening there? (--server, or $HEADROOM_SERVER)"
+    )]
     Unreachable {
         /// The URL asked.
         url: String,
-        /// The transport error.
+        /// What went wrong, and what to check (the connection refused, no answer, …).
         reason: String,
     },
     /// The server has no decision for the pod.
@@ -138,7 +141,7 @@ fn fetch_api(
     runtime.block_on(async {
         let unreachable = |e: reqwest::Error| ExplainError::Unreachable {
             url: url.clone(),
-            reason: e.to_string(),
+            reason: connection_failure(&e),
         };
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
@@ -154,6 +157,38 @@ fn fetch_api(
         let body = response.text().await.map_err(unreachable)?;
         api_answer(&url, status, body)
     })
+}
+
+/// What a failed connection came to, in words an operator acts on, as kubectl puts them
+/// ("the connection was refused", "no answer", the host name not found, the certificate not
+/// trusted), from the error and the errors behind it; else the whole chain.
+pub(crate) fn connection_failure(e: &(dyn std::error::Error + 'static)) -> String {
+    let chain = crate::logging::error_chain(e);
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    return "the connection was refused".to_string();
+                }
+                std::io::ErrorKind::TimedOut => return "no answer (timed out)".to_string(),
+                _ => {}
+            }
+        }
+        source = s.source();
+    }
+    let lower = chain.to_ascii_lowercase();
+    if lower.contains("connection refused") {
+        "the connection was refused".to_string()
+    } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
+        format!("the host name does not resolve ({chain})")
+    } else if lower.contains("certificate") || lower.contains("unknownissuer") {
+        format!("its TLS certificate is not trusted ({chain}): check the CA")
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        "no answer (timed out)".to_string()
+    } else {
+        chain
+    }
 }
 
 /// The `format` query parameter of the inspection API for `output`.

@@ -37,7 +37,7 @@ pub use args::{
 pub use client::{
     Access, ExplainError, fetch_advice, fetch_explanation, fetch_explanation_with, parse_pod_arg,
 };
-pub(crate) use client::{api_answer, format_param};
+pub(crate) use client::{api_answer, connection_failure, format_param};
 pub use error::CliError;
 pub(crate) use explain::print_fetched;
 
@@ -47,12 +47,13 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 /// The one place a command's outcome becomes the process exit code: a failure is printed
-/// as `error: {message}` on standard error and exits with [`CliError::exit_code`].
+/// as `error: {message}` on standard error (a log line, JSON with `--log-format json`, once
+/// the command has set up its log) and exits with [`CliError::exit_code`].
 fn exit(outcome: Result<ExitCode, CliError>) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::logging::last_words(tracing::Level::ERROR, &e.to_string());
             ExitCode::from(e.exit_code())
         }
     }

@@ -22,6 +22,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         extender_only,
         log,
     } = args;
+    // First, so that every line on stderr, an error about the configuration included, is
+    // in the format asked for.
+    crate::logging::init(&log)?;
     // Validated once the flags are applied: they win over the file (and `--listen
     // 127.0.0.1:…` is what makes `serve.security.mode: none` acceptable).
     let origin = config
@@ -61,17 +64,18 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         config.serve.api_listen = a.to_string();
     }
     crate::plugins::validate_config_in(&config, &origin)?;
-    crate::logging::init(&log)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(CliError::ServeRuntime)?;
     runtime.block_on(async move {
-        let client = crate::kube::client::client(kubeconfig.as_deref(), context.as_deref())
-            .await
-            .map_err(CliError::Connect)?;
+        let (client, server) =
+            crate::kube::client::client(kubeconfig.as_deref(), context.as_deref())
+                .await
+                .map_err(CliError::Connect)?;
         let mut opts = crate::kube::serve::ServeOptions::new(config, client);
+        opts.server = server;
         opts.data_dir = data_dir;
         let report = crate::kube::serve::run(opts, shutdown_signal())
             .await
@@ -79,9 +83,14 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
                 crate::kube::Error::Config(e) => CliError::Config(e),
                 e => CliError::Serve(e),
             })?;
-        eprintln!(
-            "headroom serve stopped: {} pods bound, {} unschedulable attempts, {} bind errors",
-            report.scheduling.bound, report.scheduling.unschedulable, report.scheduling.bind_errors
+        crate::logging::last_words(
+            tracing::Level::INFO,
+            &format!(
+                "headroom serve stopped: {} pods bound, {} unschedulable attempts, {} bind errors",
+                report.scheduling.bound,
+                report.scheduling.unschedulable,
+                report.scheduling.bind_errors
+            ),
         );
         Ok(ExitCode::SUCCESS)
     })

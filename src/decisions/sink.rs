@@ -17,7 +17,7 @@ use super::channel::{Decided, DecisionReceiver, Record};
 use super::log::{DecisionLog, LoggedDecision};
 use super::{OutcomeHandler, Settled};
 use crate::framework::Outcome;
-use crate::logging::Repeated;
+use crate::logging::Trouble;
 use crate::metrics::{Metrics, PlacementCache};
 
 /// Records taken from the channel per batch.
@@ -33,6 +33,8 @@ pub struct Sink {
     pub log: Arc<DecisionLog>,
     /// Explanations and the placement history go here; `None`: nowhere.
     pub store: Option<Store>,
+    /// Where the store's failures are logged (shared with its maintenance).
+    pub trouble: Arc<Trouble>,
     /// "Now", ms since the epoch, for a decision that carries no time.
     pub clock: crate::clock::Clock,
     /// What the mode does with each settled decision; `None`: nothing.
@@ -87,7 +89,7 @@ pub async fn run_decision_sink(
 ) -> SinkReport {
     let mut report = SinkReport::default();
     let mut batch: Vec<Record> = Vec::with_capacity(BATCH);
-    let failures = Arc::new(Repeated::default());
+    let failures = sink.trouble.clone();
     tokio::pin!(shutdown);
     let mut closing = false;
     loop {
@@ -160,7 +162,7 @@ fn take_batch(
 async fn handle_batch(
     sink: &Sink,
     items: Vec<Item>,
-    failures: &Arc<Repeated>,
+    failures: &Arc<Trouble>,
     report: &mut SinkReport,
 ) {
     let mut stored: Vec<Stored> = (0..items.len()).map(|_| Stored::Nothing).collect();
@@ -276,7 +278,7 @@ struct Written {
 fn persist(
     store: &Store,
     jobs: &[Job],
-    failures: &Repeated,
+    failures: &Trouble,
     now: std::time::Instant,
 ) -> (Vec<Stored>, Written) {
     let mut w = Written::default();
@@ -300,7 +302,7 @@ fn persist(
 fn store_decision(
     store: &Store,
     r: &LoggedDecision,
-    failures: &Repeated,
+    failures: &Trouble,
     now: std::time::Instant,
     w: &mut Written,
 ) -> Option<bool> {
@@ -309,9 +311,7 @@ fn store_decision(
             Ok(history) => Some(history.iter().any(|n| n == node)),
             Err(e) => {
                 w.errors += 1;
-                if let Some(held_back) = failures.failure(now) {
-                    tracing::warn!(error = %e, builder, held_back, "reading placement history failed");
-                }
+                failures.failed(now, "reading a placement history", &e);
                 None
             }
         },
@@ -333,15 +333,12 @@ fn store_decision(
     match written {
         Ok(()) => {
             w.stored += 1;
-            if let Some(held_back) = failures.success() {
-                tracing::info!(held_back, "storing decisions works again");
-            }
+            failures.ok(now);
         }
         Err(e) => {
             w.errors += 1;
-            if let Some(held_back) = failures.failure(now) {
-                tracing::warn!(error = %e, pod = %r.decision.key(), held_back, "storing a decision failed");
-            }
+            tracing::debug!(error = %e, pod = %r.decision.key(), "storing a decision failed");
+            failures.failed(now, "storing a decision", &e);
         }
     }
     warm
@@ -353,7 +350,7 @@ fn record_placement(
     store: &Store,
     builder: &str,
     node: &str,
-    failures: &Repeated,
+    failures: &Trouble,
     now: std::time::Instant,
     w: &mut Written,
 ) -> Option<Vec<String>> {
@@ -364,9 +361,7 @@ fn record_placement(
         }
         Err(e) => {
             w.errors += 1;
-            if let Some(held_back) = failures.failure(now) {
-                tracing::warn!(%builder, error = %e, held_back, "recording the placement failed");
-            }
+            failures.failed(now, "recording a placement", &e);
             None
         }
     }
@@ -441,6 +436,7 @@ mod tests {
             metrics: Arc::new(Metrics::default()),
             log: log.clone(),
             store: Some(store.clone()),
+            trouble: Arc::new(Trouble::new("the store", "writing again")),
             clock: crate::clock::Clock::from_fn(|| 5),
             handler: Some(handler.clone()),
         };

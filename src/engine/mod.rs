@@ -33,7 +33,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use headroom_storage::{MaintenanceConfig, MaintenanceReport, MaintenanceStats, Store};
+use headroom_storage::{
+    FlushStats, MaintenanceConfig, MaintenanceReport, MaintenanceStats, MaintenanceTarget, Store,
+};
 use tokio::sync::{Notify, watch};
 
 use crate::analytics::{self, UsageView};
@@ -43,6 +45,7 @@ use crate::cluster::{ClusterState, FeedStats, NodeObserver};
 use crate::config::{Config, ConfigError};
 use crate::decisions::{DecisionLog, OutcomeHandler, Sink, SinkReport};
 use crate::framework::BindPlugin;
+use crate::logging::Trouble;
 use crate::metrics::{MeteredBinder, Metrics, MetricsOptions};
 use crate::plugins::PluginDeps;
 use crate::queue::{ClusterEvent, SchedulingQueue};
@@ -141,6 +144,9 @@ pub struct Engine {
     deps: PluginDeps,
     metrics: Arc<Metrics>,
     store: Option<Store>,
+    /// The store's failures (decision writes, flushes, retention passes), logged when they
+    /// start, once per interval while they last, and when they end.
+    store_trouble: Arc<Trouble>,
     log: Arc<DecisionLog>,
     view: watch::Sender<Arc<UsageView>>,
     refresh_trigger: Arc<Notify>,
@@ -224,6 +230,13 @@ impl Engine {
             cluster,
             deps,
             metrics,
+            store_trouble: Arc::new(Trouble::new(
+                match parts.store.as_ref().and_then(Store::path) {
+                    Some(p) => format!("the store at {}", p.display()),
+                    None => "the store".to_string(),
+                },
+                "writing again",
+            )),
             store: parts.store,
             log: Arc::new(DecisionLog::default()),
             view,
@@ -464,6 +477,7 @@ impl Engine {
             metrics: self.metrics.clone(),
             log: self.log.clone(),
             store: self.store.clone(),
+            trouble: self.store_trouble.clone(),
             clock: self.clock.clone(),
             handler,
         };
@@ -561,8 +575,12 @@ impl Engine {
         {
             let mut mc = MaintenanceConfig::from(&self.config.storage);
             mc.clock = self.clock.as_fn();
-            running.maintenance = Some(tokio::spawn(headroom_storage::run_maintenance(
+            let target = ReportedStore {
                 store,
+                trouble: self.store_trouble.clone(),
+            };
+            running.maintenance = Some(tokio::spawn(headroom_storage::run_maintenance(
+                target,
                 mc,
                 Arc::new(Notify::new()),
                 running.phases.stopped(Phase::Store),
@@ -785,5 +803,38 @@ mod tests {
             (q.initial_backoff.as_secs(), q.max_backoff.as_secs()),
             (3, 7)
         );
+    }
+}
+
+/// The store as its maintenance loop runs it: a flush or retention pass that fails (a full
+/// disk, a read-only volume) is logged through the store's [`Trouble`], shared with the
+/// decision sink's writes, instead of only being counted.
+#[derive(Clone)]
+struct ReportedStore {
+    store: Store,
+    trouble: Arc<Trouble>,
+}
+
+impl ReportedStore {
+    fn report<T>(&self, op: &str, r: headroom_storage::Result<T>) -> headroom_storage::Result<T> {
+        let now = crate::logging::now();
+        match &r {
+            Ok(_) => {
+                self.trouble.ok(now);
+            }
+            Err(e) => {
+                self.trouble.failed(now, op, e);
+            }
+        }
+        r
+    }
+}
+
+impl MaintenanceTarget for ReportedStore {
+    fn flush(&self) -> headroom_storage::Result<FlushStats> {
+        self.report("flushing", self.store.flush())
+    }
+    fn maintain(&self, now_ms: i64) -> headroom_storage::Result<MaintenanceStats> {
+        self.report("a retention pass", self.store.maintain(now_ms))
     }
 }

@@ -29,8 +29,10 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::extender::{ExtenderBinder, ExtenderBindingArgs};
 use super::flow::{BindFlow, Signal};
+use super::health::ApiHealth;
 use crate::framework::{BindPlugin, BoxFuture, Plugin, Status};
 use crate::key::PodId;
+use crate::logging::Trouble;
 use crate::queue::SchedulingQueue;
 use crate::snapshot::PodInfo;
 
@@ -62,6 +64,9 @@ pub enum BindError {
     /// Any other API error.
     #[error("binding failed: {0}")]
     Api(String),
+    /// The API server could not be reached (the connection failed).
+    #[error("binding failed: {0}")]
+    Unreachable(String),
     /// No answer within the request timeout.
     #[error("binding timed out after {0:?}")]
     Timeout(Duration),
@@ -135,7 +140,10 @@ pub async fn bind_pod(
             },
             _ => BindError::Api(s.message),
         }),
-        Ok(Err(e)) => Err(BindError::Api(e.to_string())),
+        Ok(Err(e)) if super::health::unreachable(&e) => {
+            Err(BindError::Unreachable(crate::logging::error_chain(&e)))
+        }
+        Ok(Err(e)) => Err(BindError::Api(crate::logging::error_chain(&e))),
     }
 }
 
@@ -144,7 +152,9 @@ impl BindError {
     fn signal(&self, latency: Duration) -> Signal {
         match self {
             BindError::Throttled { retry_after, .. } => Signal::Throttled(*retry_after),
-            BindError::Unavailable { .. } | BindError::Timeout(_) => Signal::Overloaded,
+            BindError::Unavailable { .. } | BindError::Timeout(_) | BindError::Unreachable(_) => {
+                Signal::Overloaded
+            }
             BindError::Conflict(_) | BindError::NotFound(_) | BindError::Api(_) => {
                 Signal::Answered(latency)
             }
@@ -191,6 +201,11 @@ pub struct ApiBinder {
     timeout: Duration,
     flow: Option<Arc<BindFlow>>,
     stats: BindStats,
+    /// Where an unreachable API server is reported (shared with the watches and the rest).
+    health: Option<Arc<ApiHealth>>,
+    /// Binds the server refused or did not answer in time, summarised while they go on
+    /// (one line per pod at debug).
+    refused: Trouble,
 }
 
 /// What a lookup after a timed-out bind found.
@@ -217,6 +232,48 @@ impl ApiBinder {
             timeout,
             flow: None,
             stats: BindStats::default(),
+            health: None,
+            refused: Trouble::new("binds", "binding again"),
+        }
+    }
+
+    /// Reports the API server's reachability to `health`.
+    pub fn with_health(mut self, health: Arc<ApiHealth>) -> ApiBinder {
+        self.health = Some(health);
+        self
+    }
+
+    /// Logs what a bind came to: a failure summarised (by the shared health when the
+    /// server is unreachable, else by the binder's own trouble), and each pod's at debug.
+    fn report(&self, pod: &PodInfo, node: &str, result: &Result<(), BindError>) {
+        let now = crate::logging::now();
+        let unreachable = matches!(
+            result,
+            Err(BindError::Unreachable(_)
+                | BindError::Unavailable {
+                    code: 503 | 504,
+                    ..
+                })
+        );
+        match (result, &self.health) {
+            (Err(e), Some(h)) if unreachable => {
+                h.lost("bind", e);
+            }
+            (Err(e), _) => {
+                if let (Some(h), false) = (&self.health, matches!(e, BindError::Timeout(_))) {
+                    h.answered();
+                }
+                self.refused.failed(now, "bind", e);
+            }
+            (Ok(()), h) => {
+                if let Some(h) = h {
+                    h.answered();
+                }
+                self.refused.ok(now);
+            }
+        }
+        if let Err(e) = result {
+            tracing::debug!(pod = %pod.key(), node, error = %e, "bind failed");
         }
     }
 
@@ -328,11 +385,11 @@ impl BindPlugin for ApiBinder {
                 }
                 _ => {}
             }
-            if let Err(e) = &result {
-                tracing::info!(pod = %pod.key(), node, error = %e, "bind failed");
-                if e.is_final() {
-                    self.settle_final(pod).await;
-                }
+            self.report(pod, node, &result);
+            if let Err(e) = &result
+                && e.is_final()
+            {
+                self.settle_final(pod).await;
             }
             match &result {
                 Ok(()) => Status::success(),

@@ -9,8 +9,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::{Error, Result};
 
-/// Builds a client from `kubeconfig` (and `context`), or infers one.
-pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Client> {
+/// Builds a client from `kubeconfig` (and `context`), or infers one; returns it with the
+/// API server's URL (for messages that must name the server).
+pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<(Client, String)> {
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
@@ -36,7 +37,9 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
     // (`serve.binding`) must see those answers to shrink its window and honour
     // Retry-After, and a hidden retry loop only multiplies the load on a saturated server.
     config.default_retry = false;
-    Client::try_from(config).map_err(|e| Error::ClientConfig(e.to_string()))
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|e| Error::ClientConfig(e.to_string()))?;
+    Ok((client, server.trim_end_matches('/').to_string()))
 }
 
 /// A client for an API server at `url` without credentials (a local fake or a proxy such

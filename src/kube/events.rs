@@ -23,11 +23,11 @@ use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::health::ApiCalls;
 use super::recorder::{Recorder, failed_scheduling, pod_ref, scheduled, unschedulable_condition};
 use crate::config::serve::ServeConfig;
 use crate::decisions::Settled;
 use crate::framework::{Decision, Fallback, Outcome};
-use crate::logging::Repeated;
 use crate::usage_context::UsageContext;
 
 /// The decision summary annotation.
@@ -131,7 +131,7 @@ pub struct SummaryUsage {
 
 /// Counters of the reporter (`headroom_reporter_*_total` once
 /// [`registered`](ReporterStats::register)). Cheap to clone: the fields are handles.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct ReporterStats {
     /// `PodScheduled` condition patches written.
     pub conditions: Counter,
@@ -148,16 +148,37 @@ pub struct ReporterStats {
     pub overflow: Counter,
     /// Preemption's calls (victims' DisruptionTarget patches and deletions).
     pub preemption: super::preempt::PreemptStats,
-    /// Keeps the failures' warnings to one per interval: a full disk under the store or an
-    /// API server refusing patches fails once per pod.
-    pub warnings: Arc<Repeated>,
+    /// Keeps the failures' warnings to one per interval (an API server refusing patches
+    /// fails once per pod), and reports an unreachable server to the shared health.
+    pub calls: Arc<ApiCalls>,
+}
+
+impl Default for ReporterStats {
+    fn default() -> Self {
+        ReporterStats {
+            conditions: Counter::default(),
+            annotations: Counter::default(),
+            placements: Counter::default(),
+            failed: Counter::default(),
+            dropped: Counter::default(),
+            overflow: Counter::default(),
+            preemption: Default::default(),
+            calls: Arc::new(ApiCalls::new("pod status patches", "patching again")),
+        }
+    }
 }
 
 impl ReporterStats {
-    /// Counts a failed write; `Some(held_back)` when it is to be logged (see [`Repeated`]).
-    fn failure(&self) -> Option<u64> {
+    /// Counts a failed patch of `op` and reports it (see [`ApiCalls`]).
+    fn failure(&self, op: &str, e: &kube::Error) {
         self.failed.inc();
-        self.warnings.failure(crate::logging::now())
+        self.calls.failed(op, e);
+    }
+
+    /// Counts a patch of `op` without an answer within `after`.
+    fn timeout(&self, op: &str, after: std::time::Duration) {
+        self.failed.inc();
+        self.calls.timed_out(op, after);
     }
 
     /// Registers the counters on `metrics`.
@@ -352,19 +373,19 @@ impl Reporter {
         match res {
             Ok(Ok(_)) => {
                 self.stats.conditions.inc();
+                self.stats.calls.ok();
                 st.conditions.insert(d.uid.clone(), dedupe);
             }
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => self.stats.calls.ok(),
             Ok(Err(e)) => {
-                if let Some(held_back) = self.stats.failure() {
-                    tracing::warn!(pod = %d.pod, error = %e, held_back, "patching the PodScheduled condition failed");
-                }
+                tracing::debug!(pod = %d.pod, error = %e, "patching the PodScheduled condition failed");
+                self.stats
+                    .failure("patching the PodScheduled condition", &e);
             }
-            Err(_) => {
-                if let Some(held_back) = self.stats.failure() {
-                    tracing::warn!(pod = %d.pod, held_back, "patching the PodScheduled condition timed out");
-                }
-            }
+            Err(_) => self.stats.timeout(
+                "patching the PodScheduled condition",
+                self.config.request_timeout,
+            ),
         }
     }
 
@@ -413,17 +434,15 @@ impl Reporter {
         match res {
             Ok(Ok(_)) => {
                 self.stats.annotations.inc();
+                self.stats.calls.ok();
             }
             Ok(Err(e)) => {
-                if let Some(held_back) = self.stats.failure() {
-                    tracing::warn!(pod = %o.pod.key(), error = %e, held_back, "annotating the pod failed");
-                }
+                tracing::debug!(pod = %o.pod.key(), error = %e, "annotating the pod failed");
+                self.stats.failure("annotating a pod", &e);
             }
-            Err(_) => {
-                if let Some(held_back) = self.stats.failure() {
-                    tracing::warn!(pod = %o.pod.key(), held_back, "annotating the pod timed out");
-                }
-            }
+            Err(_) => self
+                .stats
+                .timeout("annotating a pod", self.config.request_timeout),
         }
     }
 }

@@ -26,8 +26,10 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::health::ApiHealth;
 use crate::config::serve::LeaderElectionConfig;
 use crate::framework::BoxFuture;
+use crate::logging::Trouble;
 
 /// Why a Lease call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +37,10 @@ pub enum LeaderError {
     /// Someone else wrote the Lease first (409) or it already exists.
     #[error("lease conflict")]
     Conflict,
+    /// The API server could not be reached; already counted and logged by the shared
+    /// [`ApiHealth`].
+    #[error("lease API: {0}")]
+    Unreachable(String),
     /// Any other failure.
     #[error("lease API: {0}")]
     Api(String),
@@ -54,43 +60,56 @@ pub trait LeaseStore: Send + Sync {
 pub struct KubeLeaseStore {
     api: Api<Lease>,
     name: String,
+    health: Arc<ApiHealth>,
 }
 
 impl KubeLeaseStore {
-    /// The Lease `namespace/name`.
-    pub fn new(client: kube::Client, namespace: &str, name: &str) -> KubeLeaseStore {
+    /// The Lease `namespace/name`; calls report to `health`.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        health: Arc<ApiHealth>,
+    ) -> KubeLeaseStore {
         KubeLeaseStore {
             api: Api::namespaced(client, namespace),
             name: name.to_string(),
+            health,
         }
     }
-}
 
-fn api_error(e: kube::Error) -> LeaderError {
-    match e {
-        kube::Error::Api(s) if s.code == 409 => LeaderError::Conflict,
-        other => LeaderError::Api(other.to_string()),
+    fn answer<T>(&self, r: kube::Result<T>) -> Result<T, LeaderError> {
+        match r {
+            Ok(v) => {
+                self.health.answered();
+                Ok(v)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                self.health.answered();
+                Err(LeaderError::Conflict)
+            }
+            Err(e) if self.health.failed("lease", &e) => {
+                Err(LeaderError::Unreachable(crate::logging::error_chain(&e)))
+            }
+            Err(e) => Err(LeaderError::Api(crate::logging::error_chain(&e))),
+        }
     }
 }
 
 impl LeaseStore for KubeLeaseStore {
     fn get(&self) -> BoxFuture<'_, Result<Option<Lease>, LeaderError>> {
-        Box::pin(async move { self.api.get_opt(&self.name).await.map_err(api_error) })
+        Box::pin(async move { self.answer(self.api.get_opt(&self.name).await) })
     }
     fn create(&self, lease: Lease) -> BoxFuture<'_, Result<Lease, LeaderError>> {
-        Box::pin(async move {
-            self.api
-                .create(&PostParams::default(), &lease)
-                .await
-                .map_err(api_error)
-        })
+        Box::pin(async move { self.answer(self.api.create(&PostParams::default(), &lease).await) })
     }
     fn replace(&self, lease: Lease) -> BoxFuture<'_, Result<Lease, LeaderError>> {
         Box::pin(async move {
-            self.api
-                .replace(&self.name, &PostParams::default(), &lease)
-                .await
-                .map_err(api_error)
+            self.answer(
+                self.api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await,
+            )
         })
     }
 }
@@ -341,6 +360,7 @@ impl LeaderElector {
         let mut stats = ElectionStats::default();
         let mut last_renew: Option<Instant> = None;
         let mut next_try = Instant::now();
+        let refused = Trouble::new(format!("the lease {}", self.name), "renewing again");
         tokio::pin!(shutdown);
         loop {
             let is_leader = *leader.borrow();
@@ -375,6 +395,9 @@ impl LeaderElector {
                 }
                 r = attempt => r.unwrap_or_else(|_| Err(LeaderError::Api("lease request timed out".into()))),
             };
+            if result.is_ok() {
+                refused.ok(crate::logging::now());
+            }
             match result {
                 Ok(true) => {
                     last_renew = Some(Instant::now());
@@ -394,6 +417,11 @@ impl LeaderElector {
                 Err(e) => {
                     stats.errors += 1;
                     tracing::debug!(identity = %self.identity, error = %e, "lease attempt failed");
+                    // Unreachability is the shared ApiHealth's to log; a refusal (RBAC, a
+                    // timeout of a server that accepted the request) is the lease's own.
+                    if !matches!(e, LeaderError::Unreachable(_)) {
+                        refused.failed(crate::logging::now(), "acquiring or renewing", &e);
+                    }
                 }
             }
         }

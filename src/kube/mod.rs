@@ -31,6 +31,7 @@ pub mod crd;
 pub mod events;
 pub mod extender;
 pub mod flow;
+pub mod health;
 pub mod leader;
 pub mod preempt;
 pub mod recorder;

@@ -24,9 +24,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::health::ApiCalls;
 use crate::config::serve::EventsConfig;
 use crate::framework::Fallback;
-use crate::logging::Repeated;
 use crate::snapshot::PodInfo;
 
 /// One event to write.
@@ -102,7 +102,7 @@ pub fn unschedulable_condition(reason: &str, message: &str, now_ms: i64) -> serd
 
 /// Counters of the event writer (`headroom_events_*_total` once
 /// [`registered`](EventStats::register)).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EventStats {
     /// Events created.
     pub created: Counter,
@@ -115,15 +115,29 @@ pub struct EventStats {
     /// API errors.
     pub failed: Counter,
     /// Keeps the failures' warnings to one per interval (an API server refusing events
-    /// would otherwise get one line per pod).
-    pub warnings: Repeated,
+    /// would otherwise get one line per pod), and reports an unreachable server to the
+    /// shared health.
+    pub calls: ApiCalls,
+}
+
+impl Default for EventStats {
+    fn default() -> Self {
+        EventStats {
+            created: Counter::default(),
+            series_updates: Counter::default(),
+            aggregated: Counter::default(),
+            dropped: Counter::default(),
+            failed: Counter::default(),
+            calls: ApiCalls::new("event writes", "writing events again"),
+        }
+    }
 }
 
 impl EventStats {
-    /// Counts a failed write; `Some(held_back)` when it is to be logged (see [`Repeated`]).
-    fn failure(&self) -> Option<u64> {
+    /// Counts a failed write of `op` and reports it (see [`ApiCalls`]).
+    fn failure(&self, op: &str, e: &kube::Error) {
         self.failed.inc();
-        self.warnings.failure(crate::logging::now())
+        self.calls.failed(op, e);
     }
 
     /// (created, series updates, aggregated, dropped, failed).
@@ -354,6 +368,7 @@ pub async fn run_event_writer(
         match api.create(&PostParams::default(), &event).await {
             Ok(_) => {
                 stats.created.inc();
+                stats.calls.ok();
                 series.insert(
                     key,
                     Series {
@@ -366,11 +381,7 @@ pub async fn run_event_writer(
                     },
                 );
             }
-            Err(e) => {
-                if let Some(held_back) = stats.failure() {
-                    tracing::warn!(error = %e, reason = ev.reason, held_back, "writing an event failed");
-                }
-            }
+            Err(e) => stats.failure("creating an event", &e),
         }
     }
 }
@@ -396,12 +407,9 @@ async fn write_series(
     {
         Ok(_) => {
             stats.series_updates.inc();
+            stats.calls.ok();
         }
-        Err(e) => {
-            if let Some(held_back) = stats.failure() {
-                tracing::warn!(error = %e, event = %s.name, held_back, "updating an event series failed");
-            }
-        }
+        Err(e) => stats.failure("updating an event series", &e),
     }
 }
 

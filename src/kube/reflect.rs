@@ -7,7 +7,8 @@
 //! [`KubeReservations`].
 //!
 //! A watch that fails is retried with backoff (counted in
-//! `headroom_cluster_watch_errors_total`); when the API server answers `410 Gone`
+//! `headroom_cluster_watch_errors_total`, logged through the shared [`ApiHealth`] when the
+//! server is unreachable); when the API server answers `410 Gone`
 //! (resourceVersion too old) the watcher re-lists, and the re-list is applied as a diff.
 
 use std::sync::Arc;
@@ -19,7 +20,8 @@ use kube::Client;
 use kube::api::Api;
 
 use super::crd::{KubeReservations, ReservationResource};
-use super::watch::{ObjectKey, WatchItem, pump};
+use super::health::ApiHealth;
+use super::watch::{ObjectKey, Reporting, WatchItem, pump};
 use crate::cluster::{ClusterState, Kind};
 
 /// Runs the watches until `stop` shows true: nodes, pods, namespaces, and reservations
@@ -28,8 +30,13 @@ pub async fn run(
     client: Client,
     state: Arc<ClusterState>,
     reservations: Option<Arc<KubeReservations>>,
+    health: Arc<ApiHealth>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let reporting = Reporting {
+        stats: state.stats.clone(),
+        health,
+    };
     let shutdown = || {
         let mut rx = stop.clone();
         async move {
@@ -40,7 +47,7 @@ pub async fn run(
     let nodes = pump::<Node, _>(
         Kind::Node,
         Api::all(client.clone()),
-        state.stats.clone(),
+        reporting.clone(),
         false,
         move |item| match item {
             WatchItem::List(l) => s.replace_nodes(l),
@@ -54,7 +61,7 @@ pub async fn run(
     let pods = pump::<Pod, _>(
         Kind::Pod,
         Api::all(client.clone()),
-        state.stats.clone(),
+        reporting.clone(),
         false,
         move |item| match item {
             WatchItem::List(l) => s.replace_pods(l),
@@ -70,7 +77,7 @@ pub async fn run(
     let namespaces = pump::<Namespace, _>(
         Kind::Namespace,
         Api::all(client.clone()),
-        state.stats.clone(),
+        reporting.clone(),
         false,
         move |item| match item {
             WatchItem::List(l) => s.replace_namespaces(l),
@@ -83,7 +90,7 @@ pub async fn run(
     );
     let reservations = {
         let r = reservations;
-        let stats = state.stats.clone();
+        let stats = reporting.clone();
         let client = client.clone();
         let shutdown = shutdown();
         async move {
@@ -112,7 +119,7 @@ pub async fn run(
     let pdbs = pump::<PodDisruptionBudget, _>(
         Kind::PodDisruptionBudget,
         Api::all(client.clone()),
-        state.stats.clone(),
+        reporting.clone(),
         // Few objects, replaced wholesale on a (re-)list.
         true,
         move |item| match item {
@@ -130,7 +137,7 @@ pub async fn run(
     let priority_classes = pump::<PriorityClass, _>(
         Kind::PriorityClass,
         Api::all(client.clone()),
-        state.stats.clone(),
+        reporting.clone(),
         true,
         move |item| match item {
             WatchItem::List(l) => s.replace_priority_classes(l),
@@ -142,8 +149,13 @@ pub async fn run(
         },
         shutdown(),
     );
-    let volumes = super::volumes::watch(client.clone(), state.clone(), stop.clone());
-    let workloads = super::workloads::run(client.clone(), state.clone(), shutdown);
+    let volumes = super::volumes::watch(
+        client.clone(),
+        state.clone(),
+        reporting.clone(),
+        stop.clone(),
+    );
+    let workloads = super::workloads::run(client.clone(), state.clone(), reporting, shutdown);
     futures::join!(
         nodes,
         pods,

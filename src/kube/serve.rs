@@ -36,6 +36,7 @@ use super::crd::{self, KubeReservations, ReservationResource};
 use super::events::{self, Reporter, ReporterStats};
 use super::extender::{self, ExtenderState};
 use super::flow::BindFlow;
+use super::health::ApiHealth;
 use super::leader::{ElectionStats, KubeLeaseStore, LeaderElector, LeaseStore};
 use super::recorder;
 use super::reflect;
@@ -58,6 +59,8 @@ pub struct ServeOptions {
     pub config: Config,
     /// The API client.
     pub client: Client,
+    /// The API server's URL, as logs name it (empty: unknown, "the API server").
+    pub server: String,
     /// The store; `None` opens the one in `data_dir` (or the configuration's `dataDir`).
     pub store: Option<headroom_storage::Store>,
     /// Store directory override (`--data-dir`).
@@ -82,6 +85,7 @@ impl ServeOptions {
         ServeOptions {
             config,
             client,
+            server: String::new(),
             store: None,
             data_dir: None,
             listen: None,
@@ -219,6 +223,7 @@ pub async fn run(
     let ServeOptions {
         config,
         client,
+        server,
         store,
         data_dir,
         listen,
@@ -250,10 +255,7 @@ pub async fn run(
     );
     let store = match store {
         Some(s) => s,
-        None => headroom_storage::Store::open(
-            config.data_dir(data_dir.as_deref()),
-            config.storage.clone(),
-        )?,
+        None => open_store(&config.data_dir(data_dir.as_deref()), &config)?,
     };
     let clock = Clock::wall();
     let (reservations, status_rx) = if serve.reservations.enabled {
@@ -277,9 +279,11 @@ pub async fn run(
     let cx = Cx {
         engine: engine.clone(),
         client,
+        health: Arc::new(ApiHealth::new(&server)),
         identity: serve.leader_election.identity(),
         serve,
     };
+    reporter_stats.calls.report_to(cx.health.clone());
 
     let (leader_rx, election_rx) = cx.start_leadership(&mut running, lease_store);
     cx.start_feed(&mut running, reservations.clone());
@@ -298,7 +302,8 @@ pub async fn run(
             Some(engine.queue().clone()),
             cx.serve.request_timeout,
         )
-        .with_flow(flow, bind_stats),
+        .with_flow(flow, bind_stats)
+        .with_health(cx.health.clone()),
     );
     let reviewer = reviewer.unwrap_or_else(|| {
         Arc::new(KubeReviewer::new(
@@ -338,6 +343,24 @@ pub async fn run(
     })
 }
 
+/// The store `serve` runs on. A damaged one (power lost mid-write) does not stop the
+/// scheduler: its files are moved aside and what still reads is kept
+/// ([`Store::open_or_rescue`](headroom_storage::Store::open_or_rescue)), which is logged
+/// loudly, never silently.
+fn open_store(dir: &std::path::Path, config: &Config) -> Result<headroom_storage::Store> {
+    let (store, rescue) = headroom_storage::Store::open_or_rescue(dir, config.storage.clone())?;
+    if let Some(r) = rescue {
+        tracing::warn!(
+            store = %dir.display(),
+            moved_to = %r.moved_to.display(),
+            kept = r.kept.total(),
+            dropped = r.dropped,
+            "the store was damaged and is rescued: {r}"
+        );
+    }
+    Ok(store)
+}
+
 /// Reservation status writes: (written, failed).
 type StatusCounts = (u64, u64);
 /// Reservations the GC (marked expired, deleted).
@@ -347,6 +370,8 @@ type GcCounts = (usize, usize);
 struct Cx {
     engine: Arc<Engine>,
     client: Client,
+    /// The API server's reachability, shared by every caller of it.
+    health: Arc<ApiHealth>,
     serve: ServeConfig,
     identity: String,
 }
@@ -368,6 +393,7 @@ impl Cx {
                     self.client.clone(),
                     &le.namespace(),
                     &le.lease_name,
+                    self.health.clone(),
                 ))
             });
             let elector = LeaderElector::new(store, le, &self.identity);
@@ -390,6 +416,7 @@ impl Cx {
     /// The cluster feed: the watches into the engine's cluster state.
     fn start_feed(&self, running: &mut Running, reservations: Option<Arc<KubeReservations>>) {
         let (client, cluster) = (self.client.clone(), self.engine.cluster().clone());
+        let health = self.health.clone();
         // VolumeBinding's PreBind writes PV claimRefs through this client.
         self.engine
             .deps()
@@ -401,7 +428,7 @@ impl Cx {
             )));
         let stop = running.phases.signal(Phase::Intake);
         running.phases.spawn(Phase::Intake, async move {
-            reflect::run(client, cluster, reservations, stop).await;
+            reflect::run(client, cluster, reservations, health, stop).await;
         });
     }
 
@@ -416,6 +443,7 @@ impl Cx {
         let (recorder, events_rx) = recorder::recorder();
         let event_stats = recorder.stats().clone();
         event_stats.register(self.engine.metrics());
+        event_stats.calls.report_to(self.health.clone());
         let writer = recorder::run_event_writer(
             self.client.clone(),
             self.serve.events.clone(),

@@ -26,7 +26,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use super::watch::{WatchItem, pump};
+use super::watch::{Reporting, WatchItem, pump};
 use crate::cache::Cache;
 use crate::cluster::{ClusterState, Kind};
 use crate::framework::BoxFuture;
@@ -43,9 +43,10 @@ pub const DEFAULT_BIND_TIMEOUT: Duration = Duration::from_secs(600);
 const POLL: Duration = Duration::from_secs(1);
 
 /// Runs the four volume watches until `stop` shows true.
-pub async fn watch(
+pub(crate) async fn watch(
     client: Client,
     state: Arc<ClusterState>,
+    reporting: Reporting,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let shutdown = || {
@@ -66,7 +67,7 @@ pub async fn watch(
             WatchItem::Delete(o) => state.delete_volume(kind, &wrap(o).key()),
         }
     }
-    let stats = state.stats.clone();
+    let stats = reporting;
     // Buffered: a list is applied whole, as a diff (volume objects are few next to pods).
     futures::join!(
         pump::<PersistentVolume, _>(

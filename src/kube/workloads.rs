@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ReplicationController, Service};
 use kube::Client;
 use kube::api::Api;
 
-use super::watch::{WatchItem, pump};
+use super::watch::{Reporting, WatchItem, pump};
 use crate::cluster::{ClusterState, Kind};
 use crate::snapshot::workloads::{Workload, WorkloadKind};
 
@@ -20,12 +20,13 @@ async fn watch<K>(
     kind: WorkloadKind,
     api: Api<K>,
     state: Arc<ClusterState>,
+    reporting: Reporting,
     reduce: fn(&K) -> Workload,
     shutdown: impl Future<Output = ()>,
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let stats = state.stats.clone();
+    let stats = reporting;
     pump::<K, _>(
         Kind::Workload(kind),
         api,
@@ -47,8 +48,12 @@ async fn watch<K>(
 }
 
 /// Runs the four workload watches until `shutdown()`'s futures complete.
-pub async fn run<S, F>(client: Client, state: Arc<ClusterState>, shutdown: S)
-where
+pub(crate) async fn run<S, F>(
+    client: Client,
+    state: Arc<ClusterState>,
+    reporting: Reporting,
+    shutdown: S,
+) where
     S: Fn() -> F,
     F: Future<Output = ()>,
 {
@@ -57,6 +62,7 @@ where
             WorkloadKind::Service,
             Api::all(client.clone()),
             state.clone(),
+            reporting.clone(),
             Workload::service,
             shutdown(),
         ),
@@ -64,6 +70,7 @@ where
             WorkloadKind::ReplicationController,
             Api::all(client.clone()),
             state.clone(),
+            reporting.clone(),
             Workload::replication_controller,
             shutdown(),
         ),
@@ -71,6 +78,7 @@ where
             WorkloadKind::ReplicaSet,
             Api::all(client.clone()),
             state.clone(),
+            reporting.clone(),
             Workload::replica_set,
             shutdown(),
         ),
@@ -78,6 +86,7 @@ where
             WorkloadKind::StatefulSet,
             Api::all(client),
             state,
+            reporting.clone(),
             Workload::stateful_set,
             shutdown(),
         ),

@@ -36,6 +36,7 @@ mod kv;
 mod labels;
 mod maintenance;
 mod manifest;
+mod rescue;
 mod rollup;
 mod runs;
 mod store;
@@ -54,6 +55,7 @@ pub use labels::{
 pub use maintenance::{MaintenanceConfig, MaintenanceReport, MaintenanceTarget, run_maintenance};
 pub use manifest::FORMAT_VERSION;
 pub use manifest::MARKER_FILE;
+pub use rescue::{DAMAGED_PREFIX, Kept, Rescue};
 pub use rollup::{ROLLUP_STEP_MS, Rollup, bucket_start, rollup_samples};
 pub use runs::{RunRecord, UsageSummary};
 pub use store::{FlushStats, MaintenanceStats, OpenMode, Store, StoreStats};

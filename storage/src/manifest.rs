@@ -31,10 +31,20 @@ const MAGIC: &str = "headroom store";
 const MAX_LEN: u64 = 4096;
 
 /// Entries that do not make a directory "non-empty": a file system's `lost+found` (the
-/// root of a freshly formatted volume, e.g. a Kubernetes PersistentVolume) and a marker
-/// left half-written by a crash during creation.
+/// root of a freshly formatted volume, e.g. a Kubernetes PersistentVolume), a marker
+/// left half-written by a crash during creation, and the `damaged-*` directories a rescue
+/// moved damaged stores into ([`crate::Rescue`]).
 fn ignorable(name: &std::ffi::OsStr) -> bool {
-    name == "lost+found" || name == TMP_FILE
+    name == "lost+found" || name == TMP_FILE || is_damaged_dir(name)
+}
+
+/// The prefix of the directories a rescue moves damaged stores into
+/// ([`Store::open_or_rescue`](crate::Store::open_or_rescue)).
+pub const DAMAGED_PREFIX: &str = "damaged-";
+
+/// Whether `name` is a directory a rescue moved a damaged store into.
+pub(crate) fn is_damaged_dir(name: &std::ffi::OsStr) -> bool {
+    name.to_str().is_some_and(|n| n.starts_with(DAMAGED_PREFIX))
 }
 
 /// The marker's text for `flushes` completed flushes.
@@ -150,7 +160,7 @@ fn read(dir: &Path) -> Result<Option<u64>> {
 /// sled's `conf` file: its settings as text followed by their CRC-32 (u32 LE). sled
 /// itself only warns on a mismatch and then trusts the damaged text (a flipped digit
 /// reads as another sled version or segment size), so it is checked here first.
-fn check_conf(dir: &Path) -> Result<()> {
+pub(crate) fn check_conf(dir: &Path) -> Result<()> {
     let path = dir.join("conf");
     let bytes = match fs::read(&path) {
         Ok(b) => b,

@@ -685,6 +685,10 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         metrics: state.metrics().clone(),
         log: state.decisions().clone(),
         store: Some(store.clone()),
+        trouble: std::sync::Arc::new(headroom::logging::Trouble::new(
+            "the store",
+            "writing again",
+        )),
         clock: headroom::clock::Clock::from_fn(|| 0),
         handler: None,
     };
@@ -823,7 +827,8 @@ fn api_explain_cli_prints_text_and_json_with_exit_codes() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains(&format!(
-            "cannot reach headroom at http://127.0.0.1:{port}/explain/ci/x"
+            "cannot reach headroom at http://127.0.0.1:{port}/explain/ci/x?format=text: the connection was refused - \
+             is `headroom serve` (or `headroom simulate --serve`) listening there?"
         )),
         "{err}"
     );

@@ -5,5 +5,6 @@ mod damage;
 mod failsafe;
 mod maintenance;
 mod model;
+mod rescue;
 
 mod store;

@@ -174,7 +174,24 @@ fn strategic(target: &mut Value, patch: &Value) {
 impl Fake {
     /// Starts the server.
     pub async fn start() -> Fake {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Fake::start_on(0).await
+    }
+
+    /// Starts the server on `port` of 127.0.0.1 (0: any), retrying for a few seconds while
+    /// the port is still held (a client of a server that was there before).
+    pub async fn start_on(port: u16) -> Fake {
+        let mut tries = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(l) => break l,
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("binding 127.0.0.1:{port}: {e}"),
+            }
+        };
         let addr = listener.local_addr().unwrap();
         let (changes, _) = broadcast::channel(4096);
         let (drop_watches, _) = broadcast::channel(16);

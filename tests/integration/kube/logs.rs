@@ -1,6 +1,7 @@
 //! `headroom serve`'s logs, from the real binary against the fake API server: the JSON and
-//! text formats, `-v`, no colour when stderr is not a terminal, and a failure that repeats
-//! once per pod (the store's disk full) summarised rather than logged per pod.
+//! text formats, `-v`, no colour when stderr is not a terminal, a failure that repeats
+//! once per pod (the store's disk full) or once per retry (the API server down) summarised
+//! rather than logged per pod or per retry, and a damaged store rescued, loudly.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -18,8 +19,8 @@ use super::{namespace, node};
 /// between by any other test's connection, and serve would exit before binding a pod.
 /// With `tmpfs_mib`, the store's directory is a tmpfs of that size in a private mount
 /// namespace (`unshare`), so the disk fills as decisions are stored.
-fn spawn_serve(dir: &Path, fake: &Fake, tmpfs_mib: Option<u32>, extra: &[&str]) -> Child {
-    let kc = kubeconfig(dir, &fake.url());
+fn spawn_serve(dir: &Path, server: &str, tmpfs_mib: Option<u32>, extra: &[&str]) -> Child {
+    let kc = kubeconfig(dir, server);
     let config = dir.join("config.yaml");
     std::fs::write(
         &config,
@@ -241,7 +242,7 @@ async fn kube_serve_json_logs_summarise_a_full_disk() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = spawn_serve(
         dir.path(),
-        &fake,
+        &fake.url(),
         Some(2),
         &["--log-format", "json", "-v", "2"],
     );
@@ -255,30 +256,23 @@ async fn kube_serve_json_logs_summarise_a_full_disk() {
         failed >= 50.0,
         "the 2 MiB disk should fill: {failed} failed writes\n{log}"
     );
-    let mut lines = Vec::new();
-    for l in log
-        .lines()
-        .filter(|l| !l.starts_with("headroom serve stopped"))
-    {
-        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"));
-        for key in ["timestamp", "level", "message", "target"] {
-            assert!(v[key].is_string(), "no {key}: {l}");
-        }
-        lines.push(v);
-    }
+    let lines = json_lines(&log);
     let store_warnings: Vec<&Value> = lines
         .iter()
-        .filter(|v| v["message"] == "storing a decision failed")
+        .filter(|v| {
+            v["subject"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("the store at "))
+                && v["level"] == "WARN"
+        })
         .collect();
     assert!(
-        !store_warnings.is_empty() && store_warnings.len() <= 2,
+        !store_warnings.is_empty() && store_warnings.len() <= 3,
         "{} store warnings for {failed} failures:\n{log}",
         store_warnings.len()
     );
     let w = store_warnings[0];
-    assert_eq!(w["level"], "WARN");
-    assert!(w["pod"].as_str().unwrap().starts_with("default/p"), "{w}");
-    assert_eq!(w["held_back"], 0, "{w}");
+    assert!(w["op"].is_string(), "{w}");
     assert!(
         w["error"]
             .as_str()
@@ -286,11 +280,189 @@ async fn kube_serve_json_logs_summarise_a_full_disk() {
             .contains("No space left on device"),
         "{w}"
     );
+    // The later lines of the same trouble carry how many failures they summarise.
+    for w in &store_warnings[1..] {
+        assert!(w["held_back"].as_u64().unwrap() > 0, "{w}");
+    }
     let binds = lines
         .iter()
         .filter(|v| v["message"] == "bound the pod to its node" && v["level"] == "DEBUG")
         .count();
     assert_eq!(binds, PODS, "a debug line per bind at -v 2:\n{log}");
+}
+
+/// Every line of `log` as JSON (the last one included), each with the fields every line
+/// has; fails on any line that is not.
+fn json_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"));
+            for key in ["timestamp", "level", "message", "target"] {
+                assert!(v[key].is_string(), "no {key}: {l}");
+            }
+            v
+        })
+        .collect()
+}
+
+/// The API server is away for the first 10 s of serve's life (nothing listens on its
+/// port; the same happens when it restarts): a dozen watches and the lease retrying with
+/// backoff write one line when it starts and one when it ends, with how long it lasted and
+/// how many attempts failed, not a line per attempt. Every line is JSON, the last one
+/// included, and the pods are bound once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_logs_an_unreachable_api_server_once_not_per_retry() {
+    const DOWN: Duration = Duration::from_secs(10);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let server = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_serve(dir.path(), &server, None, &["--log-format", "json"]);
+    let api = api_port(&mut child, dir.path()).await;
+    tokio::time::sleep(DOWN).await;
+    let during = serve_log(dir.path());
+    let fake = Fake::start_on(port).await;
+    farm(&fake, 20);
+    wait_bound(&fake, 20, &mut child, dir.path(), api).await;
+    let status = stop(child);
+    let log = serve_log(dir.path());
+    assert!(status.success(), "{status:?}\n{log}");
+    let lines = json_lines(&log);
+    let about: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["subject"] == format!("API server {server}"))
+        .collect();
+    // Started, at most one summary line in 10 s (every 30 s), ended.
+    assert!(
+        (2..=3).contains(&about.len()),
+        "{} lines about the API server:\n{log}",
+        about.len()
+    );
+    assert_eq!(about[0]["level"], "WARN");
+    assert!(
+        about[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Connection refused"),
+        "{}",
+        about[0]
+    );
+    let end = about.last().unwrap();
+    assert_eq!(end["level"], "INFO", "{end}");
+    let message = end["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("API server {server}: reachable again after ")),
+        "{message}"
+    );
+    let failures = end["failures"].as_u64().unwrap();
+    let lasted = end["for_s"].as_u64().unwrap();
+    assert!((9..=45).contains(&lasted), "{end}");
+    // A dozen watches and the lease: many attempts, each counted, none logged alone.
+    assert!(failures >= 20, "{end}");
+    // Backing off as kube-scheduler's reflectors do: no watch retried every second.
+    assert!(failures <= 150, "{end}");
+    let total_during = during.lines().count();
+    assert!(
+        total_during <= 6,
+        "{total_during} lines while the server was away:\n{during}"
+    );
+    assert!(
+        !log.contains("failed with error"),
+        "kube's own per-request error lines:\n{log}"
+    );
+    let last = lines.last().unwrap();
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("headroom serve stopped: 20 pods bound"),
+        "{last}"
+    );
+}
+
+/// Power lost mid-write: serve starts on a store whose marker, then whose database file,
+/// is damaged. It says what it found, where the files went and what it kept, keeps what
+/// reads (the decisions of the first run still explain their pods), and schedules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_rescues_a_damaged_store_and_schedules() {
+    let fake = Fake::start().await;
+    farm(&fake, 10);
+    let dir = tempfile::tempdir().unwrap();
+    let run = |pods: usize| {
+        let fake = &fake;
+        let dir = dir.path();
+        async move {
+            let _ = std::fs::remove_file(dir.join("stderr.log"));
+            let mut child = spawn_serve(dir, &fake.url(), None, &["--log-format", "json"]);
+            let api = api_port(&mut child, dir).await;
+            wait_bound(fake, pods, &mut child, dir, api).await;
+            (child, api)
+        }
+    };
+    let (child, _) = run(10).await;
+    assert!(stop(child).success());
+    let data = dir.path().join("data");
+
+    // 1. The marker (power lost as it was replaced, say): everything else reads.
+    let marker = data.join("HEADROOM");
+    let mut bytes = std::fs::read(&marker).unwrap();
+    bytes[3] ^= 0x20;
+    std::fs::write(&marker, bytes).unwrap();
+    for i in 10..15 {
+        let mut p = super::pod(&format!("p{i}"), "headroom", "10m");
+        p["spec"]["containers"][0]["resources"]["requests"]["memory"] = "16Mi".into();
+        fake.put("pods", p);
+    }
+    let (child, api) = run(15).await;
+    let explained = reqwest::get(format!("http://127.0.0.1:{api}/explain/default/p3"))
+        .await
+        .unwrap();
+    assert_eq!(explained.status(), 200, "p3's decision, from the first run");
+    assert!(stop(child).success());
+    let log = serve_log(dir.path());
+    let rescued: Vec<Value> = json_lines(&log)
+        .into_iter()
+        .filter(|v| v["level"] == "WARN" && v["moved_to"].is_string())
+        .collect();
+    assert_eq!(rescued.len(), 1, "{log}");
+    let r = &rescued[0];
+    let m = r["message"].as_str().unwrap();
+    assert!(m.contains("HEADROOM marker file fails its checksum"), "{m}");
+    assert!(m.contains("kept "), "{m}");
+    assert!(r["kept"].as_u64().unwrap() >= 10, "{r}");
+    let aside = std::path::PathBuf::from(r["moved_to"].as_str().unwrap());
+    assert!(
+        aside.starts_with(&data) && aside.join("db").is_file(),
+        "{r}"
+    );
+
+    // 2. The database file empty: nothing can be kept, and the log says so; serve schedules
+    //    on a new store.
+    std::fs::write(data.join("db"), b"").unwrap();
+    for i in 15..20 {
+        let mut p = super::pod(&format!("p{i}"), "headroom", "10m");
+        p["spec"]["containers"][0]["resources"]["requests"]["memory"] = "16Mi".into();
+        fake.put("pods", p);
+    }
+    let (child, _) = run(20).await;
+    assert!(stop(child).success());
+    let log = serve_log(dir.path());
+    let m = json_lines(&log)
+        .into_iter()
+        .find(|v| v["moved_to"].is_string())
+        .unwrap_or_else(|| panic!("no rescue line:\n{log}"));
+    let text = m["message"].as_str().unwrap();
+    assert!(text.contains("db is empty"), "{text}");
+    assert!(text.contains("nothing in them could be kept"), "{text}");
+    // Both damaged copies wait in the data directory, the new store beside them.
+    let damaged = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("damaged-"))
+        .count();
+    assert_eq!(damaged, 2);
 }
 
 /// Text logs on a pipe carry no colour escapes; the default verbosity has no debug lines;
@@ -300,7 +472,7 @@ async fn kube_serve_text_logs_have_no_colour_off_a_terminal() {
     let fake = Fake::start().await;
     farm(&fake, 3);
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_serve(dir.path(), &fake, None, &[]);
+    let mut child = spawn_serve(dir.path(), &fake.url(), None, &[]);
     let port = api_port(&mut child, dir.path()).await;
     wait_bound(&fake, 3, &mut child, dir.path(), port).await;
     let status = stop(child);

@@ -161,10 +161,14 @@ fn kubectl_headroom_reaches_the_api_through_the_service_proxy() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 
     // --context: the other context's API server is down.
+    // The error names the server, what happened and what to check, as kubectl's does.
     let o = run(&["--context", "broken", "queue"], true);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("cannot reach the API server"),
+        text(&o).contains(
+            "cannot reach the API server http://127.0.0.1:9: the connection was refused - \
+             did you specify the right host or port? (kubeconfig "
+        ) && text(&o).contains(", context broken)"),
         "{}",
         text(&o)
     );
