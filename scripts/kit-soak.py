@@ -2,7 +2,7 @@
 """An hour of `headroom serve` with churn on the real control plane of ../shared/kit: does it
 stay flat? (issue 75). Not part of CI (CI cannot build the kit).
 
-    python3 scripts/kit-soak.py target/release/headroom [--nodes 1000] [--minutes 60] [--rate 4]
+    python3 scripts/kit-soak.py target/release/headroom [--nodes 1000] [--minutes 60] [--rate 6]
 
 Needs the kit built (../shared/kit/README.md) and Debian's `prometheus`. The script starts the
 control plane without kube-scheduler, NODES fake Ready nodes (32 CPU, 128 GiB, three zones), a
@@ -16,8 +16,10 @@ usage from that Prometheus). Then, for MINUTES:
 - every 30 s: headroom's RSS, open file descriptors and threads, the store's size on disk, its
   decision log (records in memory and in the store), pods pending and bound.
 
-The store keeps 10 minutes of raw samples and 30 of rollups here (`storage.rawRetention`,
-`rollupRetention`), so retention and downsampling run several times within the hour.
+The store keeps 10 minutes of raw samples, 30 of rollups and 15 of decisions here
+(`storage.rawRetention`, `rollupRetention`, `decisionLogMaxAge`), so retention and
+downsampling run many times within the hour; the in-memory decision log keeps its default
+bound (10,000 decisions, 32 MiB), reached in about 28 minutes at 6 pods a second.
 
 At the end: pods created and never bound nor pending (lost), pods with two Scheduled events
 (double binds), nodes whose bound pods' requests exceed their allocatable (overcommitted),
@@ -45,7 +47,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("headroom")
 ap.add_argument("--nodes", type=int, default=1000)
 ap.add_argument("--minutes", type=float, default=60)
-ap.add_argument("--rate", type=float, default=4.0, help="pod arrivals a second")
+ap.add_argument("--rate", type=float, default=6.0, help="pod arrivals a second")
 ap.add_argument("--work", default="/tmp/headroom-kit-soak")
 args = ap.parse_args()
 HR = os.path.realpath(args.headroom)
@@ -106,7 +108,7 @@ def main():
                          f"--web.listen-address=127.0.0.1:{PROM}", "--log.level=warn"])
     with open(os.path.join(W, "config.yaml"), "w") as f:
         f.write("serve: {security: {mode: none}}\n"
-                "storage: {rawRetention: 10m, rollupRetention: 30m, maintenanceInterval: 1m}\n"
+                "storage: {rawRetention: 10m, rollupRetention: 30m, decisionLogMaxAge: 15m, maintenanceInterval: 1m}\n"
                 + kitlib.headroom_usage_config(PROM))
     serve = spawn("serve", [HR, "serve", "--config", f"{W}/config.yaml", "--kubeconfig",
                             f"{kitlib.EXT}/run/admin.kubeconfig", "--data-dir", f"{W}/data",

@@ -8,7 +8,7 @@
 //!   extender:
 //!     enabled: true
 //!     plugins: {TaintToleration: {enabled: true}}   # in-tree plugins are off by default
-//!   events: {qps: 5, burst: 25, seriesWindow: 6m}
+//!   events: {qps: 0, burst: 100, maxInFlight: 64, seriesWindow: 6m}
 //!   decisionAnnotation: true
 //!   builderHistoryAnnotation: false
 //!   reservations: {enabled: true, gcInterval: 1m, keepFinished: 10m}
@@ -232,10 +232,17 @@ impl ExtenderConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct EventsConfig {
-    /// Sustained event writes per second (token bucket). Default 5.
+    /// Client-side rate limit of event writes, per second, as kube-scheduler's
+    /// `clientConnection.qps` limits its event client: a write waits for a token. Default
+    /// `0`: no limit (writes follow the binds; at most `maxInFlight` at once). Events the
+    /// writer's queue (1,000, as client-go's broadcaster's) has no room for are dropped and
+    /// counted (`headroom_events_dropped_total`).
     pub qps: f64,
-    /// Burst of the token bucket. Default 25. Writes beyond it are dropped and counted.
+    /// Burst of the rate limit. Default 100 (kube-scheduler's `clientConnection.burst`);
+    /// unused while `qps` is 0.
     pub burst: u32,
+    /// Event writes in flight at most. Default 64.
+    pub max_in_flight: u32,
     /// An event identical to one written less than this long ago (same pod, reason and
     /// message) updates that event's `series` instead of creating a new one. Default `6m`
     /// (client-go's).
@@ -252,8 +259,9 @@ pub struct EventsConfig {
 impl Default for EventsConfig {
     fn default() -> Self {
         EventsConfig {
-            qps: 5.0,
-            burst: 25,
+            qps: 0.0,
+            burst: 100,
+            max_in_flight: 64,
             series_window: Duration::from_secs(6 * 60),
             series_update_interval: Duration::from_secs(30),
             reporting_controller: "headroom".to_string(),
@@ -349,11 +357,17 @@ impl ServeConfig {
                 "must not be empty".to_string(),
             ));
         }
-        if !(self.events.qps > 0.0 && self.events.qps.is_finite()) {
-            return Err(invalid("events.qps", "must be > 0".to_string()));
+        if !(self.events.qps >= 0.0 && self.events.qps.is_finite()) {
+            return Err(invalid(
+                "events.qps",
+                "must be a finite number >= 0 (0: no limit)".to_string(),
+            ));
         }
         if self.events.burst == 0 {
             return Err(invalid("events.burst", "must be > 0".to_string()));
+        }
+        if self.events.max_in_flight == 0 {
+            return Err(invalid("events.maxInFlight", "must be > 0".to_string()));
         }
         if self.reservations.gc_interval.is_zero() {
             return Err(invalid(

@@ -4,11 +4,17 @@
 //! Used by the [`Reporter`](super::events::Reporter) after each decision and by preemption
 //! ([`super::preempt`]) for its `Preempted` events.
 //!
+//! Written as kube-scheduler's `tools/events` broadcaster writes them: every bound pod gets
+//! its `Scheduled` event. The queue holds 1,000 events ([`QUEUED_EVENTS`]) and drops what
+//! does not fit, counted (`headroom_events_dropped_total`), as client-go's broadcaster does;
+//! up to `maxInFlight` writes go at once, so the writer keeps up with the binds; with
+//! `qps` set, writes wait for a token as a client-go rate limiter makes them wait (kube-
+//! scheduler's `clientConnection.qps`), never dropped for want of one.
+//!
 //! A stuck pod must not flood the API: an event identical to one written within
 //! `seriesWindow` (same pod, reason and message) becomes a `series` update of that event,
 //! at most one per `seriesUpdateInterval` (repeats in between are counted and sent with the
-//! next update, or by the periodic flush), and every write takes a token from a bucket
-//! (`qps`, `burst`); without a token the write is dropped and counted.
+//! next update, or by the periodic flush).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -110,7 +116,7 @@ pub struct EventStats {
     pub series_updates: Counter,
     /// Occurrences folded into a series without a write of their own.
     pub aggregated: Counter,
-    /// Dropped: no token, or the writer's channel was full.
+    /// Dropped: the writer's queue ([`QUEUED_EVENTS`]) was full.
     pub dropped: Counter,
     /// API errors.
     pub failed: Counter,
@@ -181,6 +187,10 @@ impl EventStats {
     }
 }
 
+/// Events queued for the writer at most; more are dropped and counted, as client-go's
+/// `tools/events` broadcaster drops them (`maxQueuedEvents`).
+pub const QUEUED_EVENTS: usize = 1000;
+
 /// A handle to record events (cheap to clone).
 #[derive(Clone)]
 pub struct Recorder {
@@ -204,7 +214,9 @@ impl Recorder {
 
 /// A recorder and the receiver its writer drains.
 pub fn recorder() -> (Recorder, mpsc::Receiver<EventSpec>) {
-    let (tx, rx) = mpsc::channel(1024);
+    // client-go's event broadcaster queues 1,000 events and drops what does not fit
+    // (`watch.NewBroadcaster(maxQueuedEvents, watch.DropIfChannelFull)`).
+    let (tx, rx) = mpsc::channel(QUEUED_EVENTS);
     (
         Recorder {
             tx,
@@ -214,6 +226,9 @@ pub fn recorder() -> (Recorder, mpsc::Receiver<EventSpec>) {
     )
 }
 
+/// The client-side rate limit of event writes (`events.qps`, `burst`), as client-go's
+/// token bucket (`rate.Limiter.Wait`): each write reserves the instant it may go, it is
+/// never dropped for want of a token.
 struct TokenBucket {
     tokens: f64,
     burst: f64,
@@ -222,18 +237,24 @@ struct TokenBucket {
 }
 
 impl TokenBucket {
-    fn take(&mut self, now: Instant) -> bool {
+    /// Reserves a token: the instant (`now` or later) the write may go.
+    fn reserve(&mut self, now: Instant) -> Instant {
         let dt = now.saturating_duration_since(self.at).as_secs_f64();
         self.at = now;
-        self.tokens = (self.tokens + dt * self.qps).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
+        self.tokens = (self.tokens + dt * self.qps).min(self.burst) - 1.0;
+        if self.tokens >= 0.0 {
+            now
         } else {
-            false
+            now + Duration::from_secs_f64(-self.tokens / self.qps)
         }
     }
 }
+
+/// Writes started and not yet finished at most (waiting for a slot in flight or for the
+/// rate limit): client-go's recorder starts a goroutine per event with no bound; this keeps
+/// one, far above any burst of binds, so sustained overload ends in the queue's drops
+/// instead of unbounded memory.
+const MAX_PENDING_WRITES: usize = 100_000;
 
 struct Series {
     namespace: String,
@@ -266,76 +287,118 @@ fn micro_now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
-/// Writes events from `rx` until `shutdown` (then drains the queue). `instance` is the
-/// `reportingInstance` (this replica).
-pub async fn run_event_writer(
+/// One write to the API server and what it was.
+enum Write {
+    /// A new event; on failure its series entry goes (a repeat then creates it anew).
+    Create(Api<Event>, Box<Event>, SeriesKey),
+    /// A series update of the event named.
+    Series(Api<Event>, String, serde_json::Value),
+}
+
+/// What a finished write came to.
+struct Written {
+    create: Option<SeriesKey>,
+    result: kube::Result<()>,
+}
+
+impl Write {
+    async fn send(self) -> Written {
+        match self {
+            Write::Create(api, event, key) => Written {
+                result: api.create(&PostParams::default(), &event).await.map(drop),
+                create: Some(key),
+            },
+            Write::Series(api, name, patch) => Written {
+                result: api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(drop),
+                create: None,
+            },
+        }
+    }
+}
+
+/// The writer's state between events: the series within their window, the writes in
+/// flight and the rate limit.
+struct Writer {
     client: Client,
     config: EventsConfig,
     instance: String,
     stats: Arc<EventStats>,
-    mut rx: mpsc::Receiver<EventSpec>,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    let mut bucket = TokenBucket {
-        tokens: f64::from(config.burst),
-        burst: f64::from(config.burst),
-        qps: config.qps,
-        at: Instant::now(),
-    };
-    let mut series: HashMap<SeriesKey, Series> = HashMap::new();
-    let mut flush =
-        tokio::time::interval(config.series_update_interval.max(Duration::from_millis(10)));
-    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(shutdown);
-    let mut stopping = false;
-    loop {
-        let ev = if stopping {
-            match rx.try_recv() {
-                Ok(ev) => Some(ev),
-                Err(_) => break,
+    bucket: Option<TokenBucket>,
+    series: HashMap<SeriesKey, Series>,
+    /// Writes started: each waits for its instant under the rate limit, then for one of
+    /// the `maxInFlight` permits, then sends.
+    in_flight: tokio::task::JoinSet<Written>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Writer {
+    /// Starts `w` without waiting for it, as client-go's recorder starts a goroutine per
+    /// event: the queue is only drained slower than events arrive when
+    /// [`MAX_PENDING_WRITES`] are already started, and then it drops what it has no room
+    /// for (as client-go's broadcaster drops what its 1,000-event queue has no room for).
+    async fn send(&mut self, w: Write) {
+        while self.in_flight.len() >= MAX_PENDING_WRITES {
+            if let Some(done) = self.in_flight.join_next().await {
+                self.finished(done);
             }
-        } else {
-            tokio::select! {
-                biased;
-                ev = rx.recv() => match ev { Some(ev) => Some(ev), None => break },
-                _ = flush.tick() => None,
-                _ = &mut shutdown => { stopping = true; continue; }
+        }
+        let at = self.bucket.as_mut().map(|b| b.reserve(Instant::now()));
+        let permits = self.permits.clone();
+        self.in_flight.spawn(async move {
+            if let Some(at) = at {
+                tokio::time::sleep_until(at).await;
             }
-        };
+            // The semaphore is never closed; without a permit the write still goes.
+            let _permit = permits.acquire_owned().await.ok();
+            w.send().await
+        });
+    }
+
+    fn finished(&mut self, done: Result<Written, tokio::task::JoinError>) {
+        let Ok(w) = done else { return };
+        match (&w.result, w.create) {
+            (Ok(()), Some(_)) => {
+                self.stats.created.inc();
+                self.stats.calls.ok();
+            }
+            (Ok(()), None) => {
+                self.stats.series_updates.inc();
+                self.stats.calls.ok();
+            }
+            (Err(e), create) => {
+                let op = match create {
+                    Some(key) => {
+                        self.series.remove(&key);
+                        "creating an event"
+                    }
+                    None => "updating an event series",
+                };
+                self.stats.failure(op, e);
+            }
+        }
+    }
+
+    /// One event from the queue: a repeat within its series window is counted into the
+    /// series (and updates it at most once per `seriesUpdateInterval`); anything else is a
+    /// new event.
+    async fn record(&mut self, ev: EventSpec) {
         let now = Instant::now();
-        series.retain(|_, s| now.saturating_duration_since(s.started) < config.series_window);
-        let Some(ev) = ev else {
-            // Periodic flush: repeats that were only counted go out now.
-            let due: Vec<SeriesKey> = series
-                .iter()
-                .filter(|(_, s)| {
-                    s.unwritten
-                        && now.saturating_duration_since(s.last_write)
-                            >= config.series_update_interval
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in due {
-                if let Some(s) = series.get_mut(&k) {
-                    write_series(&client, s, &mut bucket, &stats, now).await;
-                }
-            }
-            continue;
-        };
         let key = key_of(&ev);
-        if let Some(s) = series.get_mut(&key) {
+        if let Some(s) = self.series.get_mut(&key)
+            && now.saturating_duration_since(s.started) < self.config.series_window
+        {
             s.count += 1;
             s.unwritten = true;
-            if now.saturating_duration_since(s.last_write) >= config.series_update_interval {
-                write_series(&client, s, &mut bucket, &stats, now).await;
+            if now.saturating_duration_since(s.last_write) >= self.config.series_update_interval {
+                let w = series_write(&self.client, s, now);
+                self.send(w).await;
             } else {
-                stats.aggregated.inc();
+                self.stats.aggregated.inc();
             }
-            continue;
-        }
-        if !bucket.take(now) {
-            stats.dropped.inc();
-            continue;
+            return;
         }
         let namespace = ev
             .regarding
@@ -355,8 +418,8 @@ pub async fn run_event_writer(
                 ..Default::default()
             },
             event_time: Some(MicroTime(t)),
-            reporting_controller: Some(config.reporting_controller.clone()),
-            reporting_instance: Some(instance.clone()),
+            reporting_controller: Some(self.config.reporting_controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
             action: Some(ev.action.to_string()),
             reason: Some(ev.reason.to_string()),
             regarding: Some(ev.regarding.clone()),
@@ -364,53 +427,109 @@ pub async fn run_event_writer(
             type_: Some(ev.type_.to_string()),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-        match api.create(&PostParams::default(), &event).await {
-            Ok(_) => {
-                stats.created.inc();
-                stats.calls.ok();
-                series.insert(
-                    key,
-                    Series {
-                        namespace,
-                        name,
-                        started: now,
-                        last_write: now,
-                        count: 1,
-                        unwritten: false,
-                    },
-                );
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        self.series.insert(
+            key.clone(),
+            Series {
+                namespace,
+                name,
+                started: now,
+                last_write: now,
+                count: 1,
+                unwritten: false,
+            },
+        );
+        self.send(Write::Create(api, Box::new(event), key)).await;
+    }
+
+    /// The periodic flush: series past their window are forgotten; repeats only counted so
+    /// far go out.
+    async fn flush(&mut self) {
+        let now = Instant::now();
+        let window = self.config.series_window;
+        self.series
+            .retain(|_, s| now.saturating_duration_since(s.started) < window);
+        let due: Vec<SeriesKey> = self
+            .series
+            .iter()
+            .filter(|(_, s)| {
+                s.unwritten
+                    && now.saturating_duration_since(s.last_write)
+                        >= self.config.series_update_interval
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            if let Some(s) = self.series.get_mut(&k) {
+                let w = series_write(&self.client, s, now);
+                self.send(w).await;
             }
-            Err(e) => stats.failure("creating an event", &e),
         }
     }
 }
 
-async fn write_series(
-    client: &Client,
-    s: &mut Series,
-    bucket: &mut TokenBucket,
-    stats: &EventStats,
-    now: Instant,
+/// Writes events from `rx` until `shutdown`, then drains the queue and waits for the writes
+/// in flight. `instance` is the `reportingInstance` (this replica). Up to
+/// `events.maxInFlight` writes go at once, so events keep up with binds; `events.qps`, when
+/// set, limits them as kube-scheduler's `clientConnection.qps` limits its event client.
+pub async fn run_event_writer(
+    client: Client,
+    config: EventsConfig,
+    instance: String,
+    stats: Arc<EventStats>,
+    mut rx: mpsc::Receiver<EventSpec>,
+    shutdown: impl std::future::Future<Output = ()>,
 ) {
-    if !bucket.take(now) {
-        stats.dropped.inc();
-        return;
+    let bucket = (config.qps > 0.0).then(|| TokenBucket {
+        tokens: f64::from(config.burst),
+        burst: f64::from(config.burst),
+        qps: config.qps,
+        at: Instant::now(),
+    });
+    let mut flush =
+        tokio::time::interval(config.series_update_interval.max(Duration::from_millis(10)));
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let permits = Arc::new(tokio::sync::Semaphore::new(config.max_in_flight as usize));
+    let mut w = Writer {
+        client,
+        config,
+        instance,
+        stats,
+        bucket,
+        series: HashMap::new(),
+        in_flight: tokio::task::JoinSet::new(),
+        permits,
+    };
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            Some(done) = w.in_flight.join_next(), if !w.in_flight.is_empty() => w.finished(done),
+            ev = rx.recv() => match ev {
+                Some(ev) => w.record(ev).await,
+                None => break,
+            },
+            _ = flush.tick() => w.flush().await,
+            _ = &mut shutdown => break,
+        }
     }
+    // Shutting down: what is queued still goes out, then every write in flight ends.
+    rx.close();
+    while let Some(ev) = rx.recv().await {
+        w.record(ev).await;
+    }
+    w.flush().await;
+    while let Some(done) = w.in_flight.join_next().await {
+        w.finished(done);
+    }
+}
+
+fn series_write(client: &Client, s: &mut Series, now: Instant) -> Write {
     let api: Api<Event> = Api::namespaced(client.clone(), &s.namespace);
     let patch = json!({"series": {"count": s.count, "lastObservedTime": micro_now()}});
     s.last_write = now;
     s.unwritten = false;
-    match api
-        .patch(&s.name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
-        Ok(_) => {
-            stats.series_updates.inc();
-            stats.calls.ok();
-        }
-        Err(e) => stats.failure("updating an event series", &e),
-    }
+    Write::Series(api, s.name.clone(), patch)
 }
 
 /// Event notes are limited to 1 kB by the API server.
@@ -429,22 +548,46 @@ fn truncate(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    /// A burst of writes goes at once; the rest are spaced at `qps`, each waiting for its
+    /// turn (reserved, never dropped); idle time refills at most the burst.
     #[test]
-    fn token_bucket_limits_bursts() {
+    fn token_bucket_spaces_writes_beyond_the_burst() {
         let t0 = Instant::now();
+        let ms = Duration::from_millis;
         let mut b = TokenBucket {
             tokens: 2.0,
             burst: 2.0,
             qps: 1.0,
             at: t0,
         };
-        assert!(b.take(t0) && b.take(t0));
-        assert!(!b.take(t0));
-        assert!(!b.take(t0 + Duration::from_millis(500)));
-        assert!(b.take(t0 + Duration::from_millis(1000)));
-        // Refill is capped at the burst.
+        assert_eq!(b.reserve(t0), t0);
+        assert_eq!(b.reserve(t0), t0);
+        assert_eq!(b.reserve(t0), t0 + ms(1000));
+        assert_eq!(b.reserve(t0), t0 + ms(2000));
+        // Half a second later the queue of reservations still stands.
+        assert_eq!(b.reserve(t0 + ms(500)), t0 + ms(3000));
+        // Long idle: the burst again, no more.
         let later = t0 + Duration::from_secs(100);
-        assert!(b.take(later) && b.take(later) && !b.take(later));
+        assert_eq!(b.reserve(later), later);
+        assert_eq!(b.reserve(later), later);
+        assert_eq!(b.reserve(later), later + ms(1000));
+    }
+
+    /// As client-go's broadcaster: 1,000 events wait in the queue; the rest are dropped and
+    /// counted while nothing drains it.
+    #[test]
+    fn a_full_queue_drops_and_counts_what_does_not_fit() {
+        let (r, _rx) = recorder();
+        let pod = PodInfo::new(Arc::new(
+            serde_json::from_value(
+                json!({"metadata": {"name": "p", "namespace": "default", "uid": "u"}}),
+            )
+            .unwrap(),
+        ));
+        for _ in 0..QUEUED_EVENTS + 500 {
+            r.record(scheduled(&pod, "n", None));
+        }
+        assert_eq!(r.stats().dropped.get(), 500);
     }
 
     #[test]

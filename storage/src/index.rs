@@ -14,33 +14,66 @@ use std::sync::Arc;
 
 use crate::labels::{CompiledMatcher, Labels, METRIC_NAME_LABEL};
 
+/// Interned strings, reference-counted by the series that use them: a label value of
+/// pods that come and go (their names) is freed with the last series naming it, so the
+/// index stays as large as the live series, not as all the series ever seen.
 #[derive(Default)]
 struct Symbols {
     strings: Vec<Arc<str>>,
+    refs: Vec<u32>,
     lookup: HashMap<Arc<str>, u32>,
+    /// Ids of freed symbols, reused by `intern`.
+    free: Vec<u32>,
 }
 
 impl Symbols {
+    /// The symbol of `s`, counting one more use of it.
     fn intern(&mut self, s: &str) -> u32 {
         if let Some(&id) = self.lookup.get(s) {
+            self.refs[id as usize] += 1;
             return id;
         }
-        let id = self.strings.len() as u32;
         let a: Arc<str> = Arc::from(s);
-        self.strings.push(a.clone());
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.strings[id as usize] = a.clone();
+                self.refs[id as usize] = 1;
+                id
+            }
+            None => {
+                self.strings.push(a.clone());
+                self.refs.push(1);
+                (self.strings.len() - 1) as u32
+            }
+        };
         self.lookup.insert(a, id);
         id
     }
+
+    /// One use of `id` fewer; the last one frees it.
+    fn release(&mut self, id: u32) {
+        let Some(r) = self.refs.get_mut(id as usize) else {
+            return;
+        };
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            let gone = std::mem::replace(&mut self.strings[id as usize], Arc::from(""));
+            self.lookup.remove(&gone);
+            self.free.push(id);
+        }
+    }
+
     fn get(&self, s: &str) -> Option<u32> {
         self.lookup.get(s).copied()
     }
     fn str(&self, id: u32) -> &str {
-        // Invariant: symbol ids are only produced by `intern`, which pushes the string.
+        // Invariant: symbol ids are only produced by `intern`, which stores the string.
         &self.strings[id as usize]
     }
 }
 
-/// Series index. Ids are dense: `SeriesId(n)` lives at `series[n]`.
+/// Series index. Slots are dense: the series in slot `n` lives at `series[n]`; a removed
+/// series frees its slot for the next new one (see [`Index::public_id`]).
 #[derive(Default)]
 pub(crate) struct Index {
     symbols: Symbols,
@@ -53,14 +86,23 @@ pub(crate) struct Index {
     postings: HashMap<u32, HashMap<u32, Vec<u32>>>,
     name_sym: u32,
     live: usize,
+    /// Unused ids below `series.len()`, reused by [`Index::next_id`].
+    free: Vec<u32>,
+    /// Per id, how many times a series under it was removed: the high half of the public
+    /// `SeriesId`, so an id kept across a removal never names the series reusing the slot.
+    gens: Vec<u32>,
 }
 
 fn series_hash(metric: &str, labels: &Labels) -> u64 {
+    hash_parts(metric, labels.iter())
+}
+
+fn hash_parts<'a>(metric: &str, labels: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
     // DefaultHasher::new() uses fixed keys, so the hash is stable within a process, which
     // is all the in-memory map needs.
     let mut h = std::collections::hash_map::DefaultHasher::new();
     metric.hash(&mut h);
-    for (k, v) in labels.iter() {
+    for (k, v) in labels {
         k.hash(&mut h);
         v.hash(&mut h);
     }
@@ -70,8 +112,97 @@ fn series_hash(metric: &str, labels: &Labels) -> u64 {
 impl Index {
     pub(crate) fn new() -> Index {
         let mut i = Index::default();
+        // Never released: every series is under it.
         i.name_sym = i.symbols.intern(METRIC_NAME_LABEL);
         i
+    }
+
+    /// The id a new series gets: a freed one if any (the lowest), else the next.
+    pub(crate) fn next_id(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(id) => id,
+            None => self.id_bound(),
+        }
+    }
+
+    /// The public id of the series at `slot`: the slot, and in the high 32 bits how many
+    /// series were removed from it before.
+    pub(crate) fn public_id(&self, slot: u32) -> u64 {
+        u64::from(self.gens.get(slot as usize).copied().unwrap_or(0)) << 32 | u64::from(slot)
+    }
+
+    /// The slot of a public id, if it names a series that still exists.
+    pub(crate) fn slot_of(&self, id: u64) -> Option<u32> {
+        let slot = (id & u64::from(u32::MAX)) as u32;
+        let live = matches!(self.series.get(slot as usize), Some(Some(_)));
+        (live && self.public_id(slot) == id).then_some(slot)
+    }
+
+    /// Recomputes the free ids after ids were inserted out of order (the store's open).
+    pub(crate) fn rebuild_free(&mut self) {
+        self.free = (0..self.series.len() as u32)
+            .rev()
+            .filter(|&i| self.series[i as usize].is_none())
+            .collect();
+    }
+
+    /// Removes a series: its id becomes free and the symbols only it used are released.
+    /// Returns false if the id held no series.
+    pub(crate) fn remove(&mut self, id: u32) -> bool {
+        let Some(syms) = self.series.get_mut(id as usize).and_then(Option::take) else {
+            return false;
+        };
+        let h = hash_parts(
+            self.symbols.str(syms[0]),
+            syms[1..]
+                .chunks_exact(2)
+                .map(|c| (self.symbols.str(c[0]), self.symbols.str(c[1]))),
+        );
+        if self.by_hash.get(&h) == Some(&id) {
+            match self.collisions.get_mut(&h).and_then(Vec::pop) {
+                Some(other) => {
+                    self.by_hash.insert(h, other);
+                }
+                None => {
+                    self.by_hash.remove(&h);
+                }
+            }
+        } else if let Some(c) = self.collisions.get_mut(&h) {
+            c.retain(|&x| x != id);
+        }
+        if self.collisions.get(&h).is_some_and(Vec::is_empty) {
+            self.collisions.remove(&h);
+        }
+        let pairs = std::iter::once((self.name_sym, syms[0]))
+            .chain(syms[1..].chunks_exact(2).map(|c| (c[0], c[1])))
+            .collect::<Vec<_>>();
+        for (k, v) in pairs {
+            if let Some(values) = self.postings.get_mut(&k) {
+                if let Some(list) = values.get_mut(&v) {
+                    if let Ok(pos) = list.binary_search(&id) {
+                        list.remove(pos);
+                    }
+                    if list.is_empty() {
+                        values.remove(&v);
+                    }
+                }
+                if values.is_empty() {
+                    self.postings.remove(&k);
+                }
+            }
+        }
+        for &sym in syms.iter() {
+            self.symbols.release(sym);
+        }
+        self.live -= 1;
+        if self.gens.len() <= id as usize {
+            self.gens.resize(id as usize + 1, 0);
+        }
+        self.gens[id as usize] = self.gens[id as usize].wrapping_add(1);
+        // Kept sorted descending so `pop` gives the lowest.
+        let pos = self.free.partition_point(|&x| x > id);
+        self.free.insert(pos, id);
+        true
     }
 
     /// Number of series.
@@ -136,6 +267,9 @@ impl Index {
         }
         if self.series.len() <= id as usize {
             self.series.resize(id as usize + 1, None);
+        }
+        if let Some(pos) = self.free.iter().position(|&x| x == id) {
+            self.free.remove(pos);
         }
         self.series[id as usize] = Some(syms.into_boxed_slice());
         self.live += 1;
@@ -300,5 +434,61 @@ mod tests {
         );
         assert_eq!(sel(&ix, &[Matcher::metric("nope")]), Vec::<u32>::new());
         assert_eq!(sel(&ix, &[]), vec![0, 1, 2]);
+    }
+
+    /// Series of pods that come and go: removing them frees their ids (reused lowest
+    /// first) and the strings only they used, so the index does not grow with churn.
+    #[test]
+    fn removed_series_free_their_id_and_their_strings() {
+        let mut ix = Index::new();
+        let node = Labels::new([("node", "n1")]).unwrap();
+        let keep = ix.next_id();
+        ix.insert(keep, "node_mem", &node);
+        let symbols = ix.symbols.lookup.len();
+        for round in 0..50 {
+            let ids: Vec<u32> = (0..20)
+                .map(|i| {
+                    let id = ix.next_id();
+                    let l =
+                        Labels::new([("node", "n1".to_string()), ("pod", format!("p{round}-{i}"))])
+                            .unwrap();
+                    ix.insert(id, "mem", &l);
+                    id
+                })
+                .collect();
+            assert!(ids.iter().all(|&id| id <= 20), "{ids:?}");
+            assert_eq!(sel(&ix, &[Matcher::metric("mem")]).len(), 20);
+            for id in ids {
+                assert!(ix.remove(id));
+                assert!(!ix.remove(id));
+            }
+        }
+        assert_eq!(ix.len(), 1);
+        assert_eq!(ix.id_bound(), 21);
+        // Only "mem", "pod" and the pod names were freed; the node's series is intact.
+        assert_eq!(ix.symbols.lookup.len(), symbols);
+        assert_eq!(ix.get("node_mem", &node), Some(keep));
+        assert_eq!(
+            sel(&ix, &[Matcher::new("node", MatchOp::Eq, "n1")]),
+            vec![keep]
+        );
+        assert!(
+            ix.postings
+                .values()
+                .all(|m| m.values().all(|l| !l.is_empty()))
+        );
+        let p = Labels::new([("pod", "p0-0")]).unwrap();
+        assert_eq!(ix.get("mem", &p), None);
+        let id = ix.next_id();
+        ix.insert(id, "mem", &p);
+        assert_eq!(ix.get("mem", &p), Some(id));
+        assert_eq!(ix.resolve(id), Some(("mem".to_string(), p)));
+        // Its public id carries the slot's removals: an id of the slot's earlier series
+        // names nothing.
+        assert_eq!(ix.public_id(id) >> 32, 50);
+        assert_eq!(ix.slot_of(ix.public_id(id)), Some(id));
+        assert_eq!(ix.slot_of(u64::from(id)), None);
+        assert_eq!(ix.slot_of(ix.public_id(keep)), Some(keep));
+        assert_eq!(ix.public_id(keep), u64::from(keep));
     }
 }

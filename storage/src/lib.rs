@@ -67,7 +67,10 @@ use std::sync::{Mutex, MutexGuard};
 /// delta far from `i64` overflow and exactly representable as f64.
 pub const MAX_TIMESTAMP_MS: i64 = 1 << 53;
 
-/// Identifier of a series, stable for the life of the store directory.
+/// Identifier of a series, stable while the series exists. A series with nothing left
+/// after retention is removed by [`Store::maintain`]; its id then names nothing
+/// ([`Error::UnknownSeries`]), never the series that reuses its slot (the slot is the low
+/// 32 bits, the high 32 count the slot's earlier series).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SeriesId(pub u64);
 

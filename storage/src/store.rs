@@ -86,6 +86,8 @@ pub struct MaintenanceStats {
     pub rollup_blocks_deleted: u64,
     /// Decision records deleted (past the age limit).
     pub decisions_expired: u64,
+    /// Series removed: nothing of them left after retention (see `Store::maintain`).
+    pub series_deleted: u64,
 }
 
 /// Point-in-time statistics (for `/metrics`).
@@ -392,18 +394,30 @@ impl Store {
     }
 
     fn series_id_locked(&self, st: &mut State, metric: &str, labels: &Labels) -> Result<SeriesId> {
-        if let Some(id) = st.index.get(metric, labels) {
-            return Ok(SeriesId(id as u64));
+        if let Some(slot) = st.index.get(metric, labels) {
+            return Ok(SeriesId(st.index.public_id(slot)));
         }
         validate_metric_name(metric)?;
         if st.index.len() >= self.inner.config.max_series {
             return Err(Error::TooManySeries(st.index.len()));
         }
-        let id = st.index.id_bound();
-        st.index.insert(id, metric, labels);
-        st.heads.push(Head::new());
-        st.new_series.push(id as u64);
-        Ok(SeriesId(id as u64))
+        let slot = st.index.next_id();
+        st.index.insert(slot, metric, labels);
+        match st.heads.get_mut(slot as usize) {
+            Some(h) => *h = Head::new(),
+            None => st.heads.push(Head::new()),
+        }
+        st.new_series.push(u64::from(slot));
+        Ok(SeriesId(st.index.public_id(slot)))
+    }
+
+    /// The slot (the key on disk) of a series that still exists.
+    fn slot(&self, id: SeriesId) -> Result<u64> {
+        lock(&self.inner.state)
+            .index
+            .slot_of(id.0)
+            .map(u64::from)
+            .ok_or(Error::UnknownSeries(id.0))
     }
 
     /// Appends a sample to `metric{labels}` (creating the series), returning its id.
@@ -426,7 +440,8 @@ impl Store {
         check_sample(ts_ms, value)?;
         let mut st = lock(&self.inner.state);
         let id = self.series_id_locked(&mut st, metric, labels)?;
-        append_locked(&mut st, id.0, ts_ms, value, true)?;
+        let slot = st.index.slot_of(id.0).ok_or(Error::UnknownSeries(id.0))?;
+        append_locked(&mut st, u64::from(slot), ts_ms, value, true)?;
         Ok(id)
     }
 
@@ -435,7 +450,8 @@ impl Store {
     pub fn append_id(&self, id: SeriesId, ts_ms: i64, value: f64) -> Result<()> {
         check_sample(ts_ms, value)?;
         let mut st = lock(&self.inner.state);
-        append_locked(&mut st, id.0, ts_ms, value, true)
+        let slot = st.index.slot_of(id.0).ok_or(Error::UnknownSeries(id.0))?;
+        append_locked(&mut st, u64::from(slot), ts_ms, value, true)
     }
 
     /// Appends many samples to known series under one lock; stops at the first error
@@ -444,7 +460,8 @@ impl Store {
         let mut st = lock(&self.inner.state);
         for &(id, ts, v) in samples {
             check_sample(ts, v)?;
-            append_locked(&mut st, id.0, ts, v, true)?;
+            let slot = st.index.slot_of(id.0).ok_or(Error::UnknownSeries(id.0))?;
+            append_locked(&mut st, u64::from(slot), ts, v, true)?;
         }
         Ok(())
     }
@@ -646,13 +663,13 @@ impl Store {
         let ids = st.index.select(&compiled);
         Ok(ids
             .into_iter()
-            .filter_map(|id| {
-                let (metric, labels) = st.index.resolve(id)?;
+            .filter_map(|slot| {
+                let (metric, labels) = st.index.resolve(slot)?;
                 Some(SeriesInfo {
-                    id: SeriesId(id as u64),
+                    id: SeriesId(st.index.public_id(slot)),
                     metric,
                     labels,
-                    last: st.heads.get(id as usize).and_then(Head::latest),
+                    last: st.heads.get(slot as usize).and_then(Head::latest),
                 })
             })
             .collect())
@@ -661,15 +678,13 @@ impl Store {
     /// Metric and labels of a series.
     pub fn series_info(&self, id: SeriesId) -> Result<SeriesInfo> {
         let st = lock(&self.inner.state);
-        let (metric, labels) = u32::try_from(id.0)
-            .ok()
-            .and_then(|i| st.index.resolve(i))
-            .ok_or(Error::UnknownSeries(id.0))?;
+        let slot = st.index.slot_of(id.0).ok_or(Error::UnknownSeries(id.0))?;
+        let (metric, labels) = st.index.resolve(slot).ok_or(Error::UnknownSeries(id.0))?;
         Ok(SeriesInfo {
             id,
             metric,
             labels,
-            last: st.heads.get(id.0 as usize).and_then(Head::latest),
+            last: st.heads.get(slot as usize).and_then(Head::latest),
         })
     }
 
@@ -705,8 +720,9 @@ impl Store {
                 });
             }
         }
+        let slot = self.slot(id)?;
         for bytes in self.raw_chunks(id, start, end)? {
-            decode_chunk(&bytes, start, end, out).map_err(|e| self.name_series(id.0, e))?;
+            decode_chunk(&bytes, start, end, out).map_err(|e| self.name_series(slot, e))?;
         }
         Ok(())
     }
@@ -729,13 +745,15 @@ impl Store {
     /// with the same first timestamp (an on-disk checkpoint is a prefix of them).
     fn raw_chunks(&self, id: SeriesId, start: i64, end: i64) -> Result<Vec<ChunkBytes>> {
         let mut mem: Vec<(i64, Vec<u8>)> = Vec::new();
-        {
+        let slot = {
             let st = lock(&self.inner.state);
-            let head = u32::try_from(id.0)
-                .ok()
-                .and_then(|i| st.heads.get(i as usize))
+            let slot = st.index.slot_of(id.0).ok_or(Error::UnknownSeries(id.0))?;
+            let slot = u64::from(slot);
+            let head = st
+                .heads
+                .get(slot as usize)
                 .ok_or(Error::UnknownSeries(id.0))?;
-            for ((_, t0), b) in st.sealed.range((id.0, 0)..=(id.0, end)) {
+            for ((_, t0), b) in st.sealed.range((slot, 0)..=(slot, end)) {
                 mem.push((*t0, b.to_vec()));
             }
             if let Some(enc) = &head.open
@@ -744,18 +762,19 @@ impl Store {
             {
                 mem.push((enc.first_ts(), enc.encode()));
             }
-        }
+            slot
+        };
         let lo = start.saturating_sub(MAX_CHUNK_SPAN_MS).max(0);
         let mut chunks: BTreeMap<i64, ChunkBytes> = BTreeMap::new();
         for kv in self
             .inner
             .tsdb
-            .range(chunk_key(id.0, lo)..=chunk_key(id.0, end))
+            .range(chunk_key(slot, lo)..=chunk_key(slot, end))
         {
             let (k, v) = kv?;
             let (_, t0) = parse_id_ts_key(&k)?;
             let len = unseal(TSDB, &k, &v)
-                .map_err(|e| self.name_series(id.0, e))?
+                .map_err(|e| self.name_series(slot, e))?
                 .len();
             chunks.insert(t0, ChunkBytes::Disk(v, len));
         }
@@ -802,8 +821,8 @@ impl Store {
     /// Newest raw sample of a series (`None` if it has none, e.g. all expired).
     pub fn latest(&self, id: SeriesId) -> Result<Option<Sample>> {
         let st = lock(&self.inner.state);
-        u32::try_from(id.0)
-            .ok()
+        st.index
+            .slot_of(id.0)
             .and_then(|i| st.heads.get(i as usize))
             .map(Head::latest)
             .ok_or(Error::UnknownSeries(id.0))
@@ -812,14 +831,15 @@ impl Store {
     fn stored_rollups(&self, id: SeriesId, start: i64, end: i64) -> Result<Vec<Rollup>> {
         let mut out = Vec::new();
         let lo = block_start(bucket_start(start));
+        let slot = self.slot(id)?;
         for kv in self
             .inner
             .tsdb
-            .range(rollup_key(id.0, lo)..=rollup_key(id.0, end))
+            .range(rollup_key(slot, lo)..=rollup_key(slot, end))
         {
             let (k, v) = kv?;
             let (_, day) = parse_id_ts_key(&k)?;
-            let v = unseal(TSDB, &k, &v).map_err(|e| self.name_series(id.0, e))?;
+            let v = unseal(TSDB, &k, &v).map_err(|e| self.name_series(slot, e))?;
             out.extend(
                 decode_block(day, v)?
                     .into_iter()
@@ -850,8 +870,9 @@ impl Store {
     /// One retention + downsampling pass at time `now_ms`. It first raises the raw cutoff
     /// and flushes (so it also makes all appended samples durable); then raw chunks entirely older than
     /// `now − raw_retention` are folded into 5-minute rollups and deleted (atomically per
-    /// series), rollup blocks older than `now − rollup_retention` are deleted, and decision
-    /// records older than `decision_log_max_age` are dropped. Blocking I/O.
+    /// series), rollup blocks older than `now − rollup_retention` are deleted, series with
+    /// nothing left are removed (their ids then name nothing: [`Error::UnknownSeries`]),
+    /// and decision records older than `decision_log_max_age` are dropped. Blocking I/O.
     ///
     /// Afterwards samples older than the raw cutoff are rejected by `append`
     /// ([`Error::TooOld`]), so a rolled-up bucket never receives raw samples again.
@@ -973,6 +994,12 @@ impl Store {
                 dirty = true;
             }
         }
+        // A series with nothing in memory (a pod that is gone): the day block that straddles
+        // the rollup cutoff loses its buckets past retention now rather than at the end of
+        // its day, so the series is removed once its retention has passed (below).
+        if open_t0.is_none() || stale_open {
+            dirty |= self.trim_rollup_block(id, rollup_cutoff, &mut batch, stats)?;
+        }
         if dirty {
             // The watermark travels with the deletions so recovery never replays log
             // records of chunks that were rolled up (see `recover`).
@@ -998,7 +1025,84 @@ impl Store {
                 tsdb.apply_batch(batch)?;
             }
         }
+        if self.forget_if_empty(id, raw_cutoff)? {
+            stats.series_deleted += 1;
+        }
         Ok(())
+    }
+
+    /// Drops the buckets older than `rollup_cutoff` from the series' block that straddles
+    /// it (the whole block when none is left). Returns whether the batch changed.
+    fn trim_rollup_block(
+        &self,
+        id: u64,
+        rollup_cutoff: i64,
+        batch: &mut sled::Batch,
+        stats: &mut MaintenanceStats,
+    ) -> Result<bool> {
+        let day = block_start(rollup_cutoff);
+        let key = rollup_key(id, day);
+        let Some(v) = self.inner.tsdb.get(key)? else {
+            return Ok(false);
+        };
+        let all = decode_block(
+            day,
+            unseal(TSDB, &key, &v).map_err(|e| self.name_series(id, e))?,
+        )?;
+        let kept: Vec<Rollup> = all
+            .iter()
+            .filter(|r| r.start_ms >= rollup_cutoff)
+            .cloned()
+            .collect();
+        if kept.len() == all.len() {
+            return Ok(false);
+        }
+        if kept.is_empty() {
+            batch.remove(&key);
+            stats.rollup_blocks_deleted += 1;
+        } else {
+            batch.insert(&key, seal(TSDB, &key, &encode_block(day, &kept)));
+            stats.rollup_blocks_written += 1;
+        }
+        Ok(true)
+    }
+
+    /// Removes a series with nothing left (no sample in memory or waiting for a flush, no
+    /// chunk and no rollup on disk, its definition written) — a pod that is gone, once its
+    /// samples passed retention — so the index, and what it takes in memory, stays as large
+    /// as the live series under churn. Its slot goes to the next new series; its public id
+    /// is [`Error::UnknownSeries`] from now on. Its log records, if a segment still holds
+    /// any, are older than `raw_cutoff`, which recovery skips, so they never reach the
+    /// slot's next series.
+    fn forget_if_empty(&self, id: u64, raw_cutoff: i64) -> Result<bool> {
+        let tsdb = &self.inner.tsdb;
+        let on_disk = tsdb
+            .range(chunk_key(id, 0)..=chunk_key(id, MAX_TIMESTAMP_MS))
+            .next()
+            .is_some()
+            || tsdb
+                .range(rollup_key(id, 0)..=rollup_key(id, MAX_TIMESTAMP_MS))
+                .next()
+                .is_some();
+        if on_disk || raw_cutoff <= 0 {
+            return Ok(false);
+        }
+        // Under the state lock, so no append can give it a sample meanwhile.
+        let mut st = lock(&self.inner.state);
+        let Ok(slot) = u32::try_from(id) else {
+            return Ok(false);
+        };
+        let empty = st.heads.get(id as usize).is_some_and(|h| h.open.is_none())
+            && !st.sealed.range((id, 0)..=(id, i64::MAX)).any(|_| true)
+            && !st.new_series.contains(&id)
+            && st.index.resolve(slot).is_some();
+        if !empty {
+            return Ok(false);
+        }
+        tsdb.remove(series_key(id))?;
+        st.index.remove(slot);
+        st.heads[id as usize] = Head::new();
+        Ok(true)
     }
 
     /// Current statistics.
@@ -1130,6 +1234,8 @@ fn recover(tsdb: &sled::Tree) -> Result<(State, u64)> {
         })?;
         st.index.insert(id32, &metric, &labels);
     }
+    // Slots whose series were removed before are free for new ones.
+    st.index.rebuild_free();
     st.heads
         .resize_with(st.index.id_bound() as usize, Head::new);
     let mut buf = Vec::new();

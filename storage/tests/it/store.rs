@@ -231,11 +231,71 @@ fn retention_rolls_up_and_expires() {
         s.append("m", &labels("late"), T0, 1.0),
         Err(Error::TooOld { .. })
     ));
-    // Much later, everything but the newest open chunk's data is gone.
-    s.maintain(now + 10 * 24 * H).unwrap();
-    let left = s.rollups(id, 0, i64::MAX).unwrap();
-    assert!(left.iter().map(|r| r.count).sum::<u64>() <= 240);
+    // Much later everything has expired, and the series with nothing left is removed: its
+    // id names nothing any more.
+    let st = s.maintain(now + 10 * 24 * H).unwrap();
+    // "m{a}" and the empty "m{late}" the refused sample created.
+    assert_eq!(st.series_deleted, 2);
+    assert!(matches!(
+        s.rollups(id, 0, i64::MAX),
+        Err(Error::UnknownSeries(_))
+    ));
+    assert!(s.select(&[]).unwrap().is_empty());
+    assert_eq!(s.stats().series, 0);
     assert!(s.stats().disk_bytes > 0);
+}
+
+/// Churn, as pods come and go: series whose samples all passed retention are removed, so
+/// the index stays as large as the live series; their slots go to new series, an id kept
+/// from a removed series never reaches the series in its slot, and a reopened store agrees.
+#[test]
+fn series_of_pods_that_are_gone_are_removed_after_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = StoreConfig {
+        raw_retention: Duration::from_secs(3600),
+        rollup_retention: Duration::from_secs(2 * 3600),
+        ..cfg()
+    };
+    let s = Store::open(dir.path(), c.clone()).unwrap();
+    let node = labels("node");
+    let mut old_ids = Vec::new();
+    let mut now = T0;
+    for round in 0..12 {
+        // 50 pods live for an hour, then are gone; the node's series goes on.
+        for p in 0..50 {
+            let id = s
+                .append("pod_mem", &labels(&format!("p{round}-{p}")), now, 1.0)
+                .unwrap();
+            old_ids.push(id);
+        }
+        for m in 0..60 {
+            s.append("node_mem", &node, now + m * 60_000, round as f64)
+                .unwrap();
+        }
+        now += H;
+        s.flush().unwrap();
+        s.maintain(now).unwrap();
+    }
+    let live = s.select(&[]).unwrap().len();
+    // The node's series and at most the pods of the last rollup window.
+    assert!(live <= 1 + 3 * 50, "{live} series after 12 hours of churn");
+    assert!(s.stats().series as usize == live);
+    // An id of the first hour's pods names nothing, even where its slot was reused.
+    assert!(matches!(
+        s.append_id(old_ids[0], now, 2.0),
+        Err(Error::UnknownSeries(_))
+    ));
+    let node_id = s.series_id("node_mem", &node).unwrap();
+    let before = s.query_range(node_id, 0, i64::MAX).unwrap();
+    drop(s);
+    let s = Store::open(dir.path(), c).unwrap();
+    assert_eq!(s.select(&[]).unwrap().len(), live);
+    let node_id = s.series_id("node_mem", &node).unwrap();
+    assert_eq!(s.query_range(node_id, 0, i64::MAX).unwrap(), before);
+    // New series fill the freed slots.
+    let id = s.append("pod_mem", &labels("new"), now, 3.0).unwrap();
+    assert!((id.0 & u64::from(u32::MAX)) < 700, "{id:?}");
+    assert_eq!(s.latest(id).unwrap().unwrap().value, 3.0);
 }
 
 #[test]

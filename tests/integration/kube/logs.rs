@@ -20,13 +20,24 @@ use super::{namespace, node};
 /// With `tmpfs_mib`, the store's directory is a tmpfs of that size in a private mount
 /// namespace (`unshare`), so the disk fills as decisions are stored.
 fn spawn_serve(dir: &Path, server: &str, tmpfs_mib: Option<u32>, extra: &[&str]) -> Child {
+    spawn_serve_with(dir, server, SERVE_CONFIG, tmpfs_mib, extra)
+}
+
+/// One replica, plain HTTP on loopback, no reservations; the events as configured by
+/// default.
+const SERVE_CONFIG: &str = "serve: {security: {mode: none}, leaderElection: {enabled: false}, reservations: {enabled: false}}\n";
+
+/// [`spawn_serve`] with the configuration `yaml`.
+fn spawn_serve_with(
+    dir: &Path,
+    server: &str,
+    yaml: &str,
+    tmpfs_mib: Option<u32>,
+    extra: &[&str],
+) -> Child {
     let kc = kubeconfig(dir, server);
     let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        "serve: {security: {mode: none}, leaderElection: {enabled: false}, reservations: {enabled: false}, events: {qps: 1000, burst: 1000}}\n",
-    )
-    .unwrap();
+    std::fs::write(&config, yaml).unwrap();
     let data = dir.join("data");
     std::fs::create_dir_all(&data).unwrap();
     let bin = crate::headroom().get_program().to_owned();
@@ -463,6 +474,73 @@ async fn kube_serve_rescues_a_damaged_store_and_schedules() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("damaged-"))
         .count();
     assert_eq!(damaged, 2);
+}
+
+/// Every bound pod gets its `Scheduled` event, as kube-scheduler writes one per bind, with
+/// the default `serve.events` (no rate limit; the writes follow the binds): 2,000 pods
+/// bound as fast as serve binds them, 2,000 events, none dropped. With a rate limit set,
+/// writes wait for it rather than being dropped, as client-go's limiter makes them wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_writes_a_scheduled_event_for_every_bound_pod() {
+    const PODS: usize = 2000;
+    let fake = Fake::start().await;
+    farm(&fake, PODS);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_serve(dir.path(), &fake.url(), None, &[]);
+    let api = api_port(&mut child, dir.path()).await;
+    wait_bound(&fake, PODS, &mut child, dir.path(), api).await;
+    let scheduled = |f: &Fake| {
+        f.list("events")
+            .iter()
+            .filter(|e| e["reason"] == "Scheduled")
+            .count()
+    };
+    for _ in 0..300 {
+        if scheduled(&fake) == PODS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = reqwest::get(format!("http://127.0.0.1:{api}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("headroom_events_"))
+        .collect();
+    assert_eq!(scheduled(&fake), PODS, "{events:?}");
+    let dropped = metric(api, "headroom_events_dropped_total").await;
+    let created = metric(api, "headroom_events_created_total").await;
+    assert!(stop(child).success());
+    assert_eq!(dropped, 0.0);
+    assert_eq!(created, PODS as f64);
+
+    // A limit of 200 writes a second: 300 more pods take about a second and a half of
+    // events, and none is dropped.
+    for i in 0..3 {
+        fake.put("nodes", node(&format!("node-more-{i}"), "64"));
+    }
+    for i in PODS..PODS + 300 {
+        let mut p = super::pod(&format!("p{i}"), "headroom", "10m");
+        p["spec"]["containers"][0]["resources"]["requests"]["memory"] = "16Mi".into();
+        fake.put("pods", p);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let limited = "serve:\n  security: {mode: none}\n  leaderElection: {enabled: false}\n  \
+                   reservations: {enabled: false}\n  events: {qps: 200, burst: 10}\n";
+    let mut child = spawn_serve_with(dir.path(), &fake.url(), limited, None, &[]);
+    let api = api_port(&mut child, dir.path()).await;
+    wait_bound(&fake, PODS + 300, &mut child, dir.path(), api).await;
+    fake.wait_for(30, "a Scheduled event per bound pod", |f| {
+        scheduled(f) == PODS + 300
+    })
+    .await;
+    let dropped = metric(api, "headroom_events_dropped_total").await;
+    assert!(stop(child).success());
+    assert_eq!(dropped, 0.0);
 }
 
 /// Text logs on a pipe carry no colour escapes; the default verbosity has no debug lines;
