@@ -12,55 +12,20 @@ checks that no node's requested CPU or pod count exceeds its allocatable, that n
 two Scheduled events (nothing bound twice), and that exactly min(PODS, capacity) are bound.
 Prints one line of figures; exit 0 when every check holds.
 """
-import http.client, json, os, ssl, subprocess, sys, threading, time, collections, tempfile
+import os, subprocess, sys, time, tempfile
 
-EXT = os.environ.get("EXT") or os.path.expanduser("~/.cache/headroom-kit")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kitlib  # noqa: E402
+from kitlib import EXT, call, parallel  # noqa: E402
+
 HR = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/release/headroom")
 NODES = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 PODS = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
 CPU = 32
-ctx = ssl.create_default_context(cafile=os.path.join(EXT, "pki", "ca.crt"))
-local = threading.local()
-
-
-def call(method, path, body=None, ctype="application/json"):
-    if not hasattr(local, "c"):
-        local.c = http.client.HTTPSConnection("127.0.0.1", 6443, context=ctx, timeout=60)
-    hdr = {"Authorization": "Bearer admintoken", "Content-Type": ctype}
-    local.c.request(method, path, body=json.dumps(body) if body is not None else None, headers=hdr)
-    r = local.c.getresponse()
-    data = r.read()
-    if r.status >= 300:
-        raise RuntimeError(f"{method} {path}: {r.status} {data[:200]}")
-    return json.loads(data) if data else None
-
-
-def parallel(fn, items, workers=16):
-    it, lock = iter(items), threading.Lock()
-
-    def work():
-        while True:
-            with lock:
-                x = next(it, None)
-            if x is None:
-                return
-            fn(x)
-    ts = [threading.Thread(target=work) for _ in range(workers)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
 
 
 def node(i):
-    name = f"burst-node-{i}"
-    call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": name, "labels": {"kubernetes.io/hostname": name}}})
-    alloc = {"cpu": str(CPU), "memory": "256Gi", "pods": "110"}
-    call("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
-        "capacity": alloc, "allocatable": alloc,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok",
-                        "lastHeartbeatTime": "2026-11-24T00:00:00Z",
-                        "lastTransitionTime": "2026-11-24T00:00:00Z"}]}},
-         ctype="application/merge-patch+json")
+    kitlib.make_node(f"burst-node-{i}", cpu=str(CPU), memory="256Gi")
 
 
 def pod(i):
@@ -92,12 +57,13 @@ try:
             last, stable_since = bound, time.time()
         time.sleep(1)
     settled = time.time() - t0
-    pods = call("GET", "/api/v1/namespaces/default/pods?limit=5000")["items"]
-    per_node = collections.Counter(p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName"))
-    over = {n: c for n, c in per_node.items() if c > CPU}
-    events = call("GET", "/api/v1/namespaces/default/events?limit=20000")["items"]
-    scheduled = collections.Counter(e["involvedObject"]["name"] for e in events if e.get("reason") == "Scheduled")
-    twice = [n for n, c in scheduled.items() if c > 1]
+    pods = kitlib.all_pods()
+    per_node = {}
+    for p in pods:
+        if p["spec"].get("nodeName"):
+            per_node[p["spec"]["nodeName"]] = per_node.get(p["spec"]["nodeName"], 0) + 1
+    over = kitlib.overcommitted(pods)
+    twice = [n for n, es in kitlib.scheduled_events().items() if len(es) > 1]
     bound = sum(per_node.values())
     print(f"nodes {NODES} x {CPU} cpu, pods {PODS} x 1 cpu created in {created:.1f} s; "
           f"bound {bound} (expected {expect}), settled {settled - 10:.1f} s after the first create; nodes over allocatable: {len(over)}; "

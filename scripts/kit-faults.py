@@ -27,8 +27,6 @@ answers for pods placed before and after each fault (asked of the replica whose 
 placed the pod). Exit 0 when all hold.
 """
 import argparse
-import collections
-import json
 import os
 import signal
 import subprocess
@@ -161,20 +159,8 @@ def main():
     ctl = Control()
     sh(f"{HR} crd | kubectl --kubeconfig {kitlib.EXT}/run/admin.kubeconfig apply -f - >/dev/null", check=True)
     print(f"== {args.nodes} nodes", flush=True)
-    t = time.time()
-    kitlib.parallel(lambda i: kitlib.make_node(f"f-{i}", labels={"topology.kubernetes.io/zone": f"zone-{i % 3}"}),
-                    range(args.nodes))
-    print(f"   made in {time.time() - t:.0f} s", flush=True)
-    pods = kitlib.Mirror("/api/v1/pods", kitlib.pod_summary)
-    nodes = kitlib.Mirror("/api/v1/nodes", kitlib.node_summary)
-    pods.start()
-    nodes.start()
-    pods.synced.wait(120)
-    nodes.synced.wait(120)
-    kitlib.UsageExporter(pods, nodes, EXPORTER).serve()
-    kitlib.prometheus_config(f"{W}/prometheus.yml", EXPORTER)
-    prom_cmd = ["prometheus", f"--config.file={W}/prometheus.yml", f"--storage.tsdb.path={W}/prom",
-                f"--web.listen-address=127.0.0.1:{PROM}", "--log.level=warn"]
+    kitlib.farm("f", args.nodes)
+    _, _, _, prom_cmd = kitlib.usage_source(W, EXPORTER, PROM)
     spawn("prometheus", prom_cmd)
     for r in REPLICAS:
         serve_config(r)
@@ -208,65 +194,65 @@ def main():
         [(30 + 60 * k, "apiserver-restart") for k in range(int(args.minutes))]
         + [(140, "etcd-kill"), (100, "apiserver-freeze"), (400, "apiserver-freeze"),
            (200, "leader-freeze"), (260, "store-disk-full"), (330, "prometheus-down")])
+    def timed(name, act):
+        """Runs `act` and records it as the fault `name` (a callable: the name once known)."""
+        s = time.time()
+        label = act()
+        fault(label or name, s, time.time())
+
+    def apiserver_restart():
+        ctl.kill("apiserver")
+        ctl.start("apiserver")
+        ctl.ready()
+
+    def etcd_kill():
+        ctl.kill("etcd")
+        time.sleep(2)
+        ctl.start("etcd")
+        ctl.ready(120)
+
+    def apiserver_freeze():
+        ctl.kill("apiserver", signal.SIGSTOP)
+        time.sleep(5)
+        ctl.kill("apiserver", signal.SIGCONT)
+
+    def leader_freeze():
+        who = leader() or "a"
+        pid = procs[f"serve-{who}"].pid
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(25)
+        os.kill(pid, signal.SIGCONT)
+        return f"leader-freeze (replica-{who})"
+
+    def store_disk_full():
+        who = leader() or "a"
+        d = f"{W}/data-{who}"
+        sh(f"dd if=/dev/zero of={d}/fill bs=1M count=2000 status=none 2>/dev/null")
+        time.sleep(60)
+        os.remove(f"{d}/fill")
+        return f"store-disk-full (replica-{who})"
+
+    def prometheus_down():
+        procs["prometheus"].kill()
+        procs["prometheus"].wait()
+        time.sleep(120)
+        spawn("prometheus", prom_cmd)
+
+    acts = {"apiserver-restart": (apiserver_restart, False), "etcd-kill": (etcd_kill, False),
+            "apiserver-freeze": (apiserver_freeze, False), "leader-freeze": (leader_freeze, True),
+            "store-disk-full": (store_disk_full, True), "prometheus-down": (prometheus_down, True)}
     background = []
     for at, what in schedule:
         if at > args.minutes * 60:
             continue
         time.sleep(max(0.0, start + at - time.time()))
-        if what == "apiserver-restart":
-            s = time.time()
-            ctl.kill("apiserver")
-            ctl.start("apiserver")
-            ctl.ready()
-            fault(what, s, time.time())
-        elif what == "etcd-kill":
-            s = time.time()
-            ctl.kill("etcd")
-            time.sleep(2)
-            ctl.start("etcd")
-            ctl.ready(120)
-            fault(what, s, time.time())
-        elif what == "apiserver-freeze":
-            s = time.time()
-            ctl.kill("apiserver", signal.SIGSTOP)
-            time.sleep(5)
-            ctl.kill("apiserver", signal.SIGCONT)
-            fault(what, s, time.time())
-        elif what == "leader-freeze":
-            def freeze():
-                who = leader() or "a"
-                p = procs[f"serve-{who}"]
-                s = time.time()
-                os.kill(p.pid, signal.SIGSTOP)
-                time.sleep(25)
-                os.kill(p.pid, signal.SIGCONT)
-                fault(f"leader-freeze (replica-{who})", s, time.time())
-            th = threading.Thread(target=freeze)
+        act, long = acts[what]
+        if long:  # a fault that lasts runs beside the others
+            th = threading.Thread(target=timed, args=(what, act))
             th.start()
             background.append(th)
-        elif what == "store-disk-full":
-            def fill():
-                who = leader() or "a"
-                d = f"{W}/data-{who}"
-                s = time.time()
-                sh(f"dd if=/dev/zero of={d}/fill bs=1M count=2000 status=none 2>/dev/null")
-                time.sleep(60)
-                os.remove(f"{d}/fill")
-                fault(f"store-disk-full (replica-{who})", s, time.time())
-            th = threading.Thread(target=fill)
-            th.start()
-            background.append(th)
-        elif what == "prometheus-down":
-            def prom():
-                s = time.time()
-                procs["prometheus"].kill()
-                procs["prometheus"].wait()
-                time.sleep(120)
-                spawn("prometheus", prom_cmd)
-                fault("prometheus-down", s, time.time())
-            th = threading.Thread(target=prom)
-            th.start()
-            background.append(th)
+        else:
+            timed(what, act)
     time.sleep(max(0.0, start + args.minutes * 60 - time.time()))
     stop.set()
     for th in background:
@@ -279,7 +265,7 @@ def main():
 def bind_times():
     """Each bound pod's bind time (its PodScheduled=True transition) and node."""
     out = {}
-    for p in call("GET", "/api/v1/namespaces/default/pods?limit=100000")["items"]:
+    for p in kitlib.all_pods():
         node = p["spec"].get("nodeName")
         cond = [c for c in p.get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled"
                 and c.get("status") == "True"]
@@ -301,28 +287,13 @@ def explain(replica, pod):
 def checks(created):
     ok = True
     binds = bind_times()
-    pods = call("GET", "/api/v1/namespaces/default/pods?limit=100000")["items"]
-    nodes = {n["metadata"]["name"]: kitlib.node_summary(n) for n in call("GET", "/api/v1/nodes")["items"]}
-    events = call("GET", "/apis/events.k8s.io/v1/namespaces/default/events?limit=1000000")["items"]
-    sched = collections.defaultdict(list)
-    for e in events:
-        if e.get("reason") == "Scheduled":
-            sched[e["regarding"]["name"]].append(e)
+    pods = kitlib.all_pods()
+    sched = kitlib.scheduled_events()
     twice = [n for n, es in sched.items() if len(es) > 1]
-    wrong_node = [n for n, es in sched.items() if n in binds and not es[0].get("note", "").endswith(" to " + binds[n][1])
-                  and binds[n][1] not in es[0].get("note", "")]
+    wrong_node = [n for n, es in sched.items() if n in binds and f" to {binds[n][1]}" not in es[0].get("note", "")]
     unbound = [n for n, _ in created if n not in binds]
     no_event = [n for n in binds if n not in sched]
-    used = collections.defaultdict(lambda: [0.0, 0.0, 0])
-    for p in pods:
-        s = kitlib.pod_summary(p)
-        if s["node"]:
-            u = used[s["node"]]
-            u[0] += kitlib.quantity(s["cpu"])
-            u[1] += kitlib.quantity(s["memory"])
-            u[2] += 1
-    over = [n for n, u in used.items() if u[0] > kitlib.quantity(nodes[n]["cpu"]) + 1e-9
-            or u[1] > kitlib.quantity(nodes[n]["memory"]) or u[2] > int(nodes[n]["pods"])]
+    over = kitlib.overcommitted(pods)
     panics = {r: open(f"{W}/serve-{r}.log").read().count("panicked") for r in REPLICAS}
     print(f"\npods created {len(created)}, bound {len(binds)}, unbound {len(unbound)}; "
           f"pods with two Scheduled events: {len(twice)}; event naming another node: {len(wrong_node)}; "

@@ -16,9 +16,10 @@ usage from that Prometheus). Then, for MINUTES:
 - every 30 s: headroom's RSS, open file descriptors and threads, the store's size on disk, its
   decision log (records in memory and in the store), pods pending and bound.
 
-The store keeps 10 minutes of raw samples, 30 of rollups and 15 of decisions here
-(`storage.rawRetention`, `rollupRetention`, `decisionLogMaxAge`), so retention and
-downsampling run many times within the hour; the in-memory decision log keeps its default
+The store keeps 5 minutes of raw samples, 10 of rollups and 10 of decisions here
+(`storage.rawRetention`, `rollupRetention`, `decisionLogMaxAge`), so retention, downsampling
+and the removal of gone pods' series run many times within the hour (a pod's series go
+about 15 minutes after the pod); the in-memory decision log keeps its default
 bound (10,000 decisions, 32 MiB), reached in about 28 minutes at 6 pods a second.
 
 At the end: pods created and never bound nor pending (lost), pods with two Scheduled events
@@ -93,22 +94,12 @@ def main():
     subprocess.run(f"{HR} crd | kubectl --kubeconfig {kitlib.EXT}/run/admin.kubeconfig apply -f - >/dev/null",
                    shell=True, check=True)
     print(f"== {args.nodes} nodes", flush=True)
-    kitlib.parallel(lambda i: kitlib.make_node(f"soak-{i}", labels={"topology.kubernetes.io/zone": f"zone-{i % 3}"}),
-                    range(args.nodes))
-    pods = kitlib.Mirror("/api/v1/pods", kitlib.pod_summary)
-    nodes = kitlib.Mirror("/api/v1/nodes", kitlib.node_summary)
-    pods.start()
-    nodes.start()
-    pods.synced.wait(60)
-    nodes.synced.wait(60)
-    exporter = kitlib.UsageExporter(pods, nodes, EXPORTER)
-    exporter.serve()
-    kitlib.prometheus_config(os.path.join(W, "prometheus.yml"), EXPORTER)
-    spawn("prometheus", ["prometheus", f"--config.file={W}/prometheus.yml", f"--storage.tsdb.path={W}/prom",
-                         f"--web.listen-address=127.0.0.1:{PROM}", "--log.level=warn"])
+    kitlib.farm("soak", args.nodes)
+    pods, nodes, exporter, prom_cmd = kitlib.usage_source(W, EXPORTER, PROM)
+    spawn("prometheus", prom_cmd)
     with open(os.path.join(W, "config.yaml"), "w") as f:
         f.write("serve: {security: {mode: none}}\n"
-                "storage: {rawRetention: 10m, rollupRetention: 30m, decisionLogMaxAge: 15m, maintenanceInterval: 1m}\n"
+                "storage: {rawRetention: 5m, rollupRetention: 10m, decisionLogMaxAge: 10m, maintenanceInterval: 1m}\n"
                 + kitlib.headroom_usage_config(PROM))
     serve = spawn("serve", [HR, "serve", "--config", f"{W}/config.yaml", "--kubeconfig",
                             f"{kitlib.EXT}/run/admin.kubeconfig", "--data-dir", f"{W}/data",
@@ -237,23 +228,9 @@ def report(rows):
 
 
 def checks():
-    pods = call("GET", "/api/v1/namespaces/default/pods?limit=100000")["items"]
-    nodes = {n["metadata"]["name"]: kitlib.node_summary(n) for n in call("GET", "/api/v1/nodes")["items"]}
-    used = collections.defaultdict(lambda: [0.0, 0.0, 0])
-    for p in pods:
-        s = kitlib.pod_summary(p)
-        if s["node"]:
-            u = used[s["node"]]
-            u[0] += kitlib.quantity(s["cpu"])
-            u[1] += kitlib.quantity(s["memory"])
-            u[2] += 1
-    over = [n for n, u in used.items() if n in nodes and (
-        u[0] > kitlib.quantity(nodes[n]["cpu"]) + 1e-9 or u[1] > kitlib.quantity(nodes[n]["memory"])
-        or u[2] > int(nodes[n]["pods"]))]
-    events = call("GET", "/apis/events.k8s.io/v1/namespaces/default/events?limit=1000000")["items"]
-    scheduled = collections.Counter((e["regarding"]["name"], e["regarding"].get("uid")) for e in events
-                                    if e.get("reason") == "Scheduled")
-    twice = [k for k, c in scheduled.items() if c > 1]
+    pods = kitlib.all_pods()
+    over = kitlib.overcommitted(pods)
+    twice = [n for n, es in kitlib.scheduled_events().items() if len(es) > 1]
     pending_unexplained = [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")
                            and not any(c.get("type") == "PodScheduled" for c in p.get("status", {}).get("conditions", []))
                            and time.time() - time.mktime(time.strptime(p["metadata"]["creationTimestamp"],

@@ -328,3 +328,98 @@ def dir_mb(path):
             except OSError:
                 pass
     return total / MI
+
+
+def all_pods(namespace="default"):
+    return call("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1000000")["items"]
+
+
+def overcommitted(pods):
+    """Names of the nodes whose bound pods (of `pods`) request more CPU, memory or pods than
+    the node's allocatable."""
+    nodes = {n["metadata"]["name"]: node_summary(n) for n in call("GET", "/api/v1/nodes")["items"]}
+    used = {}
+    for p in pods:
+        s = pod_summary(p)
+        if s["node"]:
+            u = used.setdefault(s["node"], [0.0, 0.0, 0])
+            u[0] += quantity(s["cpu"])
+            u[1] += quantity(s["memory"])
+            u[2] += 1
+    return [n for n, u in used.items() if n in nodes and (
+        u[0] > quantity(nodes[n]["cpu"]) + 1e-9 or u[1] > quantity(nodes[n]["memory"])
+        or u[2] > int(nodes[n]["pods"]))]
+
+
+def scheduled_events(namespace="default"):
+    """The `Scheduled` events (events.k8s.io/v1) per pod name."""
+    out = {}
+    events = call("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events?limit=1000000")["items"]
+    for e in events:
+        if e.get("reason") == "Scheduled":
+            out.setdefault(e["regarding"]["name"], []).append(e)
+    return out
+
+
+def farm(prefix, count):
+    """`count` Ready nodes of 32 CPU and 128 GiB named `prefix-N`, in three zones."""
+    t = time.time()
+    parallel(lambda i: make_node(f"{prefix}-{i}", labels={"topology.kubernetes.io/zone": f"zone-{i % 3}"}),
+             range(count))
+    print(f"   {count} nodes made in {time.time() - t:.0f} s", flush=True)
+
+
+def usage_source(workdir, exporter_port, prom_port):
+    """Pods and nodes mirrored from the API server, the usage exporter over them, and the
+    command line of a Prometheus scraping it every 5 s (not started: the caller starts it,
+    and may stop and start it again). Returns (pods, nodes, exporter, prometheus command)."""
+    pods = Mirror("/api/v1/pods", pod_summary)
+    nodes = Mirror("/api/v1/nodes", node_summary)
+    pods.start()
+    nodes.start()
+    pods.synced.wait(120)
+    nodes.synced.wait(120)
+    exporter = UsageExporter(pods, nodes, exporter_port)
+    exporter.serve()
+    prometheus_config(os.path.join(workdir, "prometheus.yml"), exporter_port)
+    cmd = ["prometheus", f"--config.file={workdir}/prometheus.yml", f"--storage.tsdb.path={workdir}/prom",
+           f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"]
+    return pods, nodes, exporter, cmd
+
+
+def all_pods_everywhere():
+    return call("GET", "/api/v1/pods?limit=1000000")["items"]
+
+
+class BindWatch(threading.Thread):
+    """Follows the pods of `namespace` from resourceVersion `rv` and notes when each first
+    has a node: `times` (wall clock), `last` (the newest)."""
+
+    def __init__(self, namespace, rv):
+        super().__init__(daemon=True)
+        self.namespace, self.rv = namespace, rv
+        self.bound, self.times, self.last = set(), [], time.time()
+
+    def run(self):
+        while True:
+            try:
+                c = http.client.HTTPSConnection("127.0.0.1", 6443, context=_ctx, timeout=3600)
+                c.request("GET", f"/api/v1/namespaces/{self.namespace}/pods?watch=1&resourceVersion={self.rv}",
+                          headers={"Authorization": f"Bearer {TOKEN}"})
+                r = c.getresponse()
+                while True:
+                    line = r.readline()
+                    if not line:
+                        break
+                    ev = json.loads(line)
+                    o = ev["object"]
+                    if ev["type"] == "ERROR":
+                        break
+                    self.rv = o["metadata"].get("resourceVersion", self.rv)
+                    name = o["metadata"]["name"]
+                    if o.get("spec", {}).get("nodeName") and name not in self.bound:
+                        self.bound.add(name)
+                        self.last = time.time()
+                        self.times.append(self.last)
+            except Exception:
+                time.sleep(0.5)

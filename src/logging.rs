@@ -136,6 +136,27 @@ pub fn init(args: &LogArgs) -> Result<(), LoggingError> {
     };
     if installed.is_ok() {
         let _ = INSTALLED.set(args.log_format);
+        if args.log_format == LogFormat::Json {
+            // A panic's message is plain text on stderr; in JSON mode it goes through the
+            // log as one JSON line instead, so a log pipeline still parses every line.
+            std::panic::set_hook(Box::new(|info| {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
+                let what = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                let thread = std::thread::current()
+                    .name()
+                    .unwrap_or("unnamed")
+                    .to_string();
+                tracing::error!(panic = %what, location = %at, thread = %thread, "panicked");
+            }));
+        }
     }
     Ok(())
 }

@@ -263,7 +263,11 @@ impl ApiBinder {
                 if let (Some(h), false) = (&self.health, matches!(e, BindError::Timeout(_))) {
                     h.answered();
                 }
-                self.refused.failed(now, "bind", e);
+                // A 409 or 404 is the pod bound, replaced or gone meanwhile: an answer that
+                // settles the pod, not a trouble (its line is the debug one below).
+                if !e.is_final() {
+                    self.refused.failed(now, "bind", e);
+                }
             }
             (Ok(()), h) => {
                 if let Some(h) = h {

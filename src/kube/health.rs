@@ -46,13 +46,7 @@ impl ApiHealth {
     /// unreachable or unavailable, which this counts and logs (summarised) so the caller
     /// need not; false for an answer about the request itself, which the caller reports.
     pub fn failed(&self, op: &str, e: &kube::Error) -> bool {
-        if unreachable(e) {
-            self.reach.failed(now(), op, &error_chain(e));
-            true
-        } else {
-            self.answered();
-            false
-        }
+        self.judge(op, Some(e), e)
     }
 
     /// A call of `op` failed for a reason the caller already judged to be the server
@@ -66,15 +60,18 @@ impl ApiHealth {
         let inner = match e {
             watcher::Error::InitialListFailed(e)
             | watcher::Error::WatchStartFailed(e)
-            | watcher::Error::WatchFailed(e) => e,
+            | watcher::Error::WatchFailed(e) => Some(e),
             // The server answered: an error event, or an object without a version.
-            watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => {
-                self.answered();
-                return false;
-            }
+            watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => None,
         };
-        if unreachable(inner) {
-            self.reach.failed(now(), op, &error_chain(e));
+        self.judge(op, inner, e)
+    }
+
+    /// Counts `shown` as unreachability when the client error behind it (`cause`) says so,
+    /// else as an answer.
+    fn judge(&self, op: &str, cause: Option<&kube::Error>, shown: &dyn std::error::Error) -> bool {
+        if cause.is_some_and(unreachable) {
+            self.reach.failed(now(), op, &error_chain(shown));
             true
         } else {
             self.answered();

@@ -275,6 +275,8 @@ struct Running {
     start_ms: i64,
     end_ms: Option<i64>,
     warm: bool,
+    /// When the warm wait first held this build, if it did.
+    held_ms: Option<i64>,
     rng: SmallRng,
     cpu: Vec<f64>,
     mem: Vec<f64>,

@@ -54,6 +54,23 @@ pub struct PolicyReport {
     pub time_to_schedule_p50_s: f64,
     /// Same, p99.
     pub time_to_schedule_p99_s: f64,
+    /// Turnaround of the builds that completed: from their first arrival to their
+    /// completion (retries after a kill included), p50, seconds — what a developer waiting
+    /// for CI feels.
+    pub turnaround_p50_s: f64,
+    /// Same, p95.
+    pub turnaround_p95_s: f64,
+    /// Same, p99.
+    pub turnaround_p99_s: f64,
+    /// Builds that completed after the warm wait held them at least once.
+    pub held_builds: usize,
+    /// Their mean turnaround, seconds.
+    pub held_turnaround_mean_s: f64,
+    /// The mean turnaround they would have had placed cold when first held: the wait until
+    /// that hold, then their cold run length.
+    pub held_cold_turnaround_mean_s: f64,
+    /// Of the held builds, those whose turnaround beat that cold start.
+    pub holds_paid: usize,
     /// Node-hours with at least one pod running.
     pub node_hours_busy: f64,
     /// Mean real CPU utilisation over node-steps.
@@ -137,6 +154,11 @@ pub struct PolicyReport {
     #[serde(skip)]
     pub(crate) latencies_s: Vec<f64>,
     #[serde(skip)]
+    pub(crate) turnarounds_s: Vec<f64>,
+    /// (turnaround got, turnaround cold at the first hold) of each held build, seconds.
+    #[serde(skip)]
+    pub(crate) held_s: Vec<(f64, f64)>,
+    #[serde(skip)]
     pub(crate) build_ms_saved: f64,
     #[serde(skip)]
     pub(crate) build_ms_lost: f64,
@@ -201,6 +223,13 @@ impl PolicyReport {
             unschedulable_attempts: 0,
             time_to_schedule_p50_s: 0.0,
             time_to_schedule_p99_s: 0.0,
+            turnaround_p50_s: 0.0,
+            turnaround_p95_s: 0.0,
+            turnaround_p99_s: 0.0,
+            held_builds: 0,
+            held_turnaround_mean_s: 0.0,
+            held_cold_turnaround_mean_s: 0.0,
+            holds_paid: 0,
             node_hours_busy: 0.0,
             cpu_util_mean: 0.0,
             cpu_util_p95: 0.0,
@@ -232,6 +261,8 @@ impl PolicyReport {
             decision_wall_s: 0.0,
             series: Vec::new(),
             latencies_s: Vec::new(),
+            turnarounds_s: Vec::new(),
+            held_s: Vec::new(),
             build_ms_saved: 0.0,
             build_ms_lost: 0.0,
             build_ms_slowed: 0.0,
@@ -291,6 +322,17 @@ impl PolicyReport {
         self.time_to_schedule_p50_s = quantile(&mut lat, 0.5);
         self.time_to_schedule_p99_s = quantile(&mut lat, 0.99);
         self.latencies_s = lat;
+        let mut t = std::mem::take(&mut self.turnarounds_s);
+        self.turnaround_p50_s = quantile(&mut t, 0.5);
+        self.turnaround_p95_s = quantile(&mut t, 0.95);
+        self.turnaround_p99_s = quantile(&mut t, 0.99);
+        self.turnarounds_s = t;
+        self.held_builds = self.held_s.len();
+        let got: Vec<f64> = self.held_s.iter().map(|h| h.0).collect();
+        let cold: Vec<f64> = self.held_s.iter().map(|h| h.1).collect();
+        self.held_turnaround_mean_s = mean(&got);
+        self.held_cold_turnaround_mean_s = mean(&cold);
+        self.holds_paid = self.held_s.iter().filter(|h| h.0 < h.1).count();
         self.node_hours_busy = self.busy_ms as f64 / 3_600_000.0;
         self.node_hours_memory_above_90 = self.hot_ms as f64 / 3_600_000.0;
         self.node_hours_memory_above_90_one_pod = self.hot_one_pod_ms as f64 / 3_600_000.0;
@@ -419,6 +461,21 @@ impl Report {
             }),
             ("time to schedule p99", |r| {
                 format!("{:.0} s", r.time_to_schedule_p99_s)
+            }),
+            ("build turnaround p50 / p95 / p99", |r| {
+                format!(
+                    "{:.0} / {:.0} / {:.0} s",
+                    r.turnaround_p50_s, r.turnaround_p95_s, r.turnaround_p99_s
+                )
+            }),
+            ("  held builds: got / cold at hold", |r| {
+                format!(
+                    "{}: {:.0} / {:.0} s ({} paid)",
+                    r.held_builds,
+                    r.held_turnaround_mean_s,
+                    r.held_cold_turnaround_mean_s,
+                    r.holds_paid
+                )
             }),
             ("node-hours busy", |r| format!("{:.1}", r.node_hours_busy)),
             ("real CPU mean / p95", |r| {

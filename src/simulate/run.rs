@@ -222,6 +222,8 @@ struct Sim<'a> {
     running_pods: BTreeMap<PodKey, Running>,
     /// Pods submitted and not placed yet: when they arrived, and what they are.
     arrived_at: HashMap<PodKey, (i64, Arrival)>,
+    /// Builds waiting to be placed that the warm wait held: when it first held them.
+    held_at: HashMap<PodKey, i64>,
     /// The nodes each builder ran on.
     history: HashMap<(usize, usize), HashSet<String>>,
     resubmits: usize,
@@ -282,6 +284,7 @@ impl<'a> Sim<'a> {
             node_series: HashMap::new(),
             running_pods: BTreeMap::new(),
             arrived_at: HashMap::new(),
+            held_at: HashMap::new(),
             history: HashMap::new(),
             resubmits: 0,
             cooldown: HashMap::new(),
@@ -486,6 +489,14 @@ impl<'a> Sim<'a> {
             if let Some(b) = p.arrival.builder {
                 let builder = format!("{}-b{b}", self.s.workloads[p.arrival.workload].name);
                 self.store.put_run(&builder, &run_record(&p, now))?;
+                // From its first arrival (its Job's retries included) to now.
+                let arrived = self.fixed.epoch + p.arrival.at_ms;
+                let got = (now - arrived) as f64 / 1000.0;
+                self.r.turnarounds_s.push(got);
+                if let (Some(h), Some(base)) = (p.held_ms, p.arrival.base_ms) {
+                    let cold = (h + base - arrived) as f64 / 1000.0;
+                    self.r.held_s.push((got, cold));
+                }
             }
         }
         Ok(())
@@ -722,6 +733,7 @@ impl<'a> Sim<'a> {
             let Some((at, a)) = self.arrived_at.remove(&key) else {
                 continue;
             };
+            let key_held = key.clone();
             self.r.placed += 1;
             self.r.latencies_s.push((now - at) as f64 / 1000.0);
             let w = &self.plan.workloads[a.workload];
@@ -777,6 +789,7 @@ impl<'a> Sim<'a> {
                     start_ms: now,
                     end_ms,
                     warm,
+                    held_ms: self.held_at.remove(&key_held),
                     cpu: Vec::new(),
                     mem: Vec::new(),
                     now_cpu: 0.0,
@@ -784,6 +797,23 @@ impl<'a> Sim<'a> {
                     now_disk: 0.0,
                 },
             );
+        }
+        self.note_holds();
+    }
+
+    /// Notes when the warm wait first held each build still waiting (its latest decision
+    /// in the log is a hold), for the turnaround a hold bought (`heldBuilds`).
+    fn note_holds(&mut self) {
+        let log = self.engine.decision_log();
+        for (key, (_, a)) in &self.arrived_at {
+            if a.builder.is_none() || self.held_at.contains_key(key) {
+                continue;
+            }
+            if let Some(l) = log.by_pod(key)
+                && l.decision.warm_hold.is_some()
+            {
+                self.held_at.insert(key.clone(), l.decided_at_ms);
+            }
         }
     }
 

@@ -128,6 +128,20 @@ const METRICS: &[Metric] = &[
         unit: Unit::Seconds,
     },
     Metric {
+        key: "turnaroundP99S",
+        label: "build turnaround p99",
+        higher_is_better: false,
+        get: |r| r.turnaround_p99_s,
+        unit: Unit::Seconds,
+    },
+    Metric {
+        key: "turnaroundP50S",
+        label: "build turnaround p50",
+        higher_is_better: false,
+        get: |r| r.turnaround_p50_s,
+        unit: Unit::Seconds,
+    },
+    Metric {
         key: "timeToScheduleP50S",
         label: "time to schedule p50",
         higher_is_better: false,

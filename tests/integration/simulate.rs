@@ -515,7 +515,9 @@ fn the_drain_places_what_arrived_just_before_the_end() {
 /// n-1 is busy with a `w` build expected to end in 90 s and n-3 is free: the cycle chooses
 /// n-3, and headroom holds the build (90 s < 180 s saved) until n-1 frees, where it goes
 /// warm. With the warm wait off it goes cold to n-3 at once; the request baseline holds
-/// nothing. Through `headroom simulate`, JSON (`warmHolds`, `warmPlacements`) and text.
+/// nothing. The held build's turnaround beats the cold start it would have had when first
+/// held (`heldBuilds`, `holdsPaid`). Through `headroom simulate`, JSON (`warmHolds`,
+/// `warmPlacements`, the turnarounds) and text.
 #[test]
 fn the_warm_wait_holds_a_returning_build_for_its_warm_node_in_a_simulated_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -543,6 +545,28 @@ fn the_warm_wait_holds_a_returning_build_for_its_warm_node_in_a_simulated_run() 
     for p in [headroom, without] {
         assert_eq!(num(p, "placed"), num(requests, "placed"), "{p}");
         assert_eq!(num(p, "pendingAfterDrain"), 0.0, "{p}");
+    }
+    // The hold paid in turnaround: held for at most 90 s, then its warm run (30 % of 300 s),
+    // against the 300 cold seconds it would have had from the moment it was held.
+    assert_eq!(num(headroom, "heldBuilds"), 1.0, "{headroom}");
+    assert_eq!(num(headroom, "holdsPaid"), 1.0, "{headroom}");
+    let got = num(headroom, "heldTurnaroundMeanS");
+    let cold = num(headroom, "heldColdTurnaroundMeanS");
+    assert!(
+        got + 60.0 <= cold && cold >= 300.0,
+        "{got} s against {cold} s cold"
+    );
+    assert_eq!(num(without, "heldBuilds"), 0.0, "{without}");
+    // Turnaround counts every completed build, from arrival to completion: the one-minute
+    // builds make the median, the waits of the long ones the tail.
+    for p in [headroom, without, requests] {
+        let (p50, p95, p99) = (
+            num(p, "turnaroundP50S"),
+            num(p, "turnaroundP95S"),
+            num(p, "turnaroundP99S"),
+        );
+        assert!(p50 >= 45.0 && p50 <= p95 && p95 <= p99, "{p}");
+        assert!(p99 >= num(p, "timeToScheduleP99S"), "{p}");
     }
     let text = run_ok(&["simulate", &farm, "--policy", "headroom"]);
     let text = String::from_utf8_lossy(&text.stdout);
