@@ -89,9 +89,10 @@ pub fn filter(verbosity: Option<u8>, rust_log: Option<&str>) -> Result<EnvFilter
 
 /// Lines of dependencies that headroom reports itself, where it handles what they are
 /// about: kube's client logs every failed request at ERROR ("failed with error client error
-/// (Connect)"), once per retry of every watch while the API server is down, and each of
-/// those failures reaches a [`Trouble`] of headroom's. Shown from `-v 5` on.
-const QUIET_DEPENDENCIES: &str = "kube_client::client::builder=off";
+/// (Connect)"), once per retry of every watch while the API server is down, and a WARN per
+/// watch stream an API server restart cuts ("eof in poll"); each of those failures reaches
+/// a [`Trouble`] of headroom's or the watch's re-list. Shown from `-v 5` on.
+const QUIET_DEPENDENCIES: &str = "kube_client::client::builder=off,kube_client::client=error";
 
 /// The filter directives for `-v N` (the table in the module docs).
 fn verbosity_directives(v: u8) -> String {
@@ -262,6 +263,11 @@ impl Trouble {
     /// Whether a trouble is going on (a failure not yet followed by a success).
     pub fn ongoing(&self) -> bool {
         self.lock().since.is_some()
+    }
+
+    /// How long the trouble going on has lasted at `now` (`None`: no trouble).
+    pub fn lasted(&self, now: Instant) -> Option<Duration> {
+        self.lock().since.map(|t| now.saturating_duration_since(t))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TroubleState> {
@@ -453,7 +459,7 @@ mod tests {
     fn verbosity_maps_onto_levels_and_wins_over_rust_log() {
         assert_eq!(
             verbosity_directives(0),
-            "info,kube_client::client::builder=off,headroom=info,headroom_collectors=info,headroom_storage=info"
+            "info,kube_client::client::builder=off,kube_client::client=error,headroom=info,headroom_collectors=info,headroom_storage=info"
         );
         assert!(verbosity_directives(2).contains(",headroom=debug"));
         assert!(verbosity_directives(4).contains(",headroom=trace"));

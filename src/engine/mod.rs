@@ -30,6 +30,7 @@
 pub mod phases;
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -147,6 +148,9 @@ pub struct Engine {
     /// The store's failures (decision writes, flushes, retention passes), logged when they
     /// start, once per interval while they last, and when they end.
     store_trouble: Arc<Trouble>,
+    /// Set once something the engine cannot go on without failed for good (see
+    /// [`Engine::fatal`]).
+    fatal: watch::Sender<Option<String>>,
     log: Arc<DecisionLog>,
     view: watch::Sender<Arc<UsageView>>,
     refresh_trigger: Arc<Notify>,
@@ -238,6 +242,7 @@ impl Engine {
                 "writing again",
             )),
             store: parts.store,
+            fatal: watch::channel(None).0,
             log: Arc::new(DecisionLog::default()),
             view,
             refresh_trigger: Arc::new(Notify::new()),
@@ -570,6 +575,7 @@ impl Engine {
             });
         }
         self.start_collectors(&mut running, &store)?;
+        self.start_store_watchdog(&mut running, &store);
         // Store maintenance: the flush interval is the crash-loss window (README); the
         // final flush runs in the last phase, after every writer is done.
         {
@@ -587,6 +593,64 @@ impl Engine {
             )));
         }
         Ok(running)
+    }
+
+    /// Says why the engine cannot go on, once something it needs failed for good; `serve`
+    /// then stops as on SIGTERM and exits non-zero, so that its pod restarts it.
+    pub fn fatal(&self) -> watch::Receiver<Option<String>> {
+        self.fatal.subscribe()
+    }
+
+    /// The store's watchdog: sled turns the first failed write (a full disk) into an error
+    /// every later call returns, for good; the store never works again in this process,
+    /// though the disk has room. So while the store's trouble lasts six flush intervals or
+    /// more, every one and a half the watchdog writes a probe file beside it: if the disk takes that write and a
+    /// flush still fails, the store is lost for this process — the engine says so
+    /// ([`Engine::fatal`]) and `serve` stops, to be restarted with the store reopened (as
+    /// it was at its last completed flush). Scheduling never waits for the store meanwhile.
+    fn start_store_watchdog(self: &Arc<Self>, running: &mut Running, store: &Store) {
+        let Some(dir) = store.path().map(Path::to_path_buf) else {
+            return;
+        };
+        let (store, trouble, fatal) = (
+            store.clone(),
+            self.store_trouble.clone(),
+            self.fatal.clone(),
+        );
+        let (every, patience) = watchdog_timing(self.config.storage.flush_interval);
+        let stop = running.phases.stopped(Phase::Intake);
+        running.phases.spawn(Phase::Intake, async move {
+            tokio::pin!(stop);
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = &mut stop => break,
+                    _ = tick.tick() => {}
+                }
+                let long = trouble
+                    .lasted(crate::logging::now())
+                    .is_some_and(|d| d >= patience);
+                if !long {
+                    continue;
+                }
+                let (d, s) = (dir.clone(), store.clone());
+                let lost = tokio::task::spawn_blocking(move || {
+                    probe_disk(&d).ok()?;
+                    s.flush().err().map(|e| e.to_string())
+                })
+                .await
+                .ok()
+                .flatten();
+                if let Some(e) = lost {
+                    fatal.send_replace(Some(format!(
+                        "the store at {} keeps failing ({e}) although its disk takes writes \
+                         again: it cannot recover in this process",
+                        dir.display()
+                    )));
+                    break;
+                }
+            }
+        });
     }
 
     /// The collectors, when any source is configured: their loops on a thread of their own
@@ -804,6 +868,27 @@ mod tests {
             (3, 7)
         );
     }
+}
+
+/// How often the store's watchdog looks, and how long the store's trouble must have lasted
+/// before it probes the disk ([`Engine::fatal`]): one and a half and six flush intervals
+/// (15 s and 1 minute by default).
+fn watchdog_timing(flush: Duration) -> (Duration, Duration) {
+    (
+        (flush * 3 / 2).max(Duration::from_secs(1)),
+        (flush * 6).max(Duration::from_secs(5)),
+    )
+}
+
+/// Writes, syncs and removes a small file in `dir`: whether its disk takes writes.
+fn probe_disk(dir: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = dir.join(headroom_storage::PROBE_FILE);
+    let mut f = std::fs::File::create(&path)?;
+    let written = f.write_all(&[0u8; 4096]).and_then(|_| f.sync_all());
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    written
 }
 
 /// The store as its maintenance loop runs it: a flush or retention pass that fails (a full

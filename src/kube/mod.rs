@@ -122,6 +122,10 @@ pub enum Error {
     /// A background task failed.
     #[error("task: {0}")]
     Task(String),
+    /// Something `serve` cannot go on without failed for good (the store, after its disk
+    /// was full); it stopped cleanly so that its pod restarts it.
+    #[error("{0}")]
+    Fatal(String),
 }
 
 /// `Result` with this module's [`Error`].

@@ -324,12 +324,24 @@ pub async fn run(
         cx.start_scheduling(&mut running, binder, leader_rx);
     }
 
-    shutdown.await;
-    tracing::info!("shutting down: no new pods; finishing binds in flight");
+    // A fatal failure stops serve as SIGTERM does (binds finished, lease released, store
+    // flushed as far as it can be), then exits non-zero so that its pod is restarted.
+    let mut fatal = engine.fatal();
+    let fatal = tokio::select! {
+        _ = shutdown => None,
+        why = fatal.wait_for(Option::is_some) => why.ok().and_then(|w| w.clone()),
+    };
+    match &fatal {
+        Some(why) => tracing::error!("{why}; stopping so that the pod restarts"),
+        None => tracing::info!("shutting down: no new pods; finishing binds in flight"),
+    }
     let stop = running
         .stop_within(Some(cx.serve.shutdown_grace_period))
         .await;
     let election = election_rx.await.unwrap_or_default();
+    if let Some(why) = fatal {
+        return Err(Error::Fatal(why));
+    }
     Ok(ServeReport {
         scheduling: stop.scheduling,
         terms: stop.terms,

@@ -113,6 +113,13 @@ pub(crate) async fn pump<K, F>(
             Ok(Event::InitDone) => on(WatchItem::Listed(std::mem::take(&mut listed))),
             Ok(Event::Apply(o)) => on(WatchItem::Apply(trim(o))),
             Ok(Event::Delete(o)) => on(WatchItem::Delete(trim(o))),
+            // 410 Gone: the resourceVersion expired (an API server restarted, or the watch
+            // fell behind). The watcher lists again at once, as a reflector does; nothing
+            // failed (kube-scheduler logs it at -v 4).
+            Err(watcher::Error::WatchError(s)) if s.code == 410 => {
+                reporting.health.answered();
+                tracing::debug!(kind = kind.as_str(), reason = %s.message, "watch expired; listing again");
+            }
             Err(e) => {
                 reporting.stats.watch_error(kind);
                 if !reporting.health.watch_failed(&op, &e) {

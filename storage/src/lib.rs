@@ -54,7 +54,7 @@ pub use labels::{
 };
 pub use maintenance::{MaintenanceConfig, MaintenanceReport, MaintenanceTarget, run_maintenance};
 pub use manifest::FORMAT_VERSION;
-pub use manifest::MARKER_FILE;
+pub use manifest::{MARKER_FILE, PROBE_FILE};
 pub use rescue::{DAMAGED_PREFIX, Kept, Rescue};
 pub use rollup::{ROLLUP_STEP_MS, Rollup, bucket_start, rollup_samples};
 pub use runs::{RunRecord, UsageSummary};

@@ -35,8 +35,12 @@ const MAX_LEN: u64 = 4096;
 /// left half-written by a crash during creation, and the `damaged-*` directories a rescue
 /// moved damaged stores into ([`crate::Rescue`]).
 fn ignorable(name: &std::ffi::OsStr) -> bool {
-    name == "lost+found" || name == TMP_FILE || is_damaged_dir(name)
+    name == "lost+found" || name == TMP_FILE || name == PROBE_FILE || is_damaged_dir(name)
 }
+
+/// A file written and removed again to check that the store's disk takes writes
+/// (`headroom serve`'s store watchdog); never part of a store.
+pub const PROBE_FILE: &str = ".headroom-probe";
 
 /// The prefix of the directories a rescue moves damaged stores into
 /// ([`Store::open_or_rescue`](crate::Store::open_or_rescue)).

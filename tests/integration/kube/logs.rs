@@ -543,6 +543,76 @@ async fn kube_serve_writes_a_scheduled_event_for_every_bound_pod() {
     assert_eq!(dropped, 0.0);
 }
 
+/// The store's disk fills, and sled turns that failed write into an error every later call
+/// returns, for good. Once the disk has room again, the store's watchdog finds the disk
+/// takes writes while the store does not: serve stops as on SIGTERM (every pod still
+/// bound, the lease released) and exits 3 with one JSON line saying why, so that its pod
+/// restarts with the store reopened — instead of scheduling on with usage data that no
+/// longer refreshes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_stops_when_its_store_cannot_recover_from_a_full_disk() {
+    const PODS: usize = 1500;
+    let fake = Fake::start().await;
+    farm(&fake, PODS);
+    let dir = tempfile::tempdir().unwrap();
+    let config = "serve: {security: {mode: none}, leaderElection: {enabled: false}, reservations: {enabled: false}}\n\
+                  storage: {flushInterval: 1s, maintenanceBackoffMax: 2s}\n";
+    let mut child = spawn_serve_with(
+        dir.path(),
+        &fake.url(),
+        config,
+        Some(2),
+        &["--log-format", "json"],
+    );
+    let api = api_port(&mut child, dir.path()).await;
+    // Half the disk goes to a file of the test's (through serve's own mount namespace), so
+    // the store fills the rest, and there is room to give back.
+    let data = format!(
+        "/proc/{}/root{}",
+        child.id(),
+        dir.path().join("data").display()
+    );
+    let filler = format!("{data}/filler");
+    std::fs::write(&filler, vec![0u8; 1 << 20]).unwrap();
+    wait_bound(&fake, PODS, &mut child, dir.path(), api).await;
+    let failed = metric(api, "headroom_api_decision_store_errors_total").await;
+    assert!(
+        failed > 0.0,
+        "the disk should fill:\n{}",
+        serve_log(dir.path())
+    );
+    std::fs::remove_file(&filler).unwrap();
+    // sled keeps failing; the watchdog stops serve within a few flush intervals.
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "serve did not stop:\n{}",
+            serve_log(dir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let log = serve_log(dir.path());
+    assert_eq!(status.code(), Some(3), "{log}");
+    let lines = json_lines(&log);
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR", "{last}");
+    let why = last["message"].as_str().unwrap();
+    assert!(
+        why.contains("keeps failing") && why.contains("disk takes writes again"),
+        "{why}"
+    );
+    assert!(
+        lines.iter().any(|v| v["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("stopping so that the pod restarts"))),
+        "{log}"
+    );
+}
+
 /// Text logs on a pipe carry no colour escapes; the default verbosity has no debug lines;
 /// a bad `RUST_LOG` is refused with exit 2 and its name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
