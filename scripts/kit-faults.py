@@ -22,7 +22,8 @@ Arrivals stop at MINUTES; then a minute for what is pending to be placed.
 Afterwards it reports, per fault, the time from the fault's end to the next bind, and checks:
 every pod bound exactly once (no pod with two Scheduled events; none with a binding to a
 node other than the one its event names), no node over its allocatable, no panic in either
-replica's log, each store opens again (both replicas restarted on their data) and `/explain`
+replica's log (a replica that exits is restarted, as its pod would be, and the restart
+reported), each store opens again (both replicas restarted on their data) and `/explain`
 answers for pods placed before and after each fault (asked of the replica whose event
 placed the pod). Exit 0 when all hold.
 """
@@ -136,6 +137,23 @@ def start_replica(r):
                                 "--log-format", "json"])
 
 
+restarts = []  # (replica, exit code, wall time)
+supervising = threading.Event()
+
+
+def supervise():
+    """Restarts a replica that exited, as its pod's restartPolicy would (serve exits 3 when
+    its store is lost for the process, e.g. after a full disk)."""
+    while supervising.is_set():
+        for r in REPLICAS:
+            p = procs.get(f"serve-{r}")
+            if p is not None and p.poll() is not None and supervising.is_set():
+                restarts.append((r, p.returncode, time.time()))
+                print(f"replica-{r} exited with code {p.returncode}; restarting it", flush=True)
+                start_replica(r)
+        time.sleep(1)
+
+
 def leader():
     lease = try_call("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/headroom", timeout=5)
     h = (lease or {}).get("spec", {}).get("holderIdentity") or ""
@@ -165,6 +183,8 @@ def main():
     for r in REPLICAS:
         serve_config(r)
         start_replica(r)
+    supervising.set()
+    threading.Thread(target=supervise, daemon=True).start()
     for _ in range(120):
         if leader():
             break
@@ -305,7 +325,10 @@ def checks(created):
     for name, s, e in faults:
         nxt = next((t for t in times if t >= e - 1), None)
         print(f"| {name} | {e - s:.1f} s | {('%.1f s' % (nxt - e)) if nxt else 'none'} |")
+    print(f"replica restarts: {restarts or 'none'}")
     # The stores open again, and explain pods placed before and after each fault.
+    supervising.clear()
+    time.sleep(1.5)
     for r in REPLICAS:
         p = procs[f"serve-{r}"]
         p.terminate()

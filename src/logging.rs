@@ -91,8 +91,11 @@ pub fn filter(verbosity: Option<u8>, rust_log: Option<&str>) -> Result<EnvFilter
 /// about: kube's client logs every failed request at ERROR ("failed with error client error
 /// (Connect)"), once per retry of every watch while the API server is down, and a WARN per
 /// watch stream an API server restart cuts ("eof in poll"); each of those failures reaches
-/// a [`Trouble`] of headroom's or the watch's re-list. Shown from `-v 5` on.
-const QUIET_DEPENDENCIES: &str = "kube_client::client::builder=off,kube_client::client=error";
+/// a [`Trouble`] of headroom's or the watch's re-list. sled logs each failed write and flush
+/// of a full disk at ERROR (a dozen lines for one failure), which the store's [`Trouble`]
+/// reports once. Shown from `-v 5` on.
+const QUIET_DEPENDENCIES: &str =
+    "kube_client::client::builder=off,kube_client::client=error,sled=off";
 
 /// The filter directives for `-v N` (the table in the module docs).
 fn verbosity_directives(v: u8) -> String {
@@ -263,11 +266,6 @@ impl Trouble {
     /// Whether a trouble is going on (a failure not yet followed by a success).
     pub fn ongoing(&self) -> bool {
         self.lock().since.is_some()
-    }
-
-    /// How long the trouble going on has lasted at `now` (`None`: no trouble).
-    pub fn lasted(&self, now: Instant) -> Option<Duration> {
-        self.lock().since.map(|t| now.saturating_duration_since(t))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TroubleState> {
@@ -459,7 +457,7 @@ mod tests {
     fn verbosity_maps_onto_levels_and_wins_over_rust_log() {
         assert_eq!(
             verbosity_directives(0),
-            "info,kube_client::client::builder=off,kube_client::client=error,headroom=info,headroom_collectors=info,headroom_storage=info"
+            "info,kube_client::client::builder=off,kube_client::client=error,sled=off,headroom=info,headroom_collectors=info,headroom_storage=info"
         );
         assert!(verbosity_directives(2).contains(",headroom=debug"));
         assert!(verbosity_directives(4).contains(",headroom=trace"));

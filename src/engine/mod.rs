@@ -603,11 +603,14 @@ impl Engine {
 
     /// The store's watchdog: sled turns the first failed write (a full disk) into an error
     /// every later call returns, for good; the store never works again in this process,
-    /// though the disk has room. So while the store's trouble lasts six flush intervals or
-    /// more, every one and a half the watchdog writes a probe file beside it: if the disk takes that write and a
-    /// flush still fails, the store is lost for this process — the engine says so
+    /// though the disk has room. So while the store is failing, every couple of seconds the
+    /// watchdog writes a probe file beside it: if the disk takes that write and a flush
+    /// still fails, the store is lost for this process — the engine says so
     /// ([`Engine::fatal`]) and `serve` stops, to be restarted with the store reopened (as
-    /// it was at its last completed flush). Scheduling never waits for the store meanwhile.
+    /// it was at its last completed flush). While the disk is full it waits: a restart
+    /// would find the same disk. Scheduling never waits for the store meanwhile; what it
+    /// decided while the store failed is not kept (the kit's fault run: `/explain` forgets
+    /// the pods placed while the disk was full, and only those).
     fn start_store_watchdog(self: &Arc<Self>, running: &mut Running, store: &Store) {
         let Some(dir) = store.path().map(Path::to_path_buf) else {
             return;
@@ -617,7 +620,7 @@ impl Engine {
             self.store_trouble.clone(),
             self.fatal.clone(),
         );
-        let (every, patience) = watchdog_timing(self.config.storage.flush_interval);
+        let every = watchdog_period(self.config.storage.flush_interval);
         let stop = running.phases.stopped(Phase::Intake);
         running.phases.spawn(Phase::Intake, async move {
             tokio::pin!(stop);
@@ -627,10 +630,7 @@ impl Engine {
                     _ = &mut stop => break,
                     _ = tick.tick() => {}
                 }
-                let long = trouble
-                    .lasted(crate::logging::now())
-                    .is_some_and(|d| d >= patience);
-                if !long {
+                if !trouble.ongoing() {
                     continue;
                 }
                 let (d, s) = (dir.clone(), store.clone());
@@ -870,14 +870,11 @@ mod tests {
     }
 }
 
-/// How often the store's watchdog looks, and how long the store's trouble must have lasted
-/// before it probes the disk ([`Engine::fatal`]): one and a half and six flush intervals
-/// (15 s and 1 minute by default).
-fn watchdog_timing(flush: Duration) -> (Duration, Duration) {
-    (
-        (flush * 3 / 2).max(Duration::from_secs(1)),
-        (flush * 6).max(Duration::from_secs(5)),
-    )
+/// How often the store's watchdog looks ([`Engine::fatal`]): every two seconds, or every
+/// flush interval when that is shorter. Looking costs nothing while the store is well, and
+/// while it fails, every decision made before the restart is one the store will not have.
+fn watchdog_period(flush: Duration) -> Duration {
+    flush.clamp(Duration::from_millis(100), Duration::from_secs(2))
 }
 
 /// Writes, syncs and removes a small file in `dir`: whether its disk takes writes.
