@@ -39,7 +39,8 @@ pub struct LoopStats {
     /// PreBind failures (VolumeBinding could not bind the pod's volumes), each also a bind
     /// error.
     pub pre_bind_errors: u64,
-    /// Decisions dropped because the observer's channel was full.
+    /// Decisions not delivered because the decision sink had stopped (a full channel
+    /// makes the loop wait instead: a decision carries what the mode acts on).
     pub decisions_dropped: u64,
     /// Wall time spent in scheduling cycles (not binds).
     pub cycle_time: std::time::Duration,
@@ -133,7 +134,7 @@ impl SchedulingLoop {
                 p = self.queue.pop() => p,
             };
             let Some(queued) = popped else { break };
-            self.schedule(queued, &mut binds, &stats);
+            self.schedule(queued, &mut binds, &stats).await;
         }
         // Finish the binds in flight: every assumed pod ends bound or forgotten.
         while binds.join_next().await.is_some() {}
@@ -149,7 +150,7 @@ impl SchedulingLoop {
         let mut binds: JoinSet<()> = JoinSet::new();
         loop {
             while let Some(queued) = self.queue.try_pop() {
-                self.schedule(queued, &mut binds, &stats);
+                self.schedule(queued, &mut binds, &stats).await;
             }
             if binds.is_empty() {
                 break;
@@ -163,7 +164,7 @@ impl SchedulingLoop {
     /// assumed on its node with the bind spawned (the next cycle does not wait for it).
     /// The pod's wait since its first attempt (tokio's clock: simulated time in the
     /// simulator) decides whether the usage fallback applies (`usage.maxWait`).
-    fn schedule(
+    async fn schedule(
         &self,
         queued: QueuedPodInfo,
         binds: &mut JoinSet<()>,
@@ -243,7 +244,8 @@ impl SchedulingLoop {
         }
         let node = attempt.decision.node().map(str::to_string);
         let failure = Failure::from(&attempt.decision);
-        self.publish(attempt.decision, inputs.unwrap_or_default(), stats);
+        self.publish(attempt.decision, inputs.unwrap_or_default(), stats)
+            .await;
         let (Some(node), Some(assumed)) = (node, attempt.assumed) else {
             stats
                 .lock()
@@ -305,9 +307,12 @@ impl SchedulingLoop {
         }
     }
 
-    fn publish(&self, decision: Decision, inputs: DecisionInputs, stats: &Mutex<LoopStats>) {
+    /// Hands the decision to the sink, waiting for room when its channel is full (the
+    /// sink's pace then sets the loop's: an unplaced pod's FailedScheduling, nomination
+    /// and preemption victims travel with it, and must not be lost).
+    async fn publish(&self, decision: Decision, inputs: DecisionInputs, stats: &Mutex<LoopStats>) {
         if let Some(tx) = &self.decisions
-            && tx.send(decision, inputs).is_err()
+            && tx.send(decision, inputs).await.is_err()
         {
             stats
                 .lock()
@@ -634,5 +639,52 @@ mod tests {
         assert_eq!(stats.bind_errors, 1);
         assert_eq!(stats.unschedulable, 1);
         assert_eq!(scheduler.cache().read(|c| c.assumed_count()), 0);
+    }
+
+    /// A sink slower than the loop never loses a decision: with room for one record, 200
+    /// pods that fit nowhere each reach the sink with their verdict (what their
+    /// FailedScheduling event is written from), and the loop drops none.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_decision_channel_slows_the_loop_and_loses_nothing() {
+        const PODS: usize = 200;
+        let scheduler = Arc::new(Scheduler::new(&Config::default()).unwrap());
+        scheduler.cache().update(|c| {
+            c.replace(crate::snapshot::Snapshot::build(
+                [node("n1", json!({}))],
+                [],
+            ))
+        });
+        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
+        let (tx, mut rx) = crate::decisions::decision_channel(1, usize::MAX);
+        let lp = SchedulingLoop {
+            scheduler,
+            queue: queue.clone(),
+            binder: Arc::new(InstantBinder::new()),
+            decisions: Some(tx),
+            options: LoopOptions::default(),
+            annotate: None,
+            metrics: None,
+            tail: None,
+        };
+        let sink = tokio::spawn(async move {
+            let mut unplaced = Vec::new();
+            while let Some(r) = rx.recv().await {
+                if let crate::decisions::Record::Decided(d) = r {
+                    unplaced.push((d.decision.name.clone(), d.decision.node().is_none()));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            unplaced
+        });
+        for i in 0..PODS {
+            queue.add(cpu_pod(&format!("p{i}"), "64"));
+        }
+        let stats = lp.run_until_settled().await;
+        drop(lp);
+        let unplaced = sink.await.unwrap();
+        assert_eq!(stats.decisions_dropped, 0);
+        assert_eq!(stats.unschedulable, PODS as u64);
+        assert_eq!(unplaced.len(), PODS, "every decision reaches the sink");
+        assert!(unplaced.iter().all(|(_, none)| *none));
     }
 }

@@ -84,9 +84,6 @@ impl Record {
 /// Why [`DecisionSender::send`] did not queue a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
-    /// The channel holds its maximum number of records.
-    #[error("the decision channel is full")]
-    Full,
     /// The sink is gone.
     #[error("the decision sink has stopped")]
     Closed,
@@ -112,9 +109,16 @@ pub const SUMMARY_NOTE: &str =
     "explanation shortened to the best nodes: the decision queue was over its byte budget";
 
 impl DecisionSender {
-    /// Queues a record without waiting: whole while the queued bytes are under the budget,
-    /// else as its summary; returns whether it was a summary.
-    pub fn send(&self, decision: Decision, inputs: DecisionInputs) -> Result<bool, SendError> {
+    /// Queues a record, whole while the queued bytes are under the budget, else as its
+    /// summary; returns whether it was a summary. A full channel makes the caller wait for
+    /// room: a decision carries what the mode acts on (an unplaced pod's FailedScheduling,
+    /// its nomination, preemption's victims), so overload may shorten its explanation but
+    /// never lose it. Fails only when the sink is gone.
+    pub async fn send(
+        &self,
+        decision: Decision,
+        inputs: DecisionInputs,
+    ) -> Result<bool, SendError> {
         let mut bytes = approx_bytes(&decision);
         let mut summarized = false;
         let record = if self.queued_bytes.load(Ordering::Relaxed) + bytes > self.max_bytes {
@@ -127,17 +131,15 @@ impl DecisionSender {
             decision
         };
         self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
-        match self.tx.try_send(Record::Decided(Decided {
+        let record = Record::Decided(Decided {
             decision: record,
             inputs,
-        })) {
+        });
+        match self.tx.send(record).await {
             Ok(()) => Ok(summarized),
-            Err(e) => {
+            Err(_) => {
                 self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-                Err(match e {
-                    mpsc::error::TrySendError::Full(_) => SendError::Full,
-                    mpsc::error::TrySendError::Closed(_) => SendError::Closed,
-                })
+                Err(SendError::Closed)
             }
         }
     }
@@ -231,31 +233,40 @@ mod tests {
     }
 
     /// Past the byte budget records travel as summaries (with a note saying so), the
-    /// queued bytes go back down as the sink takes them, and a full channel refuses.
+    /// queued bytes go back down as the sink takes them, and a full channel makes the
+    /// sender wait for room instead of losing the record.
     #[tokio::test]
     async fn the_byte_budget_turns_records_into_summaries() {
         let one = approx_bytes(&big(1_000));
         let (tx, mut rx) = decision_channel(3, one + one / 2);
-        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(false));
+        fn send(tx: &DecisionSender) -> impl Future<Output = Result<bool, SendError>> + '_ {
+            tx.send(big(1_000), DecisionInputs::default())
+        }
+        assert_eq!(send(&tx).await, Ok(false));
         assert_eq!(tx.queued_bytes(), one);
-        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(true));
+        assert_eq!(send(&tx).await, Ok(true));
         assert!(tx.queued_bytes() < one + one / 10);
-        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(true));
-        assert_eq!(
-            tx.send(big(1_000), DecisionInputs::default()),
-            Err(SendError::Full)
+        assert_eq!(send(&tx).await, Ok(true));
+        // Full: the fourth waits until the sink takes one.
+        let mut fourth = Box::pin(send(&tx));
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), &mut fourth)
+                .await
+                .is_err(),
+            "a full channel must make the sender wait"
         );
         let whole = rx.recv_decision().await.unwrap();
         assert_eq!(whole.decision.feasible.len(), 1_000);
+        assert_eq!(fourth.await, Ok(true), "room again: it is queued");
         let summary = rx.recv_decision().await.unwrap().decision;
         assert_eq!(summary.feasible.len(), 3);
         assert_eq!(summary.feasible_count(), 1_000);
         assert!(summary.notes.iter().any(|n| n == SUMMARY_NOTE));
         let mut rest = Vec::new();
-        assert_eq!(rx.recv_many(&mut rest, 8).await, 1);
+        assert_eq!(rx.recv_many(&mut rest, 8).await, 2);
         assert_eq!(tx.queued_bytes(), 0);
         // Room again: whole records.
-        assert_eq!(tx.send(big(1_000), DecisionInputs::default()), Ok(false));
+        assert_eq!(send(&tx).await, Ok(false));
         drop(tx);
         assert!(rx.recv().await.is_some());
         assert!(rx.recv().await.is_none());

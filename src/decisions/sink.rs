@@ -448,9 +448,11 @@ mod tests {
                 message: "0/2 nodes are available".into(),
             },
         );
-        tx.send(unplaced, DecisionInputs::default()).unwrap();
+        tx.send(unplaced, DecisionInputs::default()).await.unwrap();
         let first = placed("a");
-        tx.send(first.clone(), inputs("default/Job/b")).unwrap();
+        tx.send(first.clone(), inputs("default/Job/b"))
+            .await
+            .unwrap();
         tx.barrier().await;
         let names = |h: &Collect| -> Vec<String> {
             h.0.lock()
@@ -470,12 +472,16 @@ mod tests {
 
         tx.settled(settled(&first, Ok(()))).await.unwrap();
         let failed = placed("f");
-        tx.send(failed.clone(), inputs("default/Job/b")).unwrap();
+        tx.send(failed.clone(), inputs("default/Job/b"))
+            .await
+            .unwrap();
         tx.settled(settled(&failed, Err("conflict".into())))
             .await
             .unwrap();
         let second = placed("c");
-        tx.send(second.clone(), inputs("default/Job/b")).unwrap();
+        tx.send(second.clone(), inputs("default/Job/b"))
+            .await
+            .unwrap();
         tx.barrier().await;
         assert_eq!(names(&handler), ["u", "a", "f"]);
         {

@@ -701,7 +701,9 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         let p = PodInfo::new(Arc::new(headroom::synthetic::plain_pod(name)));
         let mut a = scheduler.schedule_one(&p, None, true);
         a.decision.decided_at_ms = 1_000 + i as i64;
-        tx.send(a.decision, Default::default()).unwrap();
+        runtime
+            .block_on(tx.send(a.decision, Default::default()))
+            .unwrap();
     }
     drop(tx);
     let report = runtime.block_on(sink).unwrap();
