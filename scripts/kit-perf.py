@@ -34,6 +34,8 @@ Schedulers:
   node's and bound pod's memory and CPU, changing over time, a real Prometheus scrapes it
   every 5 s and headroom's collector reads it every 5 s; the run reports the series headroom
   stored, the decisions placed on measured usage and the usage fallbacks.
+The exporter and Prometheus run in every run, whichever scheduler it measures (the same
+machine load: a cluster's monitoring runs whatever schedules its pods).
 """
 import argparse
 import json
@@ -287,9 +289,11 @@ class Run:
         if self.scheduler != "ks":
             subprocess.run(f"{self.args.headroom} crd | kubectl --kubeconfig {kitlib.EXT}/run/admin.kubeconfig "
                            "apply -f - >/dev/null", shell=True, check=True)
-        if self.scheduler == "hr-usage":
-            _, _, self.exporter, prom_cmd = kitlib.usage_source(self.work, EXPORTER, PROM)
-            self.extra.append(subprocess.Popen(prom_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # The usage source runs for every scheduler, read or not: the machine carries the
+        # same exporter and Prometheus in every run, as a cluster's monitoring runs
+        # whichever scheduler places its pods.
+        _, _, self.exporter, prom_cmd = kitlib.usage_source(self.work, EXPORTER, PROM)
+        self.extra.append(subprocess.Popen(prom_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         self.start_scheduler()
         ops = self.case["workloadTemplate"]
         default_tmpl = self.case.get("defaultPodTemplatePath")

@@ -118,8 +118,11 @@ pub struct EventStats {
     pub aggregated: Counter,
     /// Dropped: the writer's queue ([`QUEUED_EVENTS`]) was full.
     pub dropped: Counter,
-    /// API errors.
+    /// Event writes given up on: refused by the API server, or still failing after
+    /// [`WRITE_TRIES`] tries.
     pub failed: Counter,
+    /// Tries again after a write found the API server unreachable.
+    pub retried: Counter,
     /// Keeps the failures' warnings to one per interval (an API server refusing events
     /// would otherwise get one line per pod), and reports an unreachable server to the
     /// shared health.
@@ -134,6 +137,7 @@ impl Default for EventStats {
             aggregated: Counter::default(),
             dropped: Counter::default(),
             failed: Counter::default(),
+            retried: Counter::default(),
             calls: ApiCalls::new("event writes", "writing events again"),
         }
     }
@@ -178,8 +182,13 @@ impl EventStats {
             ),
             (
                 "headroom_events_failed",
-                "Event writes the API server refused or that timed out",
+                "Event writes given up on: refused by the API server, or unreachable for every try",
                 &self.failed,
+            ),
+            (
+                "headroom_events_retried",
+                "Event writes tried again after the API server could not be reached",
+                &self.retried,
             ),
         ] {
             metrics.register(name, help, c.clone());
@@ -301,21 +310,67 @@ struct Written {
     result: kube::Result<()>,
 }
 
+/// How many times a write is tried while the API server cannot be reached, and how long
+/// apart: client-go's event sink (`maxTriesPerEvent` 12, `sleepDuration` 10 s in
+/// `tools/record/event.go`), so an API server restart loses no event, as it loses none of
+/// kube-scheduler's. A refusal (the API server answered) is final.
+pub const WRITE_TRIES: u32 = 12;
+/// See [`WRITE_TRIES`].
+pub const WRITE_RETRY: Duration = Duration::from_secs(10);
+
 impl Write {
-    async fn send(self) -> Written {
+    async fn send_once(&self) -> kube::Result<()> {
         match self {
-            Write::Create(api, event, key) => Written {
-                result: api.create(&PostParams::default(), &event).await.map(drop),
-                create: Some(key),
-            },
-            Write::Series(api, name, patch) => Written {
-                result: api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map(drop),
-                create: None,
-            },
+            Write::Create(api, event, _) => {
+                api.create(&PostParams::default(), event).await.map(drop)
+            }
+            Write::Series(api, name, patch) => api
+                .patch(name, &PatchParams::default(), &Patch::Merge(patch.clone()))
+                .await
+                .map(drop),
         }
+    }
+
+    /// Sends the write, holding one of the writer's permits per try, and tries again while
+    /// the API server cannot be reached ([`WRITE_TRIES`]); the first wait is random within
+    /// [`WRITE_RETRY`] (as client-go's, so replicas do not retry in step), the next ones
+    /// whole. Once the writer stops, a failed try is the last.
+    async fn send(
+        self,
+        permits: Arc<tokio::sync::Semaphore>,
+        stopping: tokio::sync::watch::Receiver<bool>,
+        stats: Arc<EventStats>,
+    ) -> Written {
+        let mut tries = 0;
+        let result = loop {
+            tries += 1;
+            // The semaphore is never closed; without a permit the write still goes.
+            let permit = permits.acquire().await.ok();
+            let result = self.send_once().await;
+            drop(permit);
+            let again = matches!(&result, Err(e) if super::health::unreachable(e))
+                && tries < WRITE_TRIES
+                && !*stopping.borrow();
+            if !again {
+                break result;
+            }
+            stats.retried.inc();
+            let wait = if tries == 1 {
+                WRITE_RETRY.mul_f64(rand::random::<f64>())
+            } else {
+                WRITE_RETRY
+            };
+            let mut stop = stopping.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        };
+        let create = match self {
+            Write::Create(_, _, key) => Some(key),
+            Write::Series(..) => None,
+        };
+        Written { create, result }
     }
 }
 
@@ -332,6 +387,8 @@ struct Writer {
     /// the `maxInFlight` permits, then sends.
     in_flight: tokio::task::JoinSet<Written>,
     permits: Arc<tokio::sync::Semaphore>,
+    /// Set when the writer stops: writes in flight stop retrying.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Writer {
@@ -346,14 +403,16 @@ impl Writer {
             }
         }
         let at = self.bucket.as_mut().map(|b| b.reserve(Instant::now()));
-        let permits = self.permits.clone();
+        let (permits, stopping, stats) = (
+            self.permits.clone(),
+            self.stopping.subscribe(),
+            self.stats.clone(),
+        );
         self.in_flight.spawn(async move {
             if let Some(at) = at {
                 tokio::time::sleep_until(at).await;
             }
-            // The semaphore is never closed; without a permit the write still goes.
-            let _permit = permits.acquire_owned().await.ok();
-            w.send().await
+            w.send(permits, stopping, stats).await
         });
     }
 
@@ -499,6 +558,7 @@ pub async fn run_event_writer(
         series: HashMap::new(),
         in_flight: tokio::task::JoinSet::new(),
         permits,
+        stopping: tokio::sync::watch::channel(false).0,
     };
     tokio::pin!(shutdown);
     loop {
@@ -513,7 +573,9 @@ pub async fn run_event_writer(
             _ = &mut shutdown => break,
         }
     }
-    // Shutting down: what is queued still goes out, then every write in flight ends.
+    // Shutting down: what is queued still goes out (tried once), then every write in
+    // flight ends.
+    w.stopping.send_replace(true);
     rx.close();
     while let Some(ev) = rx.recv().await {
         w.record(ev).await;

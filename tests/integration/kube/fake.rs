@@ -9,7 +9,7 @@
 //!
 //! Error bodies are the ones recorded from a real kube-apiserver v1.36
 //! (`tests/fixtures/kube-captures/`). Faults are injected with [`Fake::fail_watches`],
-//! [`Fake::expire_watches`], [`Fake::forbid`], [`Fake::fail_bindings`], [`Fake::throttle_bindings`],
+//! [`Fake::expire_watches`], [`Fake::forbid`], [`Fake::fail_bindings`], [`Fake::fail_events`], [`Fake::throttle_bindings`],
 //! [`Fake::binding_latency`], [`Fake::answer_late`] and [`Fake::steal_next_binding`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -64,6 +64,8 @@ struct Inner {
     /// lacks them).
     forbidden: std::collections::HashSet<String>,
     fail_bindings: u32,
+    /// Event creates still to answer 503 (an API server that cannot serve).
+    fail_events: u32,
     throttle_bindings: (u32, u32),
     binding_latency: Duration,
     answer_late: (u32, Duration),
@@ -380,6 +382,12 @@ impl Fake {
     /// The next `n` binding requests fail with 500.
     pub fn fail_bindings(&self, n: u32) {
         self.lock().fail_bindings = n;
+    }
+
+    /// The next `n` Event creates are answered `503 Service Unavailable`, as an API server
+    /// that is starting or has lost etcd answers.
+    pub fn fail_events(&self, n: u32) {
+        self.lock().fail_events = n;
     }
 
     /// The next `n` binding requests are answered `429 Too Many Requests` with
@@ -755,6 +763,19 @@ fn access_review(fake: &Fake, body: &Value) -> Response {
 
 /// A create: 409 AlreadyExists as the real server words it, else stored in the namespace.
 fn create(fake: &Fake, t: &Target, ns: &str, body: Value) -> Response {
+    if t.resource == "events" {
+        let mut inner = fake.lock();
+        if inner.fail_events > 0 {
+            inner.fail_events -= 1;
+            drop(inner);
+            return status(
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+                None,
+            );
+        }
+    }
     let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
     if fake.get(&t.resource, ns, &name).is_some() {
         return status(

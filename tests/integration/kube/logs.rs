@@ -476,6 +476,40 @@ async fn kube_serve_rescues_a_damaged_store_and_schedules() {
     assert_eq!(damaged, 2);
 }
 
+/// An API server that cannot take events for a while (503, as while it restarts) loses
+/// none of them: a failed write is tried again, as client-go's event sink tries it (up to
+/// 12 times, the first wait random within 10 s), and every bound pod ends with its
+/// Scheduled event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_retries_the_events_an_unavailable_api_server_refused() {
+    const PODS: usize = 200;
+    let fake = Fake::start().await;
+    farm(&fake, PODS);
+    fake.fail_events(60);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_serve(dir.path(), &fake.url(), None, &[]);
+    let api = api_port(&mut child, dir.path()).await;
+    wait_bound(&fake, PODS, &mut child, dir.path(), api).await;
+    let scheduled = |f: &Fake| {
+        f.list("events")
+            .iter()
+            .filter(|e| e["reason"] == "Scheduled")
+            .count()
+    };
+    for _ in 0..300 {
+        if scheduled(&fake) == PODS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let retried = metric(api, "headroom_events_retried_total").await;
+    let failed = metric(api, "headroom_events_failed_total").await;
+    assert!(stop(child).success());
+    assert_eq!(scheduled(&fake), PODS, "retried {retried}, failed {failed}");
+    assert!(retried >= 60.0, "retried {retried}");
+    assert_eq!(failed, 0.0);
+}
+
 /// Every bound pod gets its `Scheduled` event, as kube-scheduler writes one per bind, with
 /// the default `serve.events` (no rate limit; the writes follow the binds): 2,000 pods
 /// bound as fast as serve binds them, 2,000 events, none dropped. With a rate limit set,
