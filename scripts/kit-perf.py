@@ -386,6 +386,8 @@ class Run:
         self.stop_scheduler()
         for p in self.extra:
             p.terminate()
+        if getattr(self, "exporter", None) is not None:
+            self.exporter.stop()
         subprocess.run(["bash", os.path.join(KIT, "cluster.sh"), "stop"], stdout=subprocess.DEVNULL)
 
 

@@ -275,7 +275,18 @@ class UsageExporter:
 
         srv = Server(("127.0.0.1", self.port), Handler)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.server = srv
         return srv
+
+    def stop(self):
+        """Stops serving and frees the port (and the mirrors' watches), so the next run in
+        the same process can serve on it."""
+        srv = getattr(self, "server", None)
+        if srv is not None:
+            srv.shutdown()
+            srv.server_close()
+            self.server = None
+        self.pods.stop = self.nodes.stop = True
 
 
 def prometheus_config(path, exporter_port, interval="5s"):

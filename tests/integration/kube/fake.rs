@@ -761,20 +761,22 @@ fn access_review(fake: &Fake, body: &Value) -> Response {
     (StatusCode::CREATED, axum::Json(review)).into_response()
 }
 
+/// Takes one injected fault from `left`: whether this request fails.
+fn take(left: &mut u32) -> bool {
+    let fail = *left > 0;
+    *left = left.saturating_sub(1);
+    fail
+}
+
 /// A create: 409 AlreadyExists as the real server words it, else stored in the namespace.
 fn create(fake: &Fake, t: &Target, ns: &str, body: Value) -> Response {
-    if t.resource == "events" {
-        let mut inner = fake.lock();
-        if inner.fail_events > 0 {
-            inner.fail_events -= 1;
-            drop(inner);
-            return status(
-                503,
-                "ServiceUnavailable",
-                "the server is currently unable to handle the request",
-                None,
-            );
-        }
+    if t.resource == "events" && take(&mut fake.lock().fail_events) {
+        return status(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+            None,
+        );
     }
     let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
     if fake.get(&t.resource, ns, &name).is_some() {
@@ -895,8 +897,7 @@ fn bind(fake: &Fake, t: &Target, headers: &HeaderMap, body: &Value) -> Response 
             status: code,
         })
     };
-    if inner.fail_bindings > 0 {
-        inner.fail_bindings -= 1;
+    if take(&mut inner.fail_bindings) {
         record(&mut inner, 500);
         return status(
             500,
@@ -984,8 +985,7 @@ async fn watch(fake: &Fake, t: &Target, q: &HashMap<String, String>) -> Response
     let mut dropped = fake.drop_watches.subscribe();
     let (backlog, too_old) = {
         let mut inner = fake.lock();
-        if inner.fail_watches > 0 {
-            inner.fail_watches -= 1;
+        if take(&mut inner.fail_watches) {
             drop(inner);
             return status(
                 500,

@@ -476,6 +476,30 @@ async fn kube_serve_rescues_a_damaged_store_and_schedules() {
     assert_eq!(damaged, 2);
 }
 
+/// The `Scheduled` events the fake holds.
+fn scheduled(f: &Fake) -> usize {
+    f.list("events")
+        .iter()
+        .filter(|e| e["reason"] == "Scheduled")
+        .count()
+}
+
+/// Starts `serve` (defaults) on the fake's `pods` pods, waits until every one is bound and
+/// then, up to 30 s, until each has its `Scheduled` event (without failing: the caller
+/// asserts, with what it wants to show); returns the child and its API port.
+async fn serve_until_scheduled(fake: &Fake, pods: usize, dir: &Path) -> (Child, u16) {
+    let mut child = spawn_serve(dir, &fake.url(), None, &[]);
+    let api = api_port(&mut child, dir).await;
+    wait_bound(fake, pods, &mut child, dir, api).await;
+    for _ in 0..300 {
+        if scheduled(fake) == pods {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (child, api)
+}
+
 /// An API server that cannot take events for a while (503, as while it restarts) loses
 /// none of them: a failed write is tried again, as client-go's event sink tries it (up to
 /// 12 times, the first wait random within 10 s), and every bound pod ends with its
@@ -487,21 +511,7 @@ async fn kube_serve_retries_the_events_an_unavailable_api_server_refused() {
     farm(&fake, PODS);
     fake.fail_events(60);
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_serve(dir.path(), &fake.url(), None, &[]);
-    let api = api_port(&mut child, dir.path()).await;
-    wait_bound(&fake, PODS, &mut child, dir.path(), api).await;
-    let scheduled = |f: &Fake| {
-        f.list("events")
-            .iter()
-            .filter(|e| e["reason"] == "Scheduled")
-            .count()
-    };
-    for _ in 0..300 {
-        if scheduled(&fake) == PODS {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (child, api) = serve_until_scheduled(&fake, PODS, dir.path()).await;
     let retried = metric(api, "headroom_events_retried_total").await;
     let failed = metric(api, "headroom_events_failed_total").await;
     assert!(stop(child).success());
@@ -520,21 +530,7 @@ async fn kube_serve_writes_a_scheduled_event_for_every_bound_pod() {
     let fake = Fake::start().await;
     farm(&fake, PODS);
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_serve(dir.path(), &fake.url(), None, &[]);
-    let api = api_port(&mut child, dir.path()).await;
-    wait_bound(&fake, PODS, &mut child, dir.path(), api).await;
-    let scheduled = |f: &Fake| {
-        f.list("events")
-            .iter()
-            .filter(|e| e["reason"] == "Scheduled")
-            .count()
-    };
-    for _ in 0..300 {
-        if scheduled(&fake) == PODS {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (child, api) = serve_until_scheduled(&fake, PODS, dir.path()).await;
     let text = reqwest::get(format!("http://127.0.0.1:{api}/metrics"))
         .await
         .unwrap()
