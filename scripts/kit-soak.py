@@ -99,7 +99,7 @@ def main():
     spawn("prometheus", prom_cmd)
     with open(os.path.join(W, "config.yaml"), "w") as f:
         f.write("serve: {security: {mode: none}}\n"
-                "storage: {rawRetention: 5m, rollupRetention: 10m, decisionLogMaxAge: 10m, maintenanceInterval: 1m}\n"
+                "storage: {rawRetention: 5m, rollupRetention: 10m, decisionLogMaxAge: 10m, builderMaxAge: 10m, maintenanceInterval: 1m}\n"
                 + kitlib.headroom_usage_config(PROM))
     serve = spawn("serve", [HR, "serve", "--config", f"{W}/config.yaml", "--kubeconfig",
                             f"{kitlib.EXT}/run/admin.kubeconfig", "--data-dir", f"{W}/data",
@@ -183,6 +183,7 @@ def main():
             "decisions_in_memory": metric(text, "headroom_api_decision_log_entries"),
             "decisions_in_store": metric(text, "headroom_store_decisions"),
             "series": metric(text, "headroom_store_series"),
+            "compactions": metric(text, "headroom_store_compactions_total"),
             "pending": sum(1 for p in snap if not p["node"]),
             "bound": sum(1 for p in snap if p["node"]),
             "exporter_series": exporter.series,

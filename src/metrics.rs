@@ -41,6 +41,7 @@
 //! | `headroom_store_size_bytes` | gauge | `part` = disk, head_chunks, index, pending_wal |
 //! | `headroom_store_series` | gauge | |
 //! | `headroom_store_decisions` | gauge | |
+//! | `headroom_store_compactions_total` | counter | |
 //! | `headroom_api_decision_log_entries` | gauge | |
 //! | `headroom_api_decision_log_bytes` | gauge | |
 //! | `headroom_api_decision_store_errors_total` | counter | |
@@ -233,6 +234,7 @@ pub struct Metrics {
     store_bytes: Family<PartLabel, Gauge>,
     store_series: Gauge,
     store_decisions: Gauge,
+    store_compactions: Counter,
     log_entries: Gauge,
     log_bytes: Gauge,
     decision_store_errors: Counter,
@@ -303,6 +305,7 @@ impl Metrics {
             store_bytes: Family::default(),
             store_series: Gauge::default(),
             store_decisions: Gauge::default(),
+            store_compactions: Counter::default(),
             log_entries: Gauge::default(),
             log_bytes: Gauge::default(),
             decision_store_errors: Counter::default(),
@@ -483,6 +486,11 @@ impl Metrics {
             "headroom_store_decisions",
             "Decision records in the store",
             self.store_decisions.clone(),
+        );
+        r.register(
+            "headroom_store_compactions",
+            "Compactions of the store in place (sled rewritten into a fresh database)",
+            self.store_compactions.clone(),
         );
         r.register(
             "headroom_api_decision_log_entries",
@@ -786,6 +794,11 @@ impl Metrics {
         self.store_series
             .set(i64::try_from(stats.series).unwrap_or(i64::MAX));
         self.store_decisions.set(to_i64(decisions));
+        // The store counts; the counter catches up at each scrape.
+        let seen = self.store_compactions.get();
+        if stats.compactions > seen {
+            self.store_compactions.inc_by(stats.compactions - seen);
+        }
     }
 
     /// Replaces the runs-per-node gauges (see [`runs_per_node`]).

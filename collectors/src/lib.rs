@@ -228,10 +228,11 @@ impl SourceRunner {
                 .map(|l| PodIndex::build(l.pods().iter().map(|p| &**p), shared.identity))
                 .unwrap_or_default();
             for (builder, run) in tracker.observe(view, &index) {
-                let result = shared
-                    .sink
-                    .put_run(&builder, &run)
-                    .and_then(|()| shared.sink.record_placement(&builder, &run.node));
+                let result = shared.sink.put_run(&builder, &run).and_then(|()| {
+                    shared
+                        .sink
+                        .record_placement(&builder, &run.node, run.start_ms)
+                });
                 match result {
                     Ok(()) => {
                         runs_written += 1;

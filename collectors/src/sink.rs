@@ -35,8 +35,9 @@ pub trait Sink: Send + Sync {
     /// Stores a finished run of `builder`.
     fn put_run(&self, builder: &str, run: &RunRecord) -> Result<(), SinkError>;
 
-    /// Records that `builder` was last placed on `node` (placement history, most recent first).
-    fn record_placement(&self, builder: &str, node: &str) -> Result<(), SinkError>;
+    /// Records that `builder` was last placed on `node` at `at_ms` (placement history, most
+    /// recent first; the time keeps the builder from expiring).
+    fn record_placement(&self, builder: &str, node: &str, at_ms: i64) -> Result<(), SinkError>;
 }
 
 /// Key of one series in [`MemorySink`]: metric name and sorted labels.
@@ -163,7 +164,7 @@ impl Sink for MemorySink {
         Ok(())
     }
 
-    fn record_placement(&self, builder: &str, node: &str) -> Result<(), SinkError> {
+    fn record_placement(&self, builder: &str, node: &str, _at_ms: i64) -> Result<(), SinkError> {
         self.lock()
             .placements
             .entry(builder.to_owned())
@@ -198,8 +199,8 @@ impl Sink for headroom_storage::Store {
         })
     }
 
-    fn record_placement(&self, builder: &str, node: &str) -> Result<(), SinkError> {
-        headroom_storage::Store::record_placement(self, builder, node)
+    fn record_placement(&self, builder: &str, node: &str, at_ms: i64) -> Result<(), SinkError> {
+        headroom_storage::Store::record_placement(self, builder, node, at_ms)
             .map(drop)
             .map_err(|e| SinkError(format!("recording placement of {builder} on {node}: {e}")))
     }
@@ -265,7 +266,7 @@ mod tests {
             old.contains("m{node=\"a\"}") && old.contains("out-of-order"),
             "{old}"
         );
-        let run = Sink::record_placement(&store, "", "n1").unwrap_err().0;
+        let run = Sink::record_placement(&store, "", "n1", 1).unwrap_err().0;
         assert!(run.contains("placement"), "{run}");
     }
 
@@ -290,8 +291,8 @@ mod tests {
         };
         let sink: &dyn Sink = &store;
         sink.put_run("ci/Deployment/b", &run).unwrap();
-        sink.record_placement("ci/Deployment/b", "n1").unwrap();
-        sink.record_placement("ci/Deployment/b", "n2").unwrap();
+        sink.record_placement("ci/Deployment/b", "n1", 1).unwrap();
+        sink.record_placement("ci/Deployment/b", "n2", 2).unwrap();
 
         let stored = store.runs("ci/Deployment/b").unwrap();
         assert_eq!(stored.len(), 1);

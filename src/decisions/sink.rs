@@ -170,7 +170,10 @@ async fn handle_batch(
         let jobs: Vec<Job> = items.iter().map(Job::of).collect();
         let failures = failures.clone();
         let now = crate::logging::now();
-        match tokio::task::spawn_blocking(move || persist(&store, &jobs, &failures, now)).await {
+        let now_ms = sink.clock.now_ms();
+        match tokio::task::spawn_blocking(move || persist(&store, &jobs, &failures, now, now_ms))
+            .await
+        {
             Ok((out, counts)) => {
                 stored = out;
                 report.stored += counts.stored;
@@ -280,6 +283,7 @@ fn persist(
     jobs: &[Job],
     failures: &Trouble,
     now: std::time::Instant,
+    now_ms: i64,
 ) -> (Vec<Stored>, Written) {
     let mut w = Written::default();
     let out = jobs
@@ -287,7 +291,7 @@ fn persist(
         .map(|job| match job {
             Job::Decision(r) => Stored::Warm(store_decision(store, r, failures, now, &mut w)),
             Job::Placement { builder, node } => {
-                match record_placement(store, builder, node, failures, now, &mut w) {
+                match record_placement(store, builder, node, now_ms, failures, now, &mut w) {
                     Some(h) => Stored::History(h),
                     None => Stored::Nothing,
                 }
@@ -350,11 +354,12 @@ fn record_placement(
     store: &Store,
     builder: &str,
     node: &str,
+    at_ms: i64,
     failures: &Trouble,
     now: std::time::Instant,
     w: &mut Written,
 ) -> Option<Vec<String>> {
-    match store.record_placement(builder, node) {
+    match store.record_placement(builder, node, at_ms) {
         Ok(history) => {
             w.placements += 1;
             Some(history)

@@ -917,6 +917,18 @@ impl MaintenanceTarget for ReportedStore {
         self.report("flushing", self.store.flush())
     }
     fn maintain(&self, now_ms: i64) -> headroom_storage::Result<MaintenanceStats> {
-        self.report("a retention pass", self.store.maintain(now_ms))
+        let stats = self.report("a retention pass", self.store.maintain(now_ms))?;
+        if let Some(c) = &stats.compaction {
+            tracing::info!(
+                before_mb = c.before_bytes as f64 / 1e6,
+                after_mb = c.after_bytes as f64 / 1e6,
+                live_mb = c.live_bytes as f64 / 1e6,
+                seconds = c.duration.as_secs_f64(),
+                directory = %c.directory,
+                old_removed = c.old_removed,
+                "store compacted in place"
+            );
+        }
+        Ok(stats)
     }
 }

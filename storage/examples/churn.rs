@@ -10,7 +10,8 @@
 //! 6 a second and running 1–10 minutes with two series each (so series come and go), a
 //! sample per series every 5 s, a decision record (2.6 kB) per pod, a run record and a
 //! placement per ended pod, a flush every 10 s and a retention pass every 5 minutes, with
-//! 5 minutes of raw samples, 10 of rollups and 10 of decisions. MINUTES of that (default
+//! 5 minutes of raw samples, 10 of rollups, 10 of decisions and 10 of builders, and the
+//! default compaction (at twice the live data, from 64 MiB). MINUTES of that (default
 //! 60) run SPEED times faster than real time (default 10: sled's own thread, which cleans
 //! its segments, keeps its real pace). Every 10 simulated minutes it prints the
 //! directory's size, the series and the live pods.
@@ -65,6 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         raw_retention: Duration::from_secs(300),
         rollup_retention: Duration::from_secs(600),
         decision_log_max_age: Duration::from_secs(600),
+        builder_max_age: Duration::from_secs(600),
         ..StoreConfig::default()
     };
     let store = Store::open(dir, config)?;
@@ -115,7 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 memory: UsageSummary::default(),
             };
             store.put_run(&builder, &run)?;
-            store.record_placement(&builder, &run.node)?;
+            store.record_placement(&builder, &run.node, p.2)?;
             ids.remove(&("container_cpu", p.0 + 1000));
             ids.remove(&("container_memory", p.0 + 1000));
         }
@@ -140,7 +142,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             store.flush()?;
         }
         if now - last_pass >= 300_000 {
-            store.maintain(now)?;
+            let stats = store.maintain(now)?;
+            if let Some(c) = stats.compaction {
+                println!(
+                    "  compacted: {:.1} -> {:.1} MB ({:.1} MB live) in {:?}",
+                    c.before_bytes as f64 / 1e6,
+                    c.after_bytes as f64 / 1e6,
+                    c.live_bytes as f64 / 1e6,
+                    c.duration
+                );
+            }
             last_pass = now;
         }
         if step % 120 == 0 {

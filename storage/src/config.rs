@@ -49,6 +49,21 @@ pub struct StoreConfig {
     pub max_series: usize,
     /// sled page cache size in bytes. Default `67108864` (64 MiB).
     pub cache_capacity_bytes: u64,
+    /// A builder's run records and placement history are dropped once nothing has been
+    /// recorded for it for this long (a bare pod is a builder of its own, so without a
+    /// limit they would pile up). Default `30d`.
+    #[serde(with = "humantime_serde")]
+    pub builder_max_age: Duration,
+    /// sled reclaims the space of overwritten and deleted values only partly, so under
+    /// churn its files grow well past the data they hold. When the store's size on disk
+    /// reaches this many times its size right after the last compaction (before the
+    /// first: its live data), and at least `compactionMinBytes`, maintenance rewrites the
+    /// store into a fresh database and swaps it in while headroom runs (about a second
+    /// per 25 MB of live data, during which flushes and decision writes wait). `0` turns
+    /// this off; otherwise at least `1.5`. Default `2`.
+    pub compaction_ratio: f64,
+    /// No compaction below this size on disk, in bytes. Default `67108864` (64 MiB).
+    pub compaction_min_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -67,6 +82,9 @@ impl Default for StoreConfig {
             wal_checkpoint_flushes: 30,
             max_series: 5_000_000,
             cache_capacity_bytes: 64 << 20,
+            builder_max_age: Duration::from_secs(30 * 24 * 3600),
+            compaction_ratio: 2.0,
+            compaction_min_bytes: 64 << 20,
         }
     }
 }
@@ -83,13 +101,14 @@ impl StoreConfig {
     ///
     /// | field | bound |
     /// | --- | --- |
-    /// | `flushInterval`, `maintenanceInterval`, `maintenanceBackoffMin`, `maintenanceBackoffMax`, `rawRetention`, `decisionLogMaxAge` | > 0 |
+    /// | `flushInterval`, `maintenanceInterval`, `maintenanceBackoffMin`, `maintenanceBackoffMax`, `rawRetention`, `decisionLogMaxAge`, `builderMaxAge` | > 0 |
     /// | every duration | ≤ 100 years |
     /// | `rollupRetention` | ≥ `rawRetention` (rollups are made of samples older than it) |
     /// | `maintenanceBackoffMin` | ≤ `maintenanceBackoffMax` |
     /// | `maxRunsPerBuilder`, `maxHistoryNodes`, `decisionLogMaxRecords`, `walCheckpointFlushes` | ≥ 1 |
     /// | `maxSeries` | 1 ..= 2^32 − 1 (series ids are 32-bit) |
     /// | `cacheCapacityBytes` | ≥ 256 |
+    /// | `compactionRatio` | 0 (off) or 1.5 ..= 1000 |
     ///
     /// [`Store::open`](crate::Store::open) and friends call it, so no bad value reaches
     /// sled. Errors: [`Error::InvalidConfig`].
@@ -104,6 +123,7 @@ impl StoreConfig {
             ("maintenanceBackoffMin", self.maintenance_backoff_min, true),
             ("maintenanceBackoffMax", self.maintenance_backoff_max, true),
             ("decisionLogMaxAge", self.decision_log_max_age, true),
+            ("builderMaxAge", self.builder_max_age, true),
         ];
         for (field, d, positive) in durations {
             if positive && d.is_zero() {
@@ -156,6 +176,13 @@ impl StoreConfig {
             return bad(
                 "cacheCapacityBytes",
                 format!("must be at least {MIN_CACHE_CAPACITY_BYTES} (bytes)"),
+            );
+        }
+        let r = self.compaction_ratio;
+        if !(r == 0.0 || (1.5..=1000.0).contains(&r)) {
+            return bad(
+                "compactionRatio",
+                format!("must be 0 (off) or between 1.5 and 1000, got {r}"),
             );
         }
         Ok(())

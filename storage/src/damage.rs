@@ -93,8 +93,8 @@ pub fn write_reference_store(dir: &Path) -> Result<()> {
                     memory: summary(1e9 + i as f64),
                 },
             )?;
-            s.record_placement(b, &format!("n{i}"))?;
-            s.record_placement(b, "n3")?;
+            s.record_placement(b, &format!("n{i}"), 1)?;
+            s.record_placement(b, "n3", 1)?;
         }
         s.flush()?;
     }

@@ -33,13 +33,22 @@ const LOG: u8 = b'L';
 const POD: u8 = b'P';
 const UID: u8 = b'U';
 
-pub(crate) fn count(tree: &sled::Tree) -> Result<usize> {
+/// The number of records in the log, and the sequence number the next one takes: one
+/// past the largest in the log, so that records of the same millisecond keep their order
+/// and never share a key (also in a database a compaction wrote, which starts afresh).
+pub(crate) fn count(tree: &sled::Tree) -> Result<(usize, u64)> {
     let mut n = 0;
+    let mut next = 0u64;
     for kv in tree.scan_prefix([LOG]) {
-        kv?;
+        let (k, _) = kv?;
+        if let Some(b) = k.get(9..17) {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            next = next.max(u64::from_be_bytes(a).saturating_add(1));
+        }
         n += 1;
     }
-    Ok(n)
+    Ok((n, next))
 }
 
 fn pod_key(namespace: &str, name: &str) -> Vec<u8> {
@@ -164,9 +173,11 @@ impl Store {
                 key.ts_ms
             )));
         }
-        let tree = &self.inner.decisions;
         let _g = lock(&self.inner.record_lock);
-        let seq = self.inner.db.generate_id()?;
+        // Taken under the record lock, which compaction holds while it copies and swaps.
+        let db = self.inner.db();
+        let tree = &db.decisions;
+        let seq = self.inner.decision_seq.fetch_add(1, Ordering::Relaxed);
         let mut log_key = vec![LOG];
         log_key.extend_from_slice(&(key.ts_ms as u64).to_be_bytes());
         log_key.extend_from_slice(&seq.to_be_bytes());
@@ -197,7 +208,8 @@ impl Store {
     /// Drops up to `n` oldest entries with ts < `before_ms`; returns how many it dropped.
     /// The caller holds `record_lock`.
     fn trim_decisions(&self, n: usize, before_ms: i64) -> Result<u64> {
-        let tree = &self.inner.decisions;
+        let db = self.inner.db();
+        let tree = &db.decisions;
         let mut batch = sled::Batch::default();
         let mut dropped = 0u64;
         for kv in tree.scan_prefix([LOG]).take(n) {
@@ -238,7 +250,8 @@ impl Store {
     }
 
     fn decision_via(&self, index_key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let tree = &self.inner.decisions;
+        let db = self.inner.db();
+        let tree = &db.decisions;
         let Some(sealed) = tree.get(index_key)? else {
             return Ok(None);
         };
@@ -303,6 +316,7 @@ mod tests {
         assert_eq!(s.decision_by_uid("uid-a").unwrap().unwrap(), r);
         let (_, stored) = s
             .inner
+            .db()
             .decisions
             .scan_prefix([LOG])
             .next()
@@ -330,7 +344,8 @@ mod tests {
         let mut log_key = vec![LOG];
         log_key.extend_from_slice(&ts.to_be_bytes());
         log_key.extend_from_slice(&7u64.to_be_bytes());
-        let tree = &s.inner.decisions;
+        let db = s.inner.db();
+        let tree = &db.decisions;
         tree.insert(&log_key, seal(DECISIONS, &log_key, &v))
             .unwrap();
         let ik = pod_key("ns", name);

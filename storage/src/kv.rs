@@ -14,7 +14,9 @@ use crate::error::{Error, Result};
 /// Values are JSON so that types can evolve with `#[serde(default)]` fields. Writes are
 /// durable with the next [`Store::flush`] (or sled's own periodic flush within 0.5 s).
 pub struct TypedTree<T> {
-    tree: sled::Tree,
+    /// The tree is looked up in the store's current database at every call, so that it
+    /// follows a compaction ([`Store::compact`]).
+    store: Store,
     /// The sled tree's name, `kv/<name>` (part of each value's checksum).
     name: std::sync::Arc<str>,
     _t: PhantomData<fn() -> T>,
@@ -23,7 +25,7 @@ pub struct TypedTree<T> {
 impl<T> Clone for TypedTree<T> {
     fn clone(&self) -> Self {
         TypedTree {
-            tree: self.tree.clone(),
+            store: self.store.clone(),
             name: self.name.clone(),
             _t: PhantomData,
         }
@@ -33,12 +35,17 @@ impl<T> Clone for TypedTree<T> {
 impl<T> std::fmt::Debug for TypedTree<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TypedTree")
-            .field("name", &String::from_utf8_lossy(&self.tree.name()))
+            .field("name", &self.name)
             .finish()
     }
 }
 
 impl<T: Serialize + DeserializeOwned> TypedTree<T> {
+    /// The sled tree in the store's current database.
+    fn tree(&self) -> Result<sled::Tree> {
+        Ok(self.store.inner.db().db.open_tree(&*self.name)?)
+    }
+
     /// Checks the checksum of the value stored under `key` and decodes it. A checksum
     /// failure is [`Error::CorruptValue`]; valid bytes that do not decode as `T` (a type
     /// that changed incompatibly) are [`Error::Serde`].
@@ -51,7 +58,7 @@ impl<T: Serialize + DeserializeOwned> TypedTree<T> {
 
     /// Value under `key`.
     pub fn get(&self, key: &str) -> Result<Option<T>> {
-        self.tree
+        self.tree()?
             .get(key)?
             .map(|v| self.de(key.as_bytes(), &v))
             .transpose()
@@ -63,7 +70,9 @@ impl<T: Serialize + DeserializeOwned> TypedTree<T> {
             what: "typed tree value",
             source,
         })?;
-        self.tree
+        // Writes take the record lock so that none lands in a database being replaced.
+        let _g = crate::lock(&self.store.inner.record_lock);
+        self.tree()?
             .insert(key, seal(&self.name, key.as_bytes(), &bytes))?
             .map(|v| self.de(key.as_bytes(), &v))
             .transpose()
@@ -71,7 +80,8 @@ impl<T: Serialize + DeserializeOwned> TypedTree<T> {
 
     /// Removes `key`, returning its value.
     pub fn remove(&self, key: &str) -> Result<Option<T>> {
-        self.tree
+        let _g = crate::lock(&self.store.inner.record_lock);
+        self.tree()?
             .remove(key)?
             .map(|v| self.de(key.as_bytes(), &v))
             .transpose()
@@ -79,33 +89,41 @@ impl<T: Serialize + DeserializeOwned> TypedTree<T> {
 
     /// True if `key` is present.
     pub fn contains_key(&self, key: &str) -> Result<bool> {
-        Ok(self.tree.contains_key(key)?)
+        Ok(self.tree()?.contains_key(key)?)
     }
 
     /// All entries in key order.
     pub fn iter(&self) -> impl Iterator<Item = Result<(String, T)>> + '_ {
-        self.tree.iter().map(|kv| {
-            let (k, v) = kv?;
-            let value = self.de(&k, &v)?;
-            let k = String::from_utf8(k.to_vec())
-                .map_err(|_| Error::corrupt("typed tree key", "not UTF-8"))?;
-            Ok((k, value))
-        })
+        let tree = self.tree();
+        let (tree, failed) = match tree {
+            Ok(t) => (Some(t), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        failed
+            .into_iter()
+            .chain(tree.into_iter().flat_map(|t| t.iter()).map(|kv| {
+                let (k, v) = kv?;
+                let value = self.de(&k, &v)?;
+                let k = String::from_utf8(k.to_vec())
+                    .map_err(|_| Error::corrupt("typed tree key", "not UTF-8"))?;
+                Ok((k, value))
+            }))
     }
 
-    /// Number of entries (walks the tree).
+    /// Number of entries (walks the tree; 0 if sled cannot open it).
     pub fn len(&self) -> usize {
-        self.tree.len()
+        self.tree().map_or(0, |t| t.len())
     }
 
-    /// True if empty.
+    /// True if empty (or if sled cannot open it).
     pub fn is_empty(&self) -> bool {
-        self.tree.is_empty()
+        self.tree().map_or(true, |t| t.is_empty())
     }
 
     /// Removes every entry.
     pub fn clear(&self) -> Result<()> {
-        Ok(self.tree.clear()?)
+        let _g = crate::lock(&self.store.inner.record_lock);
+        Ok(self.tree()?.clear()?)
     }
 }
 
@@ -122,8 +140,9 @@ impl Store {
             return Err(Error::InvalidArgument(format!("bad tree name {name:?}")));
         }
         let name = format!("kv/{name}");
+        self.inner.db().db.open_tree(&name)?;
         Ok(TypedTree {
-            tree: self.inner.db.open_tree(&name)?,
+            store: self.clone(),
             name: name.into(),
             _t: PhantomData,
         })

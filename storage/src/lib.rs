@@ -24,6 +24,7 @@
 
 mod checksum;
 mod chunk;
+mod compact;
 mod config;
 pub mod damage;
 mod decisions;
@@ -44,6 +45,7 @@ mod store;
 pub use chunk::{
     ChunkEncoder, ChunkHeader, MAX_CHUNK_SAMPLES, MAX_CHUNK_SPAN_MS, chunk_header, decode_chunk,
 };
+pub use compact::Compaction;
 pub use config::{MAX_DURATION, MIN_CACHE_CAPACITY_BYTES, StoreConfig};
 pub use decisions::DecisionKey;
 pub use error::{Error, Result};
@@ -57,6 +59,7 @@ pub use manifest::FORMAT_VERSION;
 pub use manifest::{MARKER_FILE, PROBE_FILE};
 pub use rescue::{DAMAGED_PREFIX, Kept, Rescue};
 pub use rollup::{ROLLUP_STEP_MS, Rollup, bucket_start, rollup_samples};
+pub use runs::BuildersExpired;
 pub use runs::{RunRecord, UsageSummary};
 pub use store::{FlushStats, MaintenanceStats, OpenMode, Store, StoreStats};
 

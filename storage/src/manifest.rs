@@ -5,12 +5,16 @@
 //! headroom store
 //! format 2
 //! flushes 17
+//! sled sled-3
 //! crc32 1a2b3c4d
 //! ```
 //!
-//! The last line is the CRC-32 (hex) of every byte before it. The file is replaced
-//! atomically (write `HEADROOM.tmp`, fsync, rename, fsync the directory) after every
-//! completed flush. See `FORMAT.md`.
+//! The last line is the CRC-32 (hex) of every byte before it. The `sled` line names the
+//! subdirectory holding sled's files since the store was last compacted in place
+//! ([`Store::compact`](crate::Store::compact)); without it they are in the store directory
+//! itself. The file is replaced atomically (write `HEADROOM.tmp`, fsync, rename, fsync the
+//! directory) after every completed flush, so the marker is also what makes a compaction's
+//! new database the store's in one step. See `FORMAT.md`.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
@@ -51,18 +55,60 @@ pub(crate) fn is_damaged_dir(name: &std::ffi::OsStr) -> bool {
     name.to_str().is_some_and(|n| n.starts_with(DAMAGED_PREFIX))
 }
 
-/// The marker's text for `flushes` completed flushes.
-fn render(flushes: u64) -> String {
-    let body = format!("{MAGIC}\nformat {FORMAT_VERSION}\nflushes {flushes}\n");
+/// The prefix of the subdirectories compaction writes sled's files into (`sled-<n>`).
+pub(crate) const SLED_PREFIX: &str = "sled-";
+
+/// The number `n` of a subdirectory name `sled-<n>`.
+pub(crate) fn sled_generation(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(SLED_PREFIX)?;
+    if digits.is_empty() || digits.len() > 19 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// What a marker records.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Marker {
+    /// Completed flushes (0: the store is being created).
+    pub(crate) flushes: u64,
+    /// The subdirectory holding sled's files (`None`: the store directory).
+    pub(crate) sled: Option<String>,
+}
+
+impl Marker {
+    /// The directory sled's files are in, for a store in `dir`.
+    pub(crate) fn sled_dir(&self, dir: &Path) -> std::path::PathBuf {
+        match &self.sled {
+            Some(sub) => dir.join(sub),
+            None => dir.to_path_buf(),
+        }
+    }
+}
+
+/// The marker's text.
+fn render(marker: &Marker) -> String {
+    let mut body = format!(
+        "{MAGIC}\nformat {FORMAT_VERSION}\nflushes {}\n",
+        marker.flushes
+    );
+    if let Some(sub) = &marker.sled {
+        body.push_str(&format!("sled {sub}\n"));
+    }
     let crc = crc32fast::hash(body.as_bytes());
     format!("{body}crc32 {crc:08x}\n")
 }
 
-/// Writes the marker atomically.
-pub(crate) fn write(dir: &Path, flushes: u64) -> Result<()> {
+/// Writes the marker atomically: `flushes` completed flushes, sled's files in the
+/// subdirectory `sled` (or in `dir`).
+pub(crate) fn write(dir: &Path, flushes: u64, sled: Option<&str>) -> Result<()> {
+    let marker = Marker {
+        flushes,
+        sled: sled.map(str::to_string),
+    };
     let tmp = dir.join(TMP_FILE);
     let mut f = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    f.write_all(render(flushes).as_bytes())
+    f.write_all(render(&marker).as_bytes())
         .and_then(|_| f.sync_all())
         .map_err(|e| Error::io(&tmp, e))?;
     drop(f);
@@ -92,7 +138,7 @@ fn corrupt(dir: &Path, detail: impl Into<String>) -> Error {
 
 /// Parses a marker: checksum first (so a damaged version line is reported as damage),
 /// then the magic line and the format version, then the fields.
-fn parse(dir: &Path, bytes: &[u8]) -> Result<u64> {
+fn parse(dir: &Path, bytes: &[u8]) -> Result<Marker> {
     let bad = |what: &str| corrupt(dir, format!("its {MARKER_FILE} marker file {what}"));
     let text = std::str::from_utf8(bytes).map_err(|_| bad("is not UTF-8 text"))?;
     let complete = text
@@ -130,7 +176,7 @@ fn parse(dir: &Path, bytes: &[u8]) -> Result<u64> {
             expected: FORMAT_VERSION,
         });
     }
-    let mut flushes = None;
+    let (mut flushes, mut sled) = (None, None);
     for line in lines {
         // Unknown fields are allowed: a later build of the same format may add some.
         if let Some(v) = line.strip_prefix("flushes ") {
@@ -138,13 +184,19 @@ fn parse(dir: &Path, bytes: &[u8]) -> Result<u64> {
                 v.parse::<u64>()
                     .map_err(|_| bad("has a bad flushes line"))?,
             );
+        } else if let Some(v) = line.strip_prefix("sled ") {
+            sled_generation(v).ok_or_else(|| bad(&format!("has a bad sled line ({v:?})")))?;
+            sled = Some(v.to_string());
         }
     }
-    flushes.ok_or_else(|| bad("has no flushes line"))
+    Ok(Marker {
+        flushes: flushes.ok_or_else(|| bad("has no flushes line"))?,
+        sled,
+    })
 }
 
 /// Reads the marker, `None` if there is none.
-fn read(dir: &Path) -> Result<Option<u64>> {
+pub(crate) fn read(dir: &Path) -> Result<Option<Marker>> {
     let path = dir.join(MARKER_FILE);
     let meta = match fs::symlink_metadata(&path) {
         Ok(m) => m,
@@ -208,6 +260,18 @@ fn check_db(dir: &Path, flushes: u64) -> Result<()> {
     }
 }
 
+/// Names the store directory, and the subdirectory sled's files are in, in damage found
+/// there.
+fn in_subdir(e: Error, dir: &Path, marker: &Marker) -> Error {
+    match (e, &marker.sled) {
+        (Error::Corrupt { detail, .. }, Some(sub)) => Error::Corrupt {
+            path: dir.to_path_buf(),
+            detail: format!("in {sub}/, {detail}"),
+        },
+        (e, _) => e,
+    }
+}
+
 /// True if the directory looks like a bare sled database (e.g. a format-1 store, which
 /// had no marker).
 fn looks_like_sled(dir: &Path) -> bool {
@@ -215,10 +279,59 @@ fn looks_like_sled(dir: &Path) -> bool {
         && dir.join("db").is_file()
 }
 
-/// Checks `dir` before sled sees it and returns the number of flushes its marker records
-/// (0 for a store being created, whose marker this writes). Never writes to a directory
-/// that is not empty and has no marker.
-pub(crate) fn prepare(dir: &Path, mode: OpenMode) -> Result<u64> {
+/// sled's files at the top of a store directory (where they are until its first
+/// compaction in place).
+const TOP_LEVEL_SLED: [&str; 3] = ["conf", "db", "blobs"];
+
+/// Removes what a compaction left behind in `dir` when it was interrupted or could not
+/// remove the old database while it was still read: `sled-<n>` subdirectories the
+/// marker does not name, and sled's files at the top when the marker names a
+/// subdirectory. Best effort: what cannot be removed now is tried again at the next open.
+pub(crate) fn remove_stale(dir: &Path, marker: &Marker) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stale_generation =
+            sled_generation(name).is_some() && marker.sled.as_deref() != Some(name);
+        let stale_top =
+            marker.sled.is_some() && (TOP_LEVEL_SLED.contains(&name) || name.starts_with("snap."));
+        if stale_generation || stale_top {
+            let path = entry.path();
+            let _ = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+        }
+    }
+}
+
+/// Where sled's files are in a damaged store moved to `dir`: the subdirectory its marker
+/// names if the marker still reads, else the newest `sled-<n>` subdirectory with a
+/// database file, else `dir` itself.
+pub(crate) fn damaged_sled_dir(dir: &Path) -> std::path::PathBuf {
+    if let Ok(Some(marker)) = read(dir) {
+        return marker.sled_dir(dir);
+    }
+    let newest = fs::read_dir(dir).ok().and_then(|entries| {
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let n = sled_generation(e.file_name().to_str()?)?;
+                e.path().join("db").is_file().then_some((n, e.path()))
+            })
+            .max()
+    });
+    newest.map_or_else(|| dir.to_path_buf(), |(_, p)| p)
+}
+
+/// Checks `dir` before sled sees it and returns its marker (0 flushes for a store being
+/// created, whose marker this writes). Never writes to a directory that is not empty and
+/// has no marker.
+pub(crate) fn prepare(dir: &Path, mode: OpenMode) -> Result<Marker> {
     let must_exist = matches!(mode, OpenMode::MustExist);
     let no_store = |reason: &str| Error::NoStore {
         path: dir.to_path_buf(),
@@ -230,8 +343,8 @@ pub(crate) fn prepare(dir: &Path, mode: OpenMode) -> Result<u64> {
                 return Err(no_store("the directory does not exist"));
             }
             fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            write(dir, 0)?;
-            return Ok(0);
+            write(dir, 0, None)?;
+            return Ok(Marker::default());
         }
         Err(e) => return Err(Error::io(dir, e)),
         Ok(m) if !m.is_dir() => {
@@ -242,17 +355,18 @@ pub(crate) fn prepare(dir: &Path, mode: OpenMode) -> Result<u64> {
         }
         Ok(_) => {}
     }
-    if let Some(flushes) = read(dir)? {
-        if flushes == 0 {
+    if let Some(marker) = read(dir)? {
+        if marker.flushes == 0 {
             // Created, but the first flush never completed (a crash during creation).
             if must_exist {
                 return Err(no_store("its creation did not complete"));
             }
-            return Ok(0);
+            return Ok(marker);
         }
-        check_conf(dir)?;
-        check_db(dir, flushes)?;
-        return Ok(flushes);
+        let sled_dir = marker.sled_dir(dir);
+        check_conf(&sled_dir).map_err(|e| in_subdir(e, dir, &marker))?;
+        check_db(&sled_dir, marker.flushes).map_err(|e| in_subdir(e, dir, &marker))?;
+        return Ok(marker);
     }
     let mut entries = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let occupied = entries.try_fold(false, |found, e| {
@@ -261,8 +375,8 @@ pub(crate) fn prepare(dir: &Path, mode: OpenMode) -> Result<u64> {
     match occupied.map_err(|e| Error::io(dir, e))? {
         false if must_exist => Err(no_store("the directory is empty")),
         false => {
-            write(dir, 0)?;
-            Ok(0)
+            write(dir, 0, None)?;
+            Ok(Marker::default())
         }
         true => Err(Error::NotAStore {
             path: dir.to_path_buf(),
@@ -285,8 +399,22 @@ mod tests {
     #[test]
     fn render_parse_roundtrip_and_damage() {
         let dir = Path::new("/x");
-        let text = render(42);
-        assert_eq!(parse(dir, text.as_bytes()).unwrap(), 42);
+        let marker = Marker {
+            flushes: 42,
+            sled: Some("sled-7".into()),
+        };
+        let text = render(&marker);
+        assert_eq!(parse(dir, text.as_bytes()).unwrap(), marker);
+        let plain = Marker {
+            flushes: 42,
+            sled: None,
+        };
+        assert_eq!(parse(dir, render(&plain).as_bytes()).unwrap(), plain);
+        for bad in ["sled-", "sled-x", "../x", "sled-1/..", "db"] {
+            let body = format!("headroom store\nformat 2\nflushes 1\nsled {bad}\n");
+            let text = format!("{body}crc32 {:08x}\n", crc32fast::hash(body.as_bytes()));
+            assert!(parse(dir, text.as_bytes()).is_err(), "{bad} accepted");
+        }
         for i in 0..text.len() {
             let mut b = text.clone().into_bytes();
             b[i] ^= 0x01;

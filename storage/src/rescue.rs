@@ -240,8 +240,8 @@ fn copy_readable(
     config: &StoreConfig,
     rescue: &mut Rescue,
 ) -> Result<()> {
-    crate::manifest::write(dir, 0)?;
-    let src = match open_damaged(damaged, config) {
+    crate::manifest::write(dir, 0, None)?;
+    let src = match open_damaged(&crate::manifest::damaged_sled_dir(damaged), config) {
         Ok(db) => db,
         Err(why) => {
             rescue.unreadable = Some(why);
@@ -301,7 +301,7 @@ fn copy_readable(
         .unwrap_or(0);
     drop(tsdb);
     drop(dst);
-    crate::manifest::write(dir, last_flush)?;
+    crate::manifest::write(dir, last_flush, None)?;
     if !stopped.is_empty() {
         rescue.unreadable = Some(format!("reading stopped early in {}", stopped.join("; ")));
     }

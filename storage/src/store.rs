@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::checksum::{self, META, TSDB, seal, unseal};
@@ -88,6 +88,11 @@ pub struct MaintenanceStats {
     pub decisions_expired: u64,
     /// Series removed: nothing of them left after retention (see `Store::maintain`).
     pub series_deleted: u64,
+    /// Builders whose run records and placement histories were dropped (nothing recorded
+    /// for `builder_max_age`).
+    pub builders_expired: crate::runs::BuildersExpired,
+    /// The compaction this pass ran, if the store was due one ([`Store::compaction_due`]).
+    pub compaction: Option<crate::compact::Compaction>,
 }
 
 /// Point-in-time statistics (for `/metrics`).
@@ -109,6 +114,8 @@ pub struct StoreStats {
     pub flushes: u64,
     /// Size of the sled directory as sled reports it.
     pub disk_bytes: u64,
+    /// Compactions in place since open ([`Store::compact`]).
+    pub compactions: u64,
 }
 
 pub(crate) struct State {
@@ -127,21 +134,67 @@ pub(crate) struct State {
     raw_cutoff: i64,
 }
 
-pub(crate) struct Inner {
+/// The sled database and the store's trees in it. Compaction ([`Store::compact`]) writes a
+/// fresh database and swaps this whole value, so every operation takes it once
+/// ([`Inner::db`]) and works on one database from start to end.
+pub(crate) struct Db {
     pub(crate) db: sled::Db,
     pub(crate) tsdb: sled::Tree,
-    pub(crate) config: StoreConfig,
-    pub(crate) state: Mutex<State>,
-    /// Serialises flush and maintenance (both write the tsdb tree).
-    flush_lock: Mutex<()>,
-    /// Serialises read-modify-write of runs, placements and decisions.
-    pub(crate) record_lock: Mutex<()>,
     pub(crate) runs: sled::Tree,
     pub(crate) placements: sled::Tree,
     pub(crate) decisions: sled::Tree,
+    /// The subdirectory of the store directory holding sled's files (`sled-<n>`, written
+    /// by compaction), or `None` for the store directory itself.
+    pub(crate) subdir: Option<String>,
+}
+
+impl Db {
+    pub(crate) fn new(db: sled::Db, subdir: Option<String>) -> Result<Db> {
+        Ok(Db {
+            tsdb: db.open_tree(TSDB)?,
+            runs: db.open_tree(checksum::RUNS)?,
+            placements: db.open_tree(checksum::PLACEMENTS)?,
+            decisions: db.open_tree(checksum::DECISIONS)?,
+            db,
+            subdir,
+        })
+    }
+}
+
+pub(crate) struct Inner {
+    /// Read for every operation (a pointer copy), written only by compaction's swap.
+    db: RwLock<Arc<Db>>,
+    pub(crate) config: StoreConfig,
+    pub(crate) state: Mutex<State>,
+    /// Serialises flush, maintenance and compaction (all write the tsdb tree). Taken
+    /// before `record_lock` when both are.
+    pub(crate) flush_lock: Mutex<()>,
+    /// Serialises read-modify-write of runs, placements and decisions.
+    pub(crate) record_lock: Mutex<()>,
     pub(crate) decision_count: AtomicUsize,
+    /// The sequence number of the next decision record (see `decisions::count`).
+    pub(crate) decision_seq: AtomicU64,
     flushes: AtomicU64,
+    /// Compactions in place since open.
+    pub(crate) compactions: AtomicU64,
     path: Option<PathBuf>,
+    /// The size compaction measures growth from: right after the last compaction, or
+    /// the live data counted by the first check; `u64::MAX` until then. See
+    /// [`Store::compaction_due`].
+    pub(crate) compaction_base: AtomicU64,
+}
+
+impl Inner {
+    /// The current database.
+    pub(crate) fn db(&self) -> Arc<Db> {
+        self.db.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the database (compaction); returns the old one.
+    pub(crate) fn swap_db(&self, new: Db) -> Arc<Db> {
+        let mut w = self.db.write().unwrap_or_else(|p| p.into_inner());
+        std::mem::replace(&mut *w, Arc::new(new))
+    }
 }
 
 /// headroom's embedded time-series and record store. Cheap to clone (an `Arc` inside).
@@ -178,7 +231,7 @@ fn sled_flush_ms(config: &StoreConfig) -> u64 {
 /// handle of a previous `Store` (possibly still being dropped on another thread) goes away,
 /// so a reopen in the same process can race it: retry briefly before reporting the lock
 /// as held.
-fn open_sled(path: &Path, config: &StoreConfig) -> Result<sled::Db> {
+pub(crate) fn open_sled(path: &Path, config: &StoreConfig) -> Result<sled::Db> {
     let mut attempt = 0u32;
     loop {
         match sled::Config::new()
@@ -257,10 +310,14 @@ impl Store {
     pub fn open_with(dir: impl AsRef<Path>, config: StoreConfig, mode: OpenMode) -> Result<Store> {
         config.validate()?;
         let path = dir.as_ref().to_path_buf();
-        let flushes = crate::manifest::prepare(&path, mode)?;
+        let marker = crate::manifest::prepare(&path, mode)?;
+        if marker.flushes > 0 {
+            crate::manifest::remove_stale(&path, &marker);
+        }
         let opened = crate::guard::catch_panic(|| {
-            let db = open_sled(&path, &config)?;
-            Self::from_db(db, config, Some(path.clone()), Some(flushes))
+            let db = open_sled(&marker.sled_dir(&path), &config)?;
+            let db = Db::new(db, marker.sled.clone())?;
+            Self::from_db(db, config, Some(path.clone()), Some(marker.flushes))
         });
         match opened {
             Ok(Ok(store)) => Ok(store),
@@ -281,18 +338,18 @@ impl Store {
             .cache_capacity(config.cache_capacity_bytes)
             .flush_every_ms(None)
             .open()?;
-        Self::from_db(db, config, None, None)
+        Self::from_db(Db::new(db, None)?, config, None, None)
     }
 
     /// `flushes`: the flushes the marker records (`None` for a temporary store); 0 means
     /// the store is being created.
     fn from_db(
-        db: sled::Db,
+        db: Db,
         config: StoreConfig,
         path: Option<PathBuf>,
         flushes: Option<u64>,
     ) -> Result<Store> {
-        let meta = db.open_tree(META)?;
+        let meta = db.db.open_tree(META)?;
         let recorded = flushes.unwrap_or(0);
         let created = match meta.get(FORMAT_KEY)? {
             Some(v) => {
@@ -326,10 +383,8 @@ impl Store {
                 true
             }
         };
-        let tsdb = db.open_tree(TSDB)?;
-        let decisions = db.open_tree(checksum::DECISIONS)?;
-        let decision_count = crate::decisions::count(&decisions)?;
-        let (state, last_flush) = recover(&tsdb)?;
+        let (decision_count, decision_seq) = crate::decisions::count(&db.decisions)?;
+        let (state, last_flush) = recover(&db.tsdb)?;
         if last_flush < recorded {
             return Err(Error::corrupt(
                 "database",
@@ -343,17 +398,16 @@ impl Store {
         }
         let store = Store {
             inner: Arc::new(Inner {
-                runs: db.open_tree(checksum::RUNS)?,
-                placements: db.open_tree(checksum::PLACEMENTS)?,
-                decisions,
+                db: RwLock::new(Arc::new(db)),
                 decision_count: AtomicUsize::new(decision_count),
-                tsdb,
-                db,
+                decision_seq: AtomicU64::new(decision_seq),
+                compaction_base: AtomicU64::new(u64::MAX),
                 config,
                 state: Mutex::new(state),
                 flush_lock: Mutex::new(()),
                 record_lock: Mutex::new(()),
                 flushes: AtomicU64::new(0),
+                compactions: AtomicU64::new(0),
                 path,
             }),
         };
@@ -489,7 +543,7 @@ impl Store {
         self.flush_locked(Checkpoint::All)
     }
 
-    fn flush_locked(&self, mode: Checkpoint) -> Result<FlushStats> {
+    pub(crate) fn flush_locked(&self, mode: Checkpoint) -> Result<FlushStats> {
         let started = Instant::now();
         let mut stats = FlushStats::default();
         let mut batch = sled::Batch::default();
@@ -549,18 +603,15 @@ impl Store {
             LAST_FLUSH_KEY,
             seal(TSDB, LAST_FLUSH_KEY, &seq.to_be_bytes()),
         );
+        let db = self.inner.db();
         let result = (|| -> Result<()> {
-            for kv in self
-                .inner
-                .tsdb
-                .range(wal_key(0)..wal_key(min_live.min(seq + 1)))
-            {
+            for kv in db.tsdb.range(wal_key(0)..wal_key(min_live.min(seq + 1))) {
                 let (key, _) = kv?;
                 batch.remove(key);
                 stats.segments_deleted += 1;
             }
-            self.inner.tsdb.apply_batch(batch)?;
-            self.inner.db.flush()?;
+            db.tsdb.apply_batch(batch)?;
+            db.db.flush()?;
             Ok(())
         })();
         let mut st = lock(&self.inner.state);
@@ -600,66 +651,10 @@ impl Store {
         if let Some(dir) = &self.inner.path {
             // The data is durable whether or not this succeeds; a marker left behind only
             // weakens the check at the next open, and the next flush rewrites it.
-            crate::manifest::write(dir, seq)?;
+            crate::manifest::write(dir, seq, db.subdir.as_deref())?;
         }
         stats.duration = started.elapsed();
         Ok(stats)
-    }
-
-    /// Writes a compacted copy of the store into the new directory `dst`: checkpoints
-    /// (so the log is empty), then copies every tree in key order into a fresh sled
-    /// database. sled reclaims space of overwritten and deleted values only gradually,
-    /// so a long-running store's directory can be several times its live data; the copy
-    /// has none of that garbage. `dst` must not exist or be empty
-    /// ([`Error::InvalidArgument`] otherwise); it gets its own `HEADROOM` marker, so it
-    /// is a complete store. Swap directories while headroom is stopped. Blocking I/O.
-    pub fn compact_to(&self, dst: impl AsRef<Path>) -> Result<()> {
-        let dst = dst.as_ref();
-        let occupied = match std::fs::read_dir(dst) {
-            Ok(mut entries) => entries.next().is_some(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(Error::io(dst, e)),
-        };
-        if occupied {
-            return Err(Error::InvalidArgument(format!(
-                "compaction target {} exists and is not empty",
-                dst.display()
-            )));
-        }
-        let stats = self.checkpoint()?;
-        std::fs::create_dir_all(dst).map_err(|e| Error::io(dst, e))?;
-        crate::manifest::write(dst, 0)?;
-        let new = sled::Config::new()
-            .path(dst)
-            .create_new(true)
-            .cache_capacity(self.inner.config.cache_capacity_bytes)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|source| Error::Open {
-                path: dst.to_path_buf(),
-                source,
-            })?;
-        // Values are copied as they are: their checksums cover tree, key and payload,
-        // which stay the same.
-        for name in self.inner.db.tree_names() {
-            let src = self.inner.db.open_tree(&name)?;
-            let out = new.open_tree(&name)?;
-            let mut batch = sled::Batch::default();
-            let mut n = 0;
-            for kv in src.iter() {
-                let (k, v) = kv?;
-                batch.insert(k, v);
-                n += 1;
-                if n % 10_000 == 0 {
-                    out.apply_batch(std::mem::take(&mut batch))?;
-                }
-            }
-            out.apply_batch(batch)?;
-        }
-        new.flush()?;
-        // The copy holds the source's flush counter as of the checkpoint (or later).
-        crate::manifest::write(dst, stats.seq)?;
-        Ok(())
     }
 
     /// Series matching all `matchers` (all series if empty), ordered by id.
@@ -777,6 +772,7 @@ impl Store {
         let mut chunks: BTreeMap<i64, ChunkBytes> = BTreeMap::new();
         for kv in self
             .inner
+            .db()
             .tsdb
             .range(chunk_key(slot, lo)..=chunk_key(slot, end))
         {
@@ -843,6 +839,7 @@ impl Store {
         let slot = self.slot(id)?;
         for kv in self
             .inner
+            .db()
             .tsdb
             .range(rollup_key(slot, lo)..=rollup_key(slot, end))
         {
@@ -881,11 +878,22 @@ impl Store {
     /// `now − raw_retention` are folded into 5-minute rollups and deleted (atomically per
     /// series), rollup blocks older than `now − rollup_retention` are deleted, series with
     /// nothing left are removed (their ids then name nothing: [`Error::UnknownSeries`]),
-    /// and decision records older than `decision_log_max_age` are dropped. Blocking I/O.
+    /// decision records older than `decision_log_max_age` are dropped, and so are the
+    /// builders nothing was recorded for in `builder_max_age`
+    /// ([`Store::expire_builders`]). Last, if the store has grown to `compaction_ratio`
+    /// times its live data, it is compacted in place ([`Store::compact`]). Blocking I/O.
     ///
     /// Afterwards samples older than the raw cutoff are rejected by `append`
     /// ([`Error::TooOld`]), so a rolled-up bucket never receives raw samples again.
     pub fn maintain(&self, now_ms: i64) -> Result<MaintenanceStats> {
+        let mut stats = self.retention_pass(now_ms)?;
+        if self.compaction_due()? {
+            stats.compaction = Some(self.compact()?);
+        }
+        Ok(stats)
+    }
+
+    fn retention_pass(&self, now_ms: i64) -> Result<MaintenanceStats> {
         let _f = lock(&self.inner.flush_lock);
         let mut stats = MaintenanceStats::default();
         let raw_cutoff = now_ms
@@ -905,7 +913,7 @@ impl Store {
             }
         };
         if cutoff_changed {
-            self.inner.tsdb.insert(
+            self.inner.db().tsdb.insert(
                 RAW_CUTOFF_KEY,
                 seal(TSDB, RAW_CUTOFF_KEY, &raw_cutoff.to_be_bytes()),
             )?;
@@ -920,6 +928,7 @@ impl Store {
             self.maintain_series(id, raw_cutoff, rollup_cutoff, &mut stats)?;
         }
         stats.decisions_expired = self.expire_decisions(now_ms)?;
+        stats.builders_expired = self.expire_builders(now_ms)?;
         // A last flush makes the pass durable and counts it in the marker.
         self.flush_locked(Checkpoint::Due)?;
         Ok(stats)
@@ -932,7 +941,8 @@ impl Store {
         rollup_cutoff: i64,
         stats: &mut MaintenanceStats,
     ) -> Result<()> {
-        let tsdb = &self.inner.tsdb;
+        let db = self.inner.db();
+        let tsdb = &db.tsdb;
         // What the head holds in memory is not expired here, except a fully checkpointed
         // open chunk that is itself older than the cutoff (a series that went quiet).
         let (open_t0, stale_open) = {
@@ -1051,7 +1061,7 @@ impl Store {
     ) -> Result<bool> {
         let day = block_start(rollup_cutoff);
         let key = rollup_key(id, day);
-        let Some(v) = self.inner.tsdb.get(key)? else {
+        let Some(v) = self.inner.db().tsdb.get(key)? else {
             return Ok(false);
         };
         let all = decode_block(
@@ -1084,7 +1094,8 @@ impl Store {
     /// any, are older than `raw_cutoff`, which recovery skips, so they never reach the
     /// slot's next series.
     fn forget_if_empty(&self, id: u64, raw_cutoff: i64) -> Result<bool> {
-        let tsdb = &self.inner.tsdb;
+        let db = self.inner.db();
+        let tsdb = &db.tsdb;
         let on_disk = tsdb
             .range(chunk_key(id, 0)..=chunk_key(id, MAX_TIMESTAMP_MS))
             .next()
@@ -1133,14 +1144,15 @@ impl Store {
             pending_chunks: st.sealed.len() as u64,
             pending_wal_bytes: st.wal.len() as u64,
             flushes: self.inner.flushes.load(Ordering::Relaxed),
-            disk_bytes: self.inner.db.size_on_disk().unwrap_or(0),
+            disk_bytes: self.inner.db().db.size_on_disk().unwrap_or(0),
+            compactions: self.inner.compactions.load(Ordering::Relaxed),
         }
     }
 }
 
 /// Which open chunks a flush checkpoints besides those due by `wal_checkpoint_flushes`.
 #[derive(Clone, Copy)]
-enum Checkpoint {
+pub(crate) enum Checkpoint {
     Due,
     All,
     /// Open chunks starting before this time (so nothing older than it is log-only).

@@ -324,7 +324,7 @@ fn write_demo_runs(store: &Store, names: &[String], t0: i64) {
                     },
                 )
                 .unwrap();
-            store.record_placement(builder, node).unwrap();
+            store.record_placement(builder, node, now_ms()).unwrap();
         }
     }
 }

@@ -379,7 +379,7 @@ fn data_dir_feeds_the_usage_view() {
                 },
             )
             .unwrap();
-        store.record_placement("builder-x", "n3").unwrap();
+        store.record_placement("builder-x", "n3", 1).unwrap();
         store.flush().unwrap();
     }
     let cluster = dir.path().join("cluster.yaml");

@@ -160,6 +160,21 @@ fn every_config_bound_names_its_field() {
         case("cacheCapacityBytes", "must be at least 256 (bytes)", |c| {
             c.cache_capacity_bytes = 255
         }),
+        case("builderMaxAge", "greater than 0", |c| {
+            c.builder_max_age = s(0)
+        }),
+        case("builderMaxAge", "at most 100 years", |c| {
+            c.builder_max_age = century
+        }),
+        case("compactionRatio", "0 (off) or between 1.5 and 1000", |c| {
+            c.compaction_ratio = 1.2
+        }),
+        case("compactionRatio", "0 (off) or between 1.5 and 1000", |c| {
+            c.compaction_ratio = f64::NAN
+        }),
+        case("compactionRatio", "0 (off) or between 1.5 and 1000", |c| {
+            c.compaction_ratio = -2.0
+        }),
     ];
     let tmp = tempfile::tempdir().unwrap();
     for (i, (config, field, message)) in cases.into_iter().enumerate() {

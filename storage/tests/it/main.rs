@@ -1,5 +1,6 @@
 //! headroom-storage's integration tests, in one binary (one link step).
 
+mod compaction;
 mod crash;
 mod damage;
 mod failsafe;

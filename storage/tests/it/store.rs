@@ -340,11 +340,11 @@ fn runs_and_placements() {
     assert_eq!(s.builders().unwrap(), ["a", "ns/Deployment/web"]);
     assert!(s.put_run("", &run("x", 1)).is_err());
     for n in ["n1", "n2", "n1", "n3"] {
-        s.record_placement("b", n).unwrap();
+        s.record_placement("b", n, 1).unwrap();
     }
     assert_eq!(s.placement_history("b").unwrap(), ["n3", "n1"]);
     assert!(s.placement_history("c").unwrap().is_empty());
-    s.record_placement("a", "n9").unwrap();
+    s.record_placement("a", "n9", 1).unwrap();
     assert_eq!(
         s.placement_histories().unwrap(),
         vec![
@@ -444,7 +444,7 @@ fn compact_to_copies_everything() {
     for i in 1..500 {
         s.append_id(id, T0 + i * 15_000, i as f64).unwrap();
     }
-    s.record_placement("b", "n1").unwrap();
+    s.record_placement("b", "n1", 1).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let dst = dir.path().join("copy");
     s.compact_to(&dst).unwrap();

@@ -69,7 +69,9 @@ fn store_with_runs(history: &[&str], b_warm: bool) -> Store {
     put("c", "c1", "node-a", 5, 600);
     put("c", "c2", "node-a", 3, 300);
     for node in history.iter().rev() {
-        store.record_placement("b", node).unwrap();
+        store
+            .record_placement("b", node, headroom::clock::Clock::wall().now_ms())
+            .unwrap();
     }
     store.flush().unwrap();
     store
