@@ -404,7 +404,10 @@ impl BindPlugin for ApiBinder {
 }
 
 impl ExtenderBinder for ApiBinder {
-    fn bind<'a>(&'a self, args: &'a ExtenderBindingArgs) -> BoxFuture<'a, Result<(), String>> {
+    fn bind<'a>(
+        &'a self,
+        args: &'a ExtenderBindingArgs,
+    ) -> BoxFuture<'a, Result<ObjectMeta, String>> {
         Box::pin(async move {
             // Only a pending pod, the one the caller names by uid: an extender that binds
             // whatever it is asked to is a way around the scheduler.
@@ -454,7 +457,8 @@ impl ExtenderBinder for ApiBinder {
                 self.timeout,
             )
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+            Ok(pod.metadata)
         })
     }
 }

@@ -14,7 +14,10 @@
 //!   with the plugin's reason.
 //! - `POST /extender/prioritize`: scores 0..=10 ([`MAX_EXTENDER_PRIORITY`]), the weighted
 //!   framework total scaled from 0..=100 per unit of weight.
-//! - `POST /extender/bind` (optional): binds through `pods/binding`.
+//! - `POST /extender/bind` (optional): binds through `pods/binding`, and records the node
+//!   in the pod's builder's placement history in the store ([`ExtenderHistory`]), as
+//!   `serve`'s own binds do, so that History scores warm caches for the pods kube-scheduler
+//!   places too. (kube-scheduler writes the `Scheduled` event; headroom writes none.)
 //!
 //! Only the extender profile runs ([`ExtenderConfig::profile`]): kube-scheduler has
 //! already applied its in-tree plugins, so those are off unless enabled explicitly.
@@ -39,6 +42,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use rand::SeedableRng;
@@ -164,10 +168,50 @@ pub struct ExtenderBindingResult {
     pub error: String,
 }
 
-/// Binds on behalf of kube-scheduler (`bindVerb`). Returns an error message on failure.
+/// Binds on behalf of kube-scheduler (`bindVerb`). Returns the bound pod's metadata (as
+/// it was before the bind), or an error message on failure.
 pub trait ExtenderBinder: Send + Sync {
     /// Binds `namespace/name` (with `uid` as precondition when non-empty) to `node`.
-    fn bind<'a>(&'a self, args: &'a ExtenderBindingArgs) -> BoxFuture<'a, Result<(), String>>;
+    fn bind<'a>(
+        &'a self,
+        args: &'a ExtenderBindingArgs,
+    ) -> BoxFuture<'a, Result<ObjectMeta, String>>;
+}
+
+/// Where the extender records what it bound: the builder's placement history in the store
+/// (a bare pod, its own builder, has none, as in `serve`'s own binds).
+#[derive(Clone)]
+pub struct ExtenderHistory {
+    /// The store holding placement histories.
+    pub store: headroom_storage::Store,
+    /// How a pod's builder is named.
+    pub identity: headroom_collectors::IdentityConfig,
+    /// The clock stamping each placement.
+    pub clock: crate::clock::Clock,
+}
+
+impl ExtenderHistory {
+    /// Records that the pod with `meta` was bound to `node` (on the blocking pool). A
+    /// failed write is logged: the bind itself stands.
+    async fn record(&self, meta: &ObjectMeta, node: &str) {
+        let builder = headroom_collectors::builder_identity(meta, &self.identity);
+        if builder.is_pod() {
+            return;
+        }
+        let (store, node, at) = (self.store.clone(), node.to_string(), self.clock.now_ms());
+        let builder = builder.to_string();
+        let written = tokio::task::spawn_blocking(move || {
+            store
+                .record_placement(&builder, &node, at)
+                .map_err(|e| format!("recording {builder}'s placement on {node}: {e}"))
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map(drop));
+        if let Err(e) = written {
+            tracing::warn!("extender bind: {e}");
+        }
+    }
 }
 
 /// The verb of an extender request (a metric label).
@@ -229,6 +273,8 @@ pub struct ExtenderState {
     pub snapshot: Arc<dyn ExtenderSnapshots>,
     /// The binder for `/extender/bind`; `None` answers bind with an error.
     pub binder: Option<Arc<dyn ExtenderBinder>>,
+    /// Where a bind's placement is recorded (`None`: nowhere, e.g. without a store).
+    pub history: Option<ExtenderHistory>,
     /// The latest evaluations by pod uid: kube-scheduler calls `prioritize` right after
     /// `filter` for the same pod, with a subset of the nodes `filter` judged, so the scores
     /// `filter`'s cycle computed answer it without a second cycle.
@@ -717,7 +763,15 @@ async fn bind(state: &ExtenderState, body: Bytes) -> Response {
     }
     let error = match &state.binder {
         None => "binding is not enabled on this extender".to_string(),
-        Some(b) => b.bind(&args).await.err().unwrap_or_default(),
+        Some(b) => match b.bind(&args).await {
+            Ok(meta) => {
+                if let Some(h) = &state.history {
+                    h.record(&meta, &args.node).await;
+                }
+                String::new()
+            }
+            Err(e) => e,
+        },
     };
     axum::Json(ExtenderBindingResult { error }).into_response()
 }
@@ -748,6 +802,7 @@ mod tests {
             framework: Arc::new(fw),
             snapshot,
             binder: None,
+            history: None,
             recent: Default::default(),
             metrics: Default::default(),
         }
@@ -835,6 +890,7 @@ mod tests {
                     snap.clone()
                 }),
                 binder: None,
+                history: None,
                 recent: Default::default(),
                 metrics: Default::default(),
             }

@@ -550,10 +550,16 @@ impl Cx {
             ));
             let metrics = extender::ExtenderMetrics::default();
             metrics.register(self.engine.metrics());
+            let history = self.engine.store().map(|store| extender::ExtenderHistory {
+                store: store.clone(),
+                identity: self.engine.deps().identity.clone(),
+                clock: self.engine.clock().clone(),
+            });
             Some(extender::router(ExtenderState {
                 framework,
                 snapshot,
                 binder: Some(binder),
+                history,
                 recent: Default::default(),
                 metrics,
             }))

@@ -603,14 +603,21 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
         "06-cache-capable-filter-avoid-1.json",
     ] {
         let mut p = capture(&format!("kube-scheduler-extender/{f}"))["request"]["Pod"].clone();
-        p["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("resourceVersion");
+        let meta = p["metadata"].as_object_mut().unwrap();
+        meta.remove("resourceVersion");
+        // plain-1 names its builder (avoid-1 is a bare pod, its own builder).
+        if meta["name"] == "plain-1" {
+            meta.insert(
+                "annotations".into(),
+                serde_json::json!({"headroom.io/builder": "ci/build-plain"}),
+            );
+        }
         fake.put("pods", p);
     }
     let yaml = "serve:\n  listen: 127.0.0.1:0\n  apiListen: 127.0.0.1:0\n  security: {mode: none}\n  schedule: false\n  leaderElection: {enabled: false}\n  reservations: {enabled: false}\n  extender:\n    plugins: {TaintToleration: {enabled: true}, NodeResourcesFit: {enabled: true}}\n";
-    let s = serve(&fake, yaml, "a").await;
+    let store =
+        headroom_storage::Store::open_temporary(headroom_storage::StoreConfig::default()).unwrap();
+    let s = serve_with_store(&fake, yaml, "a", store.clone()).await;
     let ext = Extender {
         http: reqwest::Client::new(),
         s: &s,
@@ -631,6 +638,13 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
     extender_answers_as_recorded(&ext, &full).await;
     extender_judges_known_nodes_by_its_cache(&ext, &fake).await;
     extender_binds_as_recorded(&ext, &fake).await;
+    // The bind put plain-1's node in its builder's placement history, as serve's own binds
+    // do (History scores warm caches from it); the bare pod has none.
+    assert_eq!(
+        store.placement_history("ci/build-plain").unwrap(),
+        ["node-c"]
+    );
+    assert_eq!(store.placement_histories().unwrap().len(), 1);
     extender_bind_refuses_what_it_must(&ext, &fake).await;
     extender_rejects_bad_input(&ext).await;
     // Every request answered above, good or bad, is timed by verb on /metrics.
