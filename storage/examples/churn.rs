@@ -14,13 +14,24 @@
 //! default compaction (at twice the live data, from 64 MiB). MINUTES of that (default
 //! 60) run SPEED times faster than real time (default 10: sled's own thread, which cleans
 //! its segments, keeps its real pace). Every 10 simulated minutes it prints the
-//! directory's size, the series and the live pods.
+//! directory's size, the process's resident memory, the series and the live pods.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use headroom_storage::{DecisionKey, Labels, RunRecord, Store, StoreConfig, UsageSummary};
+
+/// The process's resident memory in MB (Linux; 0 elsewhere).
+fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
 
 fn dir_size(p: &Path) -> u64 {
     std::fs::read_dir(p)
@@ -156,9 +167,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if step % 120 == 0 {
             println!(
-                "minute {:>4}: {:>7.1} MB on disk, {} series, {} pods running",
+                "minute {:>4}: {:>7.1} MB on disk, {:>6.1} MB resident, {} series, {} pods running",
                 step / 12,
                 dir_size(dir) as f64 / 1e6,
+                rss_mb(),
                 store.stats().series,
                 pods.len()
             );
