@@ -30,25 +30,7 @@ use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 use crate::lock;
 use crate::manifest::{self, Marker, sled_generation};
-use crate::store::{Checkpoint, Db, Store};
-
-/// What one [`Store::compact`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Compaction {
-    /// Size on disk before, bytes (as sled reports it).
-    pub before_bytes: u64,
-    /// Size on disk of the new database, bytes.
-    pub after_bytes: u64,
-    /// Keys and values copied, bytes.
-    pub live_bytes: u64,
-    /// The subdirectory now holding sled's files.
-    pub directory: String,
-    /// Whether the old database's files are gone already (else the next open removes
-    /// them: a reader still held it).
-    pub old_removed: bool,
-    /// Wall time, copy and swap.
-    pub duration: Duration,
-}
+use crate::store::{Checkpoint, Compaction, Db, Store};
 
 /// How long a compaction waits for the last reader of the old database before it leaves
 /// its files to the next open.

@@ -45,7 +45,6 @@ mod store;
 pub use chunk::{
     ChunkEncoder, ChunkHeader, MAX_CHUNK_SAMPLES, MAX_CHUNK_SPAN_MS, chunk_header, decode_chunk,
 };
-pub use compact::Compaction;
 pub use config::{MAX_DURATION, MIN_CACHE_CAPACITY_BYTES, StoreConfig};
 pub use decisions::DecisionKey;
 pub use error::{Error, Result};
@@ -61,7 +60,7 @@ pub use rescue::{DAMAGED_PREFIX, Kept, Rescue};
 pub use rollup::{ROLLUP_STEP_MS, Rollup, bucket_start, rollup_samples};
 pub use runs::BuildersExpired;
 pub use runs::{RunRecord, UsageSummary};
-pub use store::{FlushStats, MaintenanceStats, OpenMode, Store, StoreStats};
+pub use store::{Compaction, FlushStats, MaintenanceStats, OpenMode, Store, StoreStats};
 
 use serde::{Deserialize, Serialize};
 use std::sync::{Mutex, MutexGuard};

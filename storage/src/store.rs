@@ -92,7 +92,25 @@ pub struct MaintenanceStats {
     /// for `builder_max_age`).
     pub builders_expired: crate::runs::BuildersExpired,
     /// The compaction this pass ran, if the store was due one ([`Store::compaction_due`]).
-    pub compaction: Option<crate::compact::Compaction>,
+    pub compaction: Option<Compaction>,
+}
+
+/// What one [`Store::compact`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// Size on disk before, bytes (as sled reports it).
+    pub before_bytes: u64,
+    /// Size on disk of the new database, bytes.
+    pub after_bytes: u64,
+    /// Keys and values copied, bytes.
+    pub live_bytes: u64,
+    /// The subdirectory now holding sled's files.
+    pub directory: String,
+    /// Whether the old database's files are gone already (else the next open removes
+    /// them: a reader still held it).
+    pub old_removed: bool,
+    /// Wall time, copy and swap.
+    pub duration: Duration,
 }
 
 /// Point-in-time statistics (for `/metrics`).
