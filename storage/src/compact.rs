@@ -36,7 +36,9 @@ use crate::store::{Checkpoint, Compaction, Db, Store};
 /// its files to the next open.
 const RETIRE_WAIT: Duration = Duration::from_secs(10);
 
-fn new_sled(dir: &Path, config: &StoreConfig) -> Result<sled::Db> {
+/// A new sled database in the empty directory `dir`, without sled's periodic thread (the
+/// caller flushes): for copies (`compact_to`, a rescue).
+pub(crate) fn new_sled(dir: &Path, config: &StoreConfig) -> Result<sled::Db> {
     sled::Config::new()
         .path(dir)
         .create_new(true)

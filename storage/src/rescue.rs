@@ -248,16 +248,7 @@ fn copy_readable(
             return Ok(());
         }
     };
-    let dst = sled::Config::new()
-        .path(dir)
-        .create_new(true)
-        .cache_capacity(config.cache_capacity_bytes)
-        .flush_every_ms(None)
-        .open()
-        .map_err(|source| Error::Open {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+    let dst = crate::compact::new_sled(dir, config)?;
     let mut stopped = Vec::new();
     for name in src.tree_names() {
         let Ok(tree) = std::str::from_utf8(&name) else {

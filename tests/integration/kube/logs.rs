@@ -691,13 +691,16 @@ async fn kube_serve_compacts_its_store_in_place_and_keeps_its_decisions() {
     let dir = tempfile::tempdir().unwrap();
     let config = "serve: {security: {mode: none}, leaderElection: {enabled: false}, reservations: {enabled: false}}\n\
                   storage: {flushInterval: 1s, maintenanceInterval: 1s, compactionMinBytes: 1, compactionRatio: 1.5}\n";
-    let mut child = spawn_serve_with(
-        dir.path(),
-        &fake.url(),
-        config,
-        None,
-        &["--log-format", "json"],
-    );
+    let spawn = || {
+        spawn_serve_with(
+            dir.path(),
+            &fake.url(),
+            config,
+            None,
+            &["--log-format", "json"],
+        )
+    };
+    let mut child = spawn();
     let api = api_port(&mut child, dir.path()).await;
     wait_bound(&fake, 40, &mut child, dir.path(), api).await;
     let end = std::time::Instant::now() + Duration::from_secs(60);
@@ -739,13 +742,7 @@ async fn kube_serve_compacts_its_store_in_place_and_keeps_its_decisions() {
     // A restart reads the compacted store: the decisions come from it (the in-memory log
     // starts empty).
     let _ = std::fs::remove_file(dir.path().join("stderr.log"));
-    let mut child = spawn_serve_with(
-        dir.path(),
-        &fake.url(),
-        config,
-        None,
-        &["--log-format", "json"],
-    );
+    let mut child = spawn();
     let api = api_port(&mut child, dir.path()).await;
     for pod in ["p3", "p45"] {
         let r = reqwest::get(format!("http://127.0.0.1:{api}/explain/default/{pod}"))
