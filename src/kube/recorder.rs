@@ -338,7 +338,7 @@ impl Write {
     async fn send(
         self,
         permits: Arc<tokio::sync::Semaphore>,
-        stopping: tokio::sync::watch::Receiver<bool>,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
         stats: Arc<EventStats>,
     ) -> Written {
         let mut tries = 0;
@@ -360,10 +360,9 @@ impl Write {
             } else {
                 WRITE_RETRY
             };
-            let mut stop = stopping.clone();
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = stop.wait_for(|s| *s) => {}
+                _ = stopping.wait_for(|s| *s) => {}
             }
         };
         let create = match self {
