@@ -329,11 +329,19 @@ impl Store {
         config.validate()?;
         let path = dir.as_ref().to_path_buf();
         let marker = crate::manifest::prepare(&path, mode)?;
-        if marker.flushes > 0 {
-            crate::manifest::remove_stale(&path, &marker);
-        }
         let opened = crate::guard::catch_panic(|| {
             let db = open_sled(&marker.sled_dir(&path), &config)?;
+            if marker.flushes > 0 {
+                // sled's lock is ours: no other process uses the database the marker
+                // named. If another one compacted the store between the marker's read and
+                // the lock, the marker names another now, and that one is in use.
+                let current = crate::manifest::read(&path)?.unwrap_or_default();
+                if current.sled != marker.sled {
+                    return Err(Error::Locked { path: path.clone() });
+                }
+                // Only now is what an interrupted compaction left surely nobody's.
+                crate::manifest::remove_stale(&path, &marker);
+            }
             let db = Db::new(db, marker.sled.clone())?;
             Self::from_db(db, config, Some(path.clone()), Some(marker.flushes))
         });

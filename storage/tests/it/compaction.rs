@@ -291,3 +291,19 @@ fn builders_nothing_was_recorded_for_expire() {
     assert!(s.builders().unwrap().is_empty());
     assert!(s.placement_histories().unwrap().is_empty());
 }
+
+#[test]
+fn an_open_while_the_store_is_in_use_removes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path(), StoreConfig::default()).unwrap();
+    fill(&s);
+    s.flush().unwrap();
+    // As if `s` were copying itself into sled-1 right now.
+    std::fs::create_dir(dir.path().join("sled-1")).unwrap();
+    std::fs::write(dir.path().join("sled-1/db"), b"being written").unwrap();
+    // Another opener (`headroom series` on serve's store, say) waits for the lock, and
+    // leaves the copy alone.
+    let e = Store::open_existing(dir.path(), StoreConfig::default()).unwrap_err();
+    assert!(matches!(e, Error::Locked { .. }), "{e}");
+    assert!(dir.path().join("sled-1/db").is_file());
+}
