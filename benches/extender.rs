@@ -24,9 +24,9 @@ use std::time::Instant;
 use criterion::{Criterion, criterion_group, criterion_main};
 use headroom::config::serve::ExtenderConfig;
 use headroom::kube::extender::{ExtenderArgs, ExtenderState};
-use headroom::plugins::{PluginDeps, build_framework_with};
-use headroom::snapshot::Snapshot;
-use headroom::synthetic;
+use headroom_scheduler::plugins::{PluginDeps, build_framework_with};
+use headroom_scheduler::snapshot::Snapshot;
+use headroom_scheduler::synthetic;
 
 fn state(extra: &str) -> (ExtenderState, ExtenderArgs) {
     let (nodes, pods) = synthetic::cluster(5_000, 30, 42);

@@ -1,6 +1,6 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 //! Scheduling throughput of the default profile, scoring every node (no sampling), on
-//! synthetic clusters (`headroom::synthetic::Case`): a plain pod at 500, 5k and 15k nodes;
+//! synthetic clusters (`headroom_scheduler::synthetic::Case`): a plain pod at 500, 5k and 15k nodes;
 //! inter-pod anti-affinity, topology spread and the full default profile with usage data
 //! (every real-usage plugin active) at 5k nodes; each on one thread and on two
 //! (`/1t`, `/2t`: `Framework::with_parallelism`). Besides criterion's estimates it prints
@@ -21,11 +21,11 @@ use criterion::{
     BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
 };
 use headroom::config::Config;
-use headroom::framework::Framework;
-use headroom::key::PodKey;
-use headroom::plugins::build_framework;
-use headroom::snapshot::{PodInfo, Snapshot};
-use headroom::synthetic::{self, Case};
+use headroom_scheduler::framework::Framework;
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::plugins::build_framework;
+use headroom_scheduler::snapshot::{PodInfo, Snapshot};
+use headroom_scheduler::synthetic::{self, Case};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -141,7 +141,7 @@ fn snapshot_update(c: &mut Criterion) {
 /// work it can have): over all pods (`coldStart: calibrated`, the default) and per
 /// container images too (`image`).
 fn calibration(c: &mut Criterion) {
-    use headroom::usage::{ColdStart, UsagePolicy, derive};
+    use headroom_scheduler::usage::{ColdStart, UsagePolicy, derive};
     let mut group = c.benchmark_group("calibrate");
     group.sample_size(10);
     let (n, p) = synthetic::cluster(5_000, 30, 42);
@@ -177,7 +177,7 @@ fn calibration(c: &mut Criterion) {
 /// ([`MAX_SHAPES`] shapes of 250m–16 CPU, 512 MiB–32 GiB): what the score adds to a
 /// decision, each feasible node read against every shape before and after the pod.
 fn fragmentation(c: &mut Criterion) {
-    use headroom::usage_context::shapes::{MAX_SHAPES, Shape, ShapeMix};
+    use headroom_scheduler::usage_context::shapes::{MAX_SHAPES, Shape, ShapeMix};
     let shapes: Vec<Shape> = (0..MAX_SHAPES as i64)
         .map(|i| Shape {
             milli_cpu: 250 * (1 + i % 64),
@@ -205,7 +205,7 @@ fn fragmentation(c: &mut Criterion) {
 /// 50 big builds of an hour and small ones of ten minutes: 11 nodes kept whole): what
 /// ranking the feasible nodes by free memory adds to a decision.
 fn keep_whole(c: &mut Criterion) {
-    use headroom::usage_context::WholeNeed;
+    use headroom_scheduler::usage_context::WholeNeed;
     usage_variant(
         c,
         "usage+keepWhole",
@@ -243,7 +243,7 @@ fn usage_variant(
     name: &str,
     config: &str,
     tweak: impl FnOnce(&mut Snapshot),
-    check: impl FnOnce(&headroom::framework::Decision),
+    check: impl FnOnce(&headroom_scheduler::framework::Decision),
 ) {
     let id = format!("{name}/5000/1t");
     if std::env::var("HEADROOM_BENCH_FILTER").is_ok_and(|f| !id.contains(&f)) {

@@ -18,13 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use headroom::clock::Clock;
 use headroom::config::Config;
 use headroom::config::serve::ServeConfig;
 use headroom::engine::{Drive, Engine, Parts};
-use headroom::key::PodKey;
 use headroom::scheduling_loop::{InstantBinder, SchedulingLoop};
-use headroom::synthetic;
+use headroom_scheduler::clock::Clock;
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::synthetic;
 
 struct Setup {
     rt: tokio::runtime::Runtime,

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use headroom::config::Config;
-use headroom::framework::Framework;
-use headroom::plugins::build_framework;
-use headroom::snapshot::{PodInfo, Snapshot};
-use headroom::synthetic::Case;
+use headroom_scheduler::framework::Framework;
+use headroom_scheduler::plugins::build_framework;
+use headroom_scheduler::snapshot::{PodInfo, Snapshot};
+use headroom_scheduler::synthetic::Case;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 

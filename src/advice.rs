@@ -23,9 +23,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::key::PodKey;
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
-use crate::usage::{Headroom, PodUsage, UsagePolicy};
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::snapshot::{NodeInfo, PodInfo, Snapshot};
+use headroom_scheduler::usage::{Headroom, PodUsage, UsagePolicy};
 
 /// The `advice` configuration section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -257,7 +257,7 @@ pub fn advise(
             continue;
         }
         let h = Headroom::of(n, ctx, policy);
-        if h.basis != crate::usage::Basis::Measured || h.memory_total <= 0.0 {
+        if h.basis != headroom_scheduler::usage::Basis::Measured || h.memory_total <= 0.0 {
             stale += 1;
             continue;
         }
@@ -386,7 +386,7 @@ pub fn advise(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::*;
+    use headroom_scheduler::plugins::testutil::*;
     use serde_json::json;
 
     /// A pod of builder `b` bound to `node`, started `minutes` ago, requesting `mem`.

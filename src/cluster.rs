@@ -34,12 +34,12 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::Notify;
 
-use crate::cache::{Cache, CacheState};
-use crate::key::PodId;
-use crate::queue::{ClusterEvent, SchedulingQueue};
-use crate::snapshot::PodInfo;
-use crate::snapshot::volumes::{VolumeKind, VolumeObject};
-use crate::snapshot::workloads::{Workload, WorkloadKind};
+use headroom_scheduler::cache::{Cache, CacheState};
+use headroom_scheduler::key::PodId;
+use headroom_scheduler::queue::{ClusterEvent, SchedulingQueue};
+use headroom_scheduler::snapshot::PodInfo;
+use headroom_scheduler::snapshot::volumes::{VolumeKind, VolumeObject};
+use headroom_scheduler::snapshot::workloads::{Workload, WorkloadKind};
 
 /// Told when nodes come and go (the Reservation custom resources show `Pending` while
 /// their node is missing).

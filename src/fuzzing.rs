@@ -36,7 +36,7 @@ pub const TARGETS: [(&str, Target); 11] = [
 
 /// Kubernetes quantities: parse, then every conversion and rendering.
 pub fn quantity(data: &[u8]) {
-    use crate::quantity::{Quantity, format_bytes, format_milli};
+    use headroom_scheduler::quantity::{Quantity, format_bytes, format_milli};
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
@@ -49,8 +49,8 @@ pub fn quantity(data: &[u8]) {
 /// Node/Pod manifests (`place --cluster/--pod`): read, then place every pod on the nodes
 /// and render the decisions as text and JSON, as `headroom place` does.
 pub fn objects(data: &[u8]) {
-    use crate::objects::Objects;
     use crate::place::{PlaceOptions, place_objects};
+    use headroom_scheduler::objects::Objects;
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
@@ -68,7 +68,8 @@ pub fn objects(data: &[u8]) {
 /// The usage file (`place --usage`).
 pub fn usage_file(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::usage::file::UsageFile::parse(text, "fuzz.yaml", 1_767_225_600_000);
+        let _ =
+            headroom_scheduler::usage::file::UsageFile::parse(text, "fuzz.yaml", 1_767_225_600_000);
     }
 }
 
@@ -173,7 +174,7 @@ fn small(s: &crate::simulate::Scenario) -> bool {
 /// the effective configuration.
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data)
-        && let Ok(c) = crate::plugins::registry::config_from_yaml(text, "fuzz.yaml")
+        && let Ok(c) = crate::config::config_from_yaml(text, "fuzz.yaml")
     {
         let _ = c.to_yaml();
     }
@@ -238,12 +239,12 @@ pub fn extender_args(data: &[u8]) {
 fn extender_state() -> Option<&'static crate::kube::extender::ExtenderState> {
     use crate::config::serve::ExtenderConfig;
     use crate::kube::extender::ExtenderState;
-    use crate::plugins::{PluginDeps, build_framework_with};
-    use crate::snapshot::Snapshot;
+    use headroom_scheduler::plugins::{PluginDeps, build_framework_with};
+    use headroom_scheduler::snapshot::Snapshot;
     static STATE: OnceLock<Option<ExtenderState>> = OnceLock::new();
     STATE
         .get_or_init(|| {
-            let (nodes, pods) = crate::synthetic::cluster(8, 4, 1);
+            let (nodes, pods) = headroom_scheduler::synthetic::cluster(8, 4, 1);
             let snap = Arc::new(Snapshot::build(nodes, pods));
             let cfg: ExtenderConfig = serde_json::from_str(
                 r#"{"plugins": {"TaintToleration": {"enabled": true}, "NodeResourcesFit": {"enabled": true}}}"#,

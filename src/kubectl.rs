@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 
 use crate::cli::{ExplainError, Output, api_answer, format_param, parse_pod_arg, print_fetched};
-use crate::key::PodKey;
+use headroom_scheduler::key::PodKey;
 
 /// The file name that makes the binary behave as the kubectl plugin.
 pub const PLUGIN_NAME: &str = "kubectl-headroom";

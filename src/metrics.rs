@@ -53,7 +53,7 @@
 //! `kind` on the node gauges: `allocatable`, `requested` (sum of the pods' requests),
 //! `used` (newest measured sample), `used_windowed` (the windowed quantile), `headroom`
 //! (what the node really has free by the scheduler's own definition,
-//! [`crate::usage::Headroom`]: capacity minus the larger of current and windowed usage and
+//! [`headroom_scheduler::usage::Headroom`]: capacity minus the larger of current and windowed usage and
 //! the pods placed since the newest sample, or minus requests where usage is stale or
 //! missing; for disk, the free space after recent placements), and for disk `capacity`
 //! (filesystem size). Measured kinds are absent for a node without usage data; `headroom_usage_stale_nodes` counts those and the ones whose newest
@@ -78,10 +78,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::analytics::UsageView;
-use crate::framework::{BindPlugin, BoxFuture, Decision, Outcome, Plugin, Status};
-use crate::queue::QueueLengths;
-use crate::snapshot::{PodInfo, Snapshot};
-use crate::usage::{Headroom, UsagePolicy};
+use headroom_scheduler::framework::{BindPlugin, BoxFuture, Decision, Outcome, Plugin, Status};
+use headroom_scheduler::queue::QueueLengths;
+use headroom_scheduler::snapshot::{PodInfo, Snapshot};
+use headroom_scheduler::usage::{Headroom, UsagePolicy};
 
 mod upstream;
 pub use upstream::Upstream;
@@ -894,7 +894,7 @@ impl BindPlugin for MeteredBinder {
         &'a self,
         pod: &'a PodInfo,
         node: &'a str,
-        annotations: &'a crate::framework::BindAnnotations,
+        annotations: &'a headroom_scheduler::framework::BindAnnotations,
     ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
             // Wall time: a simulated clock would make every bind take zero.
@@ -911,8 +911,8 @@ impl BindPlugin for MeteredBinder {
 mod tests {
     use super::*;
     use crate::analytics::{BuilderProfile, NodeUsage, Percentiles, Stat};
-    use crate::framework::Code;
-    use crate::plugins::testutil::*;
+    use headroom_scheduler::framework::Code;
+    use headroom_scheduler::plugins::testutil::*;
     use serde_json::json;
 
     /// The value of the sample line `name{labels}` (labels in the exposition's order).
@@ -942,7 +942,7 @@ mod tests {
             sample(&text, "headroom_scheduler_fallback_placements_total"),
             Some(0.0)
         );
-        placed.fallback = Some(crate::framework::Fallback {
+        placed.fallback = Some(headroom_scheduler::framework::Fallback {
             waited_seconds: 31.0,
             max_wait_seconds: 30.0,
             relaxed: vec!["RealMemoryFit".into()],
@@ -1057,7 +1057,7 @@ mod tests {
                 &'a self,
                 _: &'a PodInfo,
                 _: &'a str,
-                _: &'a crate::framework::BindAnnotations,
+                _: &'a headroom_scheduler::framework::BindAnnotations,
             ) -> BoxFuture<'a, Status> {
                 Box::pin(async { Status::error("conflict") })
             }
@@ -1180,8 +1180,8 @@ mod tests {
         snap.usage_mut().record_placement(
             None,
             "fresh",
-            crate::usage_context::RecentPlacement {
-                pod: crate::key::PodKey::new("ci", "new"),
+            headroom_scheduler::usage_context::RecentPlacement {
+                pod: headroom_scheduler::key::PodKey::new("ci", "new"),
                 at_ms: now - 1_000,
                 cpu_cores: 0.5,
                 memory_bytes: 1e9,

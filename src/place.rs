@@ -4,7 +4,7 @@
 //! `spec.nodeName` count as running there. Each pod of the pod file is placed in turn, and
 //! each placement is assumed before the next pod is considered, as the scheduler would.
 //!
-//! Real usage comes from `--usage FILE` (see [`crate::usage::file`]) and/or `--data-dir DIR`
+//! Real usage comes from `--usage FILE` (see [`headroom_scheduler::usage::file`]) and/or `--data-dir DIR`
 //! (the usage view computed from a store, as the running scheduler computes it). Without
 //! either, the real-usage plugins have no data and headroom decides as kube-scheduler.
 
@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::analytics::UsageView;
-use crate::clock::{Clock, wall_ms};
 use crate::config::Config;
 use crate::engine::{Engine, EngineError, Parts};
-use crate::framework::decision::Explanation;
-use crate::objects::{LoadError, Objects};
-use crate::reservation::InMemoryReservations;
-use crate::usage::file::UsageFile;
+use headroom_scheduler::clock::{Clock, wall_ms};
+use headroom_scheduler::framework::decision::Explanation;
+use headroom_scheduler::objects::{LoadError, Objects};
+use headroom_scheduler::reservation::InMemoryReservations;
+use headroom_scheduler::usage::file::UsageFile;
 
 /// Why `place` could not run (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +37,7 @@ pub enum PlaceError {
     UnknownProfile(String, String),
     /// The usage file is unreadable or invalid.
     #[error(transparent)]
-    Usage(#[from] crate::usage::file::Error),
+    Usage(#[from] headroom_scheduler::usage::file::Error),
     /// The store given by `--data-dir` does not exist.
     #[error("{0}: no store there (run `headroom collect` first, or check --data-dir)")]
     NoStore(String),
@@ -176,7 +176,7 @@ pub fn place_objects(
     engine.publish_view(Arc::new(view));
     let feed = engine.cluster();
     feed.replace_namespaces(cluster.namespaces.clone());
-    for kind in crate::snapshot::workloads::WorkloadKind::ALL {
+    for kind in headroom_scheduler::snapshot::workloads::WorkloadKind::ALL {
         let of_kind = cluster.workloads.iter().filter(|w| w.kind == kind).cloned();
         feed.replace_workloads(kind, of_kind.collect());
     }
@@ -188,7 +188,7 @@ pub fn place_objects(
         .cloned()
         .collect();
     if !volumes.is_empty() {
-        use crate::snapshot::volumes::VolumeKind;
+        use headroom_scheduler::snapshot::volumes::VolumeKind;
         for kind in [
             VolumeKind::Class,
             VolumeKind::Pv,

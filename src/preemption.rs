@@ -1,7 +1,7 @@
 //! Acting on a preemption decision, outside the scheduling cycle.
 //!
 //! DefaultPreemption (`plugins::default_preemption`) only records a
-//! [`Nomination`](crate::framework::Nomination) in the decision. What follows is the caller's:
+//! [`Nomination`](headroom_scheduler::framework::Nomination) in the decision. What follows is the caller's:
 //! - `place`: the victims leave the what-if cluster ([`EvictAtOnce`], its
 //!   [`OutcomeHandler`]) and the pod is scheduled again with its `status.nominatedNodeName`
 //!   set, as kube-scheduler retries it once the victims are gone ([`place_one`]);
@@ -17,12 +17,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use crate::cache::Cache;
 use crate::decisions::{OutcomeHandler, Settled};
-use crate::framework::decision::Explanation;
-use crate::plugins::default_preemption::REASON_PREEMPTION_BY_SCHEDULER;
-use crate::scheduler::Scheduler;
-use crate::snapshot::PodInfo;
+use headroom_scheduler::cache::Cache;
+use headroom_scheduler::framework::decision::Explanation;
+use headroom_scheduler::plugins::default_preemption::REASON_PREEMPTION_BY_SCHEDULER;
+use headroom_scheduler::scheduler::Scheduler;
+use headroom_scheduler::snapshot::PodInfo;
 
 /// The `DisruptionTarget` condition's message, as upstream's executor writes it.
 pub fn disruption_message(scheduler_name: &str) -> String {
@@ -106,7 +106,7 @@ pub fn place_one(
     let mut out = second.explain();
     out.nominated_node = Some(nomination.node.to_string());
     out.victims = nomination.victim_keys();
-    if let crate::framework::Outcome::Unschedulable { message } = &first.outcome {
+    if let headroom_scheduler::framework::Outcome::Unschedulable { message } = &first.outcome {
         out.notes
             .insert(0, format!("first attempt (before preemption): {message}"));
     }
@@ -117,10 +117,10 @@ pub fn place_one(
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::framework::Outcome;
-    use crate::key::PodKey;
-    use crate::plugins::testutil::{info, node, pod};
-    use crate::snapshot::Snapshot;
+    use headroom_scheduler::framework::Outcome;
+    use headroom_scheduler::key::PodKey;
+    use headroom_scheduler::plugins::testutil::{info, node, pod};
+    use headroom_scheduler::snapshot::Snapshot;
     use serde_json::json;
 
     fn prio_pod(name: &str, cpu: &str, priority: i32, node: Option<&str>) -> PodInfo {
@@ -137,7 +137,7 @@ mod tests {
     /// priority (not higher) until it is placed there.
     #[test]
     fn nominated_pods_hold_their_node() {
-        let s = Scheduler::new(&Config::default()).unwrap();
+        let s = Scheduler::new(&Config::default().core()).unwrap();
         let low = prio_pod("low", "3", 100, Some("n1"));
         s.cache().update(|c| {
             c.replace(Snapshot::build(

@@ -16,14 +16,14 @@ use std::sync::{Arc, Mutex};
 
 use tokio::task::JoinSet;
 
-use crate::cache::Cache;
 use crate::decisions::{Bound, DecisionInputs, Settled};
-use crate::framework::{BindAnnotations, BindPlugin, Decision};
-use crate::key::{PodId, PodKey};
-use crate::queue::{Failure, QueuedPodInfo, SchedulingQueue};
-use crate::scheduler::Scheduler;
-use crate::snapshot::PodInfo;
-use crate::usage::{QueueTail, Wait};
+use headroom_scheduler::cache::Cache;
+use headroom_scheduler::framework::{BindAnnotations, BindPlugin, Decision};
+use headroom_scheduler::key::{PodId, PodKey};
+use headroom_scheduler::queue::{Failure, QueuedPodInfo, SchedulingQueue};
+use headroom_scheduler::scheduler::Scheduler;
+use headroom_scheduler::snapshot::PodInfo;
+use headroom_scheduler::usage::{QueueTail, Wait};
 
 /// Counters of what the loop did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +81,9 @@ impl Default for LoopOptions {
 /// Computes the annotations a placed pod's binding carries from its decision and the
 /// snapshot its cycle read (under `serve`: the `headroom.io/decision` summary). Runs in
 /// the cycle's critical section, so it must be cheap and do no I/O.
-pub type BindAnnotator =
-    Arc<dyn Fn(&Decision, &crate::snapshot::Snapshot) -> BindAnnotations + Send + Sync>;
+pub type BindAnnotator = Arc<
+    dyn Fn(&Decision, &headroom_scheduler::snapshot::Snapshot) -> BindAnnotations + Send + Sync,
+>;
 
 /// The parts the loop works with.
 pub struct SchedulingLoop {
@@ -337,7 +338,7 @@ struct BindJob {
     pod: Arc<PodInfo>,
     assumed: Arc<PodInfo>,
     node: String,
-    pre_bind: Option<crate::scheduler::PreBind>,
+    pre_bind: Option<headroom_scheduler::scheduler::PreBind>,
     annotations: BindAnnotations,
     attempts: u32,
     first_attempt: Option<tokio::time::Instant>,
@@ -439,7 +440,7 @@ impl InstantBinder {
     }
 }
 
-impl crate::framework::Plugin for InstantBinder {
+impl headroom_scheduler::framework::Plugin for InstantBinder {
     fn name(&self) -> &'static str {
         "InstantBinder"
     }
@@ -450,14 +451,14 @@ impl BindPlugin for InstantBinder {
         &'a self,
         pod: &'a PodInfo,
         node: &'a str,
-        _annotations: &'a crate::framework::BindAnnotations,
-    ) -> crate::framework::BoxFuture<'a, crate::framework::Status> {
+        _annotations: &'a headroom_scheduler::framework::BindAnnotations,
+    ) -> headroom_scheduler::framework::BoxFuture<'a, headroom_scheduler::framework::Status> {
         Box::pin(async move {
             self.bound
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push((pod.key(), node.to_string()));
-            crate::framework::Status::success()
+            headroom_scheduler::framework::Status::success()
         })
     }
 }
@@ -466,9 +467,9 @@ impl BindPlugin for InstantBinder {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::framework::{BoxFuture, Plugin, Status};
-    use crate::plugins::testutil::*;
-    use crate::queue::{ClusterEvent, QueueConfig};
+    use headroom_scheduler::framework::{BoxFuture, Plugin, Status};
+    use headroom_scheduler::plugins::testutil::*;
+    use headroom_scheduler::queue::{ClusterEvent, QueueConfig};
     use serde_json::json;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
@@ -491,7 +492,7 @@ mod tests {
             &'a self,
             pod: &'a PodInfo,
             node: &'a str,
-            annotations: &'a crate::framework::BindAnnotations,
+            annotations: &'a headroom_scheduler::framework::BindAnnotations,
         ) -> BoxFuture<'a, Status> {
             Box::pin(async move {
                 // A bind takes time: the next cycle must already see the assumed pod.
@@ -517,9 +518,9 @@ mod tests {
     async fn binds_requeues_on_bind_failure_and_unblocks_on_node_added() {
         let mut config = Config::default();
         config.scheduler.seed = Some(3);
-        let scheduler = Arc::new(Scheduler::new(&config).unwrap());
+        let scheduler = Arc::new(Scheduler::new(&config.core()).unwrap());
         scheduler.cache().update(|c| {
-            c.replace(crate::snapshot::Snapshot::build(
+            c.replace(headroom_scheduler::snapshot::Snapshot::build(
                 [node("n1", json!({}))],
                 [],
             ))
@@ -647,9 +648,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_decision_channel_slows_the_loop_and_loses_nothing() {
         const PODS: usize = 200;
-        let scheduler = Arc::new(Scheduler::new(&Config::default()).unwrap());
+        let scheduler = Arc::new(Scheduler::new(&Config::default().core()).unwrap());
         scheduler.cache().update(|c| {
-            c.replace(crate::snapshot::Snapshot::build(
+            c.replace(headroom_scheduler::snapshot::Snapshot::build(
                 [node("n1", json!({}))],
                 [],
             ))
@@ -686,5 +687,62 @@ mod tests {
         assert_eq!(stats.unschedulable, PODS as u64);
         assert_eq!(unplaced.len(), PODS, "every decision reaches the sink");
         assert!(unplaced.iter().all(|(_, none)| *none));
+    }
+
+    /// Fails every PreBind, counting calls.
+    struct FailingBinder(std::sync::atomic::AtomicU32);
+
+    impl headroom_scheduler::plugins::volume_binding::VolumeBinder for FailingBinder {
+        fn bind_pod_volumes<'a>(
+            &'a self,
+            _pod: &'a PodInfo,
+            _node: &'a str,
+            _volumes: &'a headroom_scheduler::snapshot::volumes::PodVolumes,
+        ) -> BoxFuture<'a, Result<(), String>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async {
+                Err("Operation cannot be fulfilled on persistentvolumes \"pv-n2\"".to_string())
+            })
+        }
+    }
+
+    /// A failed PreBind through the scheduling loop: the pod is not bound, its PV is
+    /// given back, and it is requeued with backoff; the failure is counted.
+    #[tokio::test(start_paused = true)]
+    async fn failed_pre_bind_unreserves_and_requeues() {
+        use headroom_scheduler::plugins::testutil::volumes::{cluster, with_claims};
+        use headroom_scheduler::queue::{QueueConfig, SchedulingQueue};
+        let config = headroom_scheduler::config::CoreConfig::default();
+        let deps = headroom_scheduler::plugins::PluginDeps::from_config(&config);
+        let failing = Arc::new(FailingBinder(Default::default()));
+        deps.volume_binder.set(failing.clone());
+        let scheduler =
+            Arc::new(headroom_scheduler::scheduler::Scheduler::with_deps(&config, &deps).unwrap());
+        scheduler.cache().update(|c| c.replace(cluster()));
+        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
+        let binder = Arc::new(InstantBinder::new());
+        let lp = SchedulingLoop {
+            scheduler: scheduler.clone(),
+            queue: queue.clone(),
+            binder: binder.clone(),
+            decisions: None,
+            options: LoopOptions::default(),
+            annotate: None,
+            metrics: None,
+            tail: Default::default(),
+        };
+        queue.add(Arc::new(with_claims(&["big"])));
+        let stats = lp.run_until_settled().await;
+        assert_eq!(
+            (stats.bind_errors, stats.pre_bind_errors, stats.bound),
+            (1, 1, 0)
+        );
+        assert_eq!(failing.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(binder.bindings().is_empty());
+        let s = &scheduler;
+        assert_eq!(s.cache().read(|c| c.assumed_count()), 0);
+        assert!(!s.snapshot().volumes().is_assumed("pv-n1-big"));
+        assert!(!s.snapshot().volumes().is_assumed("pv-n2"));
+        assert!(s.snapshot().nodes().iter().all(|n| n.pods.is_empty()));
     }
 }

@@ -546,34 +546,7 @@ pub enum ScrapeKind {
     NodeExporter,
 }
 
-/// How a pod's builder identity is found (see [`crate::identity`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct IdentityConfig {
-    /// Pod label naming the builder, used when present. Default `bkci.dispatch.kubenetes/core`
-    /// (bk-ci's dispatch label). `null` disables it.
-    #[serde(default = "default_builder_label")]
-    pub label_key: Option<String>,
-    /// Pod annotation naming the builder, used next. Default `headroom.io/builder`.
-    #[serde(default = "default_builder_annotation")]
-    pub annotation_key: Option<String>,
-}
-
-fn default_builder_label() -> Option<String> {
-    Some("bkci.dispatch.kubenetes/core".into())
-}
-fn default_builder_annotation() -> Option<String> {
-    Some("headroom.io/builder".into())
-}
-
-impl Default for IdentityConfig {
-    fn default() -> Self {
-        Self {
-            label_key: default_builder_label(),
-            annotation_key: default_builder_annotation(),
-        }
-    }
-}
+pub use headroom_scheduler::identity::IdentityConfig;
 
 /// The sources, as named in metrics and reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

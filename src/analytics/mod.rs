@@ -3,7 +3,7 @@
 //!
 //! - [`profiles`]: per builder, percentiles of per-run CPU and memory over its recent runs;
 //! - [`nodes`]: per node, current and windowed CPU, memory and disk usage (the headroom
-//!   the scheduler decides on adds its recent placements: [`crate::usage::Headroom`]).
+//!   the scheduler decides on adds its recent placements: [`headroom_scheduler::usage::Headroom`]).
 //!
 //! [`compute`] builds a [`UsageView`] with polars (lazy API); [`run_refresh`] recomputes it
 //! periodically and on demand off the async threads and publishes it as an
@@ -27,6 +27,8 @@ use polars::prelude::{PolarsError, QuantileMethod};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep_until};
+
+pub use headroom_scheduler::view::UsageView;
 
 pub use nodes::{NodeParams, NodeSamples, NodeUsage, Stat, node_usage};
 pub use profiles::{
@@ -120,35 +122,6 @@ impl AnalyticsConfig {
     }
 }
 
-/// An immutable snapshot of measured usage, as published by [`run_refresh`].
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UsageView {
-    /// When it was computed, ms since the epoch (0 for the initial empty view).
-    pub generated_ms: i64,
-    /// Profiles by builder.
-    pub builders: HashMap<String, BuilderProfile>,
-    /// Usage by node name.
-    pub nodes: HashMap<String, NodeUsage>,
-    /// Placement history by builder: the nodes it was placed on, most recent first (the
-    /// History plugin's fallback when the pod carries no history annotation).
-    pub placements: HashMap<String, Vec<String>>,
-    /// Node usage over the peers' windows by node name (empty unless
-    /// [`AnalyticsConfig::peer_windows`]).
-    pub windows: HashMap<String, NodeWindows>,
-}
-
-impl UsageView {
-    /// The profile of `builder`, if it has runs in scope.
-    pub fn builder(&self, builder: &str) -> Option<&BuilderProfile> {
-        self.builders.get(builder)
-    }
-
-    /// The usage of `node`, if it has recent samples.
-    pub fn node(&self, node: &str) -> Option<&NodeUsage> {
-        self.nodes.get(node)
-    }
-}
-
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -204,7 +177,7 @@ pub struct RefreshReport {
 pub async fn run_refresh(
     store: Store,
     config: AnalyticsConfig,
-    clock: crate::clock::Clock,
+    clock: headroom_scheduler::clock::Clock,
     publish: watch::Sender<Arc<UsageView>>,
     trigger: Arc<Notify>,
     shutdown: impl Future<Output = ()>,
@@ -349,7 +322,7 @@ mod tests {
     async fn refresh_publishes_on_start_trigger_and_interval() {
         let store = Store::open_temporary(StoreConfig::default()).unwrap();
         let n1 = Labels::new([("node", "n1")]).unwrap();
-        let now = crate::clock::wall_ms();
+        let now = headroom_scheduler::clock::wall_ms();
         store.append("node_cpu_usage_cores", &n1, now, 1.0).unwrap();
         store
             .append("node_memory_working_set_bytes", &n1, now, 1.0)
@@ -364,7 +337,7 @@ mod tests {
         let task = tokio::spawn(run_refresh(
             store,
             config,
-            crate::clock::Clock::wall(),
+            headroom_scheduler::clock::Clock::wall(),
             tx,
             Arc::clone(&trigger),
             async move {
@@ -410,7 +383,7 @@ mod tests {
         let task = tokio::spawn(run_refresh(
             store,
             bad,
-            crate::clock::Clock::wall(),
+            headroom_scheduler::clock::Clock::wall(),
             tx,
             Arc::clone(&trigger),
             tokio::time::sleep(Duration::from_secs(40)),

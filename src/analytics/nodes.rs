@@ -9,9 +9,10 @@ use std::collections::HashMap;
 
 use headroom_storage::{Matcher, Store};
 use polars::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::{Error, QUANTILE_METHOD};
+
+pub use headroom_scheduler::view::{NodeUsage, Stat};
 
 /// Stored node metrics read here, in the order of the `metric` codes in the frame.
 const METRICS: [&str; 3] = [
@@ -23,33 +24,6 @@ const CPU: u32 = 0;
 const MEMORY: u32 = 1;
 const FS_AVAILABLE: u32 = 2;
 const FS_CAPACITY_METRIC: &str = "node_fs_capacity_bytes";
-
-/// A usage value now and over the window.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Stat {
-    /// The newest sample in the window.
-    pub current: f64,
-    /// The conservative windowed quantile: the `nodeQuantile` (p95 by default) for usage;
-    /// for free space, where *low* values are the risk, the `1 − nodeQuantile` quantile.
-    pub windowed: f64,
-}
-
-/// Measured usage of one node.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NodeUsage {
-    /// Node name.
-    pub node: String,
-    /// CPU in use, in cores.
-    pub cpu_cores: Stat,
-    /// Memory working set, in bytes.
-    pub memory_working_set_bytes: Stat,
-    /// Free space on the node's root filesystem, in bytes (absent if not collected).
-    pub fs_available_bytes: Option<Stat>,
-    /// Size of the node's root filesystem, in bytes: its newest sample.
-    pub fs_capacity_bytes: Option<f64>,
-    /// Time of the newest sample of any of the node's metrics, ms since the epoch.
-    pub newest_ms: i64,
-}
 
 /// What to compute node usage over.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Error, QUANTILE_METHOD};
 
+pub use headroom_scheduler::view::{BuilderProfile, Percentiles};
+
 /// Which number of a run's [`UsageSummary`] stands for the whole run in a profile.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -36,44 +38,6 @@ impl PerRun {
             PerRun::Mean => s.mean,
         }
     }
-}
-
-/// Percentiles of a per-run value over a builder's runs (see [`QUANTILE_METHOD`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Maximum.
-    pub max: f64,
-}
-
-/// The usage profile of one builder over its recent runs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BuilderProfile {
-    /// Builder identity (e.g. `namespace/Deployment/name`).
-    pub builder: String,
-    /// Number of runs the profile is computed from (≥ 1).
-    pub runs: usize,
-    /// Per-run CPU, in cores.
-    pub cpu: Percentiles,
-    /// Per-run memory, in bytes.
-    pub memory: Percentiles,
-    /// End of the newest run counted, ms since the epoch: how fresh the profile is.
-    pub newest_ms: i64,
-    /// Median length, seconds, of the counted runs on a node new to the builder (none
-    /// of its earlier runs ran there: a cold cache).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cold_run_s: Option<f64>,
-    /// Median length, seconds, of the counted runs on a node one of its earlier runs ran
-    /// on (a warm cache).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm_run_s: Option<f64>,
 }
 
 /// What to compute profiles over.

@@ -1,6 +1,6 @@
 //! Node usage over the peers' windows: the statistics the peer schedulers' plugins
-//! ([`crate::plugins::trimaran_tlp`], [`crate::plugins::trimaran_lvrb`],
-//! [`crate::plugins::load_aware`], [`crate::plugins::crane_dynamic`]) read from their own
+//! ([`headroom_scheduler::plugins::trimaran_tlp`], [`headroom_scheduler::plugins::trimaran_lvrb`],
+//! [`headroom_scheduler::plugins::load_aware`], [`headroom_scheduler::plugins::crane_dynamic`]) read from their own
 //! metric pipelines, derived here from the node samples headroom's store already holds
 //! (`node_cpu_usage_cores`, `node_memory_working_set_bytes`):
 //!
@@ -28,105 +28,7 @@ use headroom_storage::{Matcher, Store};
 
 use super::Error;
 
-/// The windows computed, seconds: 5, 10, 15, 30 minutes, 1 hour, 1 day.
-pub const WINDOWS: [u64; 6] = [300, 600, 900, 1800, 3600, 86_400];
-
-/// Width of the buckets behind [`WindowStat::max_5m_mean`], ms.
-const BUCKET_MS: i64 = 300_000;
-
-/// One metric of one node over one window.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct WindowStat {
-    /// Samples in the window.
-    pub samples: usize,
-    /// Mean.
-    pub mean: f64,
-    /// Population standard deviation.
-    pub std_dev: f64,
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// The largest mean of a 5-minute bucket (counted back from now) in the window.
-    pub max_5m_mean: f64,
-}
-
-impl WindowStat {
-    /// The statistic of `values` (sorted by time, each `(ts_ms, value)`) at and after
-    /// `start_ms`; `None` without samples.
-    fn of(values: &[(i64, f64)], start_ms: i64, end_ms: i64) -> Option<WindowStat> {
-        let from = values.partition_point(|(t, _)| *t < start_ms);
-        let window = &values[from..];
-        if window.is_empty() {
-            return None;
-        }
-        let n = window.len() as f64;
-        let mean = window.iter().map(|(_, v)| v).sum::<f64>() / n;
-        let var = window.iter().map(|(_, v)| (v - mean).powi(2)).sum::<f64>() / n;
-        let mut sorted: Vec<f64> = window.iter().map(|(_, v)| *v).collect();
-        sorted.sort_by(f64::total_cmp);
-        let mut buckets: HashMap<i64, (f64, usize)> = HashMap::new();
-        for (t, v) in window {
-            let b = (end_ms - t).max(0) / BUCKET_MS;
-            let e = buckets.entry(b).or_default();
-            e.0 += v;
-            e.1 += 1;
-        }
-        let max_5m_mean = buckets
-            .values()
-            .map(|(s, c)| s / *c as f64)
-            .fold(f64::MIN, f64::max);
-        Some(WindowStat {
-            samples: window.len(),
-            mean,
-            std_dev: var.sqrt(),
-            p50: quantile(&sorted, 0.5),
-            p90: quantile(&sorted, 0.9),
-            p95: quantile(&sorted, 0.95),
-            p99: quantile(&sorted, 0.99),
-            max_5m_mean,
-        })
-    }
-}
-
-/// Linear interpolation at `(n − 1)·q` of sorted values ([`super::QUANTILE_METHOD`]).
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let pos = (sorted.len() - 1) as f64 * q;
-    let lo = pos.floor() as usize;
-    let hi = pos.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-}
-
-/// A node's CPU (cores) and memory working set (bytes) over each of [`WINDOWS`].
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeWindows {
-    /// CPU, cores, by window (the index of [`WINDOWS`]); `None` without samples.
-    pub cpu: [Option<WindowStat>; WINDOWS.len()],
-    /// Memory working set, bytes, by window.
-    pub memory: [Option<WindowStat>; WINDOWS.len()],
-}
-
-impl NodeWindows {
-    /// CPU over the window of `seconds` (one of [`WINDOWS`]).
-    pub fn cpu(&self, seconds: u64) -> Option<&WindowStat> {
-        self.cpu[WINDOWS.iter().position(|w| *w == seconds)?].as_ref()
-    }
-
-    /// Memory over the window of `seconds` (one of [`WINDOWS`]).
-    pub fn memory(&self, seconds: u64) -> Option<&WindowStat> {
-        self.memory[WINDOWS.iter().position(|w| *w == seconds)?].as_ref()
-    }
-
-    /// The windows of one series (`(ts_ms, value)`, any order) as of `now_ms`.
-    pub fn stats(mut values: Vec<(i64, f64)>, now_ms: i64) -> [Option<WindowStat>; WINDOWS.len()] {
-        values.sort_by_key(|(t, _)| *t);
-        WINDOWS.map(|w| WindowStat::of(&values, now_ms - w as i64 * 1000, now_ms))
-    }
-}
+pub use headroom_scheduler::view::{NodeWindows, WINDOWS, WindowStat};
 
 /// Reads the last day of node CPU and memory samples and computes every node's windows.
 pub fn node_windows(store: &Store, now_ms: i64) -> Result<HashMap<String, NodeWindows>, Error> {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiState};
 use crate::decisions::ExplainResponse;
-use crate::key::PodKey;
+use headroom_scheduler::key::PodKey;
 
 /// `?format=` of `/explain`.
 #[derive(Debug, Default, Deserialize)]

@@ -48,12 +48,12 @@ pub use nodes::{NodeList, NodeView, ResourceAmounts};
 pub use queue::QueueResponse;
 
 use crate::analytics::UsageView;
-use crate::cache::Cache;
 use crate::decisions::DecisionLog;
 use crate::metrics::Metrics;
-use crate::queue::{PendingPod, QueueLengths, SchedulingQueue};
-use crate::snapshot::Snapshot;
-use crate::usage::UsagePolicy;
+use headroom_scheduler::cache::Cache;
+use headroom_scheduler::queue::{PendingPod, QueueLengths, SchedulingQueue};
+use headroom_scheduler::snapshot::Snapshot;
+use headroom_scheduler::usage::UsagePolicy;
 
 /// Errors the API answers with; each maps to a status code and a JSON body
 /// `{"error": "<message>"}`.

@@ -8,10 +8,10 @@ use serde::Serialize;
 
 use super::{ApiError, ApiState};
 use crate::analytics::NodeUsage;
-use crate::resources::Resources;
-use crate::snapshot::NodeInfo;
-use crate::usage::{Headroom, UsagePolicy};
-use crate::usage_context::UsageContext;
+use headroom_scheduler::resources::Resources;
+use headroom_scheduler::snapshot::NodeInfo;
+use headroom_scheduler::usage::{Headroom, UsagePolicy};
+use headroom_scheduler::usage_context::UsageContext;
 
 /// CPU, memory, ephemeral storage and pods of a node, in plain units.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -6,7 +6,7 @@ use axum::extract::State;
 use serde::Serialize;
 
 use super::{ApiError, ApiState};
-use crate::queue::{PendingPod, QueueLengths};
+use headroom_scheduler::queue::{PendingPod, QueueLengths};
 
 /// `GET /queue`.
 #[derive(Debug, Clone, Serialize)]

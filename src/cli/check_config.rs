@@ -11,7 +11,7 @@ use crate::config::Mode;
 /// `headroom check-config`: the effective configuration, with what each mode ignores; exit
 /// 2 when the file is unreadable or invalid.
 pub(crate) fn run(file: &Path) -> Result<ExitCode, CliError> {
-    let c = crate::plugins::registry::load_config(file)?;
+    let c = crate::config::load_config(file)?;
     outln(format_args!(
         "# {}: valid; effective configuration:",
         file.display()
@@ -21,6 +21,6 @@ pub(crate) fn run(file: &Path) -> Result<ExitCode, CliError> {
             outln(format_args!("# note: {u}"));
         }
     }
-    out(crate::plugins::registry::effective(&c).to_yaml());
+    out(crate::config::effective(&c).to_yaml());
     Ok(ExitCode::SUCCESS)
 }

@@ -26,7 +26,7 @@ pub(crate) fn run_collect(
                 .into(),
         ));
     }
-    let config = crate::plugins::registry::load_config(config)?;
+    let config = crate::config::load_config(config)?;
     let dir = config.data_dir(data_dir);
     let run = crate::collect::collect_once(&config, &dir)?;
     match output {

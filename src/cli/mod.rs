@@ -128,7 +128,7 @@ impl ServerArgs {
 /// The configuration in `path`, read and validated, or the built-in defaults.
 fn load_config(path: Option<&PathBuf>) -> Result<Config, crate::config::ConfigError> {
     match path {
-        Some(p) => crate::plugins::registry::load_config(p),
+        Some(p) => crate::config::load_config(p),
         None => Ok(Config::default()),
     }
 }

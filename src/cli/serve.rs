@@ -63,7 +63,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
     if let Some(a) = api_listen {
         config.serve.api_listen = a.to_string();
     }
-    crate::plugins::validate_config_in(&config, &origin)?;
+    crate::config::validate_config_in(&config, &origin)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -24,47 +24,18 @@
 //!   hotMemoryPercent: 90
 //! ```
 
+pub mod check;
 pub mod serve;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// Why a configuration could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("reading {path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The YAML does not fit the schema, or (from [`Config::from_yaml`]) a value in it is
-    /// invalid.
-    #[error("{path}: {field}: {message}")]
-    Parse {
-        /// The file.
-        path: String,
-        /// The field path ([`crate::field::Path`]; `top level` for the document itself).
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// A value is out of range or inconsistent.
-    #[error("invalid configuration at {field}: {message}")]
-    Invalid {
-        /// The field path.
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-/// The default scheduler name (`spec.schedulerName` of the pods headroom schedules).
-pub const DEFAULT_SCHEDULER_NAME: &str = "headroom";
+pub use check::{config_from_yaml, effective, load_config, validate_config, validate_config_in};
+pub use headroom_scheduler::config::{
+    ConfigError, CoreConfig, DEFAULT_SCHEDULER_NAME, MAX_PARALLELISM, PluginArgs, PluginSetting,
+    ProfileConfig, SchedulerConfig,
+};
 
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,8 +61,8 @@ pub struct Config {
     /// profile, node window and quantile); see [`crate::analytics::AnalyticsConfig`].
     pub analytics: crate::analytics::AnalyticsConfig,
     /// How real usage enters decisions: staleness, prediction percentile, class policies;
-    /// see [`crate::usage::UsagePolicy`].
-    pub usage: crate::usage::UsagePolicy,
+    /// see [`headroom_scheduler::usage::UsagePolicy`].
+    pub usage: headroom_scheduler::usage::UsagePolicy,
     /// Descheduling advice (`/advice`, `headroom advice`, `headroom_advice_*`): when a
     /// node counts as hot and which moves are suggested; see [`crate::advice::AdviceConfig`].
     pub advice: crate::advice::AdviceConfig,
@@ -112,7 +83,7 @@ impl Default for Config {
             storage: headroom_storage::StoreConfig::default(),
             collectors: headroom_collectors::CollectorsConfig::default(),
             analytics: crate::analytics::AnalyticsConfig::default(),
-            usage: crate::usage::UsagePolicy::default(),
+            usage: headroom_scheduler::usage::UsagePolicy::default(),
             advice: crate::advice::AdviceConfig::default(),
             serve: serve::ServeConfig::default(),
         }
@@ -120,182 +91,25 @@ impl Default for Config {
 }
 
 impl Config {
+    /// What the scheduling core is built from ([`CoreConfig`]): the profiles, the
+    /// extender's plugin switches, the loop's settings, the usage policy, the builder
+    /// identity rule and the assume TTL.
+    pub fn core(&self) -> CoreConfig {
+        CoreConfig {
+            profiles: self.profiles.clone(),
+            extender_plugins: self.serve.extender.plugins.clone(),
+            scheduler: self.scheduler.clone(),
+            usage: self.usage.clone(),
+            identity: self.collectors.identity.clone(),
+            assume_ttl: self.serve.assume_ttl,
+        }
+    }
+
     /// The store directory: `flag` if given, else `dataDir`, else [`DEFAULT_DATA_DIR`].
     pub fn data_dir(&self, flag: Option<&Path>) -> PathBuf {
         flag.map(Path::to_path_buf)
             .or_else(|| self.data_dir.clone())
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
-    }
-}
-
-/// Scheduling-loop settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
-pub struct SchedulerConfig {
-    /// Seed of the random tie-breaker among equally scored nodes. Default: none (entropy);
-    /// set it to make decisions reproducible.
-    pub seed: Option<u64>,
-    /// Backoff after a pod's first failed attempt, seconds; each further failure doubles
-    /// it up to `podMaxBackoffSeconds`. Default `1`, as kube-scheduler's
-    /// `podInitialBackoffSeconds`.
-    pub pod_initial_backoff_seconds: u64,
-    /// Cap on a pod's backoff, seconds. Default `10`, as kube-scheduler's
-    /// `podMaxBackoffSeconds`.
-    pub pod_max_backoff_seconds: u64,
-    /// Threads one scheduling cycle spreads Filter and Score over (upstream's
-    /// `parallelism`). Decisions do not depend on it. Default `0`: the machine's cores, at
-    /// most 16; `1` runs cycles serially. A cycle splits only when each thread gets at
-    /// least 7,500 nodes (below, the hand-off costs more than it saves), so clusters under
-    /// 15,000 nodes are scheduled serially whatever this says.
-    pub parallelism: usize,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        let q = crate::queue::QueueConfig::default();
-        SchedulerConfig {
-            seed: None,
-            pod_initial_backoff_seconds: q.initial_backoff.as_secs(),
-            pod_max_backoff_seconds: q.max_backoff.as_secs(),
-            parallelism: 0,
-        }
-    }
-}
-
-impl SchedulerConfig {
-    /// The queue's configuration: these backoffs, upstream's defaults for the rest.
-    pub fn queue(&self) -> crate::queue::QueueConfig {
-        crate::queue::QueueConfig {
-            initial_backoff: std::time::Duration::from_secs(self.pod_initial_backoff_seconds),
-            max_backoff: std::time::Duration::from_secs(self.pod_max_backoff_seconds),
-            ..crate::queue::QueueConfig::default()
-        }
-    }
-
-    /// Upstream's validation: a positive initial backoff, a cap not below it; and at most
-    /// [`MAX_PARALLELISM`] threads per cycle.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.pod_initial_backoff_seconds == 0 {
-            return Err(ConfigError::Invalid {
-                field: "scheduler.podInitialBackoffSeconds".into(),
-                message: "must be at least 1".into(),
-            });
-        }
-        if self.pod_max_backoff_seconds < self.pod_initial_backoff_seconds {
-            return Err(ConfigError::Invalid {
-                field: "scheduler.podMaxBackoffSeconds".into(),
-                message: format!(
-                    "{} is below podInitialBackoffSeconds ({})",
-                    self.pod_max_backoff_seconds, self.pod_initial_backoff_seconds
-                ),
-            });
-        }
-        // Far beyond any sensible backoff; keeps Duration arithmetic trivially safe.
-        const MAX: u64 = 24 * 3600;
-        if self.pod_max_backoff_seconds > MAX {
-            return Err(ConfigError::Invalid {
-                field: "scheduler.podMaxBackoffSeconds".into(),
-                message: format!("{} is above {MAX} (a day)", self.pod_max_backoff_seconds),
-            });
-        }
-        if self.parallelism > MAX_PARALLELISM {
-            return Err(ConfigError::Invalid {
-                field: "scheduler.parallelism".into(),
-                message: format!(
-                    "{} is above {MAX_PARALLELISM} (0 means the machine's cores, at most 16)",
-                    self.parallelism
-                ),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The most threads `scheduler.parallelism` may ask for: one cycle's Filter and Score gain
-/// nothing from more, and each is a thread of its own.
-pub const MAX_PARALLELISM: usize = 256;
-
-/// One profile: a scheduler name and its plugin set.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
-pub struct ProfileConfig {
-    /// The `spec.schedulerName` this profile serves. Default `headroom`.
-    pub scheduler_name: String,
-    /// Per-plugin switches and weights, by plugin name, over the defaults. Default: empty
-    /// (kube-scheduler's default plugin set and weights).
-    pub plugins: BTreeMap<String, PluginSetting>,
-    /// Plugin arguments by key (`nodeResourcesFit: {scoringStrategy: ...}`), raw until the
-    /// registry decodes and validates them; see [`PluginArgs`]. Default: none.
-    pub plugin_args: PluginArgs,
-    /// Upstream's `percentageOfNodesToScore`, 0..=100. Default `100`: every node is
-    /// filtered and scored, what headroom offers over kube-scheduler's sampling. Below 100,
-    /// a cycle stops filtering once it found this share of the nodes feasible (at least
-    /// 100 nodes), scanning round robin from where the previous cycle stopped; `0` is
-    /// upstream's default, the adaptive share `50 − nodes/125` % (at least 5 %).
-    pub percentage_of_nodes_to_score: u32,
-    /// Not configurable (never read or written): kube-scheduler's in-tree plugins are off
-    /// unless the profile enables them (`plugins: {X: {enabled: true}}`). Set by the
-    /// extender's profile (`serve.extender`), where kube-scheduler has already run them.
-    #[serde(skip)]
-    pub upstream_plugins_off: bool,
-}
-
-impl Default for ProfileConfig {
-    fn default() -> Self {
-        ProfileConfig {
-            scheduler_name: DEFAULT_SCHEDULER_NAME.to_string(),
-            plugins: BTreeMap::new(),
-            plugin_args: PluginArgs::default(),
-            percentage_of_nodes_to_score: 100,
-            upstream_plugins_off: false,
-        }
-    }
-}
-
-/// Switch and weight of one plugin.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PluginSetting {
-    /// Enable or disable; default: as in the default profile.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enabled: Option<bool>,
-    /// Score weight (1..=100); default: the plugin's default weight.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight: Option<i64>,
-}
-
-/// Plugin arguments by key (`nodeResourcesFit`, `interPodAffinity`, ...: the plugin's name
-/// in lower camel case), kept raw: the plugin registry ([`crate::plugins::registry`])
-/// decodes them, with defaults for what is not given and unknown fields refused, and
-/// validates them when it builds the profile. Default: none (every plugin's defaults).
-pub type PluginArgs = BTreeMap<String, serde_json::Value>;
-
-impl ProfileConfig {
-    /// What the profile's structure allows (`percentageOfNodesToScore` in 0..=100), as
-    /// `(field, message)`; the plugins, weights and args are the registry's to check.
-    pub fn validate_structure(&self) -> Result<(), (String, String)> {
-        if self.percentage_of_nodes_to_score > 100 {
-            return Err((
-                format!("profiles[{}].percentageOfNodesToScore", self.scheduler_name),
-                format!("{} is not in 0..=100", self.percentage_of_nodes_to_score),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl ConfigError {
-    /// The same error naming `origin` (the file) too: an [`ConfigError::Invalid`] becomes
-    /// a [`ConfigError::Parse`] of `origin`.
-    pub fn in_origin(self, origin: &str) -> ConfigError {
-        match self {
-            ConfigError::Invalid { field, message } => ConfigError::Parse {
-                path: origin.to_string(),
-                field,
-                message,
-            },
-            other => other,
-        }
     }
 }
 
@@ -314,7 +128,8 @@ impl Config {
         let config: Config = match serde_path_to_error::deserialize(de) {
             Ok(c) => c,
             Err(e) => {
-                let fe = crate::field::Error::from_serde(e.path(), &e.inner().to_string());
+                let fe =
+                    headroom_scheduler::field::Error::from_serde(e.path(), &e.inner().to_string());
                 let mut message = fe.kind.to_string();
                 if fe.path.is_root() {
                     // serde says "expected struct Config": say what the document holds.
@@ -360,7 +175,7 @@ impl Config {
     /// Checks the structure serde cannot: unique profile names, each profile's
     /// [`ProfileConfig::validate_structure`], the sections' own rules, the collectors' URLs
     /// and schedules (reported under `collectors.`). Plugins, weights and args are the
-    /// plugin registry's to check ([`crate::plugins::validate_config`]): the commands and
+    /// plugin registry's to check ([`crate::config::validate_config`]): the commands and
     /// the engine run both.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.profiles.is_empty() {

@@ -116,7 +116,7 @@ impl Default for ServeConfig {
             builder_history_annotation: false,
             detailed_explanations: false,
             reservations: ReservationsConfig::default(),
-            assume_ttl: Duration::from_secs(30),
+            assume_ttl: headroom_scheduler::config::DEFAULT_ASSUME_TTL,
             request_timeout: Duration::from_secs(10),
             shutdown_grace_period: Duration::from_secs(20),
             binding: FlowConfig::default(),

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Settled;
 use super::log::{DecisionInputs, approx_bytes};
-use crate::framework::Decision;
+use headroom_scheduler::framework::Decision;
 
 /// The scheduling loop's side of the decision channel: bounded by records and by an
 /// estimate of their bytes ([`approx_bytes`]).
@@ -213,7 +213,7 @@ impl DecisionReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::{Outcome, decision::ScoreColumn};
+    use headroom_scheduler::framework::{Outcome, decision::ScoreColumn};
 
     /// A placed decision over `n` feasible nodes with one score column.
     fn big(n: u32) -> Decision {

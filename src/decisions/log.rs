@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::analytics::{BuilderProfile, NodeUsage};
-use crate::framework::Decision;
-use crate::framework::decision::Explanation;
-use crate::key::PodKey;
-use crate::usage::Headroom;
+use headroom_scheduler::framework::Decision;
+use headroom_scheduler::framework::decision::Explanation;
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::usage::Headroom;
 
 /// Bounds of the in-memory log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +72,8 @@ impl DecisionInputs {
     pub fn at_decision(
         decision: &Decision,
         builder: Option<String>,
-        snapshot: &crate::snapshot::Snapshot,
-        policy: &crate::usage::UsagePolicy,
+        snapshot: &headroom_scheduler::snapshot::Snapshot,
+        policy: &headroom_scheduler::usage::UsagePolicy,
     ) -> DecisionInputs {
         let usage = snapshot.usage();
         let view = &usage.view;
@@ -218,7 +218,7 @@ impl LoggedDecision {
 
 /// An estimate of the heap bytes a decision holds (what the byte bound counts).
 pub fn approx_bytes(d: &Decision) -> usize {
-    let status = |s: &crate::framework::Status| {
+    let status = |s: &headroom_scheduler::framework::Status| {
         64 + s.detail.as_ref().map_or(0, String::len)
             + s.reasons
                 .iter()
@@ -393,7 +393,7 @@ impl DecisionLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::{Outcome, Status};
+    use headroom_scheduler::framework::{Outcome, Status};
 
     fn logged(name: &str, uid: &str, at: i64, detail: usize) -> LoggedDecision {
         let names = Arc::new(vec![Arc::from("n1"), Arc::from("n2")]);

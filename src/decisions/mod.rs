@@ -35,9 +35,9 @@ pub use log::{
 };
 pub use sink::{STORED_NODES, Sink, SinkReport, run_decision_sink};
 
-use crate::framework::{Decision, Fallback, Nomination, Outcome};
-use crate::key::PodKey;
-use crate::snapshot::PodInfo;
+use headroom_scheduler::framework::{Decision, Fallback, Nomination, Outcome};
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::snapshot::PodInfo;
 
 /// What a decision came to, as a mode acts on it: the decision's outcome (with the usage
 /// fallback that placed the pod and preemption's nomination) joined with its bind result

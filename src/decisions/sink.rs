@@ -16,9 +16,9 @@ use headroom_storage::{DecisionKey, Store};
 use super::channel::{Decided, DecisionReceiver, Record};
 use super::log::{DecisionLog, LoggedDecision};
 use super::{OutcomeHandler, Settled};
-use crate::framework::Outcome;
 use crate::logging::Trouble;
 use crate::metrics::{Metrics, PlacementCache};
+use headroom_scheduler::framework::Outcome;
 
 /// Records taken from the channel per batch.
 const BATCH: usize = 64;
@@ -36,7 +36,7 @@ pub struct Sink {
     /// Where the store's failures are logged (shared with its maintenance).
     pub trouble: Arc<Trouble>,
     /// "Now", ms since the epoch, for a decision that carries no time.
-    pub clock: crate::clock::Clock,
+    pub clock: headroom_scheduler::clock::Clock,
     /// What the mode does with each settled decision; `None`: nothing.
     pub handler: Option<Arc<dyn OutcomeHandler>>,
 }
@@ -376,9 +376,9 @@ fn record_placement(
 mod tests {
     use super::*;
     use crate::decisions::{Bound, DecisionInputs, decision_channel};
-    use crate::framework::Decision;
-    use crate::key::PodKey;
-    use crate::snapshot::PodInfo;
+    use headroom_scheduler::framework::Decision;
+    use headroom_scheduler::key::PodKey;
+    use headroom_scheduler::snapshot::PodInfo;
     use headroom_storage::StoreConfig;
     use std::sync::Mutex;
 
@@ -419,7 +419,7 @@ mod tests {
 
     fn settled(d: &Decision, result: Result<(), String>) -> Settled {
         let mut s = Settled::of(d, Some("default/Job/b".into()));
-        let pod = PodInfo::new(Arc::new(crate::synthetic::plain_pod(&d.name)));
+        let pod = PodInfo::new(Arc::new(headroom_scheduler::synthetic::plain_pod(&d.name)));
         s.bind = Some(Bound {
             pod: Arc::new(pod),
             node: "n1".into(),
@@ -442,7 +442,7 @@ mod tests {
             log: log.clone(),
             store: Some(store.clone()),
             trouble: Arc::new(Trouble::new("the store", "writing again")),
-            clock: crate::clock::Clock::from_fn(|| 5),
+            clock: headroom_scheduler::clock::Clock::from_fn(|| 5),
             handler: Some(handler.clone()),
         };
         let (tx, rx) = decision_channel(16, usize::MAX);

@@ -41,18 +41,18 @@ use tokio::sync::{Notify, watch};
 
 use crate::analytics::{self, UsageView};
 use crate::api::ApiState;
-use crate::clock::Clock;
 use crate::cluster::{ClusterState, FeedStats, NodeObserver};
 use crate::config::{Config, ConfigError};
 use crate::decisions::{DecisionLog, OutcomeHandler, Sink, SinkReport};
-use crate::framework::BindPlugin;
 use crate::logging::Trouble;
 use crate::metrics::{MeteredBinder, Metrics, MetricsOptions};
-use crate::plugins::PluginDeps;
-use crate::queue::{ClusterEvent, SchedulingQueue};
-use crate::reservation::{InMemoryReservations, ReservationSource};
-use crate::scheduler::Scheduler;
 use crate::scheduling_loop::{LoopOptions, LoopStats, SchedulingLoop};
+use headroom_scheduler::clock::Clock;
+use headroom_scheduler::framework::BindPlugin;
+use headroom_scheduler::plugins::PluginDeps;
+use headroom_scheduler::queue::{ClusterEvent, SchedulingQueue};
+use headroom_scheduler::reservation::{InMemoryReservations, ReservationSource};
+use headroom_scheduler::scheduler::Scheduler;
 pub use phases::{Phase, Phases};
 
 /// Decisions waiting for the sink, at most (a full channel drops decisions, counted, never
@@ -159,7 +159,7 @@ pub struct Engine {
     explain: bool,
     /// The queue's tail the warm wait reads (`usage.warmWait`), kept across the loops a
     /// leader builds; `None` with the warm wait off.
-    tail: Option<Arc<Mutex<crate::usage::QueueTail>>>,
+    tail: Option<Arc<Mutex<headroom_scheduler::usage::QueueTail>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -178,13 +178,15 @@ impl Engine {
         config.validate()?;
         // Only the peers' plugins read the long windows; without them no refresh reads a
         // day of samples.
-        config.analytics.peer_windows |= crate::plugins::registry::needs_peer_windows(&config);
-        crate::plugins::validate_config(&config)?;
+        let core = config.core();
+        config.analytics.peer_windows |=
+            headroom_scheduler::plugins::registry::needs_peer_windows(&core);
+        crate::config::validate_config(&config)?;
         let reservations = parts
             .reservations
             .unwrap_or_else(|| Arc::new(InMemoryReservations::default()));
-        let deps = PluginDeps::from_config(&config).with_reservations(reservations);
-        let scheduler = Arc::new(Scheduler::with_deps(&config, &deps)?);
+        let deps = PluginDeps::from_config(&core).with_reservations(reservations);
+        let scheduler = Arc::new(Scheduler::with_deps(&core, &deps)?);
         let now = parts.clock.now_ms();
         scheduler.cache().update(|c| c.set_now_ms(now));
         let queue = Arc::new(SchedulingQueue::with_pre_enqueue(
@@ -221,7 +223,7 @@ impl Engine {
             crate::decisions::decision_channel(DECISION_CHANNEL, DECISION_CHANNEL_BYTES);
         let warm_wait = &config.usage.warm_wait;
         let tail = warm_wait.enabled.then(|| {
-            Arc::new(Mutex::new(crate::usage::QueueTail::new(
+            Arc::new(Mutex::new(headroom_scheduler::usage::QueueTail::new(
                 warm_wait.tail_window,
             )))
         });
@@ -827,8 +829,8 @@ impl Running {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::SubQueue;
-    use crate::snapshot::PodInfo;
+    use headroom_scheduler::queue::SubQueue;
+    use headroom_scheduler::snapshot::PodInfo;
 
     fn gated(scheduler: &str) -> Arc<PodInfo> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
@@ -854,7 +856,8 @@ mod tests {
             "profiles:\n  - schedulerName: headroom\n  - schedulerName: ungated\n    plugins: {SchedulingGates: {enabled: false}}\n",
         );
         assert_eq!(e.queue().add(gated("headroom")), Some(SubQueue::Gated));
-        e.queue().delete(&crate::key::PodId::of(&gated("headroom")));
+        e.queue()
+            .delete(&headroom_scheduler::key::PodId::of(&gated("headroom")));
         assert_eq!(e.queue().add(gated("ungated")), Some(SubQueue::Active));
     }
 

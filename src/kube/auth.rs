@@ -36,7 +36,7 @@ use tokio::time::Instant;
 
 use super::tls::PeerIdentity;
 use crate::config::serve::{SecurityConfig, SecurityMode};
-use crate::framework::BoxFuture;
+use headroom_scheduler::framework::BoxFuture;
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -30,11 +30,11 @@ use prometheus_client::metrics::counter::Counter;
 use super::extender::{ExtenderBinder, ExtenderBindingArgs};
 use super::flow::{BindFlow, Signal};
 use super::health::ApiHealth;
-use crate::framework::{BindPlugin, BoxFuture, Plugin, Status};
-use crate::key::PodId;
 use crate::logging::Trouble;
-use crate::queue::SchedulingQueue;
-use crate::snapshot::PodInfo;
+use headroom_scheduler::framework::{BindPlugin, BoxFuture, Plugin, Status};
+use headroom_scheduler::key::PodId;
+use headroom_scheduler::queue::SchedulingQueue;
+use headroom_scheduler::snapshot::PodInfo;
 
 /// Why a bind failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,7 +86,7 @@ pub fn binding(
     name: &str,
     uid: &str,
     node: &str,
-    annotations: &crate::framework::BindAnnotations,
+    annotations: &headroom_scheduler::framework::BindAnnotations,
 ) -> Binding {
     Binding {
         metadata: ObjectMeta {
@@ -112,7 +112,7 @@ pub async fn bind_pod(
     name: &str,
     uid: &str,
     node: &str,
-    annotations: &crate::framework::BindAnnotations,
+    annotations: &headroom_scheduler::framework::BindAnnotations,
     timeout: Duration,
 ) -> Result<(), BindError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -344,7 +344,7 @@ impl BindPlugin for ApiBinder {
         &'a self,
         pod: &'a PodInfo,
         node: &'a str,
-        annotations: &'a crate::framework::BindAnnotations,
+        annotations: &'a headroom_scheduler::framework::BindAnnotations,
     ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
             let permit = match &self.flow {
@@ -499,7 +499,10 @@ mod tests {
             "p",
             "",
             "node-a",
-            &crate::framework::BindAnnotations::from([("a".to_string(), "b".to_string())]),
+            &headroom_scheduler::framework::BindAnnotations::from([(
+                "a".to_string(),
+                "b".to_string(),
+            )]),
         ))
         .unwrap();
         assert_eq!(annotated["metadata"]["annotations"]["a"], "b");

@@ -35,10 +35,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::key::PodKey;
-use crate::quantity::Quantity;
-use crate::reservation::{Phase, Reservation as Hold, ReservationSource, ReservedFor};
-use crate::selector::Selector;
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::quantity::Quantity;
+use headroom_scheduler::reservation::{Phase, Reservation as Hold, ReservationSource, ReservedFor};
+use headroom_scheduler::selector::Selector;
 
 /// Why a `Reservation` object cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -671,7 +671,7 @@ pub fn gc_plan(
 /// Deletes one reservation (the GC loop's only API call; a trait object so that the loop
 /// runs on tokio's paused clock in tests).
 pub type Deleter = Arc<
-    dyn Fn(String, String) -> crate::framework::BoxFuture<'static, Result<(), String>>
+    dyn Fn(String, String) -> headroom_scheduler::framework::BoxFuture<'static, Result<(), String>>
         + Send
         + Sync,
 >;

@@ -27,8 +27,8 @@ use super::health::ApiCalls;
 use super::recorder::{Recorder, failed_scheduling, pod_ref, scheduled, unschedulable_condition};
 use crate::config::serve::ServeConfig;
 use crate::decisions::Settled;
-use crate::framework::{Decision, Fallback, Outcome};
-use crate::usage_context::UsageContext;
+use headroom_scheduler::framework::{Decision, Fallback, Outcome};
+use headroom_scheduler::usage_context::UsageContext;
 
 /// The decision summary annotation.
 pub const DECISION_ANNOTATION: &str = "headroom.io/decision";
@@ -43,7 +43,7 @@ pub fn bind_annotator(config: &ServeConfig) -> Option<crate::scheduling_loop::Bi
         let annotate: crate::scheduling_loop::BindAnnotator = Arc::new(|d, snapshot| {
             let usage = snapshot.usage();
             let summary = decision_summary(d, usage, usage.now_ms);
-            crate::framework::BindAnnotations::from([(
+            headroom_scheduler::framework::BindAnnotations::from([(
                 DECISION_ANNOTATION.to_string(),
                 serde_json::to_string(&summary).unwrap_or_default(),
             )])
@@ -460,7 +460,7 @@ mod tests {
         d.feasible = (0..1500).rev().collect();
         // Ties on the best total: the node name breaks them.
         d.totals = d.feasible.iter().map(|&i| i64::from(i % 700)).collect();
-        d.scores = vec![crate::framework::decision::ScoreColumn {
+        d.scores = vec![headroom_scheduler::framework::decision::ScoreColumn {
             plugin: "NodeResourcesFit",
             weight: 1,
             raw: None,
@@ -473,7 +473,7 @@ mod tests {
         let slim = d.summary_only();
         assert!(slim.scores.is_empty() && slim.feasible.len() == 3);
         assert_eq!((slim.feasible_count(), d.feasible_count()), (1500, 1500));
-        let usage = crate::usage_context::UsageContext::default();
+        let usage = headroom_scheduler::usage_context::UsageContext::default();
         let full = serde_json::to_value(decision_summary(&d, &usage, 1_000)).unwrap();
         assert_eq!(
             serde_json::to_value(decision_summary(&slim, &usage, 1_000)).unwrap(),

@@ -49,8 +49,8 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
 
-use crate::framework::{BoxFuture, Code, Decision, Framework, Outcome, Status};
-use crate::snapshot::{PodInfo, Snapshot};
+use headroom_scheduler::framework::{BoxFuture, Code, Decision, Framework, Outcome, Status};
+use headroom_scheduler::snapshot::{PodInfo, Snapshot};
 
 /// The highest score an extender may give (`extenderv1.MaxExtenderPriority`).
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;
@@ -187,7 +187,7 @@ pub struct ExtenderHistory {
     /// How a pod's builder is named.
     pub identity: headroom_collectors::IdentityConfig,
     /// The clock stamping each placement.
-    pub clock: crate::clock::Clock,
+    pub clock: headroom_scheduler::clock::Clock,
 }
 
 impl ExtenderHistory {
@@ -438,7 +438,7 @@ impl Evaluated {
     fn of(
         req: &Request,
         d: &Decision,
-        found: &[Option<crate::snapshot::NodeIdx>],
+        found: &[Option<headroom_scheduler::snapshot::NodeIdx>],
         nodes: usize,
     ) -> Evaluated {
         let error = match &d.outcome {
@@ -465,7 +465,7 @@ impl Evaluated {
                 let Some(idx) = *idx else {
                     return Verdict::Unresolvable(format!(
                         "node {:?} is not known to headroom",
-                        crate::field::shown(name)
+                        headroom_scheduler::field::shown(name)
                     ));
                 };
                 match rejected.get(idx as usize).copied().flatten() {
@@ -514,7 +514,7 @@ pub trait ExtenderSnapshots: Send + Sync {
 /// Under `serve`: the cache's snapshot, leased for the evaluation (~0.1 ms at 500 names).
 /// The watch's writes meanwhile are queued, not copied, and applied as the lease ends, so
 /// a request reads the freshest state and never copies the cluster.
-impl ExtenderSnapshots for crate::cache::Cache {
+impl ExtenderSnapshots for headroom_scheduler::cache::Cache {
     fn lend(&self, f: &mut dyn FnMut(&Snapshot)) {
         let lease = self.lease();
         f(&lease);
@@ -571,12 +571,17 @@ impl ExtenderState {
         &self,
         req: &Request,
         snapshot: &Snapshot,
-    ) -> (Decision, Vec<Option<crate::snapshot::NodeIdx>>, usize) {
+    ) -> (
+        Decision,
+        Vec<Option<headroom_scheduler::snapshot::NodeIdx>>,
+        usize,
+    ) {
         // Only the nodes asked about are filtered and scored (names the cache lacks have
         // no index and no verdict).
-        let found: Vec<Option<crate::snapshot::NodeIdx>> =
+        let found: Vec<Option<headroom_scheduler::snapshot::NodeIdx>> =
             req.names.iter().map(|n| snapshot.index_of(n)).collect();
-        let asked: Vec<crate::snapshot::NodeIdx> = found.iter().flatten().copied().collect();
+        let asked: Vec<headroom_scheduler::snapshot::NodeIdx> =
+            found.iter().flatten().copied().collect();
         // Host selection is kube-scheduler's job here; the seed only feeds the tie-breaker
         // of a decision nobody acts on.
         let mut rng = SmallRng::seed_from_u64(0);
@@ -660,7 +665,7 @@ pub fn scale(total: i64, total_weight: i64) -> i64 {
     if total_weight <= 0 {
         return 0;
     }
-    let max = crate::framework::MAX_NODE_SCORE * total_weight;
+    let max = headroom_scheduler::framework::MAX_NODE_SCORE * total_weight;
     ((total.clamp(0, max) * MAX_EXTENDER_PRIORITY * 2 + max) / (2 * max))
         .clamp(0, MAX_EXTENDER_PRIORITY)
 }
@@ -793,9 +798,9 @@ mod tests {
     /// The default extender profile over `snapshot`, without a binder.
     fn default_state(snapshot: Arc<dyn ExtenderSnapshots>) -> ExtenderState {
         let cfg = crate::config::serve::ExtenderConfig::default();
-        let fw = crate::plugins::build_framework_with(
+        let fw = headroom_scheduler::plugins::build_framework_with(
             &cfg.profile(),
-            &crate::plugins::PluginDeps::default(),
+            &headroom_scheduler::plugins::PluginDeps::default(),
         )
         .unwrap();
         ExtenderState {
@@ -822,7 +827,7 @@ mod tests {
     #[test]
     fn unknown_node_names_fail_unresolvable() {
         // Regression (issue #15, 11): names headroom does not know were passed in NodeNames.
-        let (nodes, pods) = crate::synthetic::cluster(3, 0, 1);
+        let (nodes, pods) = headroom_scheduler::synthetic::cluster(3, 0, 1);
         let known: Vec<String> = nodes
             .iter()
             .map(|n| n.metadata.name.clone().unwrap_or_default())
@@ -833,7 +838,7 @@ mod tests {
         names.insert(1, "x".to_string());
         names.push("n".repeat(10_000));
         let args = ExtenderArgs {
-            pod: Some(crate::synthetic::plain_pod("p")),
+            pod: Some(headroom_scheduler::synthetic::plain_pod("p")),
             nodes: None,
             node_names: Some(names),
         };
@@ -863,7 +868,7 @@ mod tests {
     #[test]
     fn prioritize_reuses_the_filters_evaluation() {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        let (nodes, pods) = crate::synthetic::cluster(20, 3, 7);
+        let (nodes, pods) = headroom_scheduler::synthetic::cluster(20, 3, 7);
         let names: Vec<String> = nodes
             .iter()
             .map(|n| n.metadata.name.clone().unwrap_or_default())
@@ -875,9 +880,9 @@ mod tests {
         )
         .unwrap();
         let fw = Arc::new(
-            crate::plugins::build_framework_with(
+            headroom_scheduler::plugins::build_framework_with(
                 &cfg.profile(),
-                &crate::plugins::PluginDeps::default(),
+                &headroom_scheduler::plugins::PluginDeps::default(),
             )
             .unwrap(),
         );
@@ -896,7 +901,7 @@ mod tests {
             }
         };
         let args = |pod: &str, names: &[String]| ExtenderArgs {
-            pod: Some(crate::synthetic::plain_pod(pod)),
+            pod: Some(headroom_scheduler::synthetic::plain_pod(pod)),
             nodes: None,
             node_names: Some(names.to_vec()),
         };
@@ -929,8 +934,10 @@ mod tests {
     /// nothing; the next request reads the write.
     #[test]
     fn requests_lease_the_cache_snapshot() {
-        let (nodes, pods) = crate::synthetic::cluster(3, 0, 1);
-        let cache = Arc::new(crate::cache::Cache::new(std::time::Duration::from_secs(30)));
+        let (nodes, pods) = headroom_scheduler::synthetic::cluster(3, 0, 1);
+        let cache = Arc::new(headroom_scheduler::cache::Cache::new(
+            std::time::Duration::from_secs(30),
+        ));
         cache.update(|c| c.replace(Snapshot::build(nodes, pods)));
         let copies = cache.copies();
         let names: Vec<String> = cache
@@ -953,7 +960,7 @@ mod tests {
         let state = default_state(cache.clone());
         let r = state
             .filter(ExtenderArgs {
-                pod: Some(crate::synthetic::plain_pod("p")),
+                pod: Some(headroom_scheduler::synthetic::plain_pod("p")),
                 nodes: None,
                 node_names: Some(names.clone()),
             })

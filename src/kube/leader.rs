@@ -28,8 +28,8 @@ use tokio::time::Instant;
 
 use super::health::ApiHealth;
 use crate::config::serve::LeaderElectionConfig;
-use crate::framework::BoxFuture;
 use crate::logging::Trouble;
+use headroom_scheduler::framework::BoxFuture;
 
 /// Why a Lease call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -17,10 +17,10 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use prometheus_client::metrics::counter::Counter;
 
 use super::recorder::{EventSpec, Recorder};
-use crate::framework::Nomination;
-use crate::key::PodKey;
 use crate::preemption::disruption_target_patch;
-use crate::snapshot::PodInfo;
+use headroom_scheduler::framework::Nomination;
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::snapshot::PodInfo;
 
 /// Counters of preemption's API calls (`headroom_preemption_*_total` once
 /// [`registered`](PreemptStats::register)). Cheap to clone: the fields are handles.

@@ -32,8 +32,8 @@ use tokio::time::Instant;
 
 use super::health::ApiCalls;
 use crate::config::serve::EventsConfig;
-use crate::framework::Fallback;
-use crate::snapshot::PodInfo;
+use headroom_scheduler::framework::Fallback;
+use headroom_scheduler::snapshot::PodInfo;
 
 /// One event to write.
 #[derive(Debug, Clone, PartialEq)]

@@ -42,16 +42,16 @@ use super::recorder;
 use super::reflect;
 use super::tls;
 use super::{Error, Result};
-use crate::clock::Clock;
 use crate::cluster::{NodeObserver, Synced};
 use crate::config::Config;
 use crate::config::serve::SecurityMode;
 use crate::config::serve::ServeConfig;
 use crate::decisions::SinkReport;
 use crate::engine::{Drive, Engine, EngineError, Parts, Phase, Running};
-use crate::plugins::build_framework_with;
-use crate::reservation::ReservationSource;
 use crate::scheduling_loop::LoopStats;
+use headroom_scheduler::clock::Clock;
+use headroom_scheduler::plugins::build_framework_with;
+use headroom_scheduler::reservation::ReservationSource;
 
 /// What `run` needs.
 pub struct ServeOptions {
@@ -243,7 +243,7 @@ pub async fn run(
         config.serve.api_listen = a.to_string();
     }
     config.validate()?;
-    crate::plugins::validate_config(&config)?;
+    crate::config::validate_config(&config)?;
     let serve = config.serve.clone();
     let parse = |field: &str, v: &str| {
         v.parse::<SocketAddr>()

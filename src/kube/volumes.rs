@@ -27,15 +27,15 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::watch::{Reporting, WatchItem, pump};
-use crate::cache::Cache;
 use crate::cluster::{ClusterState, Kind};
-use crate::framework::BoxFuture;
-use crate::plugins::volume_binding::VolumeBinder;
-use crate::snapshot::volumes::{
+use headroom_scheduler::cache::Cache;
+use headroom_scheduler::framework::BoxFuture;
+use headroom_scheduler::plugins::volume_binding::VolumeBinder;
+use headroom_scheduler::snapshot::volumes::{
     ANN_SELECTED_NODE, PodVolumes, VolumeKind, VolumeObject, claim_key, is_claim_fully_bound,
     pv_node_affinity_matches, selected_node,
 };
-use crate::snapshot::{PodInfo, Snapshot};
+use headroom_scheduler::snapshot::{PodInfo, Snapshot};
 
 /// Upstream's default `bindTimeoutSeconds`.
 pub const DEFAULT_BIND_TIMEOUT: Duration = Duration::from_secs(600);

@@ -13,8 +13,8 @@ use kube::runtime::watcher::{self, Event};
 
 use super::health::ApiHealth;
 use crate::cluster::{FeedStats, Kind};
-use crate::key::{PodId, PodKey};
 use crate::logging::{Trouble, error_chain, now};
+use headroom_scheduler::key::{PodId, PodKey};
 
 /// What every watch reports to: the cluster feed's counters and the API server's health.
 #[derive(Debug, Clone)]

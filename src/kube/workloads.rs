@@ -1,5 +1,5 @@
 //! Watches of the workload objects default topology spreading reads: Services,
-//! ReplicationControllers, ReplicaSets and StatefulSets ([`crate::snapshot::workloads`]).
+//! ReplicationControllers, ReplicaSets and StatefulSets ([`headroom_scheduler::snapshot::workloads`]).
 //! Each is a list/watch like the other kinds ([`super::reflect`]), with its (re-)lists
 //! handed over whole, reduced to the objects' selectors before they reach the snapshot.
 
@@ -13,7 +13,7 @@ use kube::api::Api;
 
 use super::watch::{Reporting, WatchItem, pump};
 use crate::cluster::{ClusterState, Kind};
-use crate::snapshot::workloads::{Workload, WorkloadKind};
+use headroom_scheduler::snapshot::workloads::{Workload, WorkloadKind};
 
 /// Feeds one workload kind's watch to `state` until `shutdown`.
 async fn watch<K>(

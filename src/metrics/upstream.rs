@@ -31,8 +31,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::decision_result;
-use crate::framework::Decision;
-use crate::queue::QueueLengths;
+use headroom_scheduler::framework::Decision;
+use headroom_scheduler::queue::QueueLengths;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultProfile {
@@ -273,7 +273,7 @@ impl Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::{Nomination, Outcome};
+    use headroom_scheduler::framework::{Nomination, Outcome};
     use std::sync::Arc;
 
     #[test]
@@ -288,13 +288,13 @@ mod tests {
         d.post_filter_ran = true;
         d.time_extension_point(
             "PreFilter",
-            crate::framework::Code::Success,
+            headroom_scheduler::framework::Code::Success,
             std::time::Instant::now(),
         );
         d.time_plugin(
             "NodeResourcesFit",
             "Filter",
-            crate::framework::Code::Success,
+            headroom_scheduler::framework::Code::Success,
             Duration::from_micros(30),
         );
         d.nomination = Some(Nomination {

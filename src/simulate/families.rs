@@ -67,8 +67,8 @@ use super::scenario::{
     self, Burst, DailyCycle, Event, Kind, LoadCurve, NodeSpec, Overcommit, RateCurve, Requests,
     Scenario, UsageSpec, Workload,
 };
-use crate::field;
-use crate::usage::file::{Amount, MAX_BYTES, MAX_CORES};
+use headroom_scheduler::field;
+use headroom_scheduler::usage::file::{Amount, MAX_BYTES, MAX_CORES};
 
 /// The workload name of a farm's services (one workload of `services` replicas).
 pub const SERVICE_NAME: &str = "svc";
@@ -423,7 +423,7 @@ impl NodeMix {
                 if sys >= cap {
                     let shown = |v: f64| match of {
                         "cpu" => format!("{v}"),
-                        _ => crate::quantity::format_bytes(v as i64),
+                        _ => headroom_scheduler::quantity::format_bytes(v as i64),
                     };
                     return Err(invalid(
                         o,

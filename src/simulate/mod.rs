@@ -2,7 +2,7 @@
 //!
 //! A simulated clock (tokio's paused clock, advanced one `step` at a time) drives
 //! everything: pods arrive per the scenario's workloads and go through the real
-//! [`SchedulingQueue`](crate::queue::SchedulingQueue) and [`Scheduler`](crate::scheduler::Scheduler) (binding is instant); running pods use CPU and
+//! [`SchedulingQueue`](headroom_scheduler::queue::SchedulingQueue) and [`Scheduler`](headroom_scheduler::scheduler::Scheduler) (binding is instant); running pods use CPU and
 //! memory drawn from their builder's real-usage factors; every step the simulator writes
 //! node samples into a real store, finished builds become run records and placements, and
 //! the analytics refresh computes the usage view from the store on simulated time (polars
@@ -28,12 +28,12 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use crate::analytics;
-use crate::clock::Clock;
 use crate::config::{Config, ConfigError, PluginSetting};
 use crate::engine::{Engine, EngineError};
-use crate::key::PodKey;
-use crate::plugins::KNOWN_PLUGINS;
-use crate::snapshot::PodInfo;
+use headroom_scheduler::clock::Clock;
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::plugins::KNOWN_PLUGINS;
+use headroom_scheduler::snapshot::PodInfo;
 use headroom_storage::{Store, UsageSummary};
 
 pub use report::{PolicyReport, Report};
@@ -122,8 +122,8 @@ impl Policy {
     /// The peer plugins this policy switches on (none for `headroom` and `requests`), and
     /// the upstream ones it switches off.
     fn peer(self) -> (&'static [&'static str], &'static [&'static str]) {
-        use crate::plugins::{balanced_allocation, crane_dynamic, load_aware};
-        use crate::plugins::{trimaran_lvrb, trimaran_tlp};
+        use headroom_scheduler::plugins::{balanced_allocation, crane_dynamic, load_aware};
+        use headroom_scheduler::plugins::{trimaran_lvrb, trimaran_tlp};
         match self {
             Policy::Headroom | Policy::Requests => (&[], &[]),
             Policy::TrimaranTlp => (&[trimaran_tlp::NAME], &[balanced_allocation::NAME]),
@@ -300,7 +300,7 @@ enum Kill {
 }
 
 /// A scenario amount, parsed by the usage file's rule (quantity or number, non-negative).
-fn amount(a: &crate::usage::file::Amount, field: &str) -> Result<f64, Error> {
+fn amount(a: &headroom_scheduler::usage::file::Amount, field: &str) -> Result<f64, Error> {
     a.value(field).map_err(|(field, message)| {
         Error::Scenario(scenario::Error::Invalid {
             path: "scenario".into(),
@@ -327,7 +327,7 @@ fn make_nodes(
     if let Some(obj) = &spec.node {
         let node: Node =
             serde_json::from_value(obj.clone()).map_err(|e| bad(format!("not a Node: {e}")))?;
-        let info = crate::snapshot::NodeInfo::new(Arc::new(node.clone()));
+        let info = headroom_scheduler::snapshot::NodeInfo::new(Arc::new(node.clone()));
         if let Some(e) = &info.error {
             return Err(bad(e.clone()));
         }
@@ -648,19 +648,19 @@ impl SimBinder {
     }
 }
 
-impl crate::framework::Plugin for SimBinder {
+impl headroom_scheduler::framework::Plugin for SimBinder {
     fn name(&self) -> &'static str {
         "SimulatedBinder"
     }
 }
 
-impl crate::framework::BindPlugin for SimBinder {
+impl headroom_scheduler::framework::BindPlugin for SimBinder {
     fn bind<'a>(
         &'a self,
         pod: &'a PodInfo,
         node: &'a str,
-        _annotations: &'a crate::framework::BindAnnotations,
-    ) -> crate::framework::BoxFuture<'a, crate::framework::Status> {
+        _annotations: &'a headroom_scheduler::framework::BindAnnotations,
+    ) -> headroom_scheduler::framework::BoxFuture<'a, headroom_scheduler::framework::Status> {
         Box::pin(async move {
             // The kubelet starts it at once: the pod as the watch shows it, running.
             let mut bound = (*pod.pod).clone();
@@ -674,7 +674,7 @@ impl crate::framework::BindPlugin for SimBinder {
                 node.to_string(),
                 pod.pod.clone(),
             ));
-            crate::framework::Status::success()
+            headroom_scheduler::framework::Status::success()
         })
     }
 }
@@ -696,14 +696,14 @@ mod tests {
         .unwrap();
         let names = |p: Policy| -> Vec<&'static str> {
             let c = p.config(&base);
-            crate::plugins::build_framework(&c.profiles[0])
+            headroom_scheduler::plugins::build_framework(&c.profiles[0])
                 .unwrap()
                 .plugins()
                 .iter()
                 .map(|r| r.name)
                 .collect()
         };
-        let peers: Vec<&str> = crate::plugins::KNOWN_PLUGINS
+        let peers: Vec<&str> = headroom_scheduler::plugins::KNOWN_PLUGINS
             .iter()
             .filter(|k| k.peer_windows)
             .map(|k| k.name)
@@ -719,7 +719,7 @@ mod tests {
             assert!(
                 !n.contains(&"RealMemoryFit")
                     && !n.contains(&"History")
-                    && !n.contains(&crate::plugins::fragmentation::NAME),
+                    && !n.contains(&headroom_scheduler::plugins::fragmentation::NAME),
                 "{p:?}"
             );
             assert_eq!(n.iter().filter(|x| peers.contains(x)).count(), 1, "{p:?}");
@@ -728,15 +728,19 @@ mod tests {
                 !p.as_str().starts_with("trimaran"),
                 "{p:?}"
             );
-            assert!(crate::plugins::registry::needs_peer_windows(
-                &p.config(&base)
+            assert!(headroom_scheduler::plugins::registry::needs_peer_windows(
+                &p.config(&base).core()
             ));
         }
         assert!(names(Policy::Headroom).contains(&"RealHeadroom"));
-        assert!(names(Policy::Headroom).contains(&crate::plugins::fragmentation::NAME));
-        assert!(!names(Policy::Requests).contains(&crate::plugins::fragmentation::NAME));
-        assert!(!crate::plugins::registry::needs_peer_windows(
-            &Policy::Requests.config(&base)
+        assert!(
+            names(Policy::Headroom).contains(&headroom_scheduler::plugins::fragmentation::NAME)
+        );
+        assert!(
+            !names(Policy::Requests).contains(&headroom_scheduler::plugins::fragmentation::NAME)
+        );
+        assert!(!headroom_scheduler::plugins::registry::needs_peer_windows(
+            &Policy::Requests.config(&base).core()
         ));
         let c = Policy::Crane.config(&base);
         assert_eq!(c.profiles[0].plugins["Dynamic"].weight, Some(5));

@@ -16,16 +16,16 @@ use super::{
     Options, Plan, Policy, PolicyReport, RAMP_MS, RETRY_DELAY_MS, Running, Scenario, SimBinder,
     amount, attach, make_nodes, plan, pod_of, scenario, start_after, summary,
 };
-use crate::clock::{Clock, ManualTime};
 use crate::cluster::ClusterState;
 use crate::config::Config;
 use crate::decisions::{DecisionLog, OutcomeHandler, Settled};
 use crate::engine::{Drive, Engine, Parts};
-use crate::framework::Nomination;
-use crate::key::PodKey;
-use crate::reservation::InMemoryReservations;
 use crate::scheduling_loop::SchedulingLoop;
-use crate::usage::file::UsageFile;
+use headroom_scheduler::clock::{Clock, ManualTime};
+use headroom_scheduler::framework::Nomination;
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::reservation::InMemoryReservations;
+use headroom_scheduler::usage::file::UsageFile;
 use headroom_storage::{Labels, RunRecord, SeriesId, Store};
 
 /// Runs one policy on the [`Engine`], driven by hand on simulated time: per step, the
@@ -833,7 +833,7 @@ impl<'a> Sim<'a> {
                     .unwrap_or(false)
             })
             .filter_map(|n| {
-                let a = crate::resources::node_allocatable(&n.object).ok()?;
+                let a = headroom_scheduler::resources::node_allocatable(&n.object).ok()?;
                 Some((
                     n.name.clone(),
                     (a.milli_cpu as f64 / 1000.0, a.memory as f64),
@@ -955,7 +955,7 @@ fn warm_choice(log: &DecisionLog, key: &PodKey, warm: &HashSet<String>) -> WarmC
     let history = d
         .scores
         .iter()
-        .find(|c| c.plugin == crate::plugins::history::NAME);
+        .find(|c| c.plugin == headroom_scheduler::plugins::history::NAME);
     let mut feasible = false;
     for (pos, &i) in d.feasible.iter().enumerate() {
         if !d

@@ -37,7 +37,7 @@
 //!     count: 6
 //!     requests: {cpu: "1", memory: 2Gi}
 //!     priority: 100            # spec.priority: may preempt lower-priority pods
-//! reservations: []             # as in the usage file (src/usage/file.rs)
+//! reservations: []             # as in the usage file (scheduler/src/usage/file.rs)
 //! events:
 //!   - {at: 2h, cordon: build-3}
 //!   - {at: 3h, uncordon: build-3}
@@ -72,8 +72,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::field::{self, Error as FieldError, ErrorList, Path};
-use crate::usage::file::{Amount, MAX_BYTES, MAX_CORES, ReservationEntry, UsageFile};
+use headroom_scheduler::field::{self, Error as FieldError, ErrorList, Path};
+use headroom_scheduler::usage::file::{Amount, MAX_BYTES, MAX_CORES, ReservationEntry, UsageFile};
 
 /// Why a scenario could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -570,14 +570,14 @@ fn check_nodes(spec: &NodeSpec, at: &Path, start: usize, errors: &mut ErrorList)
         };
         let before = errors.len();
         errors.extend(
-            crate::objects::check_node(&node)
+            headroom_scheduler::objects::check_node(&node)
                 .into_iter()
                 .map(|e| e.under(&at.child("node"))),
         );
         if errors.len() > before {
             return Vec::new();
         }
-        let info = crate::snapshot::NodeInfo::new(std::sync::Arc::new(node));
+        let info = headroom_scheduler::snapshot::NodeInfo::new(std::sync::Arc::new(node));
         if let Some(e) = &info.error {
             errors.push(FieldError::invalid(at.child("node"), "", e.clone()));
         }

@@ -9,16 +9,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use headroom::api::ApiState;
-use headroom::clock::Clock;
 use headroom::config::Config;
 use headroom::decisions::{DecisionLog, LogLimits};
 use headroom::engine::{Drive, Engine, Parts, Phase, Running};
-use headroom::framework::{BindPlugin, BoxFuture, Plugin, Status};
-use headroom::key::PodKey;
 use headroom::metrics::Metrics;
-use headroom::scheduler::Scheduler;
 use headroom::scheduling_loop::InstantBinder;
-use headroom::snapshot::{PodInfo, Snapshot};
+use headroom_scheduler::clock::Clock;
+use headroom_scheduler::framework::{BindPlugin, BoxFuture, Plugin, Status};
+use headroom_scheduler::key::PodKey;
+use headroom_scheduler::scheduler::Scheduler;
+use headroom_scheduler::snapshot::{PodInfo, Snapshot};
 use headroom_storage::{Labels, RunRecord, Store, StoreConfig, UsageSummary};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -122,7 +122,7 @@ impl BindPlugin for FlakyBinder {
         &'a self,
         pod: &'a PodInfo,
         node: &'a str,
-        annotations: &'a headroom::framework::BindAnnotations,
+        annotations: &'a headroom_scheduler::framework::BindAnnotations,
     ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
             if self.calls.fetch_add(1, Ordering::SeqCst) % self.every == self.every - 1 {
@@ -172,7 +172,7 @@ pub fn spawn_demo_server() -> DemoServer {
         .unwrap();
     let store = Store::open(dir.path().join("data"), StoreConfig::default()).unwrap();
 
-    let (nodes, pods) = headroom::synthetic::cluster(DEMO_NODES, 3, 11);
+    let (nodes, pods) = headroom_scheduler::synthetic::cluster(DEMO_NODES, 3, 11);
     let names: Vec<String> = nodes
         .iter()
         .map(|n| n.metadata.name.clone().unwrap())
@@ -669,8 +669,8 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         .build()
         .unwrap();
     let store = Store::open_temporary(StoreConfig::default()).unwrap();
-    let scheduler = Scheduler::new(&Config::default()).unwrap();
-    let (nodes, _) = headroom::synthetic::cluster(3, 0, 1);
+    let scheduler = Scheduler::new(&Config::default().core()).unwrap();
+    let (nodes, _) = headroom_scheduler::synthetic::cluster(3, 0, 1);
     scheduler
         .cache()
         .update(|c| c.replace(Snapshot::build(nodes, [])));
@@ -689,7 +689,7 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
             "the store",
             "writing again",
         )),
-        clock: headroom::clock::Clock::from_fn(|| 0),
+        clock: headroom_scheduler::clock::Clock::from_fn(|| 0),
         handler: None,
     };
     let sink = runtime.spawn(headroom::decisions::run_decision_sink(
@@ -698,7 +698,7 @@ fn api_serves_decisions_evicted_from_memory_from_the_store() {
         std::future::pending(),
     ));
     for (i, name) in ["first", "second"].iter().enumerate() {
-        let p = PodInfo::new(Arc::new(headroom::synthetic::plain_pod(name)));
+        let p = PodInfo::new(Arc::new(headroom_scheduler::synthetic::plain_pod(name)));
         let mut a = scheduler.schedule_one(&p, None, true);
         a.decision.decided_at_ms = 1_000 + i as i64;
         runtime

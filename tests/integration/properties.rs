@@ -13,13 +13,13 @@ use std::sync::Arc;
 use headroom::config::Config;
 use headroom::config::serve::ExtenderConfig;
 use headroom::kube::extender::{ExtenderArgs, ExtenderBindingArgs, ExtenderState, parse};
-use headroom::objects::Objects;
 use headroom::place::{PlaceOptions, place_objects};
-use headroom::plugins::{PluginDeps, build_framework_with};
-use headroom::quantity::{Quantity, format_bytes, format_milli};
 use headroom::simulate::Scenario;
-use headroom::snapshot::Snapshot;
-use headroom::usage::file::UsageFile;
+use headroom_scheduler::objects::Objects;
+use headroom_scheduler::plugins::{PluginDeps, build_framework_with};
+use headroom_scheduler::quantity::{Quantity, format_bytes, format_milli};
+use headroom_scheduler::snapshot::Snapshot;
+use headroom_scheduler::usage::file::UsageFile;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -335,17 +335,17 @@ proptest! {
 
     #[test]
     fn configs_never_panic(text in mutated(read(&["examples/config.yaml"]))) {
-        match headroom::plugins::registry::config_from_yaml(&text, "fuzz.yaml") {
+        match headroom::config::config_from_yaml(&text, "fuzz.yaml") {
             // The configuration, and the effective one (plugin args filled in), read back
             // as themselves.
             Ok(c) => {
                 let again = Config::from_yaml(&c.to_yaml(), "again")
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(&again, &c);
-                let effective = headroom::plugins::registry::effective(&c);
-                let again = headroom::plugins::registry::config_from_yaml(&effective.to_yaml(), "again")
+                let effective = headroom::config::effective(&c);
+                let again = headroom::config::config_from_yaml(&effective.to_yaml(), "again")
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(headroom::plugins::registry::effective(&again), effective);
+                prop_assert_eq!(headroom::config::effective(&again), effective);
             }
             Err(e) => {
                 let m = e.to_string();
@@ -356,7 +356,7 @@ proptest! {
 }
 
 fn extender_state() -> ExtenderState {
-    let (nodes, pods) = headroom::synthetic::cluster(6, 3, 1);
+    let (nodes, pods) = headroom_scheduler::synthetic::cluster(6, 3, 1);
     let snap = Arc::new(Snapshot::build(nodes, pods));
     let cfg: ExtenderConfig = serde_norway::from_str(
         "plugins: {TaintToleration: {enabled: true}, NodeResourcesFit: {enabled: true}}",

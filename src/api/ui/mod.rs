@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::{ApiError, ApiState};
-use crate::key::PodKey;
+use headroom_scheduler::key::PodKey;
 use html::Html;
 
 use html::encode_segment;
@@ -217,7 +217,7 @@ fn age(s: f64) -> String {
 
 /// Bytes as operators read them (`1.5Gi`).
 fn bytes(b: f64) -> String {
-    crate::quantity::format_bytes(b as i64)
+    headroom_scheduler::quantity::format_bytes(b as i64)
 }
 
 /// The bar colour for a share of capacity in use.

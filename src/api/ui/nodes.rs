@@ -8,7 +8,7 @@ use axum::response::Response;
 use super::{Page, age, bytes, load_class};
 use crate::api::ApiState;
 use crate::api::nodes::{NodeView, node_list};
-use crate::usage::Basis;
+use headroom_scheduler::usage::Basis;
 
 /// `GET /ui/nodes`.
 pub(super) async fn page(State(state): State<ApiState>, uri: Uri) -> Response {

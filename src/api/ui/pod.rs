@@ -13,9 +13,9 @@ use super::{Page, age, bytes, error_page, load_class, when};
 use crate::api::explain::{Key, lookup};
 use crate::api::{ApiError, ApiState};
 use crate::decisions::{DecisionInputs, ExplainResponse};
-use crate::framework::Code;
-use crate::framework::decision::{Explanation, NodeVerdict};
-use crate::key::PodKey;
+use headroom_scheduler::framework::Code;
+use headroom_scheduler::framework::decision::{Explanation, NodeVerdict};
+use headroom_scheduler::key::PodKey;
 
 /// At most this many node rows: beyond, the JSON has them all.
 const MAX_ROWS: usize = 1_000;

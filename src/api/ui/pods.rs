@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::{Page, age, encode_segment, error_page, when};
 use crate::api::explain::parse_pod;
 use crate::api::{ApiError, ApiState};
-use crate::framework::Outcome;
+use headroom_scheduler::framework::Outcome;
 
 /// At most this many decisions are listed: a page a browser renders at once.
 const MAX_LISTED: usize = 500;

@@ -7,7 +7,7 @@ use axum::response::Response;
 use super::{Page, age, error_page};
 use crate::api::ApiState;
 use crate::api::queue::queue_response;
-use crate::queue::SubQueue;
+use headroom_scheduler::queue::SubQueue;
 
 /// At most this many rows, in the queue's order: a page a browser renders at once.
 const MAX_ROWS: usize = 1_000;

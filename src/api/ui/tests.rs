@@ -10,12 +10,12 @@ use tower::ServiceExt;
 
 use crate::api::{ApiState, QueueView, router};
 use crate::decisions::{DecisionInputs, LoggedDecision};
-use crate::framework::Status;
-use crate::framework::decision::{Decision, Fallback, Outcome, ScoreColumn};
-use crate::key::{PodId, PodKey};
 use crate::metrics::Metrics;
-use crate::queue::{PendingPod, QueueLengths, SubQueue};
-use crate::snapshot::Snapshot;
+use headroom_scheduler::framework::Status;
+use headroom_scheduler::framework::decision::{Decision, Fallback, Outcome, ScoreColumn};
+use headroom_scheduler::key::{PodId, PodKey};
+use headroom_scheduler::queue::{PendingPod, QueueLengths, SubQueue};
+use headroom_scheduler::snapshot::Snapshot;
 
 const HOSTILE: &str = "<script>alert(1)</script>";
 
@@ -62,7 +62,7 @@ impl QueueView for Pending {
 
 /// Three synthetic nodes: the first rejects, the other two are feasible and scored.
 fn decision(name: &str, at: i64) -> LoggedDecision {
-    let (nodes, _) = crate::synthetic::cluster(3, 0, 1);
+    let (nodes, _) = headroom_scheduler::synthetic::cluster(3, 0, 1);
     let names: Vec<Arc<str>> = nodes
         .iter()
         .map(|n| Arc::from(n.metadata.name.as_deref().unwrap()))
@@ -108,7 +108,7 @@ fn state(with_queue: bool) -> ApiState {
 
 /// `nodes` synthetic nodes, two decisions, and `pending` pods if a queue.
 fn state_of(nodes: usize, pending: Option<usize>) -> ApiState {
-    let (nodes, pods) = crate::synthetic::cluster(nodes, 2, 1);
+    let (nodes, pods) = headroom_scheduler::synthetic::cluster(nodes, 2, 1);
     let (_tx, rx) = tokio::sync::watch::channel(Arc::new(Snapshot::build(nodes, pods)));
     let s = ApiState::new(Arc::new(rx), Arc::new(Metrics::default()));
     s.decisions().insert(decision("build-1", 1_000));

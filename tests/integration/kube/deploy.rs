@@ -96,7 +96,7 @@ fn kube_deploy_manifests_parse_as_their_kinds() {
                 "ConfigMap" => {
                     let cm: ConfigMap = typed(&doc, &name);
                     let text = &cm.data.unwrap()["config.yaml"];
-                    let c = headroom::plugins::registry::config_from_yaml(text, &name)
+                    let c = headroom::config::config_from_yaml(text, &name)
                         .unwrap_or_else(|e| panic!("{e}"));
                     assert!(c.serve.leader_election.enabled);
                     // Nothing unauthenticated: TLS with delegated authn/z, the cluster CA

@@ -370,7 +370,7 @@ async fn kube_serve_flushes_and_applies_retention_to_its_store() {
     })
     .unwrap();
     // Three hours ago: a node that has since left, sampled every 15 s for an hour.
-    let now = headroom::clock::wall_ms();
+    let now = headroom_scheduler::clock::wall_ms();
     let labels = Labels::new([("node", "gone")]).unwrap();
     let id = store.series_id("node_cpu_usage_cores", &labels).unwrap();
     for i in 0..240i64 {
@@ -462,7 +462,7 @@ async fn kube_serve_kill_9_loses_at_most_the_flush_interval() {
         (ka.polls() >= 8).then_some(())
     })
     .await;
-    let killed_at = headroom::clock::wall_ms();
+    let killed_at = headroom_scheduler::clock::wall_ms();
     child.kill().expect("kill -9");
     let _ = child.wait();
     let store = Store::open(&data, StoreConfig::default()).expect("the store reopens");

@@ -487,7 +487,7 @@ async fn kube_two_replicas_with_one_lease_never_both_bind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_reservation_lifecycle() {
-    use headroom::reservation::ReservationSource;
+    use headroom_scheduler::reservation::ReservationSource;
     let fake = Fake::start().await;
     fake.put("namespaces", namespace("ci"));
     fake.put("nodes", node("node-a", "4"));
@@ -548,14 +548,14 @@ async fn kube_reservation_lifecycle() {
     cache.apply(Arc::new(obj));
     cache.consume(
         "ci/missing",
-        &headroom::key::PodKey::new("ci", "builder-missing"),
+        &headroom_scheduler::key::PodKey::new("ci", "builder-missing"),
         "node-x",
     );
     assert!(
         cache
             .current()
             .iter()
-            .all(|h| h.phase == headroom::reservation::Phase::Consumed)
+            .all(|h| h.phase == headroom_scheduler::reservation::Phase::Consumed)
     );
     let (leader_tx, leader_rx) = tokio::sync::watch::channel(true);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();

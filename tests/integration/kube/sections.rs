@@ -265,7 +265,7 @@ fn storage_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send>>
             fake.put("namespaces", namespace("default"));
             let c = config(SERVE_BASE, section);
             let store = Store::open_temporary(c.storage.clone()).unwrap();
-            let now = headroom::clock::wall_ms();
+            let now = headroom_scheduler::clock::wall_ms();
             let id = store
                 .series_id(
                     "node_cpu_usage_cores",

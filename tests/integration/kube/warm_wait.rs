@@ -70,7 +70,7 @@ fn store_with_runs(history: &[&str], b_warm: bool) -> Store {
     put("c", "c2", "node-a", 3, 300);
     for node in history.iter().rev() {
         store
-            .record_placement("b", node, headroom::clock::Clock::wall().now_ms())
+            .record_placement("b", node, headroom_scheduler::clock::Clock::wall().now_ms())
             .unwrap();
     }
     store.flush().unwrap();

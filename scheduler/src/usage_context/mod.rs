@@ -1,0 +1,233 @@
+//! The usage-side inputs of one scheduling cycle, as the snapshot holds them: the published
+//! [`UsageView`], the clock, the placements the scheduler made since the view was computed
+//! ([`UsageContext`]), and what the snapshot derives from them per view and node layout
+//! ([`UsageRows`]: the view by node index; [`RecentTable`]: the recent placements folded
+//! by node index).
+//!
+//! A [`UsageContext`] is immutable during a cycle: it lives in the [`Snapshot`] behind an
+//! `Arc`, and the scheduler replaces or updates it between cycles (a new view from the
+//! refresh loop, the clock, each assumed pod). This module holds the data and what the
+//! snapshot keeps current; [`crate::usage`], above the snapshot and the framework, holds
+//! what a cycle reads from it (a node's real state and free room, a pod's prediction, the
+//! usage fallback). The split keeps the snapshot from importing the cycle-side readers,
+//! which import the snapshot.
+//!
+//! [`Snapshot`]: crate::snapshot::Snapshot
+
+pub mod calibration;
+pub mod recent;
+pub mod risk;
+pub mod rows;
+pub mod shapes;
+pub mod whole;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::key::PodKey;
+use crate::view::UsageView;
+
+pub use calibration::{Calibration, Ratios};
+pub use recent::{RecentSums, RecentTable};
+pub use risk::MemoryDist;
+pub use rows::{UsageRow, UsageRows};
+pub use whole::WholeNeed;
+
+/// How many of its own recent nodes per builder the scheduler remembers between views.
+pub const HISTORY_DEPTH: usize = 8;
+
+/// Placement times remembered per node (NodeStartRate's windows are far shorter).
+const MAX_STARTS: usize = 256;
+
+/// A pod the scheduler placed, counted with its predicted usage until the node's metrics
+/// include it (crane's "hot value": usage lags placement by a scrape interval or more).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecentPlacement {
+    /// The pod.
+    pub pod: PodKey,
+    /// When it was assumed, ms since the epoch.
+    pub at_ms: i64,
+    /// Predicted CPU, cores.
+    pub cpu_cores: f64,
+    /// Predicted memory, bytes.
+    pub memory_bytes: f64,
+    /// Disk it asked for, bytes.
+    pub disk_bytes: f64,
+    /// Predicted memory as a distribution (the risk-based fit, [`risk`]).
+    pub memory_dist: MemoryDist,
+}
+
+/// The usage-side inputs of one scheduling cycle.
+#[derive(Debug, Clone, Default)]
+pub struct UsageContext {
+    /// Measured usage and builder profiles (empty until the first refresh).
+    pub view: Arc<UsageView>,
+    /// The scheduler's clock, ms since the epoch (simulated time in the simulator).
+    pub now_ms: i64,
+    /// Per node, pods placed recently enough that the node's usage may not show them yet
+    /// (private: every change must move [`UsageContext::recent_version`], which
+    /// [`recent::RecentTable`] follows).
+    recent: HashMap<String, Vec<RecentPlacement>>,
+    /// Increments on every change to `recent`.
+    recent_version: u64,
+    /// Per node, when the scheduler placed pods there (newest last), for NodeStartRate.
+    pub starts: HashMap<String, VecDeque<i64>>,
+    /// Per builder, the nodes the scheduler placed it on itself, newest first (merged
+    /// before the store's placement history from the view).
+    pub history: HashMap<String, VecDeque<String>>,
+    /// What profiled pods really use against their requests (`usage.coldStart:
+    /// calibrated`, per container images under `image`), computed with each new view;
+    /// `None` with too few profiled pods.
+    pub calibration: Option<Calibration>,
+    /// The running builds' shapes, derived with each new view (the Fragmentation score).
+    pub shapes: Arc<shapes::ShapeMix>,
+    /// How many nodes the running big builds need kept whole (RealHeadroom's
+    /// `keepWhole`), derived with each new view.
+    pub whole: WholeNeed,
+    /// The median over the view's builders of warm run length over cold, derived with
+    /// each new view (the warm wait's expectation for a builder with no warm run yet;
+    /// `None` with the warm wait off).
+    pub warm_ratio: Option<f64>,
+}
+
+impl UsageContext {
+    /// Records a placement: for compensation on `node` and in the builder's history.
+    pub fn record_placement(&mut self, builder: Option<&str>, node: &str, p: RecentPlacement) {
+        if let Some(b) = builder {
+            let h = self.history.entry(b.to_string()).or_default();
+            h.retain(|n| n != node);
+            h.push_front(node.to_string());
+            h.truncate(HISTORY_DEPTH);
+        }
+        let starts = self.starts.entry(node.to_string()).or_default();
+        starts.push_back(p.at_ms);
+        if starts.len() > MAX_STARTS {
+            starts.pop_front();
+        }
+        let list = self.recent.entry(node.to_string()).or_default();
+        list.retain(|r| r.pod != p.pod);
+        list.push(p);
+        self.recent_version += 1;
+    }
+
+    /// The recent placements on `node` (oldest recorded first).
+    pub fn recent_on(&self, node: &str) -> &[RecentPlacement] {
+        self.recent.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every node with recent placements, with them.
+    pub fn recent_nodes(&self) -> impl Iterator<Item = (&str, &[RecentPlacement])> {
+        self.recent.iter().map(|(n, l)| (n.as_str(), l.as_slice()))
+    }
+
+    /// Increments on every recorded, forgotten or pruned placement.
+    pub fn recent_version(&self) -> u64 {
+        self.recent_version
+    }
+
+    /// Forgets a placement (its bind failed or the pod left).
+    pub fn forget_placement(&mut self, node: &str, pod: &PodKey) {
+        if let Some(list) = self.recent.get_mut(node) {
+            list.retain(|r| r.pod != *pod);
+            self.recent_version += 1;
+        }
+    }
+
+    /// Drops recent placements the node's usage already includes (placed before its newest
+    /// sample) once they are older than `warmup_ms` as well, and all those older than
+    /// `max_age_ms` (a node whose metrics stopped must not accumulate forever).
+    pub fn prune(&mut self, warmup_ms: i64, max_age_ms: i64) {
+        let now = self.now_ms;
+        let view = &self.view;
+        self.recent_version += 1;
+        self.recent.retain(|node, list| {
+            let newest = recent::newest_of(view, node);
+            list.retain(|r| {
+                (r.at_ms > newest || now - r.at_ms < warmup_ms) && now - r.at_ms <= max_age_ms
+            });
+            !list.is_empty()
+        });
+        self.starts.retain(|_, s| {
+            while s.front().is_some_and(|t| now - t > max_age_ms) {
+                s.pop_front();
+            }
+            !s.is_empty()
+        });
+    }
+
+    /// Placements on `node` at or after `since_ms`.
+    pub fn starts_since(&self, node: &str, since_ms: i64) -> usize {
+        self.starts.get(node).map_or(0, |s| {
+            s.iter().rev().take_while(|t| **t >= since_ms).count()
+        })
+    }
+
+    /// The recent placements on `node` whose usage its samples do not fully show yet, each
+    /// with the share of its prediction still to count: all of it while no sample includes
+    /// it, then decaying linearly to nothing `warmup_ms` after placement (a new pod's usage
+    /// ramps up over its first minutes; the measured part grows as the counted part shrinks).
+    pub fn uncounted<'a>(
+        &'a self,
+        node: &str,
+        warmup_ms: i64,
+    ) -> impl Iterator<Item = (&'a RecentPlacement, f64)> + 'a {
+        let newest = recent::newest_of(&self.view, node);
+        let now = self.now_ms;
+        self.recent_on(node).iter().filter_map(move |r| {
+            if r.at_ms > newest {
+                return Some((r, 1.0));
+            }
+            let age = (now - r.at_ms) as f64;
+            let share = if warmup_ms > 0 {
+                1.0 - age / warmup_ms as f64
+            } else {
+                0.0
+            };
+            (share > 0.0).then_some((r, share.min(1.0)))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::UsageView;
+
+    #[test]
+    fn recent_placements_count_until_sampled_then_decay_over_warmup() {
+        let mut ctx = UsageContext {
+            now_ms: 100_000,
+            ..Default::default()
+        };
+        let mut view = UsageView::default();
+        let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
+        n.newest_ms = 60_000;
+        view.nodes.insert("n".into(), n);
+        ctx.view = Arc::new(view);
+        let placed = |pod: &str, at_ms: i64| RecentPlacement {
+            pod: PodKey::new("ns", pod),
+            at_ms,
+            cpu_cores: 1.0,
+            memory_bytes: 100.0,
+            disk_bytes: 0.0,
+            memory_dist: MemoryDist::default(),
+        };
+        ctx.record_placement(None, "n", placed("new", 90_000)); // after the newest sample
+        ctx.record_placement(None, "n", placed("mid", 40_000)); // sampled, 60 s old
+        ctx.record_placement(None, "n", placed("old", -300_000)); // sampled, 400 s old
+        let shares = |warmup: i64| -> Vec<(String, f64)> {
+            ctx.uncounted("n", warmup)
+                .map(|(r, s)| (r.pod.name.to_string(), (s * 100.0).round() / 100.0))
+                .collect()
+        };
+        // Warmup 5 min: the sampled 60 s-old pod still counts 80 %; the old one not at all.
+        assert_eq!(shares(300_000), [("new".into(), 1.0), ("mid".into(), 0.8)]);
+        // Warmup 0: only what no sample includes.
+        assert_eq!(shares(0), [("new".to_string(), 1.0)]);
+        // Pruning keeps what still counts.
+        ctx.prune(300_000, 600_000);
+        assert_eq!(ctx.recent_on("n").len(), 2);
+        ctx.prune(0, 600_000);
+        assert_eq!(ctx.recent_on("n").len(), 1);
+    }
+}

@@ -1,0 +1,368 @@
+//! Recent placements by node index, kept as sums a cycle reads in constant time per node.
+//!
+//! A placement counts on its node until the node's samples include it, then decays over
+//! `usage.warmup` ([`UsageContext::uncounted`]). Summing every node's placements afresh in
+//! each cycle walked every placement of the last ten minutes per decision: on the kit at
+//! 15,000 nodes that was a third of `serve`'s CPU (issue #22). Here each node's placements
+//! are folded once, when they change (a placement recorded or forgotten, a new view, a
+//! new node layout), into:
+//! - the sum of those placed after the node's newest sample (counted whole), and
+//! - those the samples include, oldest first, with suffix sums of `x` and of
+//!   `x · (newest − placed)`: with `d = newest − placed` and share
+//!   `1 − (now − placed) / warmup`, the placements still warming up sum to
+//!   `Σx · (1 − (now − newest) / warmup) − Σ(x·d) / warmup`, one binary search for the
+//!   first still warming up and one multiply-add per resource.
+//!
+//! The result equals the per-placement walk up to floating-point rounding (a test checks
+//! it against [`UsageContext::uncounted`]).
+
+use std::sync::Arc;
+
+use crate::key::NodeIdx;
+use crate::view::UsageView;
+
+use super::risk::MemoryDist;
+
+/// Values folded per placement: CPU, memory, disk, memory mean, memory variance.
+const N: usize = 5;
+use super::{RecentPlacement, UsageContext};
+
+/// What recent placements add on a node: how many, and their (decayed) predicted usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RecentSums {
+    /// Placements counted.
+    pub count: usize,
+    /// CPU, cores.
+    pub cpu: f64,
+    /// Memory, bytes.
+    pub memory: f64,
+    /// Disk, bytes.
+    pub disk: f64,
+    /// Memory as a distribution ([`super::risk`]): the means and variances of the
+    /// placements, each in the share still counted (a variance scaled by the share, not
+    /// its square: an upper bound, so a fading pod's spread is never underrated).
+    pub memory_dist: MemoryDist,
+}
+
+impl RecentSums {
+    /// The sums of the placements on `node` that its usage does not show yet.
+    /// Folded as a cycle folds them (this module), so both give the same numbers.
+    pub fn of(ctx: &UsageContext, node: &str, warmup_ms: i64) -> RecentSums {
+        NodeRecent::build(ctx.recent_on(node), newest_of(&ctx.view, node))
+            .sums(ctx.now_ms, warmup_ms)
+    }
+}
+
+/// One placement the node's samples already include, with the sums from it to the newest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Sampled {
+    at_ms: i64,
+    /// Its own CPU (cores), memory and disk (bytes), memory mean and variance: the exact
+    /// walk's inputs.
+    x: [f64; N],
+    /// Σ x over this placement and every later one.
+    sum_x: [f64; N],
+    /// Σ x · (newest − placed) over this placement and every later one.
+    sum_xd: [f64; N],
+}
+
+/// One node's recent placements, folded for [`NodeRecent::sums`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeRecent {
+    /// The node's newest sample when folded (`i64::MIN`: none).
+    newest_ms: i64,
+    /// Placements after the newest sample, counted whole.
+    unsampled: RecentSums,
+    /// Placements at or before the newest sample, oldest first.
+    sampled: Vec<Sampled>,
+}
+
+impl NodeRecent {
+    /// Folds a node's placements, given its newest sample (`i64::MIN`: none).
+    pub fn build(list: &[RecentPlacement], newest_ms: i64) -> NodeRecent {
+        let mut out = NodeRecent {
+            newest_ms,
+            ..NodeRecent::default()
+        };
+        for r in list.iter().filter(|r| r.at_ms > newest_ms) {
+            out.unsampled.count += 1;
+            out.unsampled.cpu += r.cpu_cores;
+            out.unsampled.memory += r.memory_bytes;
+            out.unsampled.disk += r.disk_bytes;
+            out.unsampled.memory_dist = out.unsampled.memory_dist.plus(r.memory_dist);
+        }
+        out.sampled = list
+            .iter()
+            .filter(|r| r.at_ms <= newest_ms)
+            .map(|r| Sampled {
+                at_ms: r.at_ms,
+                x: [
+                    r.cpu_cores,
+                    r.memory_bytes,
+                    r.disk_bytes,
+                    r.memory_dist.mean,
+                    r.memory_dist.var,
+                ],
+                sum_x: [0.0; N],
+                sum_xd: [0.0; N],
+            })
+            .collect();
+        out.sampled.sort_by_key(|s| s.at_ms);
+        let (mut sx, mut sxd) = ([0.0; N], [0.0; N]);
+        for s in out.sampled.iter_mut().rev() {
+            let d = (newest_ms - s.at_ms) as f64;
+            for k in 0..N {
+                sx[k] += s.x[k];
+                sxd[k] += s.x[k] * d;
+            }
+            s.sum_x = sx;
+            s.sum_xd = sxd;
+        }
+        out
+    }
+
+    /// Whether no placement counts on the node.
+    pub fn is_empty(&self) -> bool {
+        self.unsampled.count == 0 && self.sampled.is_empty()
+    }
+
+    /// What the placements add at `now_ms` with warm-up `warmup_ms`
+    /// ([`UsageContext::uncounted`]'s shares, summed).
+    #[inline]
+    pub fn sums(&self, now_ms: i64, warmup_ms: i64) -> RecentSums {
+        let mut s = self.unsampled;
+        if warmup_ms <= 0 || self.sampled.is_empty() {
+            return s;
+        }
+        // Still warming up: `now − placed < warmup`.
+        let cutoff = now_ms.saturating_sub(warmup_ms);
+        let first = self.sampled.partition_point(|e| e.at_ms <= cutoff);
+        let Some(head) = self.sampled.get(first) else {
+            return s;
+        };
+        let w = warmup_ms as f64;
+        s.count += self.sampled.len() - first;
+        if now_ms >= self.newest_ms {
+            // Every share is at most 1 (placed ≤ newest ≤ now): the closed form holds.
+            let f = 1.0 - (now_ms - self.newest_ms) as f64 / w;
+            s.cpu += head.sum_x[0] * f - head.sum_xd[0] / w;
+            s.memory += head.sum_x[1] * f - head.sum_xd[1] / w;
+            s.disk += head.sum_x[2] * f - head.sum_xd[2] / w;
+            s.memory_dist.mean += head.sum_x[3] * f - head.sum_xd[3] / w;
+            s.memory_dist.var += head.sum_x[4] * f - head.sum_xd[4] / w;
+        } else {
+            // A sample newer than the clock (a simulator's tick): shares cap at 1.
+            for e in &self.sampled[first..] {
+                let share = (1.0 - (now_ms - e.at_ms) as f64 / w).min(1.0);
+                s.cpu += e.x[0] * share;
+                s.memory += e.x[1] * share;
+                s.disk += e.x[2] * share;
+                s.memory_dist.mean += e.x[3] * share;
+                s.memory_dist.var += e.x[4] * share;
+            }
+        }
+        s
+    }
+}
+
+/// Every node's [`NodeRecent`] by index, for one usage view, node layout and version of
+/// the recent placements ([`UsageContext::recent_version`]).
+#[derive(Debug, Clone)]
+pub struct RecentTable {
+    view: Arc<UsageView>,
+    layout: u64,
+    version: u64,
+    nodes: Vec<NodeRecent>,
+}
+
+impl RecentTable {
+    /// Folds every node's placements in `ctx` for the nodes `names` (by index) of node
+    /// layout `layout`; `index_of` finds a node's index by name.
+    pub fn build(
+        ctx: &UsageContext,
+        len: usize,
+        layout: u64,
+        index_of: impl Fn(&str) -> Option<NodeIdx>,
+    ) -> RecentTable {
+        let mut nodes = vec![NodeRecent::default(); len];
+        for (name, list) in ctx.recent_nodes() {
+            if let Some(idx) = index_of(name) {
+                nodes[idx as usize] = NodeRecent::build(list, newest_of(&ctx.view, name));
+            }
+        }
+        RecentTable {
+            view: ctx.view.clone(),
+            layout,
+            version: ctx.recent_version(),
+            nodes,
+        }
+    }
+
+    /// Whether the table folds `ctx`'s placements as they are, for node layout `layout`.
+    pub fn is_for(&self, ctx: &UsageContext, layout: u64) -> bool {
+        self.layout == layout
+            && self.version == ctx.recent_version()
+            && Arc::ptr_eq(&self.view, &ctx.view)
+    }
+
+    /// Folds node `name` (at `idx`; `None`: not in the layout) again from `ctx` after its
+    /// placements changed, and takes `ctx`'s version. The table must have been current
+    /// just before the change.
+    pub fn refold(&mut self, ctx: &UsageContext, idx: Option<NodeIdx>, name: &str) {
+        if let Some(n) = idx.and_then(|i| self.nodes.get_mut(i as usize)) {
+            *n = NodeRecent::build(ctx.recent_on(name), newest_of(&ctx.view, name));
+        }
+        self.version = ctx.recent_version();
+    }
+
+    /// What recent placements add on node `idx` at `now_ms` with warm-up `warmup_ms`.
+    #[inline]
+    pub fn sums(&self, idx: NodeIdx, now_ms: i64, warmup_ms: i64) -> RecentSums {
+        self.nodes
+            .get(idx as usize)
+            .map_or_else(RecentSums::default, |n| n.sums(now_ms, warmup_ms))
+    }
+}
+
+/// The node's newest sample in `view` (`i64::MIN`: none).
+pub(super) fn newest_of(view: &UsageView, node: &str) -> i64 {
+    view.node(node).map_or(i64::MIN, |u| u.newest_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::PodKey;
+
+    fn placed(pod: &str, at_ms: i64, x: f64) -> RecentPlacement {
+        RecentPlacement {
+            pod: PodKey::new("ns", pod),
+            at_ms,
+            cpu_cores: x,
+            memory_bytes: x * 1e9,
+            disk_bytes: x * 1e8,
+            memory_dist: MemoryDist {
+                mean: x * 5e8,
+                var: x * 1e16,
+            },
+        }
+    }
+
+    /// The folded sums equal the per-placement walk, whatever the clock, warm-up and mix of
+    /// sampled and unsampled placements (placement times deliberately out of order).
+    #[test]
+    fn folded_sums_equal_the_walk() {
+        let mut ctx = UsageContext::default();
+        let mut view = UsageView::default();
+        let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
+        n.newest_ms = 1_700_000_060_000;
+        view.nodes.insert("n".into(), n);
+        ctx.view = Arc::new(view);
+        let base = 1_700_000_000_000i64;
+        for i in 0..40i64 {
+            let at = base + ((i * 7919) % 97) * 1_300 - 20_000;
+            ctx.record_placement(None, "n", placed(&format!("p{i}"), at, 0.1 + i as f64));
+        }
+        let folded = NodeRecent::build(ctx.recent_on("n"), newest_of(&ctx.view, "n"));
+        assert!(folded.unsampled.count > 0 && !folded.sampled.is_empty());
+        for warmup in [0, 1, 30_000, 60_000, 300_000, i64::MAX] {
+            for now in [
+                base,
+                base + 59_000,
+                base + 60_000,
+                base + 90_000,
+                base + 400_000,
+            ] {
+                ctx.now_ms = now;
+                let mut want = RecentSums::default();
+                for (r, share) in ctx.uncounted("n", warmup) {
+                    want.count += 1;
+                    want.cpu += r.cpu_cores * share;
+                    want.memory += r.memory_bytes * share;
+                    want.disk += r.disk_bytes * share;
+                    want.memory_dist.mean += r.memory_dist.mean * share;
+                    want.memory_dist.var += r.memory_dist.var * share;
+                }
+                let got = folded.sums(now, warmup);
+                assert_eq!(got.count, want.count, "now {now} warmup {warmup}");
+                for (g, w) in [
+                    (got.cpu, want.cpu),
+                    (got.memory, want.memory),
+                    (got.disk, want.disk),
+                    (got.memory_dist.mean, want.memory_dist.mean),
+                    (got.memory_dist.var, want.memory_dist.var),
+                ] {
+                    assert!(
+                        (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+                        "now {now} warmup {warmup}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn table_follows_the_context_version_view_and_layout() {
+        let mut ctx = UsageContext::default();
+        ctx.record_placement(None, "a", placed("p", 10, 1.0));
+        let index = |n: &str| match n {
+            "a" => Some(0),
+            "b" => Some(1),
+            _ => None,
+        };
+        let mut t = RecentTable::build(&ctx, 2, 7, index);
+        assert!(t.is_for(&ctx, 7) && !t.is_for(&ctx, 8));
+        assert_eq!(t.sums(0, 20, 0).count, 1);
+        assert_eq!(t.sums(1, 20, 0).count, 0);
+        ctx.record_placement(None, "b", placed("q", 11, 2.0));
+        assert!(!t.is_for(&ctx, 7), "a recorded placement makes it stale");
+        t.refold(&ctx, Some(1), "b");
+        assert!(t.is_for(&ctx, 7));
+        assert_eq!(t.sums(1, 20, 0).cpu, 2.0);
+        ctx.view = Arc::new(UsageView::default());
+        assert!(!t.is_for(&ctx, 7), "a new view makes it stale");
+    }
+
+    /// Placements recorded and forgotten through the snapshot refold their node in the
+    /// table the cycles read (the same table, not a rebuilt one), and the result is what a
+    /// fresh fold gives; a change made behind the snapshot's back rebuilds it.
+    #[test]
+    fn snapshot_refolds_changed_nodes_in_place() {
+        use crate::plugins::testutil::node;
+        use crate::snapshot::Snapshot;
+        let mut snap = Snapshot::build(["a", "b", "c"].map(|n| node(n, serde_json::json!({}))), []);
+        let mut view = UsageView::default();
+        let mut u = crate::plugins::testutil::usage("b", 0.0, 0.0, 0, None);
+        u.newest_ms = 50;
+        view.nodes.insert("b".into(), u);
+        snap.usage_mut().view = Arc::new(view);
+        snap.usage_mut().now_ms = 100;
+        let first = Arc::as_ptr(&snap.recent_table());
+        snap.record_placement(None, "a", placed("p", 60, 1.0));
+        snap.record_placement(None, "b", placed("q", 40, 2.0));
+        snap.record_placement(None, "b", placed("r", 70, 4.0));
+        snap.record_placement(None, "gone", placed("s", 70, 8.0));
+        snap.forget_placement("a", &PodKey::new("ns", "p"));
+        let kept = snap.recent_table();
+        assert_eq!(Arc::as_ptr(&kept), first, "refolded in place");
+        let fresh = RecentTable::build(snap.usage(), snap.len(), kept.layout, |n| snap.index_of(n));
+        assert_eq!(kept.nodes, fresh.nodes);
+        let b = snap.index_of("b").unwrap();
+        assert_eq!(
+            kept.sums(b, 100, 0).cpu,
+            4.0,
+            "the sampled one needs a warm-up"
+        );
+        assert_eq!(kept.sums(b, 100, 120).count, 2);
+        drop(kept);
+        snap.usage_mut()
+            .record_placement(None, "c", placed("ns/t", 90, 1.0));
+        let rebuilt = snap.recent_table();
+        assert_ne!(
+            Arc::as_ptr(&rebuilt),
+            first,
+            "a change behind its back rebuilds it"
+        );
+        assert_eq!(rebuilt.sums(snap.index_of("c").unwrap(), 100, 0).count, 1);
+    }
+}

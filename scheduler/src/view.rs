@@ -1,0 +1,202 @@
+//! Measured usage as the core reads it: an immutable [`UsageView`] of builder profiles, node
+//! usage, placement histories and the peers' load windows. The analytics (polars over the
+//! store, outside this crate) compute it and publish it whole; a cycle only reads it.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// An immutable snapshot of measured usage, as the analytics publish it (`analytics::run_refresh` in the
+/// `headroom` crate).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UsageView {
+    /// When it was computed, ms since the epoch (0 for the initial empty view).
+    pub generated_ms: i64,
+    /// Profiles by builder.
+    pub builders: HashMap<String, BuilderProfile>,
+    /// Usage by node name.
+    pub nodes: HashMap<String, NodeUsage>,
+    /// Placement history by builder: the nodes it was placed on, most recent first (the
+    /// History plugin's fallback when the pod carries no history annotation).
+    pub placements: HashMap<String, Vec<String>>,
+    /// Node usage over the peers' windows by node name (empty unless
+    /// the analytics' `peerWindows`).
+    pub windows: HashMap<String, NodeWindows>,
+}
+
+impl UsageView {
+    /// The profile of `builder`, if it has runs in scope.
+    pub fn builder(&self, builder: &str) -> Option<&BuilderProfile> {
+        self.builders.get(builder)
+    }
+
+    /// The usage of `node`, if it has recent samples.
+    pub fn node(&self, node: &str) -> Option<&NodeUsage> {
+        self.nodes.get(node)
+    }
+}
+
+/// A usage value now and over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    /// The newest sample in the window.
+    pub current: f64,
+    /// The conservative windowed quantile: the `nodeQuantile` (p95 by default) for usage;
+    /// for free space, where *low* values are the risk, the `1 − nodeQuantile` quantile.
+    pub windowed: f64,
+}
+
+/// Measured usage of one node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeUsage {
+    /// Node name.
+    pub node: String,
+    /// CPU in use, in cores.
+    pub cpu_cores: Stat,
+    /// Memory working set, in bytes.
+    pub memory_working_set_bytes: Stat,
+    /// Free space on the node's root filesystem, in bytes (absent if not collected).
+    pub fs_available_bytes: Option<Stat>,
+    /// Size of the node's root filesystem, in bytes: its newest sample.
+    pub fs_capacity_bytes: Option<f64>,
+    /// Time of the newest sample of any of the node's metrics, ms since the epoch.
+    pub newest_ms: i64,
+}
+
+/// Percentiles of a per-run value over a builder's runs (linear interpolation, the analytics' `QUANTILE_METHOD`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// The usage profile of one builder over its recent runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BuilderProfile {
+    /// Builder identity (e.g. `namespace/Deployment/name`).
+    pub builder: String,
+    /// Number of runs the profile is computed from (≥ 1).
+    pub runs: usize,
+    /// Per-run CPU, in cores.
+    pub cpu: Percentiles,
+    /// Per-run memory, in bytes.
+    pub memory: Percentiles,
+    /// End of the newest run counted, ms since the epoch: how fresh the profile is.
+    pub newest_ms: i64,
+    /// Median length, seconds, of the counted runs on a node new to the builder (none
+    /// of its earlier runs ran there: a cold cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_run_s: Option<f64>,
+    /// Median length, seconds, of the counted runs on a node one of its earlier runs ran
+    /// on (a warm cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_run_s: Option<f64>,
+}
+
+/// The windows computed, seconds: 5, 10, 15, 30 minutes, 1 hour, 1 day.
+pub const WINDOWS: [u64; 6] = [300, 600, 900, 1800, 3600, 86_400];
+
+/// Width of the buckets behind [`WindowStat::max_5m_mean`], ms.
+const BUCKET_MS: i64 = 300_000;
+
+/// One metric of one node over one window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WindowStat {
+    /// Samples in the window.
+    pub samples: usize,
+    /// Mean.
+    pub mean: f64,
+    /// Population standard deviation.
+    pub std_dev: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// The largest mean of a 5-minute bucket (counted back from now) in the window.
+    pub max_5m_mean: f64,
+}
+
+impl WindowStat {
+    /// The statistic of `values` (sorted by time, each `(ts_ms, value)`) at and after
+    /// `start_ms`; `None` without samples.
+    fn of(values: &[(i64, f64)], start_ms: i64, end_ms: i64) -> Option<WindowStat> {
+        let from = values.partition_point(|(t, _)| *t < start_ms);
+        let window = &values[from..];
+        if window.is_empty() {
+            return None;
+        }
+        let n = window.len() as f64;
+        let mean = window.iter().map(|(_, v)| v).sum::<f64>() / n;
+        let var = window.iter().map(|(_, v)| (v - mean).powi(2)).sum::<f64>() / n;
+        let mut sorted: Vec<f64> = window.iter().map(|(_, v)| *v).collect();
+        sorted.sort_by(f64::total_cmp);
+        let mut buckets: HashMap<i64, (f64, usize)> = HashMap::new();
+        for (t, v) in window {
+            let b = (end_ms - t).max(0) / BUCKET_MS;
+            let e = buckets.entry(b).or_default();
+            e.0 += v;
+            e.1 += 1;
+        }
+        let max_5m_mean = buckets
+            .values()
+            .map(|(s, c)| s / *c as f64)
+            .fold(f64::MIN, f64::max);
+        Some(WindowStat {
+            samples: window.len(),
+            mean,
+            std_dev: var.sqrt(),
+            p50: quantile(&sorted, 0.5),
+            p90: quantile(&sorted, 0.9),
+            p95: quantile(&sorted, 0.95),
+            p99: quantile(&sorted, 0.99),
+            max_5m_mean,
+        })
+    }
+}
+
+/// Linear interpolation at `(n − 1)·q` of sorted values (the analytics' `QUANTILE_METHOD`).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = (sorted.len() - 1) as f64 * q;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// A node's CPU (cores) and memory working set (bytes) over each of [`WINDOWS`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeWindows {
+    /// CPU, cores, by window (the index of [`WINDOWS`]); `None` without samples.
+    pub cpu: [Option<WindowStat>; WINDOWS.len()],
+    /// Memory working set, bytes, by window.
+    pub memory: [Option<WindowStat>; WINDOWS.len()],
+}
+
+impl NodeWindows {
+    /// CPU over the window of `seconds` (one of [`WINDOWS`]).
+    pub fn cpu(&self, seconds: u64) -> Option<&WindowStat> {
+        self.cpu[WINDOWS.iter().position(|w| *w == seconds)?].as_ref()
+    }
+
+    /// Memory over the window of `seconds` (one of [`WINDOWS`]).
+    pub fn memory(&self, seconds: u64) -> Option<&WindowStat> {
+        self.memory[WINDOWS.iter().position(|w| *w == seconds)?].as_ref()
+    }
+
+    /// The windows of one series (`(ts_ms, value)`, any order) as of `now_ms`.
+    pub fn stats(mut values: Vec<(i64, f64)>, now_ms: i64) -> [Option<WindowStat>; WINDOWS.len()] {
+        values.sort_by_key(|(t, _)| *t);
+        WINDOWS.map(|w| WindowStat::of(&values, now_ms - w as i64 * 1000, now_ms))
+    }
+}
