@@ -54,7 +54,7 @@ pub enum Command {
         #[arg(long)]
         seed: Option<u64>,
         /// Real usage: node usage, builder profiles, reservations and placement history
-        /// (YAML; see the README's "Usage file" section).
+        /// (YAML; see docs/configuration.md, *Usage file*).
         #[arg(long, value_name = "FILE")]
         usage: Option<PathBuf>,
         /// Compute real usage from the store in this directory, as the scheduler does
@@ -244,7 +244,7 @@ pub struct SimulateArgs {
     pub scenario: PathBuf,
     /// Policies to run, comma-separated: headroom (the configuration as given),
     /// requests (kube-scheduler's request-based default, the baseline), and the peers
-    /// trimaran-tlp, trimaran-lvrb, koordinator, crane (README: *The peers*).
+    /// trimaran-tlp, trimaran-lvrb, koordinator, crane (docs/configuration.md: *The peers*).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "headroom")]
     pub policy: Vec<crate::simulate::Policy>,
     /// Run headroom and the requests baseline on the same arrivals.
@@ -317,7 +317,7 @@ pub struct SweepArgs {
     #[arg(long, value_name = "DIR")]
     pub write_farms: Option<PathBuf>,
     /// Policies to run on the same arrivals, comma-separated: headroom, requests, and the
-    /// peers trimaran-tlp, trimaran-lvrb, koordinator, crane (README: *The peers*). The
+    /// peers trimaran-tlp, trimaran-lvrb, koordinator, crane (docs/configuration.md: *The peers*). The
     /// targets compare headroom with requests (and with the peers that run).
     #[arg(
         long,

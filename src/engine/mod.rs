@@ -578,7 +578,7 @@ impl Engine {
         }
         self.start_collectors(&mut running, &store)?;
         self.start_store_watchdog(&mut running, &store);
-        // Store maintenance: the flush interval is the crash-loss window (README); the
+        // Store maintenance: the flush interval is the crash-loss window (docs/configuration.md); the
         // final flush runs in the last phase, after every writer is done.
         {
             let mut mc = MaintenanceConfig::from(&self.config.storage);

@@ -101,7 +101,7 @@ pub struct PolicyReport {
     /// every warm node full, where only waiting would have kept the cache.
     pub cold_with_warm_room: usize,
     /// `(warm + coldWithWarmRoom) / repeat`: the most a policy could have sent warm without
-    /// waiting, given the run's other placements (README *Waiting for a warm node*). A
+    /// waiting, given the run's other placements (docs/configuration.md, *Waiting for a warm cache*). A
     /// ceiling by requests: a warm node with room by requests may have been full in real
     /// memory, where headroom's real filters keep builds off it on purpose.
     pub warm_ceiling_rate: f64,

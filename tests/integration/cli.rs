@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{repo, run, write};
+use super::{documentation, repo, run, write};
 
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
@@ -299,14 +299,15 @@ fn check_config_prints_effective_config_or_names_the_field() {
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
 }
 
+/// Every configuration the docs show (each ```yaml block of the README and of `docs/*.md`:
+/// the configuration reference, the placement notes quoting the configurations they
+/// measured) loads, and every usage file they show (```yaml usage-file) places a pod.
 #[test]
-fn readme_configuration_examples_are_valid() {
-    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+fn documented_configuration_examples_are_valid() {
+    let docs = documentation();
     let dir = tempfile::tempdir().unwrap();
-    // The placement notes quote the configurations they measured: those must load too.
-    let placement = std::fs::read_to_string(repo("docs/placement.md")).unwrap();
     let mut blocks = 0;
-    for (doc, text) in [("README", &readme), ("docs/placement.md", &placement)] {
+    for (doc, text) in &docs {
         for (i, block) in text.split("```yaml\n").skip(1).enumerate() {
             let yaml = block.split("```").next().unwrap();
             let path = write(&dir, &format!("block{blocks}.yaml"), yaml);
@@ -320,9 +321,12 @@ fn readme_configuration_examples_are_valid() {
             blocks += 1;
         }
     }
+    // 4 in docs/configuration.md (the configuration, the store and collectors, the usage
+    // settings, the peers' profiles), 1 in docs/operator-guide.md (serve's security) and 4
+    // in docs/placement.md.
     assert!(
-        blocks >= 6,
-        "the README and docs/placement.md document the configuration in YAML blocks"
+        blocks >= 9,
+        "the docs document the configuration in YAML blocks: {blocks} found"
     );
     // Usage-file examples are checked by `place --usage` on a one-node cluster.
     let cluster = write(
@@ -336,27 +340,29 @@ fn readme_configuration_examples_are_valid() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: x}]}\n",
     );
     let mut usage_blocks = 0;
-    for (i, block) in readme.split("```yaml usage-file\n").skip(1).enumerate() {
-        let yaml = block.split("```").next().unwrap();
-        let path = write(&dir, &format!("usage{i}.yaml"), yaml);
-        let o = run(&[
-            "place",
-            "--cluster",
-            &cluster,
-            "--pod",
-            &pod,
-            "--usage",
-            &path,
-        ]);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "README usage block {i}:\n{yaml}\n{}",
-            stderr(&o)
-        );
-        usage_blocks += 1;
+    for (doc, text) in &docs {
+        for (i, block) in text.split("```yaml usage-file\n").skip(1).enumerate() {
+            let yaml = block.split("```").next().unwrap();
+            let path = write(&dir, &format!("usage{usage_blocks}.yaml"), yaml);
+            let o = run(&[
+                "place",
+                "--cluster",
+                &cluster,
+                "--pod",
+                &pod,
+                "--usage",
+                &path,
+            ]);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{doc} usage block {i}:\n{yaml}\n{}",
+                stderr(&o)
+            );
+            usage_blocks += 1;
+        }
     }
-    assert!(usage_blocks >= 1, "the README shows a usage file");
+    assert!(usage_blocks >= 1, "the docs show a usage file");
 }
 
 /// Every file under `dir` with its bytes.

@@ -188,7 +188,7 @@ fn grafana_dashboards_parse_and_use_only_the_datasource_variable() {
             }
         }
     }
-    // The provisioning files are valid YAML pointing where the README says.
+    // The provisioning files are valid YAML pointing where docs/metrics.md says.
     let provider: Value = serde_norway::from_str(
         &std::fs::read_to_string(repo("grafana/provisioning/dashboards/headroom.yaml")).unwrap(),
     )

@@ -1,8 +1,8 @@
 //! The code's shape, checked: no import circle between modules, file by file and between
 //! top-level modules, and no function over 150 lines outside tests, in the four crates
 //! (`src/`, `scheduler/src/`, `storage/src/`, `collectors/src/`); the scheduling core's
-//! dependencies (no HTTP server, kube client, store or dataframe library); and the README's
-//! plugin tables against the registry.
+//! dependencies (no HTTP server, kube client, store or dataframe library); and the
+//! documented plugin tables (docs/configuration.md) against the registry.
 //!
 //! What the compiler now enforces is not scanned: the core (`headroom-scheduler`) cannot
 //! import an adapter (`kube`, `api`, `simulate`, `engine`, `decisions`, `analytics`, the
@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::repo;
+use super::{documentation, repo};
 
 const CRATES: [&str; 4] = ["src", "scheduler/src", "storage/src", "collectors/src"];
 
@@ -447,16 +447,34 @@ fn no_function_over_150_lines_outside_tests() {
     }
 }
 
-/// The README's plugin tables (`| plugin | points | weight | default | what |`) list each
-/// of headroom's own plugins once, with the extension points, default weight and default
-/// state of its registry row: adding a plugin is its file and one registry row, and the
-/// docs cannot drift from them.
+/// The plugin tables (`| plugin | points | weight | default | what |`) of
+/// docs/configuration.md list each of headroom's own plugins once, with the extension points,
+/// default weight and default state of its registry row: adding a plugin is its file and one
+/// registry row, and the docs cannot drift from them. Any other doc (the README, `docs/*.md`)
+/// that shows such tables is held to the same.
 #[test]
-fn readme_plugin_tables_match_the_registry() {
-    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+fn plugin_tables_in_the_docs_match_the_registry() {
+    let mut checked = Vec::new();
+    for (doc, text) in documentation() {
+        let rows = own_plugin_rows(&doc, &text);
+        if rows.is_empty() {
+            continue;
+        }
+        check_own_plugin_rows(&doc, rows);
+        checked.push(doc);
+    }
+    assert!(
+        checked.iter().any(|d| d == "docs/configuration.md"),
+        "docs/configuration.md documents headroom's own plugins in tables; docs with them: {checked:?}"
+    );
+}
+
+/// The rows of `text`'s `| plugin | points | weight | default |` tables: name to (points,
+/// weight, default).
+fn own_plugin_rows(doc: &str, text: &str) -> BTreeMap<String, (String, String, String)> {
     let mut rows: BTreeMap<String, (String, String, String)> = BTreeMap::new();
     let mut in_table = false;
-    for line in readme.lines() {
+    for line in text.lines() {
         if line.starts_with("| plugin | points | weight | default |") {
             in_table = true;
             continue;
@@ -472,9 +490,14 @@ fn readme_plugin_tables_match_the_registry() {
         let row = (points.to_string(), weight.to_string(), default.to_string());
         assert!(
             rows.insert(name.to_string(), row).is_none(),
-            "README lists {name} twice"
+            "{doc} lists {name} twice"
         );
     }
+    rows
+}
+
+/// `doc`'s rows name every own plugin of the registry once, as its row says, and nothing else.
+fn check_own_plugin_rows(doc: &str, mut rows: BTreeMap<String, (String, String, String)>) {
     let own: Vec<_> = headroom_scheduler::plugins::KNOWN_PLUGINS
         .iter()
         .filter(|k| !k.upstream)
@@ -483,25 +506,25 @@ fn readme_plugin_tables_match_the_registry() {
     for k in &own {
         let (points, weight, default) = rows
             .remove(k.name)
-            .unwrap_or_else(|| panic!("README's plugin tables lack {}", k.name));
+            .unwrap_or_else(|| panic!("{doc}'s plugin tables lack {}", k.name));
         let want_points: Vec<String> = k.points.iter().map(|p| format!("{p:?}")).collect();
-        assert_eq!(points, want_points.join(", "), "{}: points", k.name);
+        assert_eq!(points, want_points.join(", "), "{doc}: {}: points", k.name);
         let want_weight = if k.weight == 0 {
             String::new()
         } else {
             k.weight.to_string()
         };
-        assert_eq!(weight, want_weight, "{}: default weight", k.name);
+        assert_eq!(weight, want_weight, "{doc}: {}: default weight", k.name);
         let on = default == "on" || default.starts_with("on,");
         assert!(
             on == k.default_enabled && (on || default == "off"),
-            "{}: README says default {default:?}, the registry {}",
+            "{}: {doc} says default {default:?}, the registry {}",
             k.name,
             k.default_enabled
         );
     }
     assert!(
         rows.is_empty(),
-        "README lists plugins the registry lacks: {rows:?}"
+        "{doc} lists plugins the registry lacks: {rows:?}"
     );
 }

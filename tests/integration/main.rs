@@ -51,6 +51,27 @@ pub fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// The documentation a reader copies from: `README.md` and every markdown file of `docs/`,
+/// each with its path from the repository root (`docs/configuration.md`) and its text, in
+/// that order (the docs sorted by name).
+pub fn documentation() -> Vec<(String, String)> {
+    let mut names: Vec<String> = std::fs::read_dir(repo("docs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+        .map(|e| format!("docs/{}", e.file_name().to_str().unwrap()))
+        .collect();
+    names.sort();
+    names.insert(0, "README.md".to_string());
+    names
+        .into_iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(repo(&name)).unwrap();
+            (name, text)
+        })
+        .collect()
+}
+
 /// Writes `text` to the file `name` in `dir` (a scenario, a config, a pod) and returns its
 /// path, as the command lines take it.
 pub fn write(dir: impl AsRef<Path>, name: &str, text: impl AsRef<[u8]>) -> String {

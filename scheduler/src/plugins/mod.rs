@@ -1,6 +1,6 @@
 //! Scheduler plugins, one file each, and the registry that assembles a profile's framework
 //! ([`registry`]: one table row per plugin; adding a plugin is its file, its `pub mod` and
-//! its row there, plus its line in the tables below and in README.md, which a test checks
+//! its row there, plus its line in the tables below and in docs/configuration.md, which a test checks
 //! against the registry).
 //!
 //! The default profile is kube-scheduler's default plugin set, in its order and with its

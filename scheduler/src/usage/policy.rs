@@ -244,7 +244,7 @@ pub struct UsagePolicy {
     /// first attempt: a pod that no node has real room for goes at once to the node with
     /// the most real free memory; a longer duration lets it wait for real room that long
     /// (a long one, `24h`, waits as RealMemoryFit alone would). Tuned on the farm families
-    /// (README's *Farm families*): waiting `30s` cut OOM kills a little further but made
+    /// (docs/simulate.md, *Farm families*): waiting `30s` cut OOM kills a little further but made
     /// time to schedule p99 miss the baseline's + 10 % + 5 s on 5 farms of 22.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,

@@ -68,8 +68,8 @@ pub const CALIBRATION_MIN_PODS: usize = 5;
 
 /// Profiled pods of an image needed before `usage.coldStart: image` prefers them to the
 /// whole cluster's: one. A build image (a toolchain, an SDK) says more about a new builder
-/// than every other image's builds do; measured against two on the farm families (README,
-/// *Pods without a profile*).
+/// than every other image's builds do; measured against two on the farm families
+/// (docs/configuration.md, *Pods without a profile*).
 pub const IMAGE_CALIBRATION_MIN_PODS: usize = 1;
 
 /// The pod's container images (not its init containers'), in order, each as ImageLocality

@@ -416,7 +416,7 @@ pub(super) fn kubeconfig(dir: &std::path::Path, server: &str) -> std::path::Path
     path
 }
 
-/// Crash safety (README: a crash loses at most `storage.flushInterval` of samples): the
+/// Crash safety (docs/configuration.md: a crash loses at most `storage.flushInterval` of samples): the
 /// real `headroom serve` collects from a kubelet every second with a 2 s flush interval;
 /// `kill -9` mid-collection; the reopened store has the node's series with samples up to
 /// within the flush interval (plus one collection interval and scheduling slack) of the
