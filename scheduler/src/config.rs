@@ -19,8 +19,8 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The YAML does not fit the schema, or (from [`Config::from_yaml`]) a value in it is
-    /// invalid.
+    /// The YAML does not fit the schema, or (from the `headroom` crate's `Config::from_yaml`)
+    /// a value in it is invalid.
     #[error("{path}: {field}: {message}")]
     Parse {
         /// The file.
