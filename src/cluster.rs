@@ -18,6 +18,11 @@
 //! diff: objects absent from it are removed, the rest upserted. The queue is never
 //! rebuilt, so the backoff and attempts of pending pods survive a re-list.
 //!
+//! Each change is written to the cache ([`Cache::write_then`]) in two steps: the snapshot
+//! and this state's own bookkeeping, under the cache's lock (queued behind a cycle's lease
+//! if one is out), then its [`FollowUp`]s — queue moves, the node observer — once the lock
+//! is released, in the order the feed reported the changes.
+//!
 //! The state also answers the collectors' [`PodLister`]: the pods it knows, so runs
 //! collected from kubelet stats or Prometheus get their pod's builder identity.
 
@@ -49,6 +54,28 @@ pub trait NodeObserver: Send + Sync {
     /// A complete node list arrived: these nodes exist, no others.
     fn nodes_listed(&self, names: &HashSet<String>);
 }
+
+/// What a feed change leaves to do once the cache's lock is released: the queue and the
+/// node observer are told after the snapshot has the change, never under its lock.
+#[derive(Debug)]
+enum FollowUp {
+    /// Unschedulable pods this event may help go back to active or backoff.
+    Move(ClusterEvent),
+    /// A pod we queued gained `spec.nodeName` (bound by us or another scheduler): the
+    /// queue drops it, one in flight included.
+    Assigned(Arc<PodInfo>),
+    /// A pending pod of ours, new or changed: into the queue.
+    Queue(Arc<PodInfo>),
+    /// A pod left the queue's concern (deleted, not ours any more, being deleted).
+    Unqueue(PodId),
+    /// A node was added or changed (`true`), or deleted.
+    NodeChanged(String, bool),
+    /// A complete node list arrived.
+    NodesListed(HashSet<String>),
+}
+
+/// The follow-ups of one write, in order.
+type FollowUps = Vec<FollowUp>;
 
 /// The object kinds a feed reports, as metric label values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -345,15 +372,53 @@ impl ClusterState {
     }
 
     /// Writes `change` to the cache with this state at hand: at once, or after the cycle
-    /// in flight (see [`Cache::write`]). Every change of the feed goes this way, queue
-    /// moves included, so the queue and the snapshot see the changes in the order the
-    /// feed reported them.
+    /// in flight (see [`Cache::write_then`]); the follow-ups it lists (queue moves, the
+    /// node observer) run once the cache's lock is released. Every change of the feed goes
+    /// this way, so the queue and the snapshot see the changes in the order the feed
+    /// reported them.
     fn write(
         self: &Arc<Self>,
-        change: impl FnOnce(&ClusterState, &mut CacheState) + Send + 'static,
+        change: impl FnOnce(&ClusterState, &mut CacheState, &mut FollowUps) + Send + 'static,
     ) {
-        let this = self.clone();
-        self.cache.write(move |c| change(&this, c));
+        let (this, after) = (self.clone(), self.clone());
+        self.cache.write_then(
+            move |c| {
+                let mut follow_ups = FollowUps::new();
+                change(&this, c, &mut follow_ups);
+                follow_ups
+            },
+            move |follow_ups| after.follow(follow_ups),
+        );
+    }
+
+    /// Runs a write's follow-ups, outside the cache's lock.
+    fn follow(&self, follow_ups: FollowUps) {
+        for f in follow_ups {
+            match f {
+                FollowUp::Move(e) => {
+                    self.queue.move_all_to_active_or_backoff(e);
+                }
+                FollowUp::Assigned(info) => {
+                    self.queue.update(info);
+                }
+                FollowUp::Queue(info) => {
+                    self.queue.add(info);
+                }
+                FollowUp::Unqueue(id) => {
+                    self.queue.delete(&id);
+                }
+                FollowUp::NodeChanged(name, exists) => {
+                    if let Some(r) = &self.nodes_observer {
+                        r.node_changed(&name, exists);
+                    }
+                }
+                FollowUp::NodesListed(names) => {
+                    if let Some(r) = &self.nodes_observer {
+                        r.nodes_listed(&names);
+                    }
+                }
+            }
+        }
     }
 
     /// A node was added or changed.
@@ -362,10 +427,10 @@ impl ClusterState {
             self.stats.bad_object(Kind::Node);
             return;
         };
-        self.write(move |this, c| this.node_applied(c, node, name));
+        self.write(move |this, c, f| this.node_applied(c, f, node, name));
     }
 
-    fn node_applied(&self, c: &mut CacheState, node: Node, name: String) {
+    fn node_applied(&self, c: &mut CacheState, f: &mut FollowUps, node: Node, name: String) {
         let orphans = self.known().orphans.remove(&name);
         let old = c.snapshot().get(&name).map(|i| i.node.clone());
         let event = match &old {
@@ -378,21 +443,17 @@ impl ClusterState {
         for (_, p) in orphans.into_iter().flatten() {
             snap.add_pod(p, &name);
         }
-        if let Some(r) = &self.nodes_observer {
-            r.node_changed(&name, true);
-        }
-        if let Some(e) = event {
-            self.queue.move_all_to_active_or_backoff(e);
-        }
+        f.push(FollowUp::NodeChanged(name, true));
+        f.extend(event.map(FollowUp::Move));
     }
 
     /// A node was deleted.
     pub fn delete_node(self: &Arc<Self>, name: &str) {
         let name = name.to_string();
-        self.write(move |this, c| this.node_deleted(c, &name));
+        self.write(move |this, c, f| this.node_deleted(c, f, &name));
     }
 
-    fn node_deleted(&self, c: &mut CacheState, name: &str) {
+    fn node_deleted(&self, c: &mut CacheState, f: &mut FollowUps, name: &str) {
         let pods: Vec<Arc<PodInfo>> = c
             .snapshot()
             .get(name)
@@ -407,8 +468,8 @@ impl ClusterState {
                 slot.insert(PodId::of(&p), p);
             }
         }
-        if removed && let Some(r) = &self.nodes_observer {
-            r.node_changed(name, false);
+        if removed {
+            f.push(FollowUp::NodeChanged(name.to_string(), false));
         }
     }
 
@@ -428,7 +489,7 @@ impl ClusterState {
     /// nodes not in it are gone.
     pub fn nodes_listed(self: &Arc<Self>, names: HashSet<String>) {
         self.stats.list(Kind::Node);
-        self.write(move |this, c| {
+        self.write(move |this, c, f| {
             let stale: Vec<String> = c
                 .snapshot()
                 .names()
@@ -437,11 +498,9 @@ impl ClusterState {
                 .map(|n| n.to_string())
                 .collect();
             for n in stale {
-                this.node_deleted(c, &n);
+                this.node_deleted(c, f, &n);
             }
-            if let Some(r) = &this.nodes_observer {
-                r.nodes_listed(&names);
-            }
+            f.push(FollowUp::NodesListed(names));
             this.synced.set(&this.synced.nodes);
         });
     }
@@ -455,7 +514,7 @@ impl ClusterState {
         }
         if is_terminal(&pod) {
             // A finished pod frees its node, as a deleted one does.
-            self.write(move |this, c| this.pod_deleted(c, &id));
+            self.write(move |this, c, f| this.pod_deleted(c, f, &id));
             return;
         }
         let node = pod
@@ -465,12 +524,19 @@ impl ClusterState {
             .filter(|n| !n.is_empty());
         let info = Arc::new(PodInfo::new(Arc::new(pod)));
         match node {
-            Some(node) => self.write(move |this, c| this.assigned_applied(c, id, info, node)),
-            None => self.write(move |this, _| this.pending_applied(id, info)),
+            Some(node) => self.write(move |this, c, f| this.assigned_applied(c, f, id, info, node)),
+            None => self.write(move |this, _, f| this.pending_applied(f, id, info)),
         }
     }
 
-    fn assigned_applied(&self, c: &mut CacheState, id: PodId, info: Arc<PodInfo>, node: String) {
+    fn assigned_applied(
+        &self,
+        c: &mut CacheState,
+        f: &mut FollowUps,
+        id: PodId,
+        info: Arc<PodInfo>,
+        node: String,
+    ) {
         let mut known = self.known();
         let previous = known.assigned.insert(id.clone(), node.clone());
         let was_queued = known.queued.remove(&id);
@@ -505,14 +571,12 @@ impl ClusterState {
         // The queue drops a pod that gained spec.nodeName (bound by us or by another
         // scheduler), including one in flight.
         if was_queued || previous_is_none(&event) {
-            self.queue.update(info);
+            f.push(FollowUp::Assigned(info));
         }
-        if let Some(e) = event {
-            self.queue.move_all_to_active_or_backoff(e);
-        }
+        f.extend(event.map(FollowUp::Move));
     }
 
-    fn pending_applied(&self, id: PodId, info: Arc<PodInfo>) {
+    fn pending_applied(&self, f: &mut FollowUps, id: PodId, info: Arc<PodInfo>) {
         let ours = info
             .pod
             .spec
@@ -523,8 +587,7 @@ impl ClusterState {
         let mut known = self.known();
         if !ours || deleting {
             if known.queued.remove(&id) {
-                drop(known);
-                self.queue.delete(&id);
+                f.push(FollowUp::Unqueue(id));
             }
             return;
         }
@@ -533,14 +596,14 @@ impl ClusterState {
         if fresh {
             self.stats.queued.inc();
         }
-        self.queue.add(info);
+        f.push(FollowUp::Queue(info));
     }
 
     /// A pod was deleted.
     pub fn delete_pod(self: &Arc<Self>, pod: &Pod) {
         let id = PodId::of_pod(pod);
-        self.write(move |this, c| {
-            this.pod_deleted(c, &id);
+        self.write(move |this, c, f| {
+            this.pod_deleted(c, f, &id);
             if c.snapshot().policy().is_nominated(&id.key) {
                 // A deleted pod no longer holds its nominated node.
                 c.snapshot_mut().policy_mut().unnominate(&id.key);
@@ -548,7 +611,7 @@ impl ClusterState {
         });
     }
 
-    fn pod_deleted(&self, c: &mut CacheState, id: &PodId) {
+    fn pod_deleted(&self, c: &mut CacheState, f: &mut FollowUps, id: &PodId) {
         let mut known = self.known();
         let was_queued = known.queued.remove(id);
         let node = known.assigned.remove(id);
@@ -559,12 +622,11 @@ impl ClusterState {
         }
         drop(known);
         if was_queued {
-            self.queue.delete(id);
+            f.push(FollowUp::Unqueue(id.clone()));
         }
         let removed = c.snapshot_mut().remove_pod(&id.key, &id.uid).is_some();
         if removed || node.is_some() {
-            self.queue
-                .move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
+            f.push(FollowUp::Move(ClusterEvent::PodDeleted));
         }
     }
 
@@ -581,7 +643,7 @@ impl ClusterState {
     /// pods not in it are gone.
     pub fn pods_listed(self: &Arc<Self>, ids: HashSet<PodId>) {
         self.stats.list(Kind::Pod);
-        self.write(move |this, c| {
+        self.write(move |this, c, f| {
             let stale: Vec<PodId> = {
                 let known = this.known();
                 known
@@ -593,7 +655,7 @@ impl ClusterState {
                     .collect()
             };
             for k in stale {
-                this.pod_deleted(c, &k);
+                this.pod_deleted(c, f, &k);
             }
             this.synced.set(&this.synced.pods);
         });
@@ -601,7 +663,7 @@ impl ClusterState {
 
     /// A namespace was added or changed.
     pub fn apply_namespace(self: &Arc<Self>, ns: Namespace) {
-        self.write(move |_, c| c.snapshot_mut().upsert_namespace(&ns));
+        self.write(move |_, c, _| c.snapshot_mut().upsert_namespace(&ns));
     }
 
     /// A complete namespace list.
@@ -615,13 +677,13 @@ impl ClusterState {
     /// A complete namespace list ended (its namespaces applied as they arrived).
     pub fn namespaces_listed(self: &Arc<Self>) {
         self.stats.list(Kind::Namespace);
-        self.write(|this, _| this.synced.set(&this.synced.namespaces));
+        self.write(|this, _, _| this.synced.set(&this.synced.namespaces));
     }
 
     /// A workload (Service, ReplicationController, ReplicaSet, StatefulSet) was added or
     /// changed.
     pub fn apply_workload(self: &Arc<Self>, w: Workload) {
-        self.write(move |_, c| {
+        self.write(move |_, c, _| {
             // Status updates (a ReplicaSet's replica counts) leave the selectors as they
             // were: no snapshot change.
             if !c.snapshot().workloads().contains(&w) {
@@ -633,7 +695,7 @@ impl ClusterState {
     /// A workload was deleted.
     pub fn delete_workload(self: &Arc<Self>, kind: WorkloadKind, namespace: &str, name: &str) {
         let (namespace, name) = (namespace.to_string(), name.to_string());
-        self.write(move |_, c| {
+        self.write(move |_, c, _| {
             c.snapshot_mut()
                 .workloads_mut()
                 .delete(kind, &namespace, &name);
@@ -643,7 +705,7 @@ impl ClusterState {
     /// A complete list of one workload kind.
     pub fn replace_workloads(self: &Arc<Self>, kind: WorkloadKind, list: Vec<Workload>) {
         self.stats.list(Kind::Workload(kind));
-        self.write(move |this, c| {
+        self.write(move |this, c, _| {
             c.snapshot_mut().workloads_mut().replace(kind, list);
             this.synced.set(&this.synced.workloads[kind as usize]);
         });
@@ -657,20 +719,18 @@ impl ClusterState {
             self.stats.bad_object(volume_kind(object.kind()));
             return;
         }
-        self.write(move |this, c| {
+        self.write(move |_, c, f| {
             c.snapshot_mut().volumes_mut().apply(object);
-            this.queue
-                .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+            f.push(FollowUp::Move(ClusterEvent::VolumeChanged));
         });
     }
 
     /// A volume object was deleted (`key`: `namespace/name` for claims, else the name).
     pub fn delete_volume(self: &Arc<Self>, kind: VolumeKind, key: &str) {
         let key = key.to_string();
-        self.write(move |this, c| {
+        self.write(move |_, c, f| {
             if c.snapshot_mut().volumes_mut().delete(kind, &key) {
-                this.queue
-                    .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+                f.push(FollowUp::Move(ClusterEvent::VolumeChanged));
             }
         });
     }
@@ -679,23 +739,22 @@ impl ClusterState {
     /// not in it are gone.
     pub fn replace_volumes(self: &Arc<Self>, kind: VolumeKind, objects: Vec<VolumeObject>) {
         self.stats.list(volume_kind(kind));
-        self.write(move |this, c| {
+        self.write(move |this, c, f| {
             this.synced.set(&this.synced.volumes[kind as usize]);
             c.snapshot_mut().volumes_mut().replace(kind, objects);
-            this.queue
-                .move_all_to_active_or_backoff(ClusterEvent::VolumeChanged);
+            f.push(FollowUp::Move(ClusterEvent::VolumeChanged));
         });
     }
 
     /// A PodDisruptionBudget was added or changed.
     pub fn apply_pdb(self: &Arc<Self>, pdb: PodDisruptionBudget) {
-        self.write(move |_, c| c.snapshot_mut().policy_mut().upsert_pdb(&pdb));
+        self.write(move |_, c, _| c.snapshot_mut().policy_mut().upsert_pdb(&pdb));
     }
 
     /// A PodDisruptionBudget was deleted.
     pub fn delete_pdb(self: &Arc<Self>, namespace: &str, name: &str) {
         let (namespace, name) = (namespace.to_string(), name.to_string());
-        self.write(move |_, c| {
+        self.write(move |_, c, _| {
             c.snapshot_mut().policy_mut().remove_pdb(&namespace, &name);
         });
     }
@@ -703,7 +762,7 @@ impl ClusterState {
     /// A complete PodDisruptionBudget list.
     pub fn replace_pdbs(self: &Arc<Self>, list: Vec<PodDisruptionBudget>) {
         self.stats.list(Kind::PodDisruptionBudget);
-        self.write(move |this, c| {
+        self.write(move |this, c, _| {
             c.snapshot_mut().policy_mut().replace_pdbs(&list);
             this.synced.set(&this.synced.policy[0]);
         });
@@ -711,13 +770,13 @@ impl ClusterState {
 
     /// A PriorityClass was added or changed.
     pub fn apply_priority_class(self: &Arc<Self>, pc: PriorityClass) {
-        self.write(move |_, c| c.snapshot_mut().policy_mut().upsert_priority_class(&pc));
+        self.write(move |_, c, _| c.snapshot_mut().policy_mut().upsert_priority_class(&pc));
     }
 
     /// A PriorityClass was deleted.
     pub fn delete_priority_class(self: &Arc<Self>, name: &str) {
         let name = name.to_string();
-        self.write(move |_, c| {
+        self.write(move |_, c, _| {
             c.snapshot_mut().policy_mut().remove_priority_class(&name);
         });
     }
@@ -725,7 +784,7 @@ impl ClusterState {
     /// A complete PriorityClass list.
     pub fn replace_priority_classes(self: &Arc<Self>, list: Vec<PriorityClass>) {
         self.stats.list(Kind::PriorityClass);
-        self.write(move |this, c| {
+        self.write(move |this, c, _| {
             c.snapshot_mut()
                 .policy_mut()
                 .replace_priority_classes(&list);
@@ -764,5 +823,75 @@ impl PodLister for ClusterState {
         }
         pods.extend(self.queue.pending_pods().into_iter().map(|p| p.pod.clone()));
         pods
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_scheduler::plugins::testutil::node;
+    use headroom_scheduler::queue::QueueConfig;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A node observer that asks, from another thread, whether the cache can be read while
+    /// it is told of a node: it can only if it is told outside the cache's lock.
+    struct Probe {
+        cache: Arc<Cache>,
+        told: Mutex<Vec<(String, bool, Option<usize>)>>,
+    }
+
+    impl NodeObserver for Probe {
+        fn node_changed(&self, name: &str, exists: bool) {
+            let (tx, rx) = mpsc::channel();
+            let cache = self.cache.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(cache.read(|c| c.snapshot().len()));
+            });
+            let nodes = rx.recv_timeout(Duration::from_secs(2)).ok();
+            self.told
+                .lock()
+                .unwrap()
+                .push((name.to_string(), exists, nodes));
+        }
+        fn nodes_listed(&self, _: &HashSet<String>) {}
+    }
+
+    /// The feed's follow-ups (the node observer here, queue moves likewise) run once the
+    /// cache's lock is released and the snapshot has the change: right away without a
+    /// lease, after the settlement behind one.
+    #[test]
+    fn observers_are_told_outside_the_cache_lock() {
+        let cache = Arc::new(Cache::new(Duration::from_secs(30)));
+        let probe = Arc::new(Probe {
+            cache: cache.clone(),
+            told: Mutex::default(),
+        });
+        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
+        let state = Arc::new(ClusterState::new(
+            cache.clone(),
+            queue,
+            Some(probe.clone()),
+            HashSet::from(["headroom".to_string()]),
+            FeedStats::default(),
+        ));
+        state.apply_node(node("n1", serde_json::json!({})));
+        let lease = cache.lease();
+        state.apply_node(node("n2", serde_json::json!({})));
+        assert_eq!(
+            probe.told.lock().unwrap().len(),
+            1,
+            "n2 waits for the lease"
+        );
+        cache.settle(lease, |_| ());
+        state.delete_node("n1");
+        assert_eq!(
+            *probe.told.lock().unwrap(),
+            vec![
+                ("n1".to_string(), true, Some(1)),
+                ("n2".to_string(), true, Some(2)),
+                ("n1".to_string(), false, Some(1)),
+            ]
+        );
     }
 }

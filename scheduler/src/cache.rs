@@ -22,6 +22,13 @@
 //! often (the extender's requests, which are cycles over the nodes kube-scheduler asks
 //! about).
 //!
+//! A write is two steps: the change to the state, run under the cache's lock (and queued
+//! behind a lease), and what follows from it — queue moves, observers —, run once the lock
+//! is released ([`Cache::write_then`]), in the order of the changes. Nothing but the state
+//! is touched under the lock, and a change or follow-up that panics is caught, counted
+//! ([`Cache::panics`]) and logged: the changes queued beside it are applied all the same,
+//! and the lock is never poisoned.
+//!
 //! The assume cache lives here too (`CacheState::assume`): a pod placed by a cycle counts
 //! on its node at once, before its asynchronous bind; a bind that fails is forgotten, a
 //! successful one confirmed; an assumed pod that is neither confirmed nor forgotten within
@@ -29,6 +36,7 @@
 //! capacity forever.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -37,14 +45,20 @@ use prometheus_client::metrics::counter::Counter;
 use crate::key::PodKey;
 use crate::snapshot::{PodInfo, Snapshot};
 
-/// A change queued while a cycle held the snapshot ([`Cache::write`]).
-type Change = Box<dyn FnOnce(&mut CacheState) + Send>;
+/// What follows from a change, run after the cache's lock is released.
+type FollowUp = Box<dyn FnOnce() + Send>;
+
+/// A change queued while a cycle held the snapshot ([`Cache::write_then`]): it changes the
+/// state and hands back its follow-up.
+type Change = Box<dyn FnOnce(&mut CacheState) -> FollowUp + Send>;
 
 /// The cluster state the scheduler knows, its assumed pods, and the lease of its snapshot
 /// to the scheduling cycle. Shared (`Arc<Cache>`) by the cluster feed, the scheduling loop,
 /// the binding tasks, the housekeeping tick and the readers.
 pub struct Cache {
     inner: Mutex<Inner>,
+    /// Changes and follow-ups that panicked (caught; the others were applied).
+    panics: Counter,
 }
 
 struct Inner {
@@ -215,6 +229,7 @@ impl Cache {
                 leases: 0,
                 pending: Vec::new(),
             }),
+            panics: Counter::default(),
         }
     }
 
@@ -224,24 +239,83 @@ impl Cache {
 
     /// Applies `change` now, or — while a cycle holds the snapshot — when that cycle
     /// settles, after the changes queued before it. The writer never waits for a cycle.
-    /// What `change` does besides the snapshot (moving pods in the queue) happens then
-    /// too, so it stays in order with the snapshot.
     pub fn write(&self, change: impl FnOnce(&mut CacheState) + Send + 'static) {
-        let mut inner = self.lock();
-        if inner.leases > 0 {
-            inner.pending.push(Box::new(change));
-        } else {
-            change(&mut inner.state);
+        self.write_then(change, |()| {});
+    }
+
+    /// [`Cache::write`], then `then` with what `change` returned, once the lock is released:
+    /// right away in the writer's thread, or — behind a lease — in the settling thread,
+    /// after the settlement, in the order the changes came. Queue moves and observers go
+    /// there, so that nothing but the state is touched under the cache's lock.
+    pub fn write_then<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut CacheState) -> T + Send + 'static,
+        then: impl FnOnce(T) + Send + 'static,
+    ) {
+        let change: Change = Box::new(move |state| {
+            let t = change(state);
+            Box::new(move || then(t))
+        });
+        let follow_up = {
+            let mut inner = self.lock();
+            if inner.leases > 0 {
+                inner.pending.push(change);
+                return;
+            }
+            self.apply(&mut inner.state, change)
+        };
+        self.follow(vec![follow_up]);
+    }
+
+    /// Runs one change, catching a panic: the state keeps what it did up to there, the
+    /// panic is counted and logged, and the change's follow-up is skipped.
+    fn apply(&self, state: &mut CacheState, change: Change) -> FollowUp {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| change(state))) {
+            Ok(f) => f,
+            Err(e) => {
+                self.panicked("change", &e);
+                Box::new(|| {})
+            }
         }
+    }
+
+    /// Runs follow-ups in order, outside the lock, each on its own (one that panics does
+    /// not stop the next).
+    fn follow(&self, follow_ups: Vec<FollowUp>) {
+        for f in follow_ups {
+            if let Err(e) = std::panic::catch_unwind(AssertUnwindSafe(f)) {
+                self.panicked("follow-up", &e);
+            }
+        }
+    }
+
+    fn panicked(&self, what: &str, e: &Box<dyn std::any::Any + Send>) {
+        self.panics.inc();
+        let message = e
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| e.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(what, %message, "a cache write panicked; the others were applied");
+    }
+
+    /// The counter of cache writes (changes or follow-ups) that panicked (a handle:
+    /// register it on the metrics).
+    pub fn panics(&self) -> Counter {
+        self.panics.clone()
     }
 
     /// Applies `change` now and returns what it returns, after any queued change. While a
     /// cycle holds the snapshot this copies it (counted): for callers that never run
     /// beside a cycle (tests, `place`) or need the answer at once.
     pub fn update<R>(&self, change: impl FnOnce(&mut CacheState) -> R) -> R {
-        let mut inner = self.lock();
-        inner.apply_pending();
-        change(&mut inner.state)
+        let (r, follow_ups) = {
+            let mut inner = self.lock();
+            let follow_ups = self.apply_pending(&mut inner);
+            (change(&mut inner.state), follow_ups)
+        };
+        self.follow(follow_ups);
+        r
     }
 
     /// Reads the state as written so far (changes queued behind a lease not yet applied).
@@ -281,21 +355,27 @@ impl Cache {
     }
 
     fn end_lease<R>(&self, decided: impl FnOnce(&mut CacheState) -> R) -> R {
-        let mut inner = self.lock();
-        inner.leases = inner.leases.saturating_sub(1);
-        let r = decided(&mut inner.state);
-        if inner.leases == 0 {
-            inner.apply_pending();
-        }
+        let (r, follow_ups) = {
+            let mut inner = self.lock();
+            inner.leases = inner.leases.saturating_sub(1);
+            let r = decided(&mut inner.state);
+            let follow_ups = if inner.leases == 0 {
+                self.apply_pending(&mut inner)
+            } else {
+                Vec::new()
+            };
+            (r, follow_ups)
+        };
+        self.follow(follow_ups);
         r
     }
-}
 
-impl Inner {
-    fn apply_pending(&mut self) {
-        for change in std::mem::take(&mut self.pending) {
-            change(&mut self.state);
-        }
+    /// Applies the queued changes in order; returns their follow-ups.
+    fn apply_pending(&self, inner: &mut Inner) -> Vec<FollowUp> {
+        std::mem::take(&mut inner.pending)
+            .into_iter()
+            .map(|change| self.apply(&mut inner.state, change))
+            .collect()
     }
 }
 
@@ -314,6 +394,58 @@ mod tests {
             ))
         });
         cache
+    }
+
+    /// A change or follow-up that panics loses no other write: behind a lease, the changes
+    /// queued before and after it are applied and their follow-ups run, in order; the
+    /// panics are counted, and the cache's lock is not poisoned. Follow-ups run once the
+    /// lock is released: one that reads the cache does not deadlock.
+    #[test]
+    fn a_panicking_write_loses_no_other_write() {
+        let cache = cache_with(&["n1"]);
+        let lease = cache.lease();
+        let followed = Arc::new(Mutex::new(Vec::new()));
+        for name in ["n2", "boom", "n3"] {
+            let (followed, reader) = (followed.clone(), cache.clone());
+            cache.write_then(
+                move |c| {
+                    assert_ne!(name, "boom", "a bad change");
+                    c.snapshot_mut()
+                        .upsert_node(Arc::new(node(name, json!({}))));
+                    name
+                },
+                move |name| {
+                    // Outside the lock: reading the cache here would deadlock under it.
+                    let nodes = reader.read(|c| c.snapshot().len());
+                    followed.lock().unwrap().push((name, nodes));
+                },
+            );
+        }
+        cache.write_then(|_| (), |()| panic!("a bad follow-up"));
+        let f = followed.clone();
+        cache.write_then(
+            |c| {
+                c.snapshot_mut()
+                    .upsert_node(Arc::new(node("n4", json!({}))));
+            },
+            move |()| f.lock().unwrap().push(("n4", 0)),
+        );
+        cache.settle(lease, |_| ());
+        assert_eq!(cache.snapshot().len(), 4, "n1 and every good change");
+        // Each follow-up ran after the whole settlement, in order.
+        assert_eq!(
+            *followed.lock().unwrap(),
+            vec![("n2", 4), ("n3", 4), ("n4", 0)]
+        );
+        assert_eq!(cache.panics().get(), 2);
+        assert!(!cache.inner.is_poisoned());
+        // Without a lease, a panicking change is caught too and the next write applies.
+        cache.write(|_| panic!("another bad change"));
+        cache.write(|c| {
+            c.snapshot_mut().remove_node("n4");
+        });
+        assert_eq!(cache.read(|c| c.snapshot().len()), 3);
+        assert_eq!(cache.panics().get(), 3);
     }
 
     /// While a cycle holds its lease, writes wait in order and copy nothing; settling

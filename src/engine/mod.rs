@@ -200,6 +200,11 @@ impl Engine {
             "Changes to the scheduler's snapshot that copied all of it because a reader held it",
             scheduler.cache().copies(),
         );
+        metrics.register(
+            "headroom_scheduler_cache_write_panics",
+            "Cache writes (a change or what follows it) that panicked; caught, the others applied",
+            scheduler.cache().panics(),
+        );
         let feed = FeedStats::default();
         feed.register(&metrics);
         let names: HashSet<String> = if parts.schedule {
