@@ -41,7 +41,7 @@ fn state(extra: &str) -> (ExtenderState, ExtenderArgs) {
         framework: Arc::new(fw),
         snapshot: Arc::new(move || snap.clone()),
         binder: None,
-        history: None,
+        settle: None,
         recent: Default::default(),
         metrics: Default::default(),
     };

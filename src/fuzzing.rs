@@ -255,7 +255,7 @@ fn extender_state() -> Option<&'static crate::kube::extender::ExtenderState> {
                 framework: Arc::new(fw),
                 snapshot: Arc::new(move || snap.clone()),
                 binder: None,
-        history: None,
+        settle: None,
                 recent: Default::default(),
                 metrics: Default::default(),
             })

@@ -79,7 +79,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::analytics::UsageView;
-use headroom_scheduler::framework::{BindPlugin, BoxFuture, Decision, Outcome, Plugin, Status};
+use headroom_scheduler::framework::{
+    BindOutcome, BindPlugin, BoxFuture, Decision, Outcome, Plugin,
+};
 use headroom_scheduler::queue::QueueLengths;
 use headroom_scheduler::snapshot::{PodInfo, Snapshot};
 use headroom_scheduler::usage::{Headroom, UsagePolicy};
@@ -896,14 +898,14 @@ impl BindPlugin for MeteredBinder {
         pod: &'a PodInfo,
         node: &'a str,
         annotations: &'a headroom_scheduler::framework::BindAnnotations,
-    ) -> BoxFuture<'a, Status> {
+    ) -> BoxFuture<'a, BindOutcome> {
         Box::pin(async move {
             // Wall time: a simulated clock would make every bind take zero.
             let started = std::time::Instant::now();
-            let status = self.inner.bind(pod, node, annotations).await;
+            let outcome = self.inner.bind(pod, node, annotations).await;
             self.metrics
-                .observe_bind(status.is_success(), started.elapsed());
-            status
+                .observe_bind(outcome.is_bound(), started.elapsed());
+            outcome
         })
     }
 }
@@ -912,7 +914,7 @@ impl BindPlugin for MeteredBinder {
 mod tests {
     use super::*;
     use crate::analytics::{BuilderProfile, NodeUsage, Percentiles, Stat};
-    use headroom_scheduler::framework::Code;
+    use headroom_scheduler::framework::{Code, Status};
     use headroom_scheduler::plugins::testutil::*;
     use serde_json::json;
 
@@ -1059,8 +1061,8 @@ mod tests {
                 _: &'a PodInfo,
                 _: &'a str,
                 _: &'a headroom_scheduler::framework::BindAnnotations,
-            ) -> BoxFuture<'a, Status> {
-                Box::pin(async { Status::error("conflict") })
+            ) -> BoxFuture<'a, BindOutcome> {
+                Box::pin(async { BindOutcome::Retry("throttled".into()) })
             }
         }
         let m = Arc::new(Metrics::default());
@@ -1075,9 +1077,9 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            assert!(ok.bind(&p, "n", &Default::default()).await.is_success());
-            assert!(ok.bind(&p, "n", &Default::default()).await.is_success());
-            assert!(!bad.bind(&p, "n", &Default::default()).await.is_success());
+            assert!(ok.bind(&p, "n", &Default::default()).await.is_bound());
+            assert!(ok.bind(&p, "n", &Default::default()).await.is_bound());
+            assert!(!bad.bind(&p, "n", &Default::default()).await.is_bound());
         });
         let text = m.encode().unwrap();
         assert_eq!(

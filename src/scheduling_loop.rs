@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 
 use crate::decisions::{Bound, DecisionInputs, Settled};
 use headroom_scheduler::cache::Cache;
-use headroom_scheduler::framework::{BindAnnotations, BindPlugin, Decision};
+use headroom_scheduler::framework::{BindAnnotations, BindOutcome, BindPlugin, Decision};
 use headroom_scheduler::key::{PodId, PodKey};
 use headroom_scheduler::queue::{Failure, QueuedPodInfo, SchedulingQueue};
 use headroom_scheduler::scheduler::Scheduler;
@@ -34,7 +34,8 @@ pub struct LoopStats {
     pub bound: u64,
     /// Cycles that found no node.
     pub unschedulable: u64,
-    /// Binds that failed (the pod was forgotten and requeued), PreBind failures included.
+    /// Binds that failed (the pod was forgotten, then requeued or, gone or bound by someone
+    /// else, dropped), PreBind failures included.
     pub bind_errors: u64,
     /// PreBind failures (VolumeBinding could not bind the pod's volumes), each also a bind
     /// error.
@@ -278,9 +279,9 @@ impl SchedulingLoop {
             let bound = settled
                 .as_ref()
                 .map(|_| (job.assumed.clone(), job.node.clone()));
-            let result = bind_one(job, &parts).await;
+            let outcome = bind_one(job, &parts).await;
             if let (Some(tx), Some(mut s), Some((pod, node))) = (decisions, settled, bound) {
-                s.bind = Some(Bound { pod, node, result });
+                s.bind = Some(Bound { pod, node, outcome });
                 // Only a sink that is gone refuses it: nothing left to tell.
                 let _ = tx.settled(s).await;
             }
@@ -344,10 +345,12 @@ struct BindJob {
     first_attempt: Option<tokio::time::Instant>,
 }
 
-/// PreBind, then the bind: on success the assumed pod is bound (confirmed when the loop
-/// confirms on bind) and leaves the queue; on failure it is forgotten (its node freed) and
-/// retried with backoff. Returns the failure's message.
-async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
+/// PreBind, then the bind, and what follows from its outcome — the one place that acts on
+/// one, for every binder: bound, the assumed pod is bound (confirmed when the loop confirms
+/// on bind) and leaves the queue; gone or bound by someone else, it is forgotten (its node
+/// freed) and leaves the queue; otherwise (a PreBind that failed included) it is forgotten
+/// and retried with backoff. Returns the outcome, for the decision sink.
+async fn bind_one(job: BindJob, parts: &BindParts) -> BindOutcome {
     let BindJob {
         pod,
         assumed,
@@ -374,11 +377,11 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
             parts
                 .queue
                 .add_unschedulable(pod, Failure::error(message.clone()));
-            return Err(message);
+            return BindOutcome::Retry(message);
         }
     }
-    let status = parts.binder.bind(&assumed, &node, &annotations).await;
-    if status.is_success() {
+    let outcome = parts.binder.bind(&assumed, &node, &annotations).await;
+    if outcome.is_bound() {
         let (key, now, confirm) = (
             pod.key(),
             tokio::time::Instant::now().into_std(),
@@ -398,18 +401,23 @@ async fn bind_one(job: BindJob, parts: &BindParts) -> Result<(), String> {
                 tokio::time::Instant::now().saturating_duration_since(first),
             );
         }
-        Ok(())
-    } else {
-        forget(&parts.cache, &pod);
-        parts
-            .stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .bind_errors += 1;
-        let message = format!("binding to {node}: {}", status.message());
-        parts.queue.add_unschedulable(pod, Failure::error(message));
-        Err(status.message().to_string())
+        return outcome;
     }
+    forget(&parts.cache, &pod);
+    parts
+        .stats
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .bind_errors += 1;
+    let message = outcome.error().unwrap_or_default();
+    if outcome.is_final() {
+        tracing::debug!(pod = %pod.key(), node = %node, error = %message, "the pod left the queue: gone or bound by someone else");
+        parts.queue.done(&PodId::of(&pod));
+    } else {
+        let message = format!("binding to {node}: {message}");
+        parts.queue.add_unschedulable(pod, Failure::error(message));
+    }
+    outcome
 }
 
 /// A failed bind forgets the assumed pod (its node freed). Written like any change: the
@@ -452,13 +460,13 @@ impl BindPlugin for InstantBinder {
         pod: &'a PodInfo,
         node: &'a str,
         _annotations: &'a headroom_scheduler::framework::BindAnnotations,
-    ) -> headroom_scheduler::framework::BoxFuture<'a, headroom_scheduler::framework::Status> {
+    ) -> headroom_scheduler::framework::BoxFuture<'a, BindOutcome> {
         Box::pin(async move {
             self.bound
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push((pod.key(), node.to_string()));
-            headroom_scheduler::framework::Status::success()
+            BindOutcome::Bound
         })
     }
 }
@@ -467,7 +475,7 @@ impl BindPlugin for InstantBinder {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use headroom_scheduler::framework::{BoxFuture, Plugin, Status};
+    use headroom_scheduler::framework::{BoxFuture, Plugin};
     use headroom_scheduler::plugins::testutil::*;
     use headroom_scheduler::queue::{ClusterEvent, QueueConfig};
     use serde_json::json;
@@ -493,12 +501,14 @@ mod tests {
             pod: &'a PodInfo,
             node: &'a str,
             annotations: &'a headroom_scheduler::framework::BindAnnotations,
-        ) -> BoxFuture<'a, Status> {
+        ) -> BoxFuture<'a, BindOutcome> {
             Box::pin(async move {
                 // A bind takes time: the next cycle must already see the assumed pod.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail {
-                    Status::error("Operation cannot be fulfilled: conflict")
+                    BindOutcome::Retry(
+                        "the server is currently unable to handle the request".into(),
+                    )
                 } else {
                     self.inner.bind(pod, node, annotations).await
                 }
@@ -512,6 +522,91 @@ mod tests {
             json!({"spec": {"containers": [
             {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}),
         )))
+    }
+
+    /// Answers by pod name: `gone` is gone, `taken` bound by someone else, others bound.
+    struct SortingBinder;
+
+    impl Plugin for SortingBinder {
+        fn name(&self) -> &'static str {
+            "Sorting"
+        }
+    }
+
+    impl BindPlugin for SortingBinder {
+        fn bind<'a>(
+            &'a self,
+            pod: &'a PodInfo,
+            _: &'a str,
+            _: &'a headroom_scheduler::framework::BindAnnotations,
+        ) -> BoxFuture<'a, BindOutcome> {
+            Box::pin(async move {
+                match &*pod.name {
+                    "gone" => BindOutcome::Gone("binding rejected: pods \"gone\" not found".into()),
+                    "taken" => BindOutcome::Conflict("the pod is bound to n9".into()),
+                    _ => BindOutcome::Bound,
+                }
+            })
+        }
+    }
+
+    /// The loop alone acts on a bind's outcome, whatever the binder: a pod that is gone or
+    /// bound by someone else is forgotten (its node freed) and leaves the queue, never
+    /// retried; the settled record carries the outcome to the sink.
+    #[tokio::test(start_paused = true)]
+    async fn gone_and_conflicting_binds_leave_the_queue() {
+        let scheduler = Arc::new(Scheduler::new(&Config::default().core()).unwrap());
+        scheduler.cache().update(|c| {
+            c.replace(headroom_scheduler::snapshot::Snapshot::build(
+                [node("n1", json!({}))],
+                [],
+            ))
+        });
+        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
+        let (tx, mut rx) = crate::decisions::decision_channel(16, usize::MAX);
+        let lp = SchedulingLoop {
+            scheduler: scheduler.clone(),
+            queue: queue.clone(),
+            binder: Arc::new(SortingBinder),
+            decisions: Some(tx),
+            options: LoopOptions::default(),
+            annotate: None,
+            metrics: None,
+            tail: None,
+        };
+        for name in ["gone", "taken", "kept"] {
+            queue.add(cpu_pod(name, "1"));
+        }
+        let stats = lp.run_until_settled().await;
+        assert_eq!((stats.bound, stats.bind_errors), (1, 2));
+        // Well past any backoff: nothing comes back.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(queue.is_empty(), "{:?}", queue.len());
+        let on_n1: Vec<String> = scheduler
+            .snapshot()
+            .get("n1")
+            .unwrap()
+            .pods
+            .iter()
+            .map(|p| p.name.to_string())
+            .collect();
+        assert_eq!(on_n1, ["kept"], "the others were forgotten");
+        let mut outcomes = Vec::new();
+        while let Some(r) = rx.try_recv() {
+            if let crate::decisions::Record::Settled(s) = r {
+                outcomes.push((s.pod.name.to_string(), s.bind.unwrap().outcome));
+            }
+        }
+        outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+        assert!(
+            matches!(outcomes[0], (ref n, BindOutcome::Gone(_)) if n == "gone"),
+            "{outcomes:?}"
+        );
+        assert_eq!(outcomes[1], ("kept".to_string(), BindOutcome::Bound));
+        assert!(
+            matches!(outcomes[2], (ref n, BindOutcome::Conflict(_)) if n == "taken"),
+            "{outcomes:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -617,7 +712,7 @@ mod tests {
             .iter()
             .map(|s| {
                 let b = s.bind.as_ref().unwrap();
-                (&*s.pod.name, b.result.is_ok(), b.node.as_str())
+                (&*s.pod.name, b.outcome.is_bound(), b.node.as_str())
             })
             .collect();
         assert_eq!(
@@ -629,10 +724,10 @@ mod tests {
                 .bind
                 .as_ref()
                 .unwrap()
-                .result
-                .as_ref()
-                .unwrap_err()
-                .contains("conflict"),
+                .outcome
+                .error()
+                .unwrap()
+                .contains("unable to handle the request"),
             "{:?}",
             settled[0].bind
         );

@@ -35,7 +35,7 @@ pub use log::{
 };
 pub use sink::{STORED_NODES, Sink, SinkReport, run_decision_sink};
 
-use headroom_scheduler::framework::{Decision, Fallback, Nomination, Outcome};
+use headroom_scheduler::framework::{BindOutcome, Decision, Fallback, Nomination, Outcome};
 use headroom_scheduler::key::PodKey;
 use headroom_scheduler::snapshot::PodInfo;
 
@@ -64,6 +64,10 @@ pub struct Settled {
     /// The builder's placement history, newest first, after the engine recorded this
     /// placement (absent without a store, a builder or a successful bind).
     pub history: Option<Vec<String>>,
+    /// Bound through the extender's `/bind`, for kube-scheduler, which decided and writes
+    /// the pod's events and conditions itself: the engine records the placement as for
+    /// its own binds, and the mode writes nothing.
+    pub by_extender: bool,
 }
 
 /// A placed pod's bind.
@@ -73,8 +77,8 @@ pub struct Bound {
     pub pod: Arc<PodInfo>,
     /// The node.
     pub node: String,
-    /// Ok, or why the bind (or PreBind) failed.
-    pub result: Result<(), String>,
+    /// What the bind (or a PreBind that failed) came to.
+    pub outcome: BindOutcome,
 }
 
 impl Settled {
@@ -91,12 +95,41 @@ impl Settled {
             bind: None,
             builder,
             history: None,
+            by_extender: false,
+        }
+    }
+
+    /// A bind kube-scheduler asked of the extender (`/bind`): `pod` to `node` under the
+    /// extender's `profile`, with what it came to; `builder` as the identity rule names the
+    /// pod's (absent for a bare pod, as in the scheduler's own binds).
+    pub fn extender_bind(
+        pod: Arc<PodInfo>,
+        node: &str,
+        profile: &str,
+        builder: Option<String>,
+        outcome: BindOutcome,
+    ) -> Settled {
+        Settled {
+            pod: pod.key(),
+            uid: pod.uid.clone(),
+            profile: profile.to_string(),
+            outcome: Outcome::Placed { node: node.into() },
+            fallback: None,
+            nomination: None,
+            bind: Some(Bound {
+                pod,
+                node: node.to_string(),
+                outcome,
+            }),
+            builder,
+            history: None,
+            by_extender: true,
         }
     }
 
     /// Whether the pod was placed and bound.
     pub fn bound(&self) -> bool {
-        self.bind.as_ref().is_some_and(|b| b.result.is_ok())
+        self.bind.as_ref().is_some_and(|b| b.outcome.is_bound())
     }
 }
 

@@ -245,7 +245,7 @@ impl Job {
         match item {
             Item::Decision(r) => Job::Decision(r.clone()),
             Item::Settled(s) => match (&s.builder, &s.bind) {
-                (Some(builder), Some(b)) if b.result.is_ok() => Job::Placement {
+                (Some(builder), Some(b)) if b.outcome.is_bound() => Job::Placement {
                     builder: builder.clone(),
                     node: b.node.clone(),
                 },
@@ -376,7 +376,7 @@ fn record_placement(
 mod tests {
     use super::*;
     use crate::decisions::{Bound, DecisionInputs, decision_channel};
-    use headroom_scheduler::framework::Decision;
+    use headroom_scheduler::framework::{BindOutcome, Decision};
     use headroom_scheduler::key::PodKey;
     use headroom_scheduler::snapshot::PodInfo;
     use headroom_storage::StoreConfig;
@@ -417,13 +417,13 @@ mod tests {
         }
     }
 
-    fn settled(d: &Decision, result: Result<(), String>) -> Settled {
+    fn settled(d: &Decision, outcome: BindOutcome) -> Settled {
         let mut s = Settled::of(d, Some("default/Job/b".into()));
         let pod = PodInfo::new(Arc::new(headroom_scheduler::synthetic::plain_pod(&d.name)));
         s.bind = Some(Bound {
             pod: Arc::new(pod),
             node: "n1".into(),
-            result,
+            outcome,
         });
         s
     }
@@ -475,12 +475,14 @@ mod tests {
             Some(false)
         );
 
-        tx.settled(settled(&first, Ok(()))).await.unwrap();
+        tx.settled(settled(&first, BindOutcome::Bound))
+            .await
+            .unwrap();
         let failed = placed("f");
         tx.send(failed.clone(), inputs("default/Job/b"))
             .await
             .unwrap();
-        tx.settled(settled(&failed, Err("conflict".into())))
+        tx.settled(settled(&failed, BindOutcome::Retry("throttled".into())))
             .await
             .unwrap();
         let second = placed("c");

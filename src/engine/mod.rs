@@ -314,6 +314,12 @@ impl Engine {
         self.refresh_trigger.notify_one();
     }
 
+    /// The decision channel, for binds made outside the scheduling loop (the extender's
+    /// `/bind`), which settle through the same sink.
+    pub fn decision_sender(&self) -> crate::decisions::DecisionSender {
+        self.decisions.clone()
+    }
+
     /// Waits until the decision sink has handled every decision and bind sent so far
     /// (logged, stored, placement history written, handed to the mode): the simulator
     /// calls it after each step's scheduling, so the next refresh reads the placements.

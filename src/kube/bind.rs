@@ -3,15 +3,16 @@
 //! the pod's uid (a precondition: a pod deleted and recreated under the same name is not
 //! bound by mistake) and whose `target` is the node.
 //!
-//! Failures, as upstream handles them:
+//! Failures, as upstream handles them, each a [`BindOutcome`] the scheduling loop acts on
+//! (the binder itself touches neither the queue nor the cache):
 //! - `409 Conflict` (the pod is already bound, or the uid precondition failed) and `404`:
-//!   the pod is looked up once; if it is bound, gone or replaced it leaves the queue (no
-//!   blind retry), the watch brings whatever replaced it;
+//!   the pod is looked up once: gone or replaced is [`BindOutcome::Gone`], bound is
+//!   [`BindOutcome::Conflict`] (both leave the queue, no blind retry; the watch brings
+//!   whatever replaced it); a failed lookup is [`BindOutcome::Retry`];
 //! - a timeout: the bind may have gone through, so the pod is looked up first: bound to
-//!   our node counts as bound; bound elsewhere, gone or replaced leaves the queue; still
+//!   our node counts as bound; bound elsewhere is a conflict, gone or replaced gone; still
 //!   pending is retried;
-//! - anything else (429, 5xx): the assumed pod is forgotten and the pod requeued with
-//!   backoff by the scheduling loop.
+//! - anything else (429, 5xx): [`BindOutcome::Retry`], with backoff.
 //!
 //! Every bind goes through the flow controller ([`super::flow`]): a congestion window on
 //! binds in flight that shrinks on 429s, 5xx, timeouts and slow answers and grows on fast
@@ -31,9 +32,7 @@ use super::extender::{ExtenderBinder, ExtenderBindingArgs};
 use super::flow::{BindFlow, Signal};
 use super::health::ApiHealth;
 use crate::logging::Trouble;
-use headroom_scheduler::framework::{BindPlugin, BoxFuture, Plugin, Status};
-use headroom_scheduler::key::PodId;
-use headroom_scheduler::queue::SchedulingQueue;
+use headroom_scheduler::framework::{BindOutcome, BindPlugin, BoxFuture, Plugin};
 use headroom_scheduler::snapshot::PodInfo;
 
 /// Why a bind failed.
@@ -197,7 +196,6 @@ impl BindStats {
 /// The scheduler's binder under `serve`.
 pub struct ApiBinder {
     client: Client,
-    queue: Option<Arc<SchedulingQueue>>,
     timeout: Duration,
     flow: Option<Arc<BindFlow>>,
     stats: BindStats,
@@ -208,27 +206,23 @@ pub struct ApiBinder {
     refused: Trouble,
 }
 
-/// What a lookup after a timed-out bind found.
+/// What a lookup after a failed bind found.
 enum Lookup {
     /// Bound to the node we asked for: the bind went through.
     BoundHere,
-    /// Bound elsewhere, gone, or replaced: never retry.
-    Settled,
+    /// Bound to another node (`None`: bound, node not asked about).
+    BoundElsewhere(String),
+    /// Deleted, or replaced by a pod of another uid.
+    Gone(&'static str),
     /// Still pending (or the lookup failed): retry with backoff.
     Pending,
 }
 
 impl ApiBinder {
-    /// A binder over `client`. `queue`: where pods that can never bind are dropped from
-    /// (the scheduling loop reports every bind's result to the engine's decision sink).
-    pub fn new(
-        client: Client,
-        queue: Option<Arc<SchedulingQueue>>,
-        timeout: Duration,
-    ) -> ApiBinder {
+    /// A binder over `client`, each call bounded by `timeout`.
+    pub fn new(client: Client, timeout: Duration) -> ApiBinder {
         ApiBinder {
             client,
-            queue,
             timeout,
             flow: None,
             stats: BindStats::default(),
@@ -288,18 +282,19 @@ impl ApiBinder {
         self
     }
 
-    /// After a timeout: the bind may have gone through (the server timed out answering,
-    /// not binding). Look before retrying, so no pod is bound twice and none is lost.
+    /// After a timeout, a 409 or a 404: where is the pod now? (A timed-out bind may have
+    /// gone through: the server timed out answering, not binding.) Looking before retrying
+    /// binds no pod twice and loses none.
     async fn lookup(&self, pod: &PodInfo, node: &str) -> Lookup {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         match tokio::time::timeout(self.timeout, api.get_opt(&pod.name)).await {
-            Ok(Ok(None)) => Lookup::Settled,
+            Ok(Ok(None)) => Lookup::Gone("deleted"),
             Ok(Ok(Some(p))) => {
                 let replaced = p.metadata.uid.as_deref().unwrap_or("") != pod.uid;
                 match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                    _ if replaced => Lookup::Settled,
+                    _ if replaced => Lookup::Gone("replaced by a pod of another uid"),
                     Some(n) if n == node => Lookup::BoundHere,
-                    Some(_) => Lookup::Settled,
+                    Some(n) => Lookup::BoundElsewhere(n.to_string()),
                     None => Lookup::Pending,
                 }
             }
@@ -307,28 +302,34 @@ impl ApiBinder {
         }
     }
 
-    /// After a 409/404: is the pod bound, gone or replaced? Then it leaves the queue, so
-    /// the scheduling loop's requeue drops it.
-    async fn settle_final(&self, pod: &PodInfo) {
-        let Some(queue) = &self.queue else { return };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let current = tokio::time::timeout(self.timeout, api.get_opt(&pod.name)).await;
-        let drop_it = match current {
-            Ok(Ok(None)) => true,
-            Ok(Ok(Some(p))) => {
-                let bound = p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .is_some();
-                let replaced = p.metadata.uid.as_deref().unwrap_or("") != pod.uid;
-                bound || replaced
-            }
-            // Unknown: leave it to backoff and the watch.
-            _ => false,
+    /// The outcome of a bind that answered `result`, looking the pod up when the answer
+    /// leaves its state open (a timeout, a 409, a 404).
+    async fn outcome(
+        &self,
+        pod: &PodInfo,
+        node: &str,
+        result: &Result<(), BindError>,
+    ) -> BindOutcome {
+        let e = match result {
+            Ok(()) => return BindOutcome::Bound,
+            Err(e) => e,
         };
-        if drop_it {
-            queue.delete(&PodId::of(pod));
+        let timed_out = matches!(e, BindError::Timeout(_));
+        if !timed_out && !e.is_final() {
+            return BindOutcome::Retry(e.to_string());
+        }
+        match self.lookup(pod, node).await {
+            // A 409 for a pod bound where we asked: an earlier bind whose answer was lost.
+            Lookup::BoundHere if timed_out => {
+                self.stats.timeouts_bound.inc();
+                BindOutcome::Bound
+            }
+            Lookup::BoundHere => BindOutcome::Conflict(format!("{e}; the pod is bound to {node}")),
+            Lookup::BoundElsewhere(n) => {
+                BindOutcome::Conflict(format!("{e}; the pod is bound to {n}"))
+            }
+            Lookup::Gone(why) => BindOutcome::Gone(format!("{e}; the pod was {why}")),
+            Lookup::Pending => BindOutcome::Retry(e.to_string()),
         }
     }
 }
@@ -345,14 +346,14 @@ impl BindPlugin for ApiBinder {
         pod: &'a PodInfo,
         node: &'a str,
         annotations: &'a headroom_scheduler::framework::BindAnnotations,
-    ) -> BoxFuture<'a, Status> {
+    ) -> BoxFuture<'a, BindOutcome> {
         Box::pin(async move {
             let permit = match &self.flow {
                 Some(f) => Some(f.acquire().await),
                 None => None,
             };
             let started = tokio::time::Instant::now();
-            let mut result = bind_pod(
+            let result = bind_pod(
                 &self.client,
                 &pod.namespace,
                 &pod.name,
@@ -368,37 +369,17 @@ impl BindPlugin for ApiBinder {
                     Err(e) => e.signal(started.elapsed()),
                 });
             }
-            match &result {
-                Err(BindError::Timeout(_)) => {
-                    self.stats.timeouts.inc();
-                    match self.lookup(pod, node).await {
-                        Lookup::BoundHere => {
-                            self.stats.timeouts_bound.inc();
-                            result = Ok(());
-                        }
-                        Lookup::Settled => {
-                            if let Some(queue) = &self.queue {
-                                queue.delete(&PodId::of(pod));
-                            }
-                        }
-                        Lookup::Pending => {}
-                    }
-                }
-                Err(BindError::Throttled { .. }) => {
-                    self.stats.throttled.inc();
-                }
-                _ => {}
+            if let Err(BindError::Timeout(_)) = &result {
+                self.stats.timeouts.inc();
             }
+            if let Err(BindError::Throttled { .. }) = &result {
+                self.stats.throttled.inc();
+            }
+            let outcome = self.outcome(pod, node, &result).await;
+            // A timed-out bind that went through is not a failure to report.
+            let result = if outcome.is_bound() { Ok(()) } else { result };
             self.report(pod, node, &result);
-            if let Err(e) = &result
-                && e.is_final()
-            {
-                self.settle_final(pod).await;
-            }
-            match &result {
-                Ok(()) => Status::success(),
-                Err(e) => Status::error(e.to_string()),
-            }
+            outcome
         })
     }
 }
@@ -407,7 +388,7 @@ impl ExtenderBinder for ApiBinder {
     fn bind<'a>(
         &'a self,
         args: &'a ExtenderBindingArgs,
-    ) -> BoxFuture<'a, Result<ObjectMeta, String>> {
+    ) -> BoxFuture<'a, Result<(Pod, BindOutcome), String>> {
         Box::pin(async move {
             // Only a pending pod, the one the caller names by uid: an extender that binds
             // whatever it is asked to is a way around the scheduler.
@@ -447,7 +428,7 @@ impl ExtenderBinder for ApiBinder {
                     args.pod_namespace, args.pod_name
                 ));
             }
-            bind_pod(
+            let result = bind_pod(
                 &self.client,
                 &args.pod_namespace,
                 &args.pod_name,
@@ -456,9 +437,10 @@ impl ExtenderBinder for ApiBinder {
                 &Default::default(),
                 self.timeout,
             )
-            .await
-            .map_err(|e| e.to_string())?;
-            Ok(pod.metadata)
+            .await;
+            let info = PodInfo::new(Arc::new(pod.clone()));
+            let outcome = self.outcome(&info, &args.node, &result).await;
+            Ok((pod, outcome))
         })
     }
 }

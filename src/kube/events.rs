@@ -261,6 +261,11 @@ pub struct ReporterHandle {
 
 impl crate::decisions::OutcomeHandler for ReporterHandle {
     fn settled(&self, settled: Settled) {
+        // kube-scheduler writes the events and conditions of the pods it bound through
+        // the extender.
+        if settled.by_extender {
+            return;
+        }
         if self.tx.try_send(settled).is_err() {
             self.overflow.inc();
         }
@@ -391,8 +396,8 @@ impl Reporter {
 
     async fn on_bound(&self, s: Settled, st: &mut ReporterState) {
         let Some(o) = &s.bind else { return };
-        if let Err(e) = &o.result {
-            let mut text = e.clone();
+        if let Some(e) = o.outcome.error() {
+            let mut text = e.to_string();
             if let Some(first) = text.get_mut(0..1) {
                 first.make_ascii_uppercase();
             }

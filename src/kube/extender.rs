@@ -14,10 +14,11 @@
 //!   with the plugin's reason.
 //! - `POST /extender/prioritize`: scores 0..=10 ([`MAX_EXTENDER_PRIORITY`]), the weighted
 //!   framework total scaled from 0..=100 per unit of weight.
-//! - `POST /extender/bind` (optional): binds through `pods/binding`, and records the node
-//!   in the pod's builder's placement history in the store ([`ExtenderHistory`]), as
-//!   `serve`'s own binds do, so that History scores warm caches for the pods kube-scheduler
-//!   places too. (kube-scheduler writes the `Scheduled` event; headroom writes none.)
+//! - `POST /extender/bind` (optional): binds through `pods/binding`, and settles the bind on
+//!   the engine's decision channel ([`ExtenderSettle`]) as the scheduler's own binds do:
+//!   the sink records the node in the pod's builder's placement history in the store, so
+//!   that History scores warm caches for the pods kube-scheduler places too.
+//!   (kube-scheduler writes the `Scheduled` event; headroom writes none.)
 //!
 //! Only the extender profile runs ([`ExtenderConfig::profile`]): kube-scheduler has
 //! already applied its in-tree plugins, so those are off unless enabled explicitly.
@@ -42,14 +43,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
 
-use headroom_scheduler::framework::{BoxFuture, Code, Decision, Framework, Outcome, Status};
+use crate::decisions::Settled;
+use headroom_scheduler::framework::{
+    BindOutcome, BoxFuture, Code, Decision, Framework, Outcome, Status,
+};
 use headroom_scheduler::snapshot::{PodInfo, Snapshot};
 
 /// The highest score an extender may give (`extenderv1.MaxExtenderPriority`).
@@ -168,48 +171,41 @@ pub struct ExtenderBindingResult {
     pub error: String,
 }
 
-/// Binds on behalf of kube-scheduler (`bindVerb`). Returns the bound pod's metadata (as
-/// it was before the bind), or an error message on failure.
+/// Binds on behalf of kube-scheduler (`bindVerb`). Returns the pod (as it was before the
+/// bind) with what the bind came to, or, when the pod could not be bound at all (not
+/// found, not pending, another uid), why.
 pub trait ExtenderBinder: Send + Sync {
     /// Binds `namespace/name` (with `uid` as precondition when non-empty) to `node`.
     fn bind<'a>(
         &'a self,
         args: &'a ExtenderBindingArgs,
-    ) -> BoxFuture<'a, Result<ObjectMeta, String>>;
+    ) -> BoxFuture<'a, Result<(Pod, BindOutcome), String>>;
 }
 
-/// Where the extender records what it bound: the builder's placement history in the store
-/// (a bare pod, its own builder, has none, as in `serve`'s own binds).
+/// Where the extender's binds settle: the engine's decision channel, as the scheduler's
+/// own binds do, so one sink records every placement (the builder's placement history in
+/// the store, its failures summarised) and the mode, told the bind came from the
+/// extender, writes no event (kube-scheduler writes its own).
 #[derive(Clone)]
-pub struct ExtenderHistory {
-    /// The store holding placement histories.
-    pub store: headroom_storage::Store,
+pub struct ExtenderSettle {
+    /// The engine's decision channel.
+    pub decisions: crate::decisions::DecisionSender,
     /// How a pod's builder is named.
     pub identity: headroom_collectors::IdentityConfig,
-    /// The clock stamping each placement.
-    pub clock: headroom_scheduler::clock::Clock,
+    /// The extender profile's name, recorded with each bind.
+    pub profile: String,
 }
 
-impl ExtenderHistory {
-    /// Records that the pod with `meta` was bound to `node` (on the blocking pool). A
-    /// failed write is logged: the bind itself stands.
-    async fn record(&self, meta: &ObjectMeta, node: &str) {
-        let builder = headroom_collectors::builder_identity(meta, &self.identity);
-        if builder.is_pod() {
-            return;
-        }
-        let (store, node, at) = (self.store.clone(), node.to_string(), self.clock.now_ms());
-        let builder = builder.to_string();
-        let written = tokio::task::spawn_blocking(move || {
-            store
-                .record_placement(&builder, &node, at)
-                .map_err(|e| format!("recording {builder}'s placement on {node}: {e}"))
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map(drop));
-        if let Err(e) = written {
-            tracing::warn!("extender bind: {e}");
+impl ExtenderSettle {
+    /// Hands what the bind of `pod` to `node` came to to the engine's sink (waiting for
+    /// room, as the scheduling loop does). A sink that is gone is logged: the bind stands.
+    async fn settle(&self, pod: Pod, node: &str, outcome: BindOutcome) {
+        let builder = headroom_collectors::builder_identity(&pod.metadata, &self.identity);
+        let builder = (!builder.is_pod()).then(|| builder.to_string());
+        let pod = Arc::new(PodInfo::new(Arc::new(pod)));
+        let settled = Settled::extender_bind(pod, node, &self.profile, builder, outcome);
+        if self.decisions.settled(settled).await.is_err() {
+            tracing::warn!("extender bind: the decision sink has stopped; placement not recorded");
         }
     }
 }
@@ -273,8 +269,8 @@ pub struct ExtenderState {
     pub snapshot: Arc<dyn ExtenderSnapshots>,
     /// The binder for `/extender/bind`; `None` answers bind with an error.
     pub binder: Option<Arc<dyn ExtenderBinder>>,
-    /// Where a bind's placement is recorded (`None`: nowhere, e.g. without a store).
-    pub history: Option<ExtenderHistory>,
+    /// Where a bind settles (`None`: nowhere, e.g. in tests without an engine).
+    pub settle: Option<ExtenderSettle>,
     /// The latest evaluations by pod uid: kube-scheduler calls `prioritize` right after
     /// `filter` for the same pod, with a subset of the nodes `filter` judged, so the scores
     /// `filter`'s cycle computed answer it without a second cycle.
@@ -769,11 +765,12 @@ async fn bind(state: &ExtenderState, body: Bytes) -> Response {
     let error = match &state.binder {
         None => "binding is not enabled on this extender".to_string(),
         Some(b) => match b.bind(&args).await {
-            Ok(meta) => {
-                if let Some(h) = &state.history {
-                    h.record(&meta, &args.node).await;
+            Ok((pod, outcome)) => {
+                let error = outcome.error().unwrap_or_default().to_string();
+                if let Some(s) = &state.settle {
+                    s.settle(pod, &args.node, outcome).await;
                 }
-                String::new()
+                error
             }
             Err(e) => e,
         },
@@ -807,7 +804,7 @@ mod tests {
             framework: Arc::new(fw),
             snapshot,
             binder: None,
-            history: None,
+            settle: None,
             recent: Default::default(),
             metrics: Default::default(),
         }
@@ -895,7 +892,7 @@ mod tests {
                     snap.clone()
                 }),
                 binder: None,
-                history: None,
+                settle: None,
                 recent: Default::default(),
                 metrics: Default::default(),
             }

@@ -297,13 +297,9 @@ pub async fn run(
     let bind_stats = BindStats::default();
     bind_stats.register(engine.metrics());
     let binder = Arc::new(
-        ApiBinder::new(
-            cx.client.clone(),
-            Some(engine.queue().clone()),
-            cx.serve.request_timeout,
-        )
-        .with_flow(flow, bind_stats)
-        .with_health(cx.health.clone()),
+        ApiBinder::new(cx.client.clone(), cx.serve.request_timeout)
+            .with_flow(flow, bind_stats)
+            .with_health(cx.health.clone()),
     );
     let reviewer = reviewer.unwrap_or_else(|| {
         Arc::new(KubeReviewer::new(
@@ -545,21 +541,20 @@ impl Cx {
                 self.engine.scheduler().cache().clone();
             let binder: Arc<dyn extender::ExtenderBinder> = Arc::new(ApiBinder::new(
                 self.client.clone(),
-                None,
                 self.serve.request_timeout,
             ));
             let metrics = extender::ExtenderMetrics::default();
             metrics.register(self.engine.metrics());
-            let history = self.engine.store().map(|store| extender::ExtenderHistory {
-                store: store.clone(),
+            let settle = extender::ExtenderSettle {
+                decisions: self.engine.decision_sender(),
                 identity: self.engine.deps().identity.clone(),
-                clock: self.engine.clock().clone(),
-            });
+                profile: crate::config::serve::EXTENDER_PROFILE.to_string(),
+            };
             Some(extender::router(ExtenderState {
                 framework,
                 snapshot,
                 binder: Some(binder),
-                history,
+                settle: Some(settle),
                 recent: Default::default(),
                 metrics,
             }))

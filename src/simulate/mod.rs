@@ -660,7 +660,8 @@ impl headroom_scheduler::framework::BindPlugin for SimBinder {
         pod: &'a PodInfo,
         node: &'a str,
         _annotations: &'a headroom_scheduler::framework::BindAnnotations,
-    ) -> headroom_scheduler::framework::BoxFuture<'a, headroom_scheduler::framework::Status> {
+    ) -> headroom_scheduler::framework::BoxFuture<'a, headroom_scheduler::framework::BindOutcome>
+    {
         Box::pin(async move {
             // The kubelet starts it at once: the pod as the watch shows it, running.
             let mut bound = (*pod.pod).clone();
@@ -674,7 +675,7 @@ impl headroom_scheduler::framework::BindPlugin for SimBinder {
                 node.to_string(),
                 pod.pod.clone(),
             ));
-            headroom_scheduler::framework::Status::success()
+            headroom_scheduler::framework::BindOutcome::Bound
         })
     }
 }

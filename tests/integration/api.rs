@@ -15,7 +15,7 @@ use headroom::engine::{Drive, Engine, Parts, Phase, Running};
 use headroom::metrics::Metrics;
 use headroom::scheduling_loop::InstantBinder;
 use headroom_scheduler::clock::Clock;
-use headroom_scheduler::framework::{BindPlugin, BoxFuture, Plugin, Status};
+use headroom_scheduler::framework::{BindOutcome, BindPlugin, BoxFuture, Plugin};
 use headroom_scheduler::key::PodKey;
 use headroom_scheduler::scheduler::Scheduler;
 use headroom_scheduler::snapshot::{PodInfo, Snapshot};
@@ -123,10 +123,10 @@ impl BindPlugin for FlakyBinder {
         pod: &'a PodInfo,
         node: &'a str,
         annotations: &'a headroom_scheduler::framework::BindAnnotations,
-    ) -> BoxFuture<'a, Status> {
+    ) -> BoxFuture<'a, BindOutcome> {
         Box::pin(async move {
             if self.calls.fetch_add(1, Ordering::SeqCst) % self.every == self.every - 1 {
-                Status::error("Operation cannot be fulfilled on pods/binding: conflict")
+                BindOutcome::Retry("Operation cannot be fulfilled on pods/binding: conflict".into())
             } else {
                 self.inner.bind(pod, node, annotations).await
             }

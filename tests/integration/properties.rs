@@ -367,7 +367,7 @@ fn extender_state() -> ExtenderState {
         framework: Arc::new(fw),
         snapshot: Arc::new(move || snap.clone()),
         binder: None,
-        history: None,
+        settle: None,
         recent: Default::default(),
         metrics: Default::default(),
     }

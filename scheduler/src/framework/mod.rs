@@ -286,8 +286,9 @@ pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T
 
 /// Bind: makes the placement real (the API server's `pods/binding`, or instantly in the
 /// simulator). It runs outside the scheduling cycle, after the pod was assumed on its node, so
-/// the next cycle does not wait for it. A non-success status makes the scheduler forget the
-/// assumed pod and requeue it with backoff.
+/// the next cycle does not wait for it. It says what the bind came to ([`BindOutcome`]) and
+/// does nothing about it: the scheduling loop alone acts on the outcome (confirms, forgets,
+/// requeues or drops the pod) and hands it to the decision sink, for every mode.
 pub trait BindPlugin: Plugin {
     /// Binds `pod` to `node`, writing `annotations` with the binding.
     fn bind<'a>(
@@ -295,7 +296,47 @@ pub trait BindPlugin: Plugin {
         pod: &'a PodInfo,
         node: &'a str,
         annotations: &'a BindAnnotations,
-    ) -> BoxFuture<'a, Status>;
+    ) -> BoxFuture<'a, BindOutcome>;
+}
+
+/// What a bind came to, sorted by what the scheduler does next (upstream's
+/// `handleBindingCycleError` and its informer-driven clean-up, as one value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindOutcome {
+    /// The pod is bound to the node.
+    Bound,
+    /// The pod is gone: deleted, or replaced by another pod under its name (the binding's
+    /// uid precondition failed). The assumed pod is forgotten and the pod leaves the queue;
+    /// the watch brings whatever replaced it.
+    Gone(String),
+    /// The pod is already bound (by another scheduler, or by an earlier bind whose answer
+    /// was lost): the assumed pod is forgotten and the pod leaves the queue; the watch shows
+    /// where it runs.
+    Conflict(String),
+    /// Refused for a reason that may pass (throttled, the server unavailable, a timeout
+    /// with the pod still pending, a PreBind that failed): the assumed pod is forgotten and
+    /// the pod retried with backoff.
+    Retry(String),
+}
+
+impl BindOutcome {
+    /// Whether the pod is bound.
+    pub fn is_bound(&self) -> bool {
+        matches!(self, BindOutcome::Bound)
+    }
+
+    /// Why the pod is not bound (`None` when it is).
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            BindOutcome::Bound => None,
+            BindOutcome::Gone(m) | BindOutcome::Conflict(m) | BindOutcome::Retry(m) => Some(m),
+        }
+    }
+
+    /// Whether the pod leaves the queue for good (gone, or bound by someone else).
+    pub fn is_final(&self) -> bool {
+        matches!(self, BindOutcome::Gone(_) | BindOutcome::Conflict(_))
+    }
 }
 
 /// Annotations a bind writes onto the pod. The API server copies a `Binding`'s annotations

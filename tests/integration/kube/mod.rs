@@ -638,13 +638,34 @@ async fn kube_extender_answers_recorded_kube_scheduler_requests() {
     extender_answers_as_recorded(&ext, &full).await;
     extender_judges_known_nodes_by_its_cache(&ext, &fake).await;
     extender_binds_as_recorded(&ext, &fake).await;
-    // The bind put plain-1's node in its builder's placement history, as serve's own binds
-    // do (History scores warm caches from it); the bare pod has none.
+    // The bind settled through the engine's sink, as serve's own binds do: plain-1's node
+    // is in its builder's placement history (History scores warm caches from it); the bare
+    // pod has none. The sink writes behind the answer.
+    let end = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store
+        .placement_history("ci/build-plain")
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the extender's bind settles"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         store.placement_history("ci/build-plain").unwrap(),
         ["node-c"]
     );
     assert_eq!(store.placement_histories().unwrap().len(), 1);
+    // kube-scheduler writes the events of the pods it binds through the extender: headroom's
+    // reporter, told the bind came from the extender, writes none.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        events_for(&fake, "plain-1", "Scheduled").is_empty(),
+        "{:?}",
+        fake.list("events")
+    );
     extender_bind_refuses_what_it_must(&ext, &fake).await;
     extender_rejects_bad_input(&ext).await;
     // Every request answered above, good or bad, is timed by verb on /metrics.
