@@ -23,7 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use headroom_scheduler::key::PodKey;
+use headroom_scheduler::key::{PodKey, Uid};
 use headroom_scheduler::snapshot::{NodeInfo, PodInfo, Snapshot};
 use headroom_scheduler::usage::{Headroom, PodUsage, UsagePolicy};
 
@@ -78,7 +78,7 @@ pub struct Move {
     /// The pod (`namespace/name` in JSON).
     pub pod: PodKey,
     /// Its uid.
-    pub uid: String,
+    pub uid: Uid,
     /// Its builder identity.
     pub builder: String,
     /// The memory the move frees, bytes: the pod's predicted usage.

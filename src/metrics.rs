@@ -928,7 +928,7 @@ mod tests {
 
     fn decision(outcome: Outcome) -> Decision {
         let names = Arc::new(vec![Arc::from("a"), Arc::from("b"), Arc::from("c")]);
-        let mut d = Decision::new("ns", "p", "u", "headroom", 1, names);
+        let mut d = Decision::new("ns", "p", "u".into(), "headroom", 1, names);
         d.outcome = outcome;
         d
     }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use headroom_scheduler::key::Uid;
 use k8s_openapi::api::core::v1::Pod;
 
 pub use headroom_scheduler::identity::{
@@ -39,7 +40,7 @@ pub(crate) struct PodInfo {
 /// Pod metadata indexed by UID and by `namespace/name`.
 #[derive(Debug, Default)]
 pub(crate) struct PodIndex {
-    by_uid: HashMap<String, PodInfo>,
+    by_uid: HashMap<Uid, PodInfo>,
     by_name: HashMap<String, PodInfo>,
 }
 
@@ -57,7 +58,7 @@ impl PodIndex {
                 index.by_name.insert(format!("{ns}/{name}"), info.clone());
             }
             if let Some(uid) = &meta.uid {
-                index.by_uid.insert(uid.clone(), info);
+                index.by_uid.insert(Uid::from(uid.as_str()), info);
             }
         }
         index

@@ -14,6 +14,7 @@ use crate::http::HttpClient;
 use crate::metrics::Metrics;
 use crate::samples::{Batch, Coverage, PodSeen, PodView, Sample, Signal, now_ms, sum_opt};
 use crate::summary::{ContainerStats, FsStats, Summary, parse_time_ms};
+use headroom_scheduler::key::Uid;
 
 /// Polls the kubelets of the configured nodes.
 pub(crate) struct KubeletSource {
@@ -272,9 +273,9 @@ fn map_summary(
         }
         pods.push(PodSeen {
             uid: if r.uid.is_empty() {
-                format!("{}/{}", r.namespace, r.name)
+                Uid::from(format!("{}/{}", r.namespace, r.name))
             } else {
-                r.uid.clone()
+                Uid::from(r.uid.as_str())
             },
             namespace: r.namespace.clone(),
             name: r.name.clone(),

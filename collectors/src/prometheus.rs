@@ -14,6 +14,7 @@ use crate::error::CollectError;
 use crate::http::{HttpClient, snippet};
 use crate::metrics::Metrics;
 use crate::samples::{Batch, Coverage, PodSeen, PodView, Sample, Scope, Signal, now_ms, sum_opt};
+use headroom_scheduler::key::Uid;
 
 /// One series of a query result: its labels and its `(ms, value)` points.
 #[derive(Debug, Clone, PartialEq)]
@@ -561,7 +562,7 @@ impl PrometheusSource {
                                 pods.pods
                                     .entry((ns.clone(), pod.clone()))
                                     .or_insert_with(|| PodSeen {
-                                        uid: format!("{ns}/{pod}"),
+                                        uid: Uid::from(format!("{ns}/{pod}")),
                                         namespace: ns.clone(),
                                         name: pod.clone(),
                                         node: node.clone(),

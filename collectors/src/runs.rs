@@ -7,6 +7,7 @@ use crate::config::RunsConfig;
 use crate::identity::{BuilderId, PodIndex};
 use crate::samples::PodView;
 use crate::sink::{RunRecord, UsageSummary};
+use headroom_scheduler::key::Uid;
 
 #[derive(Debug)]
 struct OpenRun {
@@ -23,7 +24,7 @@ struct OpenRun {
 #[derive(Debug)]
 pub(crate) struct RunTracker {
     config: RunsConfig,
-    open: HashMap<String, OpenRun>,
+    open: HashMap<Uid, OpenRun>,
 }
 
 /// Mean, nearest-rank p95 and max of `values` (all zero when empty).
@@ -134,7 +135,7 @@ impl RunTracker {
                 Some((
                     run.builder,
                     RunRecord {
-                        pod_uid: uid,
+                        pod_uid: uid.to_string(),
                         node: run.node,
                         start_ms: run.start_ms,
                         end_ms: run.last_ms.max(run.start_ms),

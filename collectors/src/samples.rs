@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use crate::error::CollectError;
+use headroom_scheduler::key::Uid;
 
 /// What a series describes: a node, a container, or a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,8 +151,9 @@ impl Sample {
 /// A pod seen in one cycle, with its whole-pod usage at that time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodSeen {
-    /// Pod UID, or `namespace/name` when the source does not report UIDs.
-    pub uid: String,
+    /// Pod UID, or `namespace/name` when the source does not report UIDs (a stand-in that
+    /// still tells this pod's runs apart from others').
+    pub uid: Uid,
     /// Namespace.
     pub namespace: String,
     /// Pod name.

@@ -17,6 +17,7 @@ use crate::error::CollectError;
 use crate::http::HttpClient;
 use crate::metrics::Metrics;
 use crate::samples::{Batch, Coverage, PodSeen, PodView, Sample, Signal, now_ms, sum_opt};
+use headroom_scheduler::key::Uid;
 
 /// Parses exposition text. Lines that are not valid samples are skipped (as Prometheus'
 /// own parser would reject the whole scrape, being lenient keeps the usable part).
@@ -188,7 +189,7 @@ impl ScrapeSource {
                 let seen = pods
                     .entry((ns.clone(), pod.clone()))
                     .or_insert_with(|| PodSeen {
-                        uid: format!("{ns}/{pod}"),
+                        uid: Uid::from(format!("{ns}/{pod}")),
                         namespace: ns,
                         name: pod,
                         node: data.node.clone(),

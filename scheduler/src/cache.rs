@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::key::PodKey;
+use crate::key::{PodKey, Uid};
 use crate::snapshot::{PodInfo, Snapshot};
 
 /// What follows from a change, run after the cache's lock is released.
@@ -82,7 +82,7 @@ pub struct CacheState {
 /// A pod a cycle placed whose bind the API has not shown yet.
 struct Assumed {
     node: String,
-    uid: String,
+    uid: Uid,
     /// PVs assumed bound to the pod's claims (restored when the pod is forgotten).
     volumes: Vec<String>,
     /// Set once binding finished; the entry expires at this instant unless confirmed.

@@ -136,6 +136,107 @@ impl<'de> Deserialize<'de> for PodKey {
     }
 }
 
+/// A pod's `metadata.uid`: which incarnation of a name a pod is. Empty when the object has
+/// none (tests, files for `headroom place`); then the pod is told apart by its key alone.
+/// A shared string: cloning it (ids, decisions, the assume cache) copies no bytes. Compares,
+/// hashes, sorts and serialises as the string.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Uid(Arc<str>);
+
+impl Uid {
+    /// A uid from its string.
+    pub fn new(uid: impl Into<Arc<str>>) -> Uid {
+        Uid(uid.into())
+    }
+
+    /// The uid of an object's metadata, empty when absent.
+    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Uid {
+        Uid::new(meta.uid.as_deref().unwrap_or_default())
+    }
+
+    /// The uid as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the object had none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `Some(uid)` unless empty (for API objects whose `uid` is optional).
+    pub fn non_empty(&self) -> Option<String> {
+        (!self.is_empty()).then(|| self.0.to_string())
+    }
+}
+
+impl Default for Uid {
+    fn default() -> Uid {
+        Uid(Arc::from(""))
+    }
+}
+
+impl std::ops::Deref for Uid {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Uid {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl From<&str> for Uid {
+    fn from(s: &str) -> Uid {
+        Uid::new(s)
+    }
+}
+
+impl From<String> for Uid {
+    fn from(s: String) -> Uid {
+        Uid::new(s)
+    }
+}
+
+impl PartialEq<str> for Uid {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Uid {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl Serialize for Uid {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Uid {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Uid, D::Error> {
+        String::deserialize(d).map(Uid::from)
+    }
+}
+
 /// One incarnation of a pod: its [`PodKey`] and its uid.
 ///
 /// The uid tells apart a pod deleted and recreated under the same name (a StatefulSet
@@ -150,12 +251,12 @@ pub struct PodId {
     /// Namespace and name.
     pub key: PodKey,
     /// `metadata.uid`, empty when absent.
-    pub uid: String,
+    pub uid: Uid,
 }
 
 impl PodId {
     /// An id from its parts.
-    pub fn new(key: PodKey, uid: impl Into<String>) -> PodId {
+    pub fn new(key: PodKey, uid: impl Into<Uid>) -> PodId {
         PodId {
             key,
             uid: uid.into(),
@@ -164,10 +265,7 @@ impl PodId {
 
     /// The id of a pod object (its key as [`PodKey::of_pod`], its uid empty when absent).
     pub fn of_pod(pod: &Pod) -> PodId {
-        PodId::new(
-            PodKey::of_pod(pod),
-            pod.metadata.uid.as_deref().unwrap_or_default(),
-        )
+        PodId::new(PodKey::of_pod(pod), Uid::of(&pod.metadata))
     }
 }
 
@@ -201,6 +299,26 @@ impl Serialize for PodId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A uid serialises, compares and looks up as its string, so the decision log's store
+    /// format and maps keyed by uid read as before; empty is the default.
+    #[test]
+    fn a_uid_is_its_string() {
+        let u = Uid::from("8c1e-42");
+        assert_eq!(serde_json::to_string(&u).unwrap(), "\"8c1e-42\"");
+        assert_eq!(serde_json::from_str::<Uid>("\"8c1e-42\"").unwrap(), u);
+        assert_eq!(u, "8c1e-42");
+        assert_eq!(format!("{u} {u:?}"), "8c1e-42 \"8c1e-42\"");
+        let by_uid: std::collections::HashMap<Uid, u8> = [(u.clone(), 1)].into();
+        assert_eq!(by_uid.get("8c1e-42"), Some(&1));
+        assert!(Uid::default().is_empty() && Uid::default().non_empty().is_none());
+        assert_eq!(u.non_empty().as_deref(), Some("8c1e-42"));
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"}
+        }))
+        .unwrap();
+        assert!(PodId::of_pod(&pod).uid.is_empty());
+    }
 
     #[test]
     fn renders_and_parses_namespace_slash_name() {

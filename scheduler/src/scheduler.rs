@@ -317,7 +317,7 @@ impl Scheduler {
             let mut d = Decision::new(
                 &pod.namespace,
                 &pod.name,
-                &pod.uid,
+                pod.uid.clone(),
                 profile,
                 snapshot.generation(),
                 snapshot.names(),

@@ -218,7 +218,7 @@ mod tests {
     /// A placed decision over `n` feasible nodes with one score column.
     fn big(n: u32) -> Decision {
         let names: Vec<Arc<str>> = (0..n).map(|i| Arc::from(format!("n{i}"))).collect();
-        let mut d = Decision::new("default", "p", "u", "headroom", 1, Arc::new(names));
+        let mut d = Decision::new("default", "p", "u".into(), "headroom", 1, Arc::new(names));
         d.feasible = (0..n).collect();
         d.totals = (0..i64::from(n)).collect();
         d.scores = vec![ScoreColumn {

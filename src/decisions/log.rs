@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::analytics::{BuilderProfile, NodeUsage};
 use headroom_scheduler::framework::Decision;
 use headroom_scheduler::framework::decision::Explanation;
-use headroom_scheduler::key::PodKey;
+use headroom_scheduler::key::{PodKey, Uid};
 use headroom_scheduler::usage::Headroom;
 
 /// Bounds of the in-memory log.
@@ -256,7 +256,7 @@ struct Entry {
 struct Inner {
     by_pod: HashMap<PodKey, Entry>,
     /// Uid → the key of its pod's entry.
-    by_uid: HashMap<String, PodKey>,
+    by_uid: HashMap<Uid, PodKey>,
     /// Insertion order, oldest first; an item whose `seq` no longer matches its pod's entry
     /// was superseded and is skipped.
     order: VecDeque<(u64, PodKey)>,
@@ -397,7 +397,7 @@ mod tests {
 
     fn logged(name: &str, uid: &str, at: i64, detail: usize) -> LoggedDecision {
         let names = Arc::new(vec![Arc::from("n1"), Arc::from("n2")]);
-        let mut d = Decision::new("ns", name, uid, "headroom", 1, names);
+        let mut d = Decision::new("ns", name, uid.into(), "headroom", 1, names);
         d.rejected = vec![(
             0,
             Status::unschedulable("Insufficient cpu")

@@ -36,7 +36,7 @@ pub use log::{
 pub use sink::{STORED_NODES, Sink, SinkReport, run_decision_sink};
 
 use headroom_scheduler::framework::{BindOutcome, Decision, Fallback, Nomination, Outcome};
-use headroom_scheduler::key::PodKey;
+use headroom_scheduler::key::{PodKey, Uid};
 use headroom_scheduler::snapshot::PodInfo;
 
 /// What a decision came to, as a mode acts on it: the decision's outcome (with the usage
@@ -48,7 +48,7 @@ pub struct Settled {
     /// The pod.
     pub pod: PodKey,
     /// The pod's uid (empty when the pod had none).
-    pub uid: String,
+    pub uid: Uid,
     /// The profile that decided.
     pub profile: String,
     /// Placed, unschedulable or an error, with the message users see.

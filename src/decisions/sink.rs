@@ -328,7 +328,7 @@ fn store_decision(
     let key = DecisionKey {
         namespace: r.decision.namespace.to_string(),
         name: r.decision.name.to_string(),
-        uid: r.decision.uid.clone(),
+        uid: r.decision.uid.to_string(),
         ts_ms: r.decided_at_ms.max(0),
     };
     let written = serde_json::to_vec(&rendered)
@@ -397,7 +397,7 @@ mod tests {
         let mut d = Decision::new(
             "default",
             name,
-            &format!("uid-{name}"),
+            format!("uid-{name}").into(),
             "p",
             1,
             Arc::new(names),

@@ -290,7 +290,7 @@ impl ApiBinder {
         match tokio::time::timeout(self.timeout, api.get_opt(&pod.name)).await {
             Ok(Ok(None)) => Lookup::Gone("deleted"),
             Ok(Ok(Some(p))) => {
-                let replaced = p.metadata.uid.as_deref().unwrap_or("") != pod.uid;
+                let replaced = p.metadata.uid.as_deref().unwrap_or("") != pod.uid.as_str();
                 match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                     _ if replaced => Lookup::Gone("replaced by a pod of another uid"),
                     Some(n) if n == node => Lookup::BoundHere,

@@ -28,6 +28,7 @@ use super::recorder::{Recorder, failed_scheduling, pod_ref, scheduled, unschedul
 use crate::config::serve::ServeConfig;
 use crate::decisions::Settled;
 use headroom_scheduler::framework::{Decision, Fallback, Outcome};
+use headroom_scheduler::key::Uid;
 use headroom_scheduler::usage_context::UsageContext;
 
 /// The decision summary annotation.
@@ -276,7 +277,7 @@ impl crate::decisions::OutcomeHandler for ReporterHandle {
 #[derive(Default)]
 struct ReporterState {
     /// The last `PodScheduled=False` message written per uid (patched only on change).
-    conditions: HashMap<String, String>,
+    conditions: HashMap<Uid, String>,
 }
 
 /// The reporter's queue: the handle for [`crate::engine::Engine::start`] and the receiver
@@ -335,7 +336,7 @@ impl Reporter {
             kind: Some("Pod".into()),
             namespace: Some(d.pod.namespace.to_string()),
             name: Some(d.pod.name.to_string()),
-            uid: (!d.uid.is_empty()).then(|| d.uid.clone()),
+            uid: d.uid.non_empty(),
             ..Default::default()
         };
         // kube-scheduler logs this at -v 2 ("Unable to schedule pod; no fit; waiting").
@@ -461,7 +462,7 @@ mod tests {
     #[test]
     fn summary_only_copy_gives_the_same_annotation() {
         let names: Vec<Arc<str>> = (0..2000).map(|i| Arc::from(format!("n{i:04}"))).collect();
-        let mut d = Decision::new("ci", "b-1", "u-1", "headroom", 3, Arc::new(names));
+        let mut d = Decision::new("ci", "b-1", "u-1".into(), "headroom", 3, Arc::new(names));
         d.feasible = (0..1500).rev().collect();
         // Ties on the best total: the node name breaks them.
         d.totals = d.feasible.iter().map(|&i| i64::from(i % 700)).collect();

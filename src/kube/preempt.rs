@@ -130,7 +130,7 @@ pub fn preempted_event(victim: &PodInfo, preemptor_uid: &str, node: &str) -> Eve
             kind: Some("Pod".into()),
             namespace: Some(victim.namespace.to_string()),
             name: Some(victim.name.to_string()),
-            uid: (!victim.uid.is_empty()).then(|| victim.uid.clone()),
+            uid: victim.uid.non_empty(),
             ..Default::default()
         },
         type_: "Normal",

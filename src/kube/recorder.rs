@@ -57,7 +57,7 @@ pub fn pod_ref(pod: &PodInfo) -> ObjectReference {
         kind: Some("Pod".into()),
         namespace: Some(pod.namespace.to_string()),
         name: Some(pod.name.to_string()),
-        uid: (!pod.uid.is_empty()).then(|| pod.uid.clone()),
+        uid: pod.uid.non_empty(),
         resource_version: pod.pod.metadata.resource_version.clone(),
         ..Default::default()
     }

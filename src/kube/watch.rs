@@ -14,7 +14,7 @@ use kube::runtime::watcher::{self, Event};
 use super::health::ApiHealth;
 use crate::cluster::{FeedStats, Kind};
 use crate::logging::{Trouble, error_chain, now};
-use headroom_scheduler::key::{PodId, PodKey};
+use headroom_scheduler::key::{PodId, PodKey, Uid};
 
 /// What every watch reports to: the cluster feed's counters and the API server's health.
 #[derive(Debug, Clone)]
@@ -35,7 +35,7 @@ pub struct ObjectKey {
     /// Name.
     pub name: String,
     /// Uid.
-    pub uid: String,
+    pub uid: Uid,
 }
 
 impl ObjectKey {
@@ -43,7 +43,7 @@ impl ObjectKey {
         ObjectKey {
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
-            uid: meta.uid.clone().unwrap_or_default(),
+            uid: Uid::of(meta),
         }
     }
 

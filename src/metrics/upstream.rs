@@ -281,7 +281,7 @@ mod tests {
         let mut r = Registry::default();
         let u = Upstream::default();
         u.register(&mut r);
-        let mut d = Decision::new("ns", "p", "u", "headroom", 1, Arc::new(Vec::new()));
+        let mut d = Decision::new("ns", "p", "u".into(), "headroom", 1, Arc::new(Vec::new()));
         d.outcome = Outcome::Unschedulable {
             message: "0/0 nodes are available".into(),
         };

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::status::{Code, Status};
-use crate::key::PodKey;
+use crate::key::{PodKey, Uid};
 use crate::snapshot::{NameRanks, NodeIdx};
 
 /// Upstream's `NoNodeAvailableMsg` prefix.
@@ -175,7 +175,7 @@ pub struct Decision {
     /// Pod name (shared with the pod's [`PodKey`]).
     pub name: Arc<str>,
     /// Pod uid.
-    pub uid: String,
+    pub uid: Uid,
     /// Profile (scheduler name) that decided.
     pub profile: String,
     /// Snapshot generation the cycle read.
@@ -306,7 +306,7 @@ impl Decision {
     pub fn new(
         namespace: &str,
         name: &str,
-        uid: &str,
+        uid: Uid,
         profile: &str,
         generation: u64,
         node_names: Arc<Vec<Arc<str>>>,
@@ -314,7 +314,7 @@ impl Decision {
         Decision {
             namespace: namespace.into(),
             name: name.into(),
-            uid: uid.to_string(),
+            uid,
             profile: profile.to_string(),
             generation,
             node_names,
@@ -607,7 +607,7 @@ impl Decision {
         };
         Explanation {
             pod: self.key().to_string(),
-            uid: self.uid.clone(),
+            uid: self.uid.to_string(),
             profile: self.profile.clone(),
             snapshot_generation: self.generation,
             placed,
@@ -915,7 +915,7 @@ mod tests {
     /// Ten nodes: even ones feasible with total = index (n0 chosen), odd ones rejected.
     fn ten_nodes() -> Decision {
         let names: Vec<Arc<str>> = (0..10).map(|i| Arc::from(format!("n{i}"))).collect();
-        let mut d = Decision::new("default", "p", "u", "headroom", 1, Arc::new(names));
+        let mut d = Decision::new("default", "p", "u".into(), "headroom", 1, Arc::new(names));
         d.feasible = (0..10).step_by(2).collect();
         d.totals = d.feasible.iter().map(|&i| i64::from(i)).collect();
         d.scores = vec![ScoreColumn {
@@ -972,7 +972,7 @@ mod tests {
             .into_iter()
             .map(Arc::from)
             .collect();
-        let mut by_name = Decision::new("default", "p", "u", "headroom", 1, Arc::new(names));
+        let mut by_name = Decision::new("default", "p", "u".into(), "headroom", 1, Arc::new(names));
         by_name.feasible = (0..10).collect();
         let ranks = Arc::new(NameRanks::build(&by_name.node_names, 0));
         assert_eq!((ranks.of(3), ranks.of(6)), (0, 9));

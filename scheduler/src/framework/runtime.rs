@@ -358,7 +358,7 @@ impl Framework {
         Decision::new(
             &pod.namespace,
             &pod.name,
-            &pod.uid,
+            pod.uid.clone(),
             &self.profile,
             snapshot.generation(),
             snapshot.names(),

@@ -658,7 +658,7 @@ fn failure_from_decision_blames_every_rejecting_plugin() {
         Arc::from("n2"),
         Arc::from("n3"),
     ]);
-    let mut d = Decision::new("ns", "p", "u", "default-scheduler", 1, names);
+    let mut d = Decision::new("ns", "p", "u".into(), "default-scheduler", 1, names);
     d.rejected.push((
         0,
         Status::unschedulable("Insufficient cpu").with_plugin("NodeResourcesFit"),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm};
 
-use crate::key::{PodId, PodKey};
+use crate::key::{PodId, PodKey, Uid};
 use crate::resources::{PodRequests, pod_requests};
 use crate::selector::{Labels, Selector};
 
@@ -153,7 +153,7 @@ pub struct PodInfo {
     /// `metadata.name`; shared with the pod's [`PodKey`].
     pub name: Arc<str>,
     /// `metadata.uid` (empty when absent).
-    pub uid: String,
+    pub uid: Uid,
     /// `spec.priority` (0 when absent).
     pub priority: i32,
     /// Effective and non-zero requests.
@@ -212,7 +212,7 @@ impl PodInfo {
         let mut info = PodInfo {
             namespace,
             name,
-            uid: meta.uid.clone().unwrap_or_default(),
+            uid: Uid::of(meta),
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
             requests,
             host_ports,

@@ -68,7 +68,7 @@ fn decision(name: &str, at: i64) -> LoggedDecision {
         .map(|n| Arc::from(n.metadata.name.as_deref().unwrap()))
         .collect();
     let chosen = names[2].clone();
-    let mut d = Decision::new("ci", name, "u-1", "headroom", 7, Arc::new(names));
+    let mut d = Decision::new("ci", name, "u-1".into(), "headroom", 7, Arc::new(names));
     d.rejected = vec![(
         0,
         Status::unschedulable(format!("Insufficient cpu {HOSTILE}"))
