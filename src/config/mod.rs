@@ -25,6 +25,7 @@
 //! ```
 
 pub mod check;
+pub mod reference;
 pub mod serve;
 
 use std::path::{Path, PathBuf};
