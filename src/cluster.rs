@@ -20,7 +20,7 @@
 //!
 //! Each change is written to the cache ([`Cache::write_then`]) in two steps: the snapshot
 //! and this state's own bookkeeping, under the cache's lock (queued behind a cycle's lease
-//! if one is out), then its [`FollowUp`]s — queue moves, the node observer — once the lock
+//! if one is out), then its `FollowUp`s — queue moves, the node observer — once the lock
 //! is released, in the order the feed reported the changes.
 //!
 //! The state also answers the collectors' [`PodLister`]: the pods it knows, so runs
