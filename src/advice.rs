@@ -28,7 +28,7 @@ use headroom_scheduler::snapshot::{NodeInfo, PodInfo, Snapshot};
 use headroom_scheduler::usage::{Headroom, PodUsage, UsagePolicy};
 
 /// The `advice` configuration section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct AdviceConfig {
     /// A node is hot above this share of its memory in real use, percent. Default `90`

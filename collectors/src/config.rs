@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::CollectError;
 
 /// The whole collectors configuration. A source is enabled by having its section.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CollectorsConfig {
     /// Prometheus HTTP API source (`/api/v1/query`, `/api/v1/query_range`).
@@ -79,27 +79,32 @@ fn check_url(field: &str, url: &str) -> Result<(), CollectError> {
 }
 
 /// Timing of one source's collection loop and of its requests.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScheduleConfig {
     /// Time between the starts of two cycles. Default `15s`.
     #[serde(with = "humantime_serde", default = "default_interval")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub interval: Duration,
     /// Up to this much random delay is added to each wait, so that many collectors (and many
     /// nodes) do not hit the same servers in lock step. Default `1s`.
     #[serde(with = "humantime_serde", default = "default_jitter")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub jitter: Duration,
     /// Timeout of one HTTP request, body included. Default `10s`.
     #[serde(with = "humantime_serde", default = "default_timeout")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub timeout: Duration,
     /// Retries of a failed request (connect errors, timeouts, HTTP 5xx/429). Default `2`.
     #[serde(default = "default_retries")]
     pub retries: u32,
     /// Delay before the first retry; doubled for each further retry. Default `500ms`.
     #[serde(with = "humantime_serde", default = "default_backoff")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub backoff: Duration,
     /// Upper bound of the retry delay. Default `5s`.
     #[serde(with = "humantime_serde", default = "default_max_backoff")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub max_backoff: Duration,
     /// Requests in flight at once (per source), so thousands of nodes are polled without
     /// opening thousands of connections. Default `64`.
@@ -169,7 +174,7 @@ impl ScheduleConfig {
 }
 
 /// HTTP client settings shared by all sources.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpConfig {
     /// Authentication sent with every request. Default none.
@@ -182,7 +187,7 @@ pub struct HttpConfig {
 }
 
 /// Authentication of HTTP requests, e.g. `{kind: bearer, tokenFile: ...}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(
     tag = "kind",
     rename_all = "snake_case",
@@ -213,7 +218,7 @@ pub enum AuthConfig {
 }
 
 /// Prometheus HTTP API source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PrometheusConfig {
     /// Base URL, e.g. `http://prometheus-k8s.monitoring.svc:9090` (no `/api/v1`).
@@ -243,6 +248,7 @@ pub struct PrometheusConfig {
     /// On the first cycle of [`crate::run`], read this much history with `query_range`
     /// so that a fresh store starts with data. Default none.
     #[serde(with = "humantime_serde", default)]
+    #[schemars(with = "Option<String>", extend("x-duration" = true))]
     pub backfill: Option<Duration>,
 }
 
@@ -256,7 +262,7 @@ fn default_mountpoint() -> String {
 /// PromQL per stored signal. Unset (`null`/absent) means the default shown; an empty string
 /// disables the signal. `{window}` and `{mountpoint}` are replaced by
 /// [`PrometheusConfig::rate_window`] and [`PrometheusConfig::mountpoint`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)] // keys are the stored metric names, kept as they are
 pub struct QueriesConfig {
     /// Default: `sum by (instance, node) (rate(node_cpu_seconds_total{mode!~"idle|iowait|steal"}[{window}]))`.
@@ -292,7 +298,7 @@ pub struct QueriesConfig {
 }
 
 /// Names of the Prometheus labels that identify where a series belongs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LabelMapping {
     /// Labels holding the node name, tried in order. Default `["node"]`; when none is
@@ -302,13 +308,13 @@ pub struct LabelMapping {
     /// Label holding the scrape target address. Default `instance`.
     #[serde(default = "default_instance_label")]
     pub instance: String,
-    /// Default `namespace`.
+    /// Label holding the pod's namespace. Default `namespace`.
     #[serde(default = "default_namespace_label")]
     pub namespace: String,
-    /// Default `pod`.
+    /// Label holding the pod's name. Default `pod`.
     #[serde(default = "default_pod_label")]
     pub pod: String,
-    /// Default `container`.
+    /// Label holding the container's name. Default `container`.
     #[serde(default = "default_container_label")]
     pub container: String,
 }
@@ -345,7 +351,7 @@ impl Default for LabelMapping {
 ///
 /// Order: the `static` table (exact value, then without port), then the table built from
 /// `query`, then (if `strip_port`) the instance without its port.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct InstanceMapConfig {
     /// Fixed `instance` (or host without port) → node name entries.
@@ -384,7 +390,7 @@ impl Default for InstanceMapConfig {
 }
 
 /// Kubelet summary API source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeletConfig {
     /// Nodes to poll: a name, or `{name, address}` when the name does not resolve.
@@ -402,7 +408,7 @@ pub struct KubeletConfig {
 }
 
 /// A node to poll.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum NodeTarget {
     /// Node name, also used as the host to connect to.
@@ -412,7 +418,7 @@ pub enum NodeTarget {
 }
 
 /// A node name with an explicit address.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeAddress {
     /// Node name (used in stored labels and in the API-server proxy path).
@@ -440,7 +446,7 @@ impl NodeTarget {
 }
 
 /// Where the kubelet summary is fetched.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(
     tag = "kind",
     rename_all = "snake_case",
@@ -450,10 +456,10 @@ impl NodeTarget {
 pub enum KubeletEndpoint {
     /// `{scheme}://<node address>:{port}/stats/summary`.
     ReadOnlyPort {
-        /// Default `10255`.
+        /// The kubelet's read-only port. Default `10255`.
         #[serde(default = "default_read_only_port")]
         port: u16,
-        /// Default `http`.
+        /// `http` or `https`. Default `http`.
         #[serde(default = "default_scheme")]
         scheme: String,
     },
@@ -506,7 +512,7 @@ impl KubeletEndpoint {
 }
 
 /// Prometheus text exposition scrape source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScrapeConfig {
     /// Endpoints to scrape.
@@ -524,7 +530,7 @@ pub struct ScrapeConfig {
 }
 
 /// One scrape endpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScrapeTarget {
     /// Full URL, e.g. `http://node-1:10255/metrics/resource` or `http://node-1:9100/metrics`.
@@ -537,7 +543,7 @@ pub struct ScrapeTarget {
 }
 
 /// Kinds of exposition endpoints understood.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ScrapeKind {
     /// kubelet `/metrics/resource` (node, pod and container CPU/memory).
@@ -549,7 +555,19 @@ pub enum ScrapeKind {
 pub use headroom_scheduler::identity::IdentityConfig;
 
 /// The sources, as named in metrics and reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceKind {
     /// Prometheus HTTP API.
@@ -578,10 +596,12 @@ impl std::fmt::Display for SourceKind {
 }
 
 /// Run detection settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunsConfig {
-    /// Default `true`.
+    /// Detect runs: follow builder pods across cycles and, when one ends, record its run
+    /// (node, start, end, mean/p95/max CPU and memory), what builder profiles and placement
+    /// history are built from. Default `true`.
     #[serde(default = "default_true")]
     pub enabled: bool,
     /// Source whose pod list drives run detection. Default: kubelet if configured, else

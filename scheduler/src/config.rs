@@ -44,7 +44,7 @@ pub enum ConfigError {
 pub const DEFAULT_SCHEDULER_NAME: &str = "headroom";
 
 /// Scheduling-loop settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct SchedulerConfig {
     /// Seed of the random tie-breaker among equally scored nodes. Default: none (entropy);
@@ -131,7 +131,7 @@ impl SchedulerConfig {
 pub const MAX_PARALLELISM: usize = 256;
 
 /// One profile: a scheduler name and its plugin set.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ProfileConfig {
     /// The `spec.schedulerName` this profile serves. Default `headroom`.
@@ -168,7 +168,7 @@ impl Default for ProfileConfig {
 }
 
 /// Switch and weight of one plugin.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginSetting {
     /// Enable or disable; default: as in the default profile.

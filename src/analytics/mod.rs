@@ -60,18 +60,20 @@ pub enum Error {
 }
 
 /// Configuration of the analytics layer. In YAML, durations are humantime strings.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct AnalyticsConfig {
     /// How often the usage view is recomputed (it is also recomputed on demand).
     /// Default `15s`, the usual scrape interval: refreshing faster finds no new data.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub refresh_interval: Duration,
     /// Builder profiles use at most this many of the builder's newest runs. Default `20`.
     pub profile_runs: usize,
     /// If set, builder profiles use only runs that ended within this long before now.
     /// Default none (the last `profileRuns` runs, however old).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "Option<String>", extend("x-duration" = true))]
     pub profile_window: Option<Duration>,
     /// Which per-run number a profile is built from: `p95` (default), `max` or `mean`.
     pub per_run: PerRun,
@@ -81,6 +83,7 @@ pub struct AnalyticsConfig {
     /// minutes; with a 15-minute p95 a node looks as full as it was a quarter hour ago,
     /// which measured as a 30–40 % worse spread of real memory in `headroom simulate`).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub node_window: Duration,
     /// Quantile of node usage over `nodeWindow`, in `[0, 1]`; free disk uses `1 − q`.
     /// Default `0.95`.

@@ -17,7 +17,9 @@ use super::{Error, QUANTILE_METHOD};
 pub use headroom_scheduler::view::{BuilderProfile, Percentiles};
 
 /// Which number of a run's [`UsageSummary`] stands for the whole run in a profile.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum PerRun {
     /// The run's 95th percentile: ignores short spikes but not sustained load (default).

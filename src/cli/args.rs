@@ -178,6 +178,14 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the Reservation CustomResourceDefinition (YAML), generated from the Rust type.
     Crd,
+    /// Print the configuration reference (Markdown), generated from the configuration's types.
+    ///
+    /// Every field of the configuration file by its YAML path (`serve.leaderElection.leaseDuration`,
+    /// `profiles[].pluginArgs`), with its type as written in YAML, its default (that of an
+    /// empty file) and its doc comment. docs/configuration-reference.md is its output:
+    /// after changing a configuration type, regenerate it with
+    /// `headroom config-reference > docs/configuration-reference.md`.
+    ConfigReference,
 }
 
 /// The flags of `headroom serve`.

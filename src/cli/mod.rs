@@ -7,7 +7,7 @@
 //!
 //! The clap definitions are in `args.rs`; each command is a module (`place.rs`,
 //! `simulate.rs`, `sweep.rs`, `check_config.rs`, `collect.rs` with `series`, `explain.rs`
-//! with `advice`, `serve.rs`, `crd.rs`) whose `run` returns `Result<ExitCode, CliError>`.
+//! with `advice`, `serve.rs`, `crd.rs`, `config_reference.rs`) whose `run` returns `Result<ExitCode, CliError>`.
 //! A success can still be a non-zero code where the command's contract says so (`place`: 3
 //! when a pod found no node); a failure is a [`CliError`], which [`run`] alone turns into its
 //! message on standard error and its exit code. `client.rs` is the HTTP client of `explain`
@@ -23,6 +23,7 @@ mod args;
 mod check_config;
 mod client;
 mod collect;
+mod config_reference;
 mod crd;
 mod error;
 mod explain;
@@ -112,6 +113,7 @@ fn dispatch(command: Command) -> Result<ExitCode, CliError> {
         }
         Command::Serve(args) => serve::run(args),
         Command::Crd => crd::run(),
+        Command::ConfigReference => config_reference::run(),
     }
 }
 

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod check;
+pub mod reference;
 pub mod serve;
 
 use std::path::{Path, PathBuf};
@@ -38,7 +39,7 @@ pub use headroom_scheduler::config::{
 };
 
 /// The whole configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct Config {
     /// Scheduler profiles. Default: one profile named `headroom` with the default plugins.

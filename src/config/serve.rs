@@ -29,7 +29,7 @@ use super::{PluginArgs, PluginSetting, ProfileConfig};
 pub const EXTENDER_PROFILE: &str = "extender";
 
 /// How `headroom serve` runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ServeConfig {
     /// Address of the extender's listener: `/extender/*`, `/healthz` and `/readyz`.
@@ -84,15 +84,18 @@ pub struct ServeConfig {
     /// `durationToExpireAssumedPod` is 15 min; a lost watch event then hides capacity that
     /// long, so headroom keeps it short).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub assume_ttl: Duration,
     /// Timeout of one API request (binding, patch, event). Default `10s`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub request_timeout: Duration,
     /// After SIGTERM, how long binds in flight and pending writes (events, conditions,
     /// annotations, reservation status, the Lease release) may take; whatever is left is
     /// abandoned, and the store still gets its final flush. Default `20s`: inside
     /// Kubernetes' default 30 s termination grace period, with room for the flush.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub shutdown_grace_period: Duration,
     /// Flow control of binds toward the API server: a congestion window on binds in
     /// flight (`initialWindow` 16, `minWindow` 2, `maxWindow` 512, `latencyTarget` 1s) and
@@ -125,7 +128,7 @@ impl Default for ServeConfig {
 }
 
 /// Leader election settings (client-go's defaults).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct LeaderElectionConfig {
     /// Elect a leader. Default true: with one replica this costs one Lease write per
@@ -140,13 +143,16 @@ pub struct LeaderElectionConfig {
     pub identity: Option<String>,
     /// How long a lease is valid without renewal. Default `15s`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub lease_duration: Duration,
     /// A leader that could not renew for this long steps down. Default `10s`; must be
     /// shorter than `leaseDuration`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub renew_deadline: Duration,
     /// Interval between acquire or renew attempts. Default `2s`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub retry_period: Duration,
 }
 
@@ -188,7 +194,7 @@ impl LeaderElectionConfig {
 }
 
 /// The extender endpoints and the plugins they apply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ExtenderConfig {
     /// Serve `POST /extender/filter`, `/extender/prioritize` and `/extender/bind`.
@@ -229,7 +235,7 @@ impl ExtenderConfig {
 }
 
 /// Event rate limits and aggregation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct EventsConfig {
     /// Client-side rate limit of event writes, per second, as kube-scheduler's
@@ -247,10 +253,12 @@ pub struct EventsConfig {
     /// message) updates that event's `series` instead of creating a new one. Default `6m`
     /// (client-go's).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub series_window: Duration,
     /// Within a series, at most one update per this interval; repeats in between are only
     /// counted and go out with the next update. Default `30s`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub series_update_interval: Duration,
     /// `reportingController` of the events. Default `headroom`.
     pub reporting_controller: String,
@@ -270,7 +278,7 @@ impl Default for EventsConfig {
 }
 
 /// The `Reservation` custom resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ReservationsConfig {
     /// Watch `reservations.headroom.io` (the CRD must be installed) and honour them.
@@ -279,10 +287,12 @@ pub struct ReservationsConfig {
     /// How often the GC loop marks expired reservations and deletes finished ones.
     /// Default `1m`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub gc_interval: Duration,
     /// How long a Consumed or Expired reservation stays (for `kubectl get`) before the GC
     /// loop deletes it. Default `10m`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub keep_finished: Duration,
 }
 
@@ -383,7 +393,7 @@ impl ServeConfig {
 }
 
 /// How `serve`'s listeners authenticate and authorise callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SecurityMode {
     /// TLS; client certificates or TokenReview; SubjectAccessReview. The default.
@@ -394,7 +404,7 @@ pub enum SecurityMode {
 }
 
 /// The `serve.security` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct SecurityConfig {
     /// `delegated` (default) or `none` (loopback listeners only).
@@ -413,6 +423,7 @@ pub struct SecurityConfig {
     pub always_allow_paths: Vec<String>,
     /// How long a TokenReview or SubjectAccessReview answer is reused. Default `10s`.
     #[serde(rename = "cacheTTL", with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub cache_ttl: Duration,
 }
 
@@ -459,18 +470,19 @@ impl SecurityConfig {
 }
 
 /// The `serve.binding` section: flow control of binds toward the API server.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct FlowConfig {
     /// Binds in flight at start. Default `16`.
     pub initial_window: u32,
     /// The window never shrinks below this. Default `2`.
     pub min_window: u32,
-    /// Nor grows above this. Default `512`.
+    /// The window never grows above this. Default `512`.
     pub max_window: u32,
     /// A bind answered slower than this is a congestion signal. Default `1s` (a healthy
     /// API server binds in milliseconds; seconds mean its queues are filling).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub latency_target: Duration,
     /// Client-side rate limit, requests per second for binds, as kube-scheduler's
     /// `clientConnection.qps`. Default `0`: no limit (the window adapts instead).

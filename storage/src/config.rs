@@ -8,29 +8,35 @@ use crate::error::{Error, Result};
 
 /// Configuration of a [`Store`](crate::Store). Every field has a default; in YAML,
 /// durations are humantime strings such as `"10s"`, `"48h"` or `"30d"`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct StoreConfig {
     /// How often the maintenance task flushes appended samples to disk. Samples appended
     /// since the last completed flush are lost on a crash, so this is the loss window.
     /// Default `10s`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub flush_interval: Duration,
     /// How long raw samples are kept; older ones are folded into 5-minute rollups.
     /// Default `48h`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub raw_retention: Duration,
     /// How long 5-minute rollups are kept. Default `30d`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub rollup_retention: Duration,
     /// How often the maintenance task runs a retention/downsampling pass. Default `5m`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub maintenance_interval: Duration,
     /// First retry delay after a failed maintenance pass; doubles per failure. Default `1s`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub maintenance_backoff_min: Duration,
     /// Largest retry delay after repeated failures. Default `5m`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub maintenance_backoff_max: Duration,
     /// Run records kept per builder (the newest N). Default `50`.
     pub max_runs_per_builder: usize,
@@ -40,6 +46,7 @@ pub struct StoreConfig {
     pub decision_log_max_records: usize,
     /// Decision records older than this are dropped by maintenance. Default `7d`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub decision_log_max_age: Duration,
     /// An open chunk whose samples have sat only in the write-ahead log for this many
     /// flushes is written out as a partial chunk, so the log can be truncated. Bounds the
@@ -53,6 +60,7 @@ pub struct StoreConfig {
     /// recorded for it for this long (a bare pod is a builder of its own, so without a
     /// limit they would pile up). Default `30d`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub builder_max_age: Duration,
     /// sled reclaims the space of overwritten and deleted values only partly, so under
     /// churn its files grow well past the data they hold. When the store's size on disk

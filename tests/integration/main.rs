@@ -3,6 +3,7 @@
 mod api;
 mod cli;
 mod collect;
+mod config_reference;
 mod conformance;
 mod fuzzing;
 mod grafana;

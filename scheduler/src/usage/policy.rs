@@ -29,7 +29,9 @@ use crate::quantity::Quantity;
 use crate::selector::Labels;
 
 /// What real filters do on a node whose usage is stale or missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum StalePolicy {
     /// The real filters let the node pass and the scores use requests instead (default):
@@ -42,7 +44,9 @@ pub enum StalePolicy {
 
 /// How a pod whose builder has no profile yet (and no `builder-real-resources`
 /// annotation) is predicted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum ColdStart {
     /// By its requests, as kube-scheduler judges it.
@@ -60,7 +64,9 @@ pub enum ColdStart {
 }
 
 /// Which percentile of a builder's profile predicts its next run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Percentile {
     /// Median.
@@ -113,7 +119,7 @@ impl Percentile {
 
 /// Which pods a class applies to: every listed key must match (labels and annotations
 /// alike); a key lists the values it accepts, or none to accept any value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ClassMatch {
     /// Pod labels: key → accepted values (empty: the key must exist).
@@ -141,7 +147,7 @@ impl ClassMatch {
 
 /// Settings a class may set; unset fields inherit the `defaults`, then the built-in
 /// defaults (documented per field).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ClassSettings {
     /// Whether RealMemoryFit applies. Built-in default: true.
@@ -173,7 +179,7 @@ pub struct ClassSettings {
 }
 
 /// A named class: which pods, and their settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClassRule {
     /// Class name (shown in decision records).
@@ -208,11 +214,12 @@ pub struct Class {
 }
 
 /// The `usage` configuration section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct UsagePolicy {
     /// Usage older than this (by its newest sample) is stale. Default `2m`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub stale_after: Duration,
     /// How long a newly placed pod's predicted usage still counts on its node after the
     /// node's samples include it: usage ramps up after start (compilers, JVMs, caches), so
@@ -220,6 +227,7 @@ pub struct UsagePolicy {
     /// over this window after placement. `0s` counts a pod only until the first sample
     /// that includes it. Default `5m`.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub warmup: Duration,
     /// What the real filters do on stale or missing usage. Default `fallback`.
     pub on_stale: StalePolicy,
@@ -247,6 +255,7 @@ pub struct UsagePolicy {
     /// (docs/simulate.md, *Farm families*): waiting `30s` cut OOM kills a little further but made
     /// time to schedule p99 miss the baseline's + 10 % + 5 s on 5 farms of 22.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub max_wait: Duration,
     /// The warm wait: a returning builder whose cycle chose a node none of its runs used
     /// waits for one of its warm nodes when its own runs say the warm cache saves more

@@ -47,7 +47,7 @@ use crate::key::PodId;
 use crate::snapshot::{NodeIdx, PodInfo, Snapshot};
 
 /// The `usage.warmWait` configuration section.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct WarmWait {
     /// Whether a returning builder whose cycle chose a cold node may wait for a warm one
@@ -59,6 +59,7 @@ pub struct WarmWait {
     /// without a hold) is measured. Default `48h`: long enough that a quiet hour does not
     /// reset it, short enough to follow a farm that changes.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("x-duration" = true))]
     pub tail_window: Duration,
 }
 
