@@ -524,6 +524,33 @@ mod tests {
         )))
     }
 
+    /// A loop over one 4-CPU node `n1` with `binder`, its decisions on a channel of
+    /// `capacity`.
+    fn loop_on_one_node(
+        binder: Arc<dyn BindPlugin>,
+        capacity: usize,
+    ) -> (SchedulingLoop, crate::decisions::DecisionReceiver) {
+        let scheduler = Arc::new(Scheduler::new(&Config::default().core()).unwrap());
+        scheduler.cache().update(|c| {
+            c.replace(headroom_scheduler::snapshot::Snapshot::build(
+                [node("n1", json!({}))],
+                [],
+            ))
+        });
+        let (tx, rx) = crate::decisions::decision_channel(capacity, usize::MAX);
+        let lp = SchedulingLoop {
+            scheduler,
+            queue: Arc::new(SchedulingQueue::new(QueueConfig::default())),
+            binder,
+            decisions: Some(tx),
+            options: LoopOptions::default(),
+            annotate: None,
+            metrics: None,
+            tail: None,
+        };
+        (lp, rx)
+    }
+
     /// Answers by pod name: `gone` is gone, `taken` bound by someone else, others bound.
     struct SortingBinder;
 
@@ -555,25 +582,8 @@ mod tests {
     /// retried; the settled record carries the outcome to the sink.
     #[tokio::test(start_paused = true)]
     async fn gone_and_conflicting_binds_leave_the_queue() {
-        let scheduler = Arc::new(Scheduler::new(&Config::default().core()).unwrap());
-        scheduler.cache().update(|c| {
-            c.replace(headroom_scheduler::snapshot::Snapshot::build(
-                [node("n1", json!({}))],
-                [],
-            ))
-        });
-        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
-        let (tx, mut rx) = crate::decisions::decision_channel(16, usize::MAX);
-        let lp = SchedulingLoop {
-            scheduler: scheduler.clone(),
-            queue: queue.clone(),
-            binder: Arc::new(SortingBinder),
-            decisions: Some(tx),
-            options: LoopOptions::default(),
-            annotate: None,
-            metrics: None,
-            tail: None,
-        };
+        let (lp, mut rx) = loop_on_one_node(Arc::new(SortingBinder), 16);
+        let (scheduler, queue) = (lp.scheduler.clone(), lp.queue.clone());
         for name in ["gone", "taken", "kept"] {
             queue.add(cpu_pod(name, "1"));
         }
@@ -743,25 +753,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_decision_channel_slows_the_loop_and_loses_nothing() {
         const PODS: usize = 200;
-        let scheduler = Arc::new(Scheduler::new(&Config::default().core()).unwrap());
-        scheduler.cache().update(|c| {
-            c.replace(headroom_scheduler::snapshot::Snapshot::build(
-                [node("n1", json!({}))],
-                [],
-            ))
-        });
-        let queue = Arc::new(SchedulingQueue::new(QueueConfig::default()));
-        let (tx, mut rx) = crate::decisions::decision_channel(1, usize::MAX);
-        let lp = SchedulingLoop {
-            scheduler,
-            queue: queue.clone(),
-            binder: Arc::new(InstantBinder::new()),
-            decisions: Some(tx),
-            options: LoopOptions::default(),
-            annotate: None,
-            metrics: None,
-            tail: None,
-        };
+        let (lp, mut rx) = loop_on_one_node(Arc::new(InstantBinder::new()), 1);
+        let queue = lp.queue.clone();
         let sink = tokio::spawn(async move {
             let mut unplaced = Vec::new();
             while let Some(r) = rx.recv().await {
