@@ -388,7 +388,7 @@ impl ExtenderBinder for ApiBinder {
     fn bind<'a>(
         &'a self,
         args: &'a ExtenderBindingArgs,
-    ) -> BoxFuture<'a, Result<(Pod, BindOutcome), String>> {
+    ) -> BoxFuture<'a, Result<(Arc<PodInfo>, BindOutcome), String>> {
         Box::pin(async move {
             // Only a pending pod, the one the caller names by uid: an extender that binds
             // whatever it is asked to is a way around the scheduler.
@@ -438,9 +438,11 @@ impl ExtenderBinder for ApiBinder {
                 self.timeout,
             )
             .await;
-            let info = PodInfo::new(Arc::new(pod.clone()));
+            // The pod as the cycle's records hold it, read once: the outcome's lookups
+            // and the settlement share it.
+            let info = Arc::new(PodInfo::new(Arc::new(pod)));
             let outcome = self.outcome(&info, &args.node, &result).await;
-            Ok((pod, outcome))
+            Ok((info, outcome))
         })
     }
 }

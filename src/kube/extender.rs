@@ -172,14 +172,14 @@ pub struct ExtenderBindingResult {
 }
 
 /// Binds on behalf of kube-scheduler (`bindVerb`). Returns the pod (as it was before the
-/// bind) with what the bind came to, or, when the pod could not be bound at all (not
+/// bind, read as the scheduler reads pods) with what the bind came to, or, when the pod could not be bound at all (not
 /// found, not pending, another uid), why.
 pub trait ExtenderBinder: Send + Sync {
     /// Binds `namespace/name` (with `uid` as precondition when non-empty) to `node`.
     fn bind<'a>(
         &'a self,
         args: &'a ExtenderBindingArgs,
-    ) -> BoxFuture<'a, Result<(Pod, BindOutcome), String>>;
+    ) -> BoxFuture<'a, Result<(Arc<PodInfo>, BindOutcome), String>>;
 }
 
 /// Where the extender's binds settle: the engine's decision channel, as the scheduler's
@@ -199,10 +199,9 @@ pub struct ExtenderSettle {
 impl ExtenderSettle {
     /// Hands what the bind of `pod` to `node` came to to the engine's sink (waiting for
     /// room, as the scheduling loop does). A sink that is gone is logged: the bind stands.
-    async fn settle(&self, pod: Pod, node: &str, outcome: BindOutcome) {
-        let builder = headroom_collectors::builder_identity(&pod.metadata, &self.identity);
+    async fn settle(&self, pod: Arc<PodInfo>, node: &str, outcome: BindOutcome) {
+        let builder = headroom_collectors::builder_identity(&pod.pod.metadata, &self.identity);
         let builder = (!builder.is_pod()).then(|| builder.to_string());
-        let pod = Arc::new(PodInfo::new(Arc::new(pod)));
         let settled = Settled::extender_bind(pod, node, &self.profile, builder, outcome);
         if self.decisions.settled(settled).await.is_err() {
             tracing::warn!("extender bind: the decision sink has stopped; placement not recorded");
