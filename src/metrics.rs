@@ -23,6 +23,7 @@
 //! | `headroom_scheduler_warm_holds_total` | counter | |
 //! | `headroom_scheduler_snapshot_copies_total` | counter | (registered by the engine: changes that copied the whole snapshot because a reader held it) |
 //! | `headroom_scheduler_cache_write_panics_total` | counter | (registered by the engine: cache writes, a change or its follow-up, that panicked; caught, the others applied) |
+//! | `headroom_scheduler_decisions_summarized_total` | counter | (registered by the engine: decisions queued for the sink as summaries, their explanation shortened, because the queue was over its byte budget; what overload sheds) |
 //! | `headroom_extender_request_duration_seconds` | histogram | `verb` = filter, prioritize, bind (registered by `serve` when the extender is on) |
 //! | `headroom_queue_pending_pods` | gauge | `queue` = active, backoff, unschedulable, gated, in_flight |
 //! | `headroom_node_cpu_cores` | gauge | `node`, `kind` |

@@ -136,6 +136,7 @@ pub fn place_objects(
         // What-if: nothing from the cluster file is queued; the pods to place are given.
         schedule: false,
         explain: true,
+        decision_channel: Default::default(),
     };
     let engine = Engine::new(config.clone(), parts).map_err(|e| match e {
         EngineError::Config(c) => PlaceError::Config(c),

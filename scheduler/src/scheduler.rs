@@ -17,13 +17,12 @@ use rand::rngs::SmallRng;
 
 use crate::cache::{Cache, CacheState};
 use crate::config::{ConfigError, CoreConfig};
-use crate::framework::{CycleState, Decision, Fallback, Framework, Outcome, Status};
-use crate::plugins::history;
+use crate::framework::Wait;
+use crate::framework::{Code, CycleState, Decision, Framework, Outcome, Status, WarmHold};
 use crate::plugins::volume_binding::{self, Reserved};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::volumes::claim_key;
 use crate::snapshot::{PodInfo, Snapshot};
-use crate::usage::wait::{Wait, relaxable_rejections, waiting_message};
 use crate::usage::{PodUsage, release_cycle_usage};
 use crate::usage_context::RecentPlacement;
 use crate::view::UsageView;
@@ -349,8 +348,11 @@ impl Scheduler {
                 chosen: None,
             };
         }
-        let (mut decision, mut state) = self.filter_and_score(fw, snapshot, pod, explain, wait);
-        let chose_node = decision.node().is_some();
+        let (mut decision, mut state) = {
+            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+            fw.schedule_passes(pod, snapshot, &mut *rng, explain, wait)
+        };
+        let mut chose_node = decision.node().is_some();
         let chosen = decision.node().map(str::to_string).and_then(|node| {
             match self.reserve(idx, &mut state, snapshot, pod, &node) {
                 Ok(placement) => {
@@ -363,6 +365,20 @@ impl Scheduler {
                         info: Arc::new(PodInfo::new(Arc::new(bound))),
                         placement,
                     })
+                }
+                Err(s) if s.code == Code::Wait => {
+                    // A Permit asked the pod to wait: it is not placed this cycle (nor
+                    // counted as placed), and the hold its plugin described is on record.
+                    chose_node = false;
+                    decision.chosen = None;
+                    decision.warm_hold = state.take::<WarmHold>();
+                    if let Some(hold) = &decision.warm_hold {
+                        decision.notes.push(hold.describe());
+                    }
+                    decision.outcome = Outcome::Unschedulable {
+                        message: s.message(),
+                    };
+                    None
                 }
                 Err(s) => {
                     decision.outcome = Outcome::Error {
@@ -378,105 +394,6 @@ impl Scheduler {
             gated: None,
             chosen,
         }
-    }
-
-    /// Filters and scores, with the warm wait for a returning builder the cycle sent to a
-    /// cold node, and the usage fallback for a pod that waited past `usage.maxWait` and
-    /// that real usage alone keeps off every node.
-    fn filter_and_score(
-        &self,
-        fw: &Framework,
-        snapshot: &Snapshot,
-        pod: &PodInfo,
-        explain: bool,
-        wait: Wait,
-    ) -> (Decision, CycleState) {
-        let waited = wait.waited;
-        let cycle_state = |fallback: bool| {
-            let mut state = CycleState::new(explain);
-            state.write_input(Wait {
-                fallback,
-                ..wait.clone()
-            });
-            state
-        };
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut decision, mut state) = fw.schedule_in(pod, snapshot, &mut rng, cycle_state(false));
-        if let Some(hold) = self.warm_hold(fw, snapshot, pod, &mut state, &decision, &wait) {
-            decision.chosen = None;
-            decision.notes.push(hold.describe());
-            decision.outcome = Outcome::Unschedulable {
-                message: crate::usage::warm::HELD_MESSAGE.to_string(),
-            };
-            decision.warm_hold = Some(hold);
-            return (decision, state);
-        }
-        if !matches!(decision.outcome, Outcome::Unschedulable { .. }) {
-            return (decision, state);
-        }
-        let relaxable = relaxable_rejections(fw, &decision);
-        let max_wait = self.deps.policy.max_wait;
-        if relaxable.is_empty() {
-            return (decision, state);
-        }
-        if waited >= max_wait {
-            let (mut d, st) = fw.schedule_in(pod, snapshot, &mut rng, cycle_state(true));
-            if d.node().is_some() {
-                d.fallback = Some(Fallback {
-                    waited_seconds: waited.as_secs_f64(),
-                    max_wait_seconds: max_wait.as_secs_f64(),
-                    relaxed: relaxable.iter().map(|p| p.to_string()).collect(),
-                });
-            } else {
-                d.notes.push(format!(
-                    "usage fallback: waited past usage.maxWait, but no node fits even with {} relaxed",
-                    relaxable.join(", ")
-                ));
-            }
-            decision = d;
-            state = st;
-        } else if let Outcome::Unschedulable { message } = &mut decision.outcome {
-            message.push_str(&waiting_message(max_wait));
-        }
-        (decision, state)
-    }
-
-    /// Whether the warm wait holds a pod whose cycle (`decision`) chose a node (see
-    /// [`crate::usage::warm`]): only with `usage.warmWait` on, a tail to wait in, History
-    /// in the profile and warm nodes History scores in the builder's history.
-    fn warm_hold(
-        &self,
-        fw: &Framework,
-        snapshot: &Snapshot,
-        pod: &PodInfo,
-        state: &mut CycleState,
-        decision: &Decision,
-        wait: &Wait,
-    ) -> Option<crate::framework::WarmHold> {
-        let chosen = decision.chosen?;
-        if !self.deps.policy.warm_wait.enabled || wait.waited >= wait.tail {
-            return None;
-        }
-        let history = fw.plugins().iter().find(|r| r.name == history::NAME)?;
-        if decision.feasible.len() == 1
-            && let Some(pre_score) = &history.pre_score
-        {
-            // A single feasible node skips scoring, as upstream's does; History's own
-            // PreScore then finds the warm nodes a scored cycle would (its depth, its
-            // band's inputs), rather than a second reading of the history that could
-            // disagree with it.
-            pre_score.pre_score(state, pod, snapshot, &decision.feasible);
-        }
-        let warm = history::warm_nodes(state);
-        crate::usage::warm::judge(
-            snapshot,
-            pod,
-            &warm,
-            chosen,
-            wait,
-            &self.deps.identity,
-            history::NAME,
-        )
     }
 
     /// Reserve and Permit for the chosen node, and the placement the pod will be recorded
@@ -495,7 +412,9 @@ impl Scheduler {
         if !s.is_success() {
             return Err(s);
         }
-        let s = fw.permit(state, pod, node);
+        // The timeout of a wait needs no keeping here: the held pod goes back to the
+        // queue, and the loop ends its hold by the hold's own tail (`count_wait`).
+        let (s, _timeout) = fw.permit(state, pod, snapshot, node);
         if !s.is_success() {
             fw.unreserve(state, pod, node);
             return Err(s);
@@ -834,6 +753,96 @@ mod tests {
             panic!()
         };
         assert!(!message.contains("maxWait"), "{message}");
+    }
+
+    /// The warm wait is History's Permit returning Wait: a returning build whose only
+    /// feasible node is cold (scoring skipped, so Permit runs History's PreScore itself)
+    /// waits for its warm node, unplaced, with the hold on record and nothing assumed; the
+    /// queue retries it on the events History declares. Without a tail to wait in, or with
+    /// the warm wait off, it goes to the cold node.
+    #[test]
+    fn the_warm_wait_is_a_permit_that_waits() {
+        use crate::framework::ClusterEvent;
+        use crate::plugins::testutil::NOW_MS;
+        let build = |waited_s: u64, tail_s: u64, enabled: bool| {
+            let mut config = CoreConfig::default();
+            config.usage.warm_wait.enabled = enabled;
+            let s = Scheduler::new(&config).unwrap();
+            // node-a (warm for builder b) runs r of builder c, 3 of its 4 CPUs, started
+            // 250 s ago (c's runs take 300 s): it frees in 50 s, and b's warm cache saves
+            // 300 s (cold 600 s, warm 300 s).
+            let start = k8s_openapi::jiff::Timestamp::from_millisecond(NOW_MS - 250_000).unwrap();
+            let r = pod(
+                "r",
+                json!({"metadata": {"labels": {"bkci.dispatch.kubenetes/core": "c"}},
+                       "spec": {"nodeName": "node-a", "containers": [{"name": "c",
+                                "resources": {"requests": {"cpu": "3"}}}]},
+                       "status": {"startTime": start.to_string()}}),
+            );
+            let mut b = profile("b", 1.0, 1e9);
+            (b.cold_run_s, b.warm_run_s) = (Some(600.0), Some(300.0));
+            let mut c = profile("c", 1.0, 1e9);
+            c.warm_run_s = Some(300.0);
+            s.cache().update(|cs| {
+                cs.replace(with_usage(
+                    Snapshot::build([node("node-a", json!({})), node("node-b", json!({}))], [r]),
+                    vec![],
+                    vec![b, c],
+                ));
+                cs.snapshot_mut()
+                    .usage_mut()
+                    .history
+                    .insert("b".into(), ["node-a".to_string()].into());
+            });
+            let p = info(pod(
+                "p",
+                json!({"metadata": {"labels": {"bkci.dispatch.kubenetes/core": "b"}},
+                       "spec": {"containers": [{"name": "c",
+                                "resources": {"requests": {"cpu": "2"}}}]}}),
+            ));
+            let wait = Wait {
+                waited: Duration::from_secs(waited_s),
+                tail: Duration::from_secs(tail_s),
+                ..Wait::default()
+            };
+            let (a, ()) = s.schedule_then(&p, None, true, wait, |_, _| ());
+            (s, a)
+        };
+        let (s, a) = build(0, 60, true);
+        assert_eq!(a.decision.node(), None, "{:?}", a.decision.outcome);
+        let hold = a.decision.warm_hold.clone().expect("held");
+        assert_eq!((&*hold.node, hold.plugin), ("node-a", "History"));
+        assert_eq!(hold.expected_free_seconds, 50.0);
+        assert_eq!(
+            a.decision.outcome,
+            Outcome::Unschedulable {
+                message: crate::usage::warm::HELD_MESSAGE.to_string()
+            }
+        );
+        assert!(a.decision.notes.iter().any(|n| *n == hold.describe()));
+        assert!(a.assumed.is_none() && a.placement.is_none());
+        assert!(
+            s.snapshot().get("node-b").unwrap().pods.is_empty(),
+            "nothing assumed on the cold node"
+        );
+        // Retried on the events History declares (a pod ending on the warm node).
+        let history = s.queueing_hints().get("History").expect("History's events");
+        assert!(history.contains(ClusterEvent::PodDeleted));
+        // Past the tail, with no tail, or with the warm wait off: placed on the cold node.
+        for (waited, tail, enabled) in [(61, 60, true), (0, 0, true), (0, 60, false)] {
+            let (_, a) = build(waited, tail, enabled);
+            assert_eq!(
+                a.decision.node(),
+                Some("node-b"),
+                "{waited} {tail} {enabled}"
+            );
+            assert!(a.decision.warm_hold.is_none());
+        }
+        let (s, _) = build(0, 60, false);
+        assert!(
+            s.queueing_hints().get("History").is_none(),
+            "no Permit, no events"
+        );
     }
 
     /// `usage.coldStart: calibrated`: with a new view, the scheduler learns what profiled

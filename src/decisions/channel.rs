@@ -1,11 +1,13 @@
-//! The channel from the scheduling loop to the decision sink: bounded by records and by
-//! an estimate of their bytes, never waited on by the cycle. It carries the loop's
+//! The channel from the scheduling loop to the decision sink: bounded by records (the loop
+//! waits for room after a cycle, never drops one) and by an estimate of their bytes (past
+//! it, records travel as summaries). It carries the loop's
 //! [`Record`]s in the order they were sent: a decision at cycle time, a placed pod's
 //! [`Settled`] record once its bind ended, and barriers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Settled;
@@ -26,6 +28,34 @@ pub struct DecisionSender {
     tx: mpsc::Sender<Record>,
     queued_bytes: Arc<AtomicUsize>,
     max_bytes: usize,
+    /// Records sent as summaries: what overload shed (`/metrics`:
+    /// `headroom_scheduler_decisions_summarized_total`).
+    summarized: Counter,
+}
+
+/// How much the decision channel holds ([`decision_channel`]): records at most, and bytes
+/// of whole records past which records wait as summaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelBounds {
+    /// Records waiting for the sink, at most; past it the scheduling loop waits (a
+    /// decision carries what the mode acts on, and is never dropped).
+    pub records: usize,
+    /// Bytes of whole records waiting for the sink, at most; past it records wait as
+    /// summaries.
+    pub bytes: usize,
+}
+
+impl Default for ChannelBounds {
+    /// 4,096 records and 32 MiB. Why a byte budget: at 15,000 nodes a bursting `serve`
+    /// outruns the sink, and a budget four times larger kept ~190 MB more of queued
+    /// records at the peak (heaptrack on the kit, issue #22). 32 MiB since score columns
+    /// are a byte per node: about three quarters of the records 64 MiB held before.
+    fn default() -> Self {
+        ChannelBounds {
+            records: 4096,
+            bytes: 32 << 20,
+        }
+    }
 }
 
 /// The sink's side of the decision channel ([`decision_channel`]).
@@ -99,6 +129,7 @@ pub fn decision_channel(records: usize, max_bytes: usize) -> (DecisionSender, De
             tx,
             queued_bytes: queued_bytes.clone(),
             max_bytes,
+            summarized: Counter::default(),
         },
         DecisionReceiver { rx, queued_bytes },
     )
@@ -126,6 +157,7 @@ impl DecisionSender {
             summary.notes.push(SUMMARY_NOTE.to_string());
             bytes = approx_bytes(&summary);
             summarized = true;
+            self.summarized.inc();
             summary
         } else {
             decision
@@ -142,6 +174,12 @@ impl DecisionSender {
                 Err(SendError::Closed)
             }
         }
+    }
+
+    /// The records sent as summaries so far (registered by the engine as
+    /// `headroom_scheduler_decisions_summarized_total`).
+    pub fn summarized(&self) -> &Counter {
+        &self.summarized
     }
 
     /// Queues a placed pod's settled record, waiting for room: it is small, the bind task

@@ -27,7 +27,8 @@ pub mod sink;
 use std::sync::Arc;
 
 pub use channel::{
-    Decided, DecisionReceiver, DecisionSender, Record, SUMMARY_NOTE, SendError, decision_channel,
+    ChannelBounds, Decided, DecisionReceiver, DecisionSender, Record, SUMMARY_NOTE, SendError,
+    decision_channel,
 };
 pub use log::{
     DecisionInputs, DecisionLog, ExplainResponse, LogLimits, LoggedDecision, NodeInputs,

@@ -6,8 +6,10 @@
 //! It takes records in batches: metrics and memory first (cheap), then one blocking task
 //! per batch for the store (placement history reads and writes, decision writes), so sled
 //! never runs on an async thread. While that task runs, new records wait in the loop's
-//! bounded channel; if it fills, the loop drops decisions (and counts them) rather than
-//! waiting, so a slow store costs explanations, never scheduling time.
+//! bounded channel: past its byte budget they wait as summaries (counted), so a slow store
+//! first costs explanations; when it is full the loop waits for room, since a decision
+//! carries what the mode acts on (FailedScheduling, nomination, preemption's victims) and
+//! is never dropped.
 
 use std::sync::Arc;
 

@@ -43,7 +43,7 @@ use crate::analytics::{self, UsageView};
 use crate::api::ApiState;
 use crate::cluster::{ClusterState, FeedStats, NodeObserver};
 use crate::config::{Config, ConfigError};
-use crate::decisions::{DecisionLog, OutcomeHandler, Sink, SinkReport};
+use crate::decisions::{ChannelBounds, DecisionLog, OutcomeHandler, Sink, SinkReport};
 use crate::logging::Trouble;
 use crate::metrics::{MeteredBinder, Metrics, MetricsOptions};
 use crate::scheduling_loop::{LoopOptions, LoopStats, SchedulingLoop};
@@ -54,16 +54,6 @@ use headroom_scheduler::queue::{ClusterEvent, SchedulingQueue};
 use headroom_scheduler::reservation::{InMemoryReservations, ReservationSource};
 use headroom_scheduler::scheduler::Scheduler;
 pub use phases::{Phase, Phases};
-
-/// Decisions waiting for the sink, at most (a full channel drops decisions, counted, never
-/// scheduling time).
-const DECISION_CHANNEL: usize = 4096;
-/// Bytes of whole decision records waiting for the sink, at most; past it records wait as
-/// summaries ([`crate::decisions::DecisionSender`]). The decision log's default: at 15,000 nodes
-/// a bursting `serve` outruns the sink, and a budget four times larger kept ~190 MB more of
-/// queued records at the peak (heaptrack on the kit, issue #22). 32 MiB since score columns
-/// are a byte per node: about three quarters of the records 64 MiB held before.
-const DECISION_CHANNEL_BYTES: usize = 32 << 20;
 
 /// How often the housekeeping tick runs under [`Drive::Timers`]: the scheduler's clock,
 /// expired assumed pods, expired reservations.
@@ -108,6 +98,10 @@ pub struct Parts {
     /// Build the numbers behind every verdict in each decision (`place`, `simulate
     /// --serve`); off under `serve`, where the cycle's time matters more.
     pub explain: bool,
+    /// How much the channel from the scheduling loop to the decision sink holds (default
+    /// [`ChannelBounds::default`]; tests shrink it to show that overload sheds only
+    /// explanations).
+    pub decision_channel: ChannelBounds,
 }
 
 impl Parts {
@@ -120,6 +114,7 @@ impl Parts {
             nodes_observer: None,
             schedule: true,
             explain: false,
+            decision_channel: ChannelBounds::default(),
         }
     }
 }
@@ -224,8 +219,15 @@ impl Engine {
             feed,
         ));
         let (view, _) = watch::channel(Arc::new(UsageView::default()));
-        let (decisions, rx) =
-            crate::decisions::decision_channel(DECISION_CHANNEL, DECISION_CHANNEL_BYTES);
+        let (decisions, rx) = crate::decisions::decision_channel(
+            parts.decision_channel.records,
+            parts.decision_channel.bytes,
+        );
+        metrics.register(
+            "headroom_scheduler_decisions_summarized",
+            "Decisions sent to the sink as summaries (the explanation shortened) because the queued records were over their byte budget",
+            decisions.summarized().clone(),
+        );
         let warm_wait = &config.usage.warm_wait;
         let tail = warm_wait.enabled.then(|| {
             Arc::new(Mutex::new(headroom_scheduler::usage::QueueTail::new(

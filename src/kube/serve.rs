@@ -77,6 +77,9 @@ pub struct ServeOptions {
     pub lease_store: Option<Arc<dyn LeaseStore>>,
     /// More routes to serve on the same listener (the inspection API).
     pub extra_routes: Option<Router>,
+    /// How much the queue from the scheduling loop to the decision sink holds (default
+    /// [`ChannelBounds::default`](crate::decisions::ChannelBounds); tests shrink it to flood it).
+    pub decision_channel: crate::decisions::ChannelBounds,
 }
 
 impl ServeOptions {
@@ -94,6 +97,7 @@ impl ServeOptions {
             reviewer: None,
             lease_store: None,
             extra_routes: None,
+            decision_channel: Default::default(),
         }
     }
 }
@@ -232,6 +236,7 @@ pub async fn run(
         reviewer,
         lease_store,
         extra_routes,
+        decision_channel,
     } = opts;
     let mut config = config;
     // The flags win over the file; validation then sees the addresses used (mode `none`
@@ -267,6 +272,7 @@ pub async fn run(
     let mut parts = Parts::new(clock, store.clone());
     parts.schedule = serve.schedule;
     parts.explain = serve.detailed_explanations;
+    parts.decision_channel = decision_channel;
     if let Some(r) = &reservations {
         parts.reservations = Some(r.clone() as Arc<dyn ReservationSource>);
         parts.nodes_observer = Some(r.clone() as Arc<dyn NodeObserver>);

@@ -40,6 +40,10 @@ pub struct CycleState {
     /// `scheduler_plugin_execution_duration_seconds` (upstream's `recordPluginMetrics`,
     /// set in a sample of the cycles).
     pub record_plugin_metrics: bool,
+    /// Set by the framework when a single node passed the filters and scoring was skipped
+    /// (as upstream does): PreScore did not run, so a plugin that needs its PreScore's
+    /// state after the cycle (History's Permit) computes it for that node itself.
+    scoring_skipped: bool,
 }
 
 impl CycleState {
@@ -51,7 +55,18 @@ impl CycleState {
             notes: Vec::new(),
             explain,
             record_plugin_metrics: false,
+            scoring_skipped: false,
         }
+    }
+
+    /// Whether the cycle skipped scoring because a single node passed the filters.
+    pub fn scoring_skipped(&self) -> bool {
+        self.scoring_skipped
+    }
+
+    /// Marks the cycle as one that skipped scoring (the framework's).
+    pub(crate) fn skip_scoring(&mut self) {
+        self.scoring_skipped = true;
     }
 
     /// Stores a value the caller knows before the cycle (how long the pod waited...):

@@ -3,7 +3,10 @@
 //!
 //! Extension points, in cycle order (as upstream's): PreFilter → Filter (per node) →
 //! PostFilter (only when no node fits: preemption) → PreScore → Score (per feasible node) →
-//! NormalizeScore → weights → host selection → Reserve/Unreserve → Permit → Bind.
+//! NormalizeScore → weights → host selection → Reserve/Unreserve → Permit → Bind. When no
+//! node fits and only filters that declare themselves relaxable
+//! ([`Plugin::relaxed_by_usage_fallback`]) kept the pod off some node, a pod that has
+//! waited long enough gets a second pass with them relaxed (`second_pass`).
 //!
 //! Filters and scores are synchronous and pure over an immutable [`Snapshot`]: no I/O happens
 //! inside a cycle. Everything that needs the network or the disk (usage data, the API server)
@@ -27,6 +30,7 @@ pub mod decision;
 mod equivalence;
 mod events;
 mod runtime;
+mod second_pass;
 mod status;
 
 use std::sync::Arc;
@@ -38,6 +42,7 @@ pub use runtime::{
     DEFAULT_MIN_CHUNK, FILTER_BLOCK, Framework, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
     MIN_FEASIBLE_NODES_TO_FIND, PLUGIN_METRICS_SAMPLE_EVERY, PluginWeight, default_parallelism,
 };
+pub use second_pass::{Wait, relaxable_rejections, waiting_message};
 pub use status::{Code, Reasons, Status};
 
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
@@ -275,10 +280,22 @@ pub trait ReservePlugin: Plugin {
     fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
 }
 
-/// Permit: may approve, deny or (in upstream) delay binding. A hook here.
+/// Permit: the last word before the pod is assumed on its chosen node: approve
+/// (success), deny (any rejection), or wait ([`Code::Wait`] with a timeout). A waiting pod
+/// is unreserved and goes back to the queue, retried on the events the plugin declares
+/// ([`Plugin::events_to_register`]) or once the timeout has passed (see [`Code::Wait`] for
+/// why it keeps no node); the scheduler records what the plugin left in the cycle state
+/// (a [`WarmHold`]) in the decision.
 pub trait PermitPlugin: Plugin {
-    /// The Permit call.
-    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// The Permit call, for `pod` on the chosen `node` of `snapshot`: the status and, for
+    /// a wait, how long the pod may wait at most.
+    fn permit(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        node: &str,
+    ) -> (Status, std::time::Duration);
 }
 
 /// A boxed future, for the one asynchronous extension point (Bind).
@@ -390,10 +407,6 @@ pub struct Registered {
     pub permit: Option<Arc<dyn PermitPlugin>>,
     /// PreBind, if served.
     pub pre_bind: Option<Arc<dyn PreBindPlugin>>,
-    /// For a plugin that rejects nothing through its extension points but that a step
-    /// after the cycle holds pods in the name of (History: the warm wait keeps a build
-    /// for the warm nodes History found), the events that may end such a hold.
-    pub hold_events: Option<ClusterEvents>,
 }
 
 impl Registered {
@@ -405,8 +418,8 @@ impl Registered {
         }
     }
 
-    /// The plugin behind the points that can reject a pod (Filter, else PreFilter, else
-    /// PreEnqueue), if it serves any.
+    /// The plugin behind the points that can keep a pod from its node (Filter, else
+    /// PreFilter, else PreEnqueue, else Permit), if it serves any.
     fn rejecting(&self) -> Option<&dyn Plugin> {
         if let Some(p) = &self.filter {
             return Some(p.as_ref() as &dyn Plugin);
@@ -414,16 +427,16 @@ impl Registered {
         if let Some(p) = &self.pre_filter {
             return Some(p.as_ref() as &dyn Plugin);
         }
-        self.pre_enqueue.as_ref().map(|p| p.as_ref() as &dyn Plugin)
+        if let Some(p) = &self.pre_enqueue {
+            return Some(p.as_ref() as &dyn Plugin);
+        }
+        self.permit.as_ref().map(|p| p.as_ref() as &dyn Plugin)
     }
 
-    /// The events that may undo this plugin's rejections ([`Plugin::events_to_register`]),
-    /// or end the holds made in its name ([`hold_events`](Self::hold_events)); `None` for
-    /// a plugin that rejects nothing.
+    /// The events that may undo this plugin's rejections or end its Permit's waits
+    /// ([`Plugin::events_to_register`]); `None` for a plugin that keeps no pod from a node.
     pub fn events_to_register(&self) -> Option<ClusterEvents> {
-        self.rejecting()
-            .map(|p| p.events_to_register())
-            .or(self.hold_events)
+        self.rejecting().map(|p| p.events_to_register())
     }
 
     /// Whether the usage fallback relaxes this plugin's Filter.

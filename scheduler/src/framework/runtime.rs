@@ -86,6 +86,9 @@ pub struct Framework {
     next_start: NextStart,
     /// Cycles run, for [`PLUGIN_METRICS_SAMPLE_EVERY`].
     cycles: NextStart,
+    /// How long a pod waits before the second pass relaxes the filters that declare
+    /// themselves relaxable ([`Framework::schedule_passes`]); `None`: no second pass.
+    pub(super) second_pass_after: Option<Duration>,
 }
 
 /// Reason for a node whose own status could not be read.
@@ -210,7 +213,15 @@ impl Framework {
             percentage: 100,
             next_start: NextStart::default(),
             cycles: NextStart::default(),
+            second_pass_after: None,
         }
+    }
+
+    /// Runs the second pass ([`Framework::schedule_passes`]) for a pod that has waited
+    /// `max_wait` (`usage.maxWait`) while only relaxable filters kept it off every node.
+    pub fn with_second_pass_after(mut self, max_wait: Duration) -> Framework {
+        self.second_pass_after = Some(max_wait);
+        self
     }
 
     /// Lets a cycle spread Filter and Score over `threads` threads (0: the machine's cores,
@@ -427,7 +438,8 @@ impl Framework {
                     };
                     return Err(());
                 }
-                Code::Error => {
+                // Wait is Permit's alone: from PreFilter it is a plugin's bug.
+                Code::Error | Code::Wait => {
                     let s = s.with_plugin(p.name);
                     d.outcome = Outcome::Error {
                         message: format!("running PreFilter plugin {:?}: {}", p.name, s.message()),
@@ -550,6 +562,7 @@ impl Framework {
         if d.feasible.len() == 1 {
             // Upstream skips scoring when a single node fits.
             d.place(d.feasible[0]);
+            state.skip_scoring();
             return (d, state);
         }
 
@@ -1253,17 +1266,31 @@ impl Framework {
         Status::success()
     }
 
-    /// Runs Permit plugins; the first non-success status is returned.
-    pub fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+    /// Runs Permit plugins, as upstream's `RunPermitPlugins`: the first status that is
+    /// neither success nor wait is returned at once (with its plugin); otherwise a wait,
+    /// if any plugin asked for one, with the longest timeout asked; else success.
+    pub fn permit(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        node: &str,
+    ) -> (Status, Duration) {
+        let mut wait: Option<(Status, Duration)> = None;
         for p in &self.plugins {
-            if let Some(pm) = &p.permit {
-                let s = pm.permit(state, pod, node);
-                if !s.is_success() {
-                    return s.with_plugin(p.name);
+            let Some(pm) = &p.permit else { continue };
+            let (s, timeout) = pm.permit(state, pod, snapshot, node);
+            match s.code {
+                Code::Success => {}
+                Code::Wait => {
+                    if wait.as_ref().is_none_or(|(_, t)| timeout > *t) {
+                        wait = Some((s.with_plugin(p.name), timeout));
+                    }
                 }
+                _ => return (s.with_plugin(p.name), Duration::ZERO),
             }
         }
-        Status::success()
+        wait.unwrap_or((Status::success(), Duration::ZERO))
     }
 }
 

@@ -18,6 +18,11 @@ pub enum Code {
     UnschedulableAndUnresolvable,
     /// The plugin has nothing to do for this pod (its later extension points are not run).
     Skip,
+    /// Permit only: the pod is not to be bound now and waits, at most for the timeout the
+    /// plugin returned with it. Unlike upstream's waiting pod, which keeps its node
+    /// reserved, headroom's is unreserved and goes back to the queue: the one Permit that
+    /// waits (History's warm wait) holds a build *off* the node the cycle chose.
+    Wait,
 }
 
 impl Code {
@@ -30,6 +35,7 @@ impl Code {
             Code::Unschedulable => "Unschedulable",
             Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
             Code::Skip => "Skip",
+            Code::Wait => "Wait",
         }
     }
 }
@@ -118,6 +124,11 @@ impl Status {
     #[inline]
     pub fn unresolvable(reason: impl Into<Cow<'static, str>>) -> Status {
         Status::new(Code::UnschedulableAndUnresolvable, reason)
+    }
+
+    /// `Wait` with one reason (Permit only).
+    pub fn wait(reason: impl Into<Cow<'static, str>>) -> Status {
+        Status::new(Code::Wait, reason)
     }
 
     /// `Error` with a message.

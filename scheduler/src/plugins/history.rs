@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::field;
 use crate::framework::{
-    CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
+    ClusterEvents, CycleState, PermitPlugin, Plugin, PreScorePlugin, Registered, ScorePlugin,
+    Status, WrittenIn,
 };
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::predict::Source;
@@ -229,20 +230,16 @@ impl History {
         })
     }
 
-    /// Registers its extension points (PreScore, Score), and with the warm wait on the
-    /// events that may end its holds (they are blamed on History: its warm nodes are what
-    /// a held build waits for).
+    /// Registers its extension points: PreScore, Score, and with the warm wait on
+    /// (`usage.warmWait.enabled`) Permit, which holds a returning build off a cold node
+    /// (its events are those that may end such a hold).
     pub fn register(self) -> Registered {
-        let hold_events = self
-            .policy
-            .warm_wait
-            .enabled
-            .then_some(crate::usage::warm::RETRY_ON);
+        let warm_wait = self.policy.warm_wait.enabled;
         let me = Arc::new(self);
         Registered {
             pre_score: Some(me.clone()),
-            score: Some(me),
-            hold_events,
+            score: Some(me.clone()),
+            permit: warm_wait.then_some(me as Arc<dyn PermitPlugin>),
             ..Registered::new(NAME)
         }
     }
@@ -399,12 +396,62 @@ impl Plugin for History {
     fn name(&self) -> &'static str {
         NAME
     }
+
+    /// The events that may end a warm wait (History serves no Filter: only its Permit
+    /// keeps pods from nodes).
+    fn events_to_register(&self) -> ClusterEvents {
+        crate::usage::warm::RETRY_ON
+    }
+}
+
+/// The warm wait (`usage.warmWait`, [`crate::usage::warm`]): a returning builder whose
+/// cycle chose a node none of its warm nodes is waits for one, when that is expected to
+/// cost less than a cold cache and stays within the queue's tail. The hold is written to
+/// the cycle state for the decision record; the timeout is what is left of the tail.
+impl PermitPlugin for History {
+    fn permit(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        node: &str,
+    ) -> (Status, std::time::Duration) {
+        let allow = (Status::success(), std::time::Duration::ZERO);
+        // Cheap checks first: outside the loop (no tail), past the tail, or under the
+        // usage fallback (which keeps History out), nothing is held.
+        let Some(wait) = state.read::<crate::usage::Wait>() else {
+            return allow;
+        };
+        if wait.fallback || wait.waited >= wait.tail {
+            return allow;
+        }
+        let Some(chosen) = snapshot.index_of(node) else {
+            return allow;
+        };
+        let wait = wait.clone();
+        if state.scoring_skipped() {
+            // A single feasible node skips scoring, as upstream's does; History's own
+            // PreScore then finds the warm nodes a scored cycle would (its depth, its
+            // band's inputs), rather than a second reading of the history that could
+            // disagree with it.
+            self.pre_score(state, pod, snapshot, &[chosen]);
+        }
+        let warm = warm_nodes(state);
+        let Some(hold) =
+            crate::usage::warm::judge(snapshot, pod, &warm, chosen, &wait, &self.identity, NAME)
+        else {
+            return allow;
+        };
+        let timeout = wait.tail.saturating_sub(wait.waited);
+        state.write(hold);
+        (Status::wait(crate::usage::warm::HELD_MESSAGE), timeout)
+    }
 }
 
 /// The nodes of the snapshot that the history entries History scores name (the pod's
-/// warm caches), from the cycle state its PreScore left; for the warm wait after the cycle
-/// ([`crate::usage::warm`]). Empty when PreScore found no history or did not run (the
-/// scheduler runs it for a cycle whose single feasible node skipped scoring).
+/// warm caches), from the cycle state its PreScore left; for the warm wait at Permit
+/// ([`crate::usage::warm`]). Empty when PreScore found no history or did not run (Permit
+/// runs it for a cycle whose single feasible node skipped scoring).
 pub fn warm_nodes(state: &CycleState) -> Vec<NodeIdx> {
     state
         .read::<Cycle>()

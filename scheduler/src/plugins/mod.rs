@@ -34,7 +34,7 @@
 //! | RealMemoryFit | PreFilter, Filter | | on |
 //! | RealDiskFit | PreFilter, Filter | | on (database classes) |
 //! | RealCpuFit | PreFilter, Filter | | off |
-//! | History | PreScore, Score | 10 | on |
+//! | History | PreScore, Score, Permit | 10 | on |
 //! | RealHeadroom | PreScore, Score | 7 | on |
 //! | Fragmentation | PreScore, Score | 7 | off |
 //!

@@ -412,7 +412,8 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
     },
     KnownPlugin {
         name: history::NAME,
-        points: &[PreScore, Score],
+        // Permit with `usage.warmWait.enabled` (the default): the warm wait.
+        points: &[PreScore, Score, Permit],
         weight: 10,
         default_enabled: true,
         upstream: false,
@@ -634,7 +635,8 @@ pub fn build_framework_with(
     }
     Ok(Framework::new(name, registered, &weights)
         .with_percentage_of_nodes_to_score(profile.percentage_of_nodes_to_score)
-        .with_parallelism(deps.parallelism))
+        .with_parallelism(deps.parallelism)
+        .with_second_pass_after(deps.policy.max_wait))
 }
 
 /// Fills in every plugin's args in `args` as the registry reads them, defaults included (the

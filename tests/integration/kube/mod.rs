@@ -6,6 +6,7 @@ mod auth;
 mod deploy;
 mod engine;
 mod fake;
+mod flood;
 mod fragmentation;
 mod history_band;
 mod keep_whole;
@@ -114,6 +115,11 @@ impl Running {
     ) -> Running {
         let mut opts = ServeOptions::new(config, fake.client(replica));
         opts.store = Some(store);
+        Running::start_with(opts).await
+    }
+
+    /// Runs `serve` with `opts` (a store among them) once its listeners are bound.
+    async fn start_with(mut opts: ServeOptions) -> Running {
         let (bound_tx, bound_rx) = oneshot::channel();
         opts.bound = Some(bound_tx);
         let (stop, stop_rx) = oneshot::channel::<()>();
