@@ -315,7 +315,9 @@ class Run:
                 self.churn_op = op
             elif code == "createPods":
                 count = param(op, "countParam", self.params) or op.get("count", 0)
-                tmpl = op.get("podTemplatePath", default_tmpl)
+                # Neither set: upstream's makeBasePod (testutils.MakePodSpec), which
+                # templates/pod-default.yaml spells out.
+                tmpl = op.get("podTemplatePath") or default_tmpl or "../templates/pod-default.yaml"
                 ns = op.get("namespace") or f"namespace-{i}"
                 self.namespace(ns)
                 if op.get("collectMetrics"):

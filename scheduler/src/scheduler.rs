@@ -17,9 +17,9 @@ use rand::rngs::SmallRng;
 
 use crate::cache::{Cache, CacheState};
 use crate::config::{ConfigError, CoreConfig};
-use crate::framework::Wait;
-use crate::framework::{Code, CycleState, Decision, Framework, Outcome, Status, WarmHold};
-use crate::plugins::volume_binding::{self, Reserved};
+use crate::framework::{
+    Code, CycleState, Decision, Framework, Outcome, ReservedVolumes, Status, Wait, WarmHold,
+};
 use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::volumes::claim_key;
 use crate::snapshot::{PodInfo, Snapshot};
@@ -419,11 +419,10 @@ impl Scheduler {
             fw.unreserve(state, pod, node);
             return Err(s);
         }
-        // Taken out of the cycle state, not read: the state would otherwise keep the
-        // snapshot's usage context shared, and recording the placement when the lease
-        // settles would copy it (the peer plugins keep the same context for their
-        // per-node calls).
-        drop(state.take::<crate::plugins::peers::Ctx>());
+        // Released, not kept: the state would otherwise keep the snapshot's usage context
+        // shared (the peer plugins keep it for their per-node calls), and recording the
+        // placement when the lease settles would copy it.
+        state.release_snapshot_shares();
         let usage = release_cycle_usage(state).map_or_else(
             || PodUsage::of(pod, snapshot, &self.deps.policy, &self.deps.identity),
             |u| match Arc::try_unwrap(u) {
@@ -477,8 +476,9 @@ impl Scheduler {
             return Attempt::unplaced(decision, gated);
         };
         let fw = &self.frameworks[idx];
-        let volumes = match state.read::<Reserved>() {
-            Some(Reserved(v)) if !v.static_bindings.is_empty() => {
+        let volumes = match state.read::<ReservedVolumes>() {
+            Some(ReservedVolumes { plugin, volumes: v }) if !v.static_bindings.is_empty() => {
+                let plugin: &'static str = plugin;
                 match c.snapshot_mut().volumes_mut().assume(&v.static_bindings) {
                     Ok(changed) => {
                         decision.volume_bindings = v
@@ -490,7 +490,7 @@ impl Scheduler {
                     }
                     Err(e) => {
                         fw.unreserve(&mut state, pod, &node);
-                        let s = Status::error(e).with_plugin(volume_binding::NAME);
+                        let s = Status::error(e).with_plugin(plugin);
                         decision.outcome = Outcome::Error {
                             message: format!("{} on node {node}: {}", s.plugin, s.message()),
                         };

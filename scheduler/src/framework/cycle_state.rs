@@ -44,6 +44,8 @@ pub struct CycleState {
     /// (as upstream does): PreScore did not run, so a plugin that needs its PreScore's
     /// state after the cycle (History's Permit) computes it for that node itself.
     scoring_skipped: bool,
+    /// The slots written with [`CycleState::write_sharing_snapshot`].
+    sharing: Vec<TypeId>,
 }
 
 impl CycleState {
@@ -56,6 +58,7 @@ impl CycleState {
             explain,
             record_plugin_metrics: false,
             scoring_skipped: false,
+            sharing: Vec::new(),
         }
     }
 
@@ -106,6 +109,29 @@ impl CycleState {
             slot.1 = Box::new(value);
         } else {
             self.slots.push((id, Box::new(value)));
+        }
+    }
+
+    /// [`write`](Self::write) for a value that holds a share of the cycle's snapshot (the
+    /// peers' usage context): the scheduler releases such values once the node is reserved
+    /// ([`release_snapshot_shares`](Self::release_snapshot_shares)).
+    pub fn write_sharing_snapshot<T: Any + Send + Sync>(&mut self, value: T) {
+        self.write(value);
+        let id = TypeId::of::<T>();
+        if !self.sharing.contains(&id) {
+            self.sharing.push(id);
+        }
+    }
+
+    /// Drops every value written with
+    /// [`write_sharing_snapshot`](Self::write_sharing_snapshot). Why: past Permit the state
+    /// goes on to the settlement and the binding task, and a share of the snapshot kept
+    /// there makes the next change to the snapshot copy it.
+    pub fn release_snapshot_shares(&mut self) {
+        for id in std::mem::take(&mut self.sharing) {
+            if let Some(i) = self.slots.iter().position(|(t, _)| *t == id) {
+                self.slots.swap_remove(i);
+            }
         }
     }
 
@@ -184,6 +210,24 @@ mod tests {
         assert_eq!(s.read::<String>().map(String::as_str), Some("x"));
         *s.read_mut::<u32>().unwrap() += 1;
         assert_eq!(s.read::<u32>(), Some(&8));
+    }
+
+    /// What shares the snapshot is released, and only that; a slot written again after a
+    /// release is a plain slot unless written as sharing again.
+    #[test]
+    fn snapshot_shares_are_released_and_nothing_else() {
+        let shared = std::sync::Arc::new(1u8);
+        let mut s = CycleState::new(false);
+        s.write_sharing_snapshot(shared.clone());
+        s.write(5u32);
+        assert_eq!(std::sync::Arc::strong_count(&shared), 2);
+        s.release_snapshot_shares();
+        assert_eq!(std::sync::Arc::strong_count(&shared), 1);
+        assert!(s.read::<std::sync::Arc<u8>>().is_none());
+        assert_eq!(s.read::<u32>(), Some(&5));
+        s.write(shared.clone());
+        s.release_snapshot_shares();
+        assert_eq!(std::sync::Arc::strong_count(&shared), 2, "written plainly");
     }
 
     #[test]

@@ -272,6 +272,19 @@ pub trait ScorePlugin: Plugin {
     }
 }
 
+/// The volumes a Reserve plugin chose for the pod on its node (VolumeBinding: claims
+/// matched to existing PVs, claims to provision), in the cycle state: the scheduler assumes
+/// the PVs bound in the cache when it assumes the pod (upstream's `AssumePodVolumes`, done
+/// at settlement here since the cycle changes nothing), blaming `plugin` if that fails, and
+/// PreBind writes them to the API server. Empty after Unreserve.
+#[derive(Debug, Clone, Default)]
+pub struct ReservedVolumes {
+    /// The plugin that chose them.
+    pub plugin: &'static str,
+    /// What it chose.
+    pub volumes: crate::snapshot::volumes::PodVolumes,
+}
+
 /// Reserve and Unreserve: claim (or release) plugin-side state once a node is chosen.
 pub trait ReservePlugin: Plugin {
     /// Called after the node is chosen, before binding.

@@ -36,7 +36,7 @@ pub struct Ctx(pub std::sync::Arc<UsageContext>);
 impl Ctx {
     /// Keeps the snapshot's usage context in the cycle state.
     pub fn keep(state: &mut crate::framework::CycleState, snapshot: &crate::snapshot::Snapshot) {
-        state.write(Ctx(snapshot.usage().clone()));
+        state.write_sharing_snapshot(Ctx(snapshot.usage().clone()));
     }
 
     /// The context `plugin` kept at `point` ([`CycleState::written_by`]'s error when it

@@ -17,7 +17,8 @@
 //!   `allowedTopologies` admit the node), else `node(s) didn't find available persistent
 //!   volumes to bind`. A claim already given a node (`volume.kubernetes.io/selected-node`)
 //!   fits only that node.
-//! - **Reserve** writes the chosen [`PodVolumes`] for the node to the cycle state; the
+//! - **Reserve** writes the chosen [`PodVolumes`] for the node to the cycle state
+//!   ([`ReservedVolumes`], a framework type: the scheduler names no plugin); the
 //!   scheduler assumes them in the snapshot with the pod (the PVs carry their new
 //!   `claimRef`), so the next pod does not take the same PV, and restores them when the
 //!   bind fails.
@@ -37,7 +38,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 use crate::framework::{
     BoxFuture, CycleState, FilterPlugin, NodeNames, Plugin, PreBindPlugin, PreFilterPlugin,
-    Registered, ReservePlugin, Status,
+    Registered, ReservePlugin, ReservedVolumes, Status,
 };
 use crate::selector::Labels;
 use crate::snapshot::volumes::{
@@ -115,11 +116,6 @@ struct State {
     /// Filter's choice per feasible node name (Filter may run on several threads).
     by_node: Mutex<HashMap<String, PodVolumes>>,
 }
-
-/// Upstream's `PreFilter` state after Reserve: the bindings for the chosen node (empty
-/// when every claim was bound already).
-#[derive(Debug, Clone, Default)]
-pub struct Reserved(pub PodVolumes);
 
 impl VolumeBinding {
     /// Creates the plugin; PreBind uses the binder `slot` holds, if any.
@@ -445,21 +441,24 @@ impl ReservePlugin for VolumeBinding {
             st.candidates.clear();
             st.by_node.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
-        state.write(Reserved(volumes));
+        state.write(ReservedVolumes {
+            plugin: NAME,
+            volumes,
+        });
         Status::success()
     }
 
     fn unreserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) {
         // The scheduler restores the assumed PVs when it forgets the pod; nothing is left
         // to bind.
-        state.write(Reserved::default());
+        state.write(ReservedVolumes::default());
     }
 }
 
 impl PreBindPlugin for VolumeBinding {
     fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &PodInfo, _node: &str) -> Status {
-        match state.read::<Reserved>() {
-            Some(Reserved(v)) if !v.is_empty() => Status::success(),
+        match state.read::<ReservedVolumes>() {
+            Some(r) if !r.volumes.is_empty() => Status::success(),
             _ => Status::skip(),
         }
     }
@@ -471,7 +470,7 @@ impl PreBindPlugin for VolumeBinding {
         node: &'a str,
     ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
-            let Some(Reserved(volumes)) = state.read::<Reserved>() else {
+            let Some(ReservedVolumes { volumes, .. }) = state.read::<ReservedVolumes>() else {
                 return Status::success();
             };
             let Some(binder) = self.binder.get() else {
@@ -598,7 +597,7 @@ mod tests {
             1,
             "the state handed to PreBind does not keep the cycle's volumes"
         );
-        let Reserved(v) = state.read::<Reserved>().unwrap().clone();
+        let v = state.read::<ReservedVolumes>().unwrap().volumes.clone();
         assert_eq!(v.static_bindings.len(), 1);
         assert_eq!(v.static_bindings[0].pv, "pv-n1-small");
         let r = v.static_bindings[0]
@@ -628,7 +627,12 @@ mod tests {
         assert!(f.filter(&state, &q, snap.get("n1").unwrap()).is_success());
         reg.reserve.as_ref().unwrap().reserve(&mut state, &q, "n1");
         assert_eq!(
-            state.read::<Reserved>().unwrap().0.static_bindings[0].pv,
+            state
+                .read::<ReservedVolumes>()
+                .unwrap()
+                .volumes
+                .static_bindings[0]
+                .pv,
             "pv-n1-big"
         );
         // A pod whose claims are all bound has nothing to PreBind.
