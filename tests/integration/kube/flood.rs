@@ -5,49 +5,23 @@
 //! event, preemption still evicts its victim and binds the preemptor, and `/metrics`
 //! counts the shortened records.
 
+use super::fake::Fake;
+use super::preemption::{cluster, pending};
+use super::{BASE, Running, events_for};
 use headroom::config::Config;
 use headroom::decisions::ChannelBounds;
 use headroom::kube::serve::ServeOptions;
-use serde_json::{Value, json};
-
-use super::fake::Fake;
-use super::{BASE, Running, events_for, namespace, node};
-
-/// A pod asking for `cpu` at `priority`, pending for headroom.
-fn pending(name: &str, cpu: &str, priority: i32) -> Value {
-    json!({"metadata": {"name": name, "namespace": "default"},
-           "spec": {"schedulerName": "headroom", "priority": priority,
-                    "containers": [{"name": "c", "image": "registry.invalid/pause:1",
-                                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]},
-           "status": {"phase": "Pending"}})
-}
-
-/// A running low-priority pod on `node` taking 3 of its 4 CPUs.
-fn running(name: &str, node: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "default"},
-           "spec": {"nodeName": node, "schedulerName": "default-scheduler", "priority": 100,
-                    "containers": [{"name": "c", "image": "registry.invalid/pause:1",
-                                    "resources": {"requests": {"cpu": "3", "memory": "64Mi"}}}]},
-           "status": {"phase": "Running", "startTime": "2024-01-01T00:00:01Z"}})
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_a_flooded_decision_channel_loses_no_event_and_no_preemption() {
     const BIG: usize = 60;
     let fake = Fake::start().await;
-    fake.put("namespaces", namespace("default"));
-    fake.put(
-        "priorityclasses",
-        json!({"metadata": {"name": "high"}, "value": 100000}),
-    );
-    fake.put("nodes", node("node-a", "4"));
-    fake.put("nodes", node("node-b", "4"));
-    fake.put("pods", running("low-a", "node-a"));
-    fake.put("pods", running("low-b", "node-b"));
+    // Two 4-CPU nodes, each with a 3-CPU pod of priority 100.
+    cluster(&fake);
     // Pods no node can ever hold (8 CPUs on 4-CPU nodes; no victim would make room),
     // queued before serve starts so they arrive in one burst.
     for i in 0..BIG {
-        fake.put("pods", pending(&format!("big-{i}"), "8", 0));
+        fake.put("pods", pending(&format!("big-{i}"), "8", 0, false));
     }
     let config = Config::from_yaml(BASE, "test").expect("test config");
     let mut opts = ServeOptions::new(config, fake.client("a"));
@@ -60,7 +34,7 @@ async fn kube_a_flooded_decision_channel_loses_no_event_and_no_preemption() {
     };
     let s = Running::start_with(opts).await;
     // Amid the burst, a high-priority pod that fits only once a low one is evicted.
-    fake.put("pods", pending("urgent", "2", 100000));
+    fake.put("pods", pending("urgent", "2", 100000, false));
 
     fake.wait_for(30, "every big pod has its FailedScheduling event", |f| {
         (0..BIG).all(|i| {

@@ -21,7 +21,7 @@ fn running(name: &str, node: &str, cpu: &str, priority: i32, start: &str) -> Val
 }
 
 /// The pending pod: `priority` as admission resolved it, optionally `preemptionPolicy`.
-fn pending(name: &str, cpu: &str, priority: i32, never: bool) -> Value {
+pub(super) fn pending(name: &str, cpu: &str, priority: i32, never: bool) -> Value {
     let mut p = json!({"metadata": {"name": name, "namespace": "default"},
            "spec": {"schedulerName": "headroom", "priority": priority,
                     "priorityClassName": "high",
@@ -36,7 +36,7 @@ fn pending(name: &str, cpu: &str, priority: i32, never: bool) -> Value {
 
 /// Two 4-CPU nodes, each with a 3-CPU low-priority pod; node-b's started later (so
 /// without a budget it would be the better victim: latest start wins).
-fn cluster(fake: &Fake) {
+pub(super) fn cluster(fake: &Fake) {
     fake.put("namespaces", namespace("default"));
     fake.put(
         "priorityclasses",
