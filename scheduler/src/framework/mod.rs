@@ -295,10 +295,12 @@ pub trait ReservePlugin: Plugin {
 
 /// Permit: the last word before the pod is assumed on its chosen node: approve
 /// (success), deny (any rejection), or wait ([`Code::Wait`] with a timeout). A waiting pod
-/// is unreserved and goes back to the queue, retried on the events the plugin declares
-/// ([`Plugin::events_to_register`]) or once the timeout has passed (see [`Code::Wait`] for
-/// why it keeps no node); the scheduler records what the plugin left in the cycle state
-/// (a [`WarmHold`]) in the decision.
+/// is unreserved and goes back to the queue (see [`Code::Wait`] for why it keeps no node),
+/// retried on the events the plugin declares ([`Plugin::events_to_register`]), when the
+/// plugin judges it again; the queue does not retry it at the timeout by itself (History's
+/// events include every usage refresh, and its hold ends once the wait reaches the
+/// timeout). The scheduler records what the plugin left in the cycle state (a
+/// [`WarmHold`]) in the decision.
 pub trait PermitPlugin: Plugin {
     /// The Permit call, for `pod` on the chosen `node` of `snapshot`: the status and, for
     /// a wait, how long the pod may wait at most.

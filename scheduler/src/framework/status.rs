@@ -18,8 +18,8 @@ pub enum Code {
     UnschedulableAndUnresolvable,
     /// The plugin has nothing to do for this pod (its later extension points are not run).
     Skip,
-    /// Permit only: the pod is not to be bound now and waits, at most for the timeout the
-    /// plugin returned with it. Unlike upstream's waiting pod, which keeps its node
+    /// Permit only: the pod is not to be bound now and waits; the plugin returns how long
+    /// it may wait at most with it. Unlike upstream's waiting pod, which keeps its node
     /// reserved, headroom's is unreserved and goes back to the queue: the one Permit that
     /// waits (History's warm wait) holds a build *off* the node the cycle chose.
     Wait,
