@@ -29,14 +29,21 @@ use headroom_scheduler::synthetic::{self, Case};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-const CASES: [(Case, usize); 6] = [
+const CASES: [(Case, usize); 7] = [
     (Case::Plain, 500),
     (Case::Plain, 5_000),
     (Case::Plain, 15_000),
     (Case::AntiAffinity, 5_000),
     (Case::Spread, 5_000),
     (Case::Usage, 5_000),
+    // Upstream's PreemptionBasic size; the decision is a nomination.
+    (Case::Preemption, 1_000),
 ];
+
+/// The decision did what its case asks: a node, or for [`Case::Preemption`] a nomination.
+fn decided(d: &headroom_scheduler::framework::Decision) -> bool {
+    d.node().is_some() || d.nomination.is_some()
+}
 
 fn framework(threads: usize) -> Framework {
     build_framework(&Config::default().profiles[0])
@@ -55,7 +62,7 @@ fn percentiles(name: &str, fw: &Framework, pod: &PodInfo, snap: &Snapshot) {
             let s = Instant::now();
             let (d, _) = fw.schedule(black_box(pod), snap, &mut rng, false);
             let e = s.elapsed().as_secs_f64() * 1e6;
-            assert!(d.node().is_some());
+            assert!(decided(&d));
             e
         })
         .collect();
@@ -103,7 +110,7 @@ fn bench_decision(
     group.bench_with_input(bench, snap, |b, snap| {
         b.iter(|| {
             let (d, _) = fw.schedule(black_box(pod), snap, &mut rng, false);
-            assert!(d.node().is_some());
+            assert!(decided(&d));
             d
         })
     });

@@ -7,7 +7,7 @@
 //!     target/release/examples/cycle plain 5000 200
 //! ```
 //!
-//! Arguments: case (`plain`, `anti-affinity`, `spread`, `usage`), nodes, decisions,
+//! Arguments: case (`plain`, `anti-affinity`, `spread`, `usage`, `preemption`), nodes, decisions,
 //! threads (default 1). It prints the wall time per decision; divide callgrind's total Ir
 //! by the decisions.
 
@@ -29,7 +29,7 @@ fn run(fw: &Framework, pod: &PodInfo, snap: &Snapshot, n: usize) -> usize {
     let mut placed = 0;
     for _ in 0..n {
         let (d, _) = fw.schedule(black_box(pod), snap, &mut rng, false);
-        placed += usize::from(d.node().is_some());
+        placed += usize::from(d.node().is_some() || d.nomination.is_some());
     }
     placed
 }
@@ -39,7 +39,7 @@ fn main() {
     let case = args
         .get(1)
         .and_then(|c| Case::from_name(c))
-        .expect("case: plain | anti-affinity | spread | usage");
+        .expect("case: plain | anti-affinity | spread | usage | preemption");
     let nodes: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5000);
     let n: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(100);
     let config = Config::default();
@@ -52,7 +52,11 @@ fn main() {
     // Warm up outside the measured function.
     let mut rng = SmallRng::seed_from_u64(0);
     let (d, _) = fw.schedule(&pod, &snap, &mut rng, false);
-    assert!(d.node().is_some(), "{}", d.fit_error_message());
+    assert!(
+        d.node().is_some() || d.nomination.is_some(),
+        "{}",
+        d.fit_error_message()
+    );
     let start = Instant::now();
     let placed = run(&fw, &pod, &snap, n);
     let per = start.elapsed() / n as u32;

@@ -68,6 +68,8 @@ enum FollowUp {
     Queue(Arc<PodInfo>),
     /// A pod left the queue's concern (deleted, not ours any more, being deleted).
     Unqueue(PodId),
+    /// An assigned pod is gone: a preemptor waiting for its victims may go on.
+    Gone(PodId),
     /// A node was added or changed (`true`), or deleted.
     NodeChanged(String, bool),
     /// A complete node list arrived.
@@ -407,6 +409,9 @@ impl ClusterState {
                 FollowUp::Unqueue(id) => {
                     self.queue.delete(&id);
                 }
+                FollowUp::Gone(id) => {
+                    self.queue.victim_gone(&id);
+                }
                 FollowUp::NodeChanged(name, exists) => {
                     if let Some(r) = &self.nodes_observer {
                         r.node_changed(&name, exists);
@@ -627,6 +632,7 @@ impl ClusterState {
         let removed = c.snapshot_mut().remove_pod(&id.key, &id.uid).is_some();
         if removed || node.is_some() {
             f.push(FollowUp::Move(ClusterEvent::PodDeleted));
+            f.push(FollowUp::Gone(id.clone()));
         }
     }
 

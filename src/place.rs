@@ -137,6 +137,7 @@ pub fn place_objects(
         schedule: false,
         explain: true,
         decision_channel: Default::default(),
+        async_preemption: false,
     };
     let engine = Engine::new(config.clone(), parts).map_err(|e| match e {
         EngineError::Config(c) => PlaceError::Config(c),

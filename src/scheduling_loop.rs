@@ -68,6 +68,10 @@ pub struct LoopOptions {
     /// Confirm an assumed pod as soon as its bind succeeded (simulator, tests). Off when a
     /// watch will confirm it (a real cluster), so a lost bind is caught by the assume TTL.
     pub confirm_on_bind: bool,
+    /// A pod that preempts waits until the cache has seen its victims go
+    /// ([`SchedulingQueue::add_preempting`]): the mode's outcome handler evicts them after
+    /// the cycle ([`crate::engine::Parts::async_preemption`]).
+    pub hold_preemptors: bool,
 }
 
 impl Default for LoopOptions {
@@ -75,6 +79,7 @@ impl Default for LoopOptions {
         LoopOptions {
             explain: false,
             confirm_on_bind: true,
+            hold_preemptors: false,
         }
     }
 }
@@ -246,6 +251,16 @@ impl SchedulingLoop {
         }
         let node = attempt.decision.node().map(str::to_string);
         let failure = Failure::from(&attempt.decision);
+        // A preemptor is filed before its decision goes out: the victims are evicted once
+        // the decision reached the mode, and the news that they are must find it waiting.
+        let preempting = self.options.hold_preemptors
+            && attempt.decision.nomination.is_some()
+            && attempt.assumed.is_none();
+        if preempting && let Some(n) = &attempt.decision.nomination {
+            let victims = n.victims.iter().map(|v| PodId::new(v.key(), v.uid.clone()));
+            self.queue
+                .add_preempting(pod.clone(), failure.clone(), victims);
+        }
         self.publish(attempt.decision, inputs.unwrap_or_default(), stats)
             .await;
         let (Some(node), Some(assumed)) = (node, attempt.assumed) else {
@@ -253,7 +268,9 @@ impl SchedulingLoop {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .unschedulable += 1;
-            self.queue.add_unschedulable(pod, failure);
+            if !preempting {
+                self.queue.add_unschedulable(pod, failure);
+            }
             return;
         };
         let parts = BindParts {

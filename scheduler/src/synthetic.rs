@@ -140,6 +140,74 @@ pub fn spread_pod(name: &str) -> Pod {
     .expect("spread pod")
 }
 
+/// Upstream's `PreemptionBasic` cluster (scheduler_perf's `node-default.yaml` and
+/// `pod-low-priority.yaml`): `nodes` nodes of 4 CPU / 32 GiB / 110 pods, each running four
+/// pods of 900m CPU / 500 MiB at priority 0 (grace period 0), so 3.6 CPU of 4 is taken.
+pub fn preemption_cluster(nodes: usize) -> (Vec<Node>, Vec<Pod>) {
+    let mut out_nodes = Vec::with_capacity(nodes);
+    let mut out_pods = Vec::with_capacity(nodes * 4);
+    for i in 0..nodes {
+        let name = format!("node-{i:05}");
+        out_nodes.push(
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"}}
+            }))
+            .expect("synthetic node"),
+        );
+        for j in 0..4 {
+            out_pods.push(
+                serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("low-{i}-{j}"), "namespace": "default",
+                        "uid": format!("uid-low-{i}-{j}")},
+                    "spec": {"nodeName": name, "priority": 0, "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1",
+                            "resources": {"requests": {"cpu": "900m", "memory": "500Mi"},
+                                "limits": {"cpu": "900m", "memory": "500Mi"}}}]}
+                }))
+                .expect("synthetic pod"),
+            );
+        }
+    }
+    (out_nodes, out_pods)
+}
+
+/// The middle of upstream's `PreemptionBasic` run, on a [`preemption_cluster`]: every
+/// other node has lost three of its pods to a preemptor nominated there and not yet bound
+/// (so it looks free to the filters until the nominated pod is counted).
+fn preempt_half(snap: &mut crate::snapshot::Snapshot, nodes: usize) {
+    use crate::key::PodKey;
+    use crate::snapshot::PodInfo;
+    for i in (0..nodes).step_by(2) {
+        for j in 1..4 {
+            snap.remove_pod(
+                &PodKey::new("default", format!("low-{i}-{j}")),
+                &format!("uid-low-{i}-{j}"),
+            );
+        }
+        let p = PodInfo::new(std::sync::Arc::new(preemptor_pod(&format!(
+            "preemptor-{i}"
+        ))));
+        snap.policy_mut()
+            .nominate(std::sync::Arc::new(p), &format!("node-{i:05}"));
+    }
+}
+
+/// Upstream's `pod-high-priority.yaml`: 3 CPU / 500 MiB at priority 10. On a
+/// [`preemption_cluster`] it fits only after three of a node's four pods are evicted.
+pub fn preemptor_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {"priority": 10, "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1",
+            "resources": {"requests": {"cpu": "3", "memory": "500Mi"},
+                "limits": {"cpu": "3", "memory": "500Mi"}}}]}
+    }))
+    .expect("preemptor pod")
+}
+
 /// The builder of [`usage_pod`] (the collectors' identity of a pod owned by Job `ci-build`).
 pub const USAGE_BUILDER: &str = "default/Job/ci-build";
 
@@ -250,11 +318,21 @@ pub enum Case {
     /// [`usage_pod`] on a cluster with a [`usage_view`]: every real-usage plugin of the
     /// default profile is active.
     Usage,
+    /// Upstream's `PreemptionBasic` (scheduler_perf) half-way: a [`preemption_cluster`]
+    /// where every other node holds a nominated preemptor (its victims gone), and
+    /// [`preemptor_pod`], which fits nowhere until DefaultPreemption evicts three pods.
+    Preemption,
 }
 
 impl Case {
     /// Every case.
-    pub const ALL: [Case; 4] = [Case::Plain, Case::AntiAffinity, Case::Spread, Case::Usage];
+    pub const ALL: [Case; 5] = [
+        Case::Plain,
+        Case::AntiAffinity,
+        Case::Spread,
+        Case::Usage,
+        Case::Preemption,
+    ];
 
     /// Its name in benchmark ids.
     pub fn name(self) -> &'static str {
@@ -263,6 +341,7 @@ impl Case {
             Case::AntiAffinity => "anti-affinity",
             Case::Spread => "spread",
             Case::Usage => "usage",
+            Case::Preemption => "preemption",
         }
     }
 
@@ -278,14 +357,22 @@ impl Case {
             Case::AntiAffinity => anti_affinity_pod("bench-anti"),
             Case::Spread => spread_pod("bench-spread"),
             Case::Usage => usage_pod("bench-usage"),
+            Case::Preemption => preemptor_pod("bench-preemptor"),
         }
     }
 
     /// The snapshot of a [`cluster`] of `nodes` nodes with 30 pods each (seed 42), with a
-    /// [`usage_view`] for [`Case::Usage`].
+    /// [`usage_view`] for [`Case::Usage`]; a [`preemption_cluster`] for
+    /// [`Case::Preemption`].
     pub fn snapshot(self, nodes: usize) -> crate::snapshot::Snapshot {
-        let (n, p) = cluster(nodes, 30, 42);
+        let (n, p) = match self {
+            Case::Preemption => preemption_cluster(nodes),
+            _ => cluster(nodes, 30, 42),
+        };
         let mut snap = crate::snapshot::Snapshot::build(n, p);
+        if self == Case::Preemption {
+            preempt_half(&mut snap, nodes);
+        }
         if self == Case::Usage {
             let now_ms = 1_790_000_000_000;
             let u = snap.usage_mut();

@@ -102,6 +102,12 @@ pub struct Parts {
     /// [`ChannelBounds::default`]; tests shrink it to show that overload sheds only
     /// explanations).
     pub decision_channel: ChannelBounds,
+    /// Preemption is acted on after the cycle by the mode's outcome handler (`serve`'s
+    /// reporter evicts the victims), which tells the queue when it is done
+    /// ([`SchedulingQueue::preemption_done`]): until then the preemptor waits, as with
+    /// upstream's async preemption. False (the default) where nothing tells the queue: a
+    /// preemptor is then retried on the events its rejectors registered.
+    pub async_preemption: bool,
 }
 
 impl Parts {
@@ -115,6 +121,7 @@ impl Parts {
             schedule: true,
             explain: false,
             decision_channel: ChannelBounds::default(),
+            async_preemption: false,
         }
     }
 }
@@ -152,6 +159,8 @@ pub struct Engine {
     decisions: crate::decisions::DecisionSender,
     decisions_rx: Mutex<Option<crate::decisions::DecisionReceiver>>,
     explain: bool,
+    /// [`Parts::async_preemption`].
+    async_preemption: bool,
     /// The queue's tail the warm wait reads (`usage.warmWait`), kept across the loops a
     /// leader builds; `None` with the warm wait off.
     tail: Option<Arc<Mutex<headroom_scheduler::usage::QueueTail>>>,
@@ -258,6 +267,7 @@ impl Engine {
             decisions,
             decisions_rx: Mutex::new(Some(rx)),
             explain: parts.explain,
+            async_preemption: parts.async_preemption,
         }))
     }
 
@@ -366,6 +376,7 @@ impl Engine {
             options: LoopOptions {
                 explain: self.explain,
                 confirm_on_bind,
+                hold_preemptors: self.async_preemption,
             },
             annotate,
             metrics: Some(self.metrics.clone()),

@@ -7,10 +7,12 @@
 //!    flight, so every assumed pod ends bound or forgotten), the cluster feed, the HTTP
 //!    listeners, the collectors, the analytics refresh, the housekeeping tick;
 //! 2. [`Phase::Decisions`]: the decision sink drains what the loop published;
-//! 3. [`Phase::Writers`]: whatever the sink forwarded to (events, conditions,
-//!    annotations, reservation status) drains;
-//! 4. [`Phase::Handover`]: leadership is released, now that nothing of ours is in flight;
-//! 5. [`Phase::Store`]: the store's last flush.
+//! 3. [`Phase::Reports`]: what the sink forwarded is acted on (`serve`'s reporter:
+//!    conditions, annotations, preemptions in flight), so every event it records is
+//!    queued before the writers stop;
+//! 4. [`Phase::Writers`]: the writers (events, reservation status) drain;
+//! 5. [`Phase::Handover`]: leadership is released, now that nothing of ours is in flight;
+//! 6. [`Phase::Store`]: the store's last flush.
 
 use std::future::Future;
 
@@ -25,6 +27,8 @@ pub enum Phase {
     Intake,
     /// The decision sink.
     Decisions,
+    /// What acts on the decisions and records their events (the reporter).
+    Reports,
     /// Writers of what the decisions caused.
     Writers,
     /// Leadership release.
@@ -33,9 +37,10 @@ pub enum Phase {
     Store,
 }
 
-const ALL: [Phase; 5] = [
+const ALL: [Phase; 6] = [
     Phase::Intake,
     Phase::Decisions,
+    Phase::Reports,
     Phase::Writers,
     Phase::Handover,
     Phase::Store,

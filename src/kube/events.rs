@@ -27,8 +27,9 @@ use super::health::ApiCalls;
 use super::recorder::{Recorder, failed_scheduling, pod_ref, scheduled, unschedulable_condition};
 use crate::config::serve::ServeConfig;
 use crate::decisions::Settled;
-use headroom_scheduler::framework::{Decision, Fallback, Outcome};
-use headroom_scheduler::key::Uid;
+use headroom_scheduler::framework::{Decision, Fallback, Nomination, Outcome};
+use headroom_scheduler::key::{PodId, Uid};
+use headroom_scheduler::queue::SchedulingQueue;
 use headroom_scheduler::usage_context::UsageContext;
 
 /// The decision summary annotation.
@@ -236,6 +237,9 @@ pub struct Reporter {
     /// window is full), the reporter's own patches (conditions, annotations) are dropped
     /// and counted rather than sent.
     pub yield_to: Option<Arc<super::flow::BindFlow>>,
+    /// Told when a nomination was acted on, so the preemptor waiting for it is retried
+    /// ([`SchedulingQueue::preemption_done`]).
+    pub queue: Option<Arc<SchedulingQueue>>,
 }
 
 impl Reporter {
@@ -258,6 +262,7 @@ pub const REPORTER_QUEUE: usize = 4096;
 pub struct ReporterHandle {
     tx: mpsc::Sender<Settled>,
     overflow: Counter,
+    queue: Option<Arc<SchedulingQueue>>,
 }
 
 impl crate::decisions::OutcomeHandler for ReporterHandle {
@@ -267,8 +272,16 @@ impl crate::decisions::OutcomeHandler for ReporterHandle {
         if settled.by_extender {
             return;
         }
-        if self.tx.try_send(settled).is_err() {
+        if let Err(e) = self.tx.try_send(settled) {
             self.overflow.inc();
+            // A lost nomination is never acted on: its preemptor waits no more, and is
+            // retried (and preempts again if it must).
+            let settled = e.into_inner();
+            if settled.nomination.is_some()
+                && let Some(q) = &self.queue
+            {
+                q.preemption_done(&PodId::new(settled.pod, settled.uid));
+            }
         }
     }
 }
@@ -278,15 +291,23 @@ impl crate::decisions::OutcomeHandler for ReporterHandle {
 struct ReporterState {
     /// The last `PodScheduled=False` message written per uid (patched only on change).
     conditions: HashMap<Uid, String>,
+    /// Nominations being acted on (victims evicted), at most
+    /// [`super::preempt::NOMINATIONS_IN_FLIGHT`]; awaited before the reporter returns.
+    preempting: tokio::task::JoinSet<()>,
 }
 
 /// The reporter's queue: the handle for [`crate::engine::Engine::start`] and the receiver
-/// for [`Reporter::run`]; losses count into `stats`.
-pub fn reporter_channel(stats: &ReporterStats) -> (Arc<ReporterHandle>, mpsc::Receiver<Settled>) {
+/// for [`Reporter::run`]; losses count into `stats`, and a lost nomination's preemptor is
+/// released in `queue`.
+pub fn reporter_channel(
+    stats: &ReporterStats,
+    queue: Option<Arc<SchedulingQueue>>,
+) -> (Arc<ReporterHandle>, mpsc::Receiver<Settled>) {
     let (tx, rx) = mpsc::channel(REPORTER_QUEUE);
     let handle = ReporterHandle {
         tx,
         overflow: stats.overflow.clone(),
+        queue,
     };
     (Arc::new(handle), rx)
 }
@@ -312,6 +333,8 @@ impl Reporter {
                 }
             };
             let Some(s) = next else { break };
+            // Reap finished evictions (their outcome is logged and counted by them).
+            while st.preempting.try_join_next().is_some() {}
             match &s.bind {
                 Some(_) => self.on_bound(s, &mut st).await,
                 None => self.on_unplaced(&s, &mut st).await,
@@ -321,7 +344,50 @@ impl Reporter {
                 st.conditions.clear();
             }
         }
+        // Phased shutdown: evictions already started finish (each call is bounded by
+        // the request timeout) before the reporter says it is done.
+        while st.preempting.join_next().await.is_some() {}
         self.stats
+    }
+
+    /// Starts acting on `nomination` for the pod of `d` in a task of its own, first
+    /// waiting for one in flight to finish when [`super::preempt::NOMINATIONS_IN_FLIGHT`]
+    /// are: a nomination is never dropped.
+    async fn preempt(&self, d: &Settled, nomination: &Nomination, st: &mut ReporterState) {
+        while st.preempting.len() >= super::preempt::NOMINATIONS_IN_FLIGHT {
+            st.preempting.join_next().await;
+        }
+        let client = self.client.clone();
+        let recorder = self.recorder.clone();
+        let stats = self.stats.preemption.clone();
+        let timeout = self.config.request_timeout;
+        let profile = d.profile.clone();
+        let (pod, uid) = (d.pod.clone(), d.uid.clone());
+        let nomination = nomination.clone();
+        let queue = self.queue.clone();
+        st.preempting.spawn(async move {
+            let done = super::preempt::actuate(
+                &client,
+                &recorder,
+                &stats,
+                timeout,
+                &profile,
+                (&pod, &uid),
+                &nomination,
+            )
+            .await;
+            let Some(q) = queue else { return };
+            // The preemptor waits until the cache has seen every victim go (the informer
+            // tells the queue of each deletion). A victim found gone already has shown
+            // it; after a failed eviction, the victim may never go: the preemptor waits no
+            // more, and preempts again if it still does not fit.
+            for v in &done.gone {
+                q.victim_gone(v);
+            }
+            if !done.errors.is_empty() {
+                q.preemption_done(&PodId::new(pod, uid));
+            }
+        });
     }
 
     async fn on_unplaced(&self, d: &Settled, st: &mut ReporterState) {
@@ -342,21 +408,12 @@ impl Reporter {
         // kube-scheduler logs this at -v 2 ("Unable to schedule pod; no fit; waiting").
         tracing::debug!(pod = %d.pod, reason, %message, "unable to schedule the pod");
         self.recorder.record(failed_scheduling(regarding, &message));
-        // Preemption: the victims go first (upstream's executor runs before the failure
-        // handler writes the condition), whatever the API's load: the pod cannot be placed
-        // until they are gone.
+        // Preemption: the victims' evictions start whatever the API's load (the pod cannot
+        // be placed until they are gone) and run beside the condition's patch, as with
+        // upstream's async preemption, where the failure handler does not wait for them.
         let mut dedupe = message.clone();
         if let Some(n) = &d.nomination {
-            super::preempt::actuate(
-                &self.client,
-                &self.recorder,
-                &self.stats.preemption,
-                self.config.request_timeout,
-                &d.profile,
-                (&d.pod, &d.uid),
-                n,
-            )
-            .await;
+            self.preempt(d, n, st).await;
             dedupe.push_str(&format!("\nnominated: {}", n.node));
         }
         if st.conditions.get(&d.uid) == Some(&dedupe) || self.yield_to_binds() {

@@ -6,10 +6,15 @@
 //! reporter, [`super::events`]); lower-priority pods nominated to the same node have theirs
 //! cleared first.
 //!
-//! It runs in the reporter's task, after the cycle, never inside it. Every call is bounded
+//! It runs beside the reporter's task, after the cycle, never inside it: each nomination
+//! is acted on in a task of its own (at most [`NOMINATIONS_IN_FLIGHT`] at once), so the
+//! reporter's events and conditions never wait for evictions and one preemptor's victims
+//! never wait for another's, as upstream's async preemption. Every call is bounded
 //! by `serve.requestTimeout`; a victim already gone (`404`) counts as done; other failures
 //! are logged and counted (`headroom_preemption_failures_total`) and the next victims are
 //! still tried: the preemptor is retried anyway, and preempts again if it still does not fit.
+
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Client;
@@ -19,7 +24,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::recorder::{EventSpec, Recorder};
 use crate::preemption::disruption_target_patch;
 use headroom_scheduler::framework::Nomination;
-use headroom_scheduler::key::PodKey;
+use headroom_scheduler::key::{PodId, PodKey};
 use headroom_scheduler::snapshot::PodInfo;
 
 /// Counters of preemption's API calls (`headroom_preemption_*_total` once
@@ -82,9 +87,28 @@ pub enum PreemptError {
     },
 }
 
+/// Victims evicted at once for one nomination: upstream's parallelizer runs
+/// `preemptPod` over the victims with its default parallelism, 16.
+pub const VICTIMS_IN_FLIGHT: usize = 16;
+
+/// Nominations acted on at once by the reporter (upstream's async preemption starts one
+/// goroutine per preemptor; this bounds them, and a full set makes the reporter wait for
+/// one to finish rather than lose one).
+pub const NOMINATIONS_IN_FLIGHT: usize = 32;
+
+/// What acting on a nomination came to.
+#[derive(Debug, Default)]
+pub struct Actuated {
+    /// The failures (already logged and counted).
+    pub errors: Vec<PreemptError>,
+    /// Victims found gone already (`404`): no deletion event of ours will show them go.
+    pub gone: Vec<PodId>,
+}
+
 /// Evicts the victims of `nomination` for `preemptor` (scheduled by `scheduler_name`):
-/// patch, delete, event, victim by victim. Returns the failures (already logged and
-/// counted).
+/// first the lower-priority nominations to the node are cleared, then the victims are
+/// evicted concurrently (at most [`VICTIMS_IN_FLIGHT`]), each patched, deleted and given
+/// its event, as upstream's `prepareCandidateAsync` does.
 pub async fn actuate(
     client: &Client,
     recorder: &Recorder,
@@ -93,33 +117,47 @@ pub async fn actuate(
     scheduler_name: &str,
     preemptor: (&PodKey, &str),
     nomination: &Nomination,
-) -> Vec<PreemptError> {
+) -> Actuated {
+    use futures::StreamExt;
     stats.nominations.inc();
     let (preemptor, uid) = preemptor;
-    let mut errors = Vec::new();
+    let mut out = Actuated::default();
     for p in &nomination.cleared {
         // Upstream's `clearNominatedNodeName` for lower-priority pods nominated there.
         if let Err(e) = clear_nomination(client, timeout, p).await {
             stats.failures.inc();
             tracing::warn!(pod = %p.key(), error = %e, "clearing nominatedNodeName failed");
-            errors.push(e);
+            out.errors.push(e);
         }
     }
-    for v in &nomination.victims {
-        match evict(client, timeout, scheduler_name, v).await {
-            Ok(()) => {
+    let mut waiting = nomination.victims.iter();
+    let mut evicting = futures::stream::FuturesUnordered::new();
+    loop {
+        while evicting.len() < VICTIMS_IN_FLIGHT
+            && let Some(v) = waiting.next()
+        {
+            evicting.push(evict_victim(client, timeout, scheduler_name, v));
+        }
+        let Some((v, result)) = evicting.next().await else {
+            break;
+        };
+        match result {
+            Ok(deleted) => {
                 stats.victims_deleted.inc();
+                if !deleted {
+                    out.gone.push(PodId::new(v.key(), v.uid.clone()));
+                }
                 recorder.record(preempted_event(v, uid, &nomination.node));
                 tracing::info!(%preemptor, victim = %v.key(), node = %nomination.node, "preempted");
             }
             Err(e) => {
                 stats.failures.inc();
                 tracing::warn!(%preemptor, error = %e, "preemption failed");
-                errors.push(e);
+                out.errors.push(e);
             }
         }
     }
-    errors
+    out
 }
 
 /// Upstream's `Preempted` event on the victim.
@@ -166,12 +204,24 @@ async fn clear_nomination(
     }
 }
 
+/// [`evict`], returning the victim with the outcome (for the concurrent evictions).
+async fn evict_victim<'a>(
+    client: &Client,
+    timeout: std::time::Duration,
+    scheduler_name: &str,
+    v: &'a Arc<PodInfo>,
+) -> (&'a Arc<PodInfo>, Result<bool, PreemptError>) {
+    (v, evict(client, timeout, scheduler_name, v).await)
+}
+
+/// Patches and deletes one victim: `Ok(true)` when this call deleted it, `Ok(false)` when
+/// it was gone already.
 async fn evict(
     client: &Client,
     timeout: std::time::Duration,
     scheduler_name: &str,
     v: &PodInfo,
-) -> Result<(), PreemptError> {
+) -> Result<bool, PreemptError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &v.namespace);
     let victim = v.key();
     let patch = disruption_target_patch(scheduler_name, &super::rfc3339(super::now_ms()));
@@ -184,7 +234,7 @@ async fn evict(
     {
         Ok(Ok(_)) => {}
         // Already gone: nothing left to do (upstream returns as well).
-        Ok(Err(kube::Error::Api(s))) if s.code == 404 => return Ok(()),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => return Ok(false),
         Ok(Err(source)) => {
             return Err(PreemptError::Api {
                 step,
@@ -196,8 +246,8 @@ async fn evict(
     }
     let step = "delete";
     match tokio::time::timeout(timeout, api.delete(&v.name, &DeleteParams::default())).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(false),
         Ok(Err(source)) => Err(PreemptError::Api {
             step,
             victim,

@@ -273,6 +273,8 @@ pub async fn run(
     parts.schedule = serve.schedule;
     parts.explain = serve.detailed_explanations;
     parts.decision_channel = decision_channel;
+    // The reporter evicts preemption's victims after the cycle and tells the queue.
+    parts.async_preemption = true;
     if let Some(r) = &reservations {
         parts.reservations = Some(r.clone() as Arc<dyn ReservationSource>);
         parts.nodes_observer = Some(r.clone() as Arc<dyn NodeObserver>);
@@ -280,7 +282,8 @@ pub async fn run(
     let engine = Engine::new(config, parts)?;
     // The reporter hears what every decision came to through the engine's sink.
     let reporter_stats = ReporterStats::default();
-    let (reporter, settled_rx) = super::events::reporter_channel(&reporter_stats);
+    let (reporter, settled_rx) =
+        super::events::reporter_channel(&reporter_stats, Some(engine.queue().clone()));
     let mut running = engine.start(Drive::Timers, Some(reporter))?;
     let cx = Cx {
         engine: engine.clone(),
@@ -476,9 +479,12 @@ impl Cx {
             config: self.serve.clone(),
             stats,
             yield_to: Some(flow.clone()),
+            queue: Some(self.engine.queue().clone()),
         };
-        let stop = running.phases.stopped(Phase::Writers);
-        running.phases.spawn(Phase::Writers, async move {
+        // The reporter drains before the event writer stops: the Scheduled events of
+        // the last binds are recorded by it.
+        let stop = running.phases.stopped(Phase::Reports);
+        running.phases.spawn(Phase::Reports, async move {
             reporter.run(settled, stop).await;
         });
         event_stats

@@ -531,7 +531,9 @@ impl Framework {
             let chunk = filter_chunk(&filters, &state, pod, snapshot, &[idx], 1);
             if chunk.error.is_none()
                 && chunk.feasible == [idx]
-                && self.nominated_reject(&state, pod, snapshot, idx).is_none()
+                && self
+                    .nominated_reject(&state, pod, snapshot, &mut None, idx)
+                    .is_none()
             {
                 d.feasible = chunk.feasible;
                 d.place(idx);
@@ -788,7 +790,8 @@ impl Framework {
     ///
     /// Pods nominated to the node with a priority at least the pod's count there, as in
     /// upstream's `RunFilterPluginsWithNominatedPods`: the pod must fit with them and
-    /// without them.
+    /// without them. Counting them needs a copy of the snapshot; a caller that checks many
+    /// nodes keeps one and calls [`Framework::filter_node_in`].
     pub fn filter_node(
         &self,
         base: &CycleState,
@@ -799,35 +802,84 @@ impl Framework {
         if idx as usize >= snapshot.len() {
             return Status::error(format!("node index {idx} is not in the snapshot"));
         }
-        if let Some(s) = self.nominated_reject(base, pod, snapshot, idx) {
+        let mut work = None;
+        if let Some(s) = self.nominated_reject(base, pod, snapshot, &mut work, idx) {
             return s;
         }
         self.filter_node_as_is(base, pod, snapshot, idx)
     }
 
+    /// [`Framework::filter_node`] on `work`, a copy of the snapshot the caller owns and may
+    /// have changed: the nominated pods are added to it for the check and removed again,
+    /// so no further copy is made (a dry run over many nodes pays for one copy, not one
+    /// per node). `work` is as it was when this returns.
+    pub fn filter_node_in(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        work: &mut Snapshot,
+        idx: NodeIdx,
+    ) -> Status {
+        if idx as usize >= work.len() {
+            return Status::error(format!("node index {idx} is not in the snapshot"));
+        }
+        if let Some(s) = self.nominated_reject_in(base, pod, work, idx) {
+            return s;
+        }
+        self.filter_node_as_is(base, pod, work, idx)
+    }
+
     /// The status of node `idx` with the pods nominated to it (priority ≥ the pod's) added,
     /// when they make it fail; `None` when there are none or the pod still fits. The status
     /// carries which pods (as its detail: the per-node filters alone would pass the node).
+    /// The copy the check needs is made in `work` on first need and kept for the next node.
     fn nominated_reject(
         &self,
         base: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
+        work: &mut Option<Snapshot>,
         idx: NodeIdx,
     ) -> Option<Status> {
-        if !snapshot.policy().has_nominations() {
+        if !snapshot.policy().has_nominations()
+            || snapshot
+                .policy()
+                .nominated_against(&snapshot.node(idx).name, pod)
+                .is_empty()
+        {
             return None;
         }
-        let node = snapshot.node(idx).name.clone();
-        let nominated = snapshot.policy().nominated_against(&node, pod);
+        let work = work.get_or_insert_with(|| snapshot.clone());
+        self.nominated_reject_in(base, pod, work, idx)
+    }
+
+    /// [`Framework::nominated_reject`] on the caller's copy `work`, restored after: only
+    /// the nominated pods not already in it are added, and exactly those are removed.
+    fn nominated_reject_in(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        work: &mut Snapshot,
+        idx: NodeIdx,
+    ) -> Option<Status> {
+        if !work.policy().has_nominations() {
+            return None;
+        }
+        let node = work.node(idx).name.clone();
+        let nominated = work.policy().nominated_against(&node, pod);
         if nominated.is_empty() {
             return None;
         }
-        let mut with = snapshot.clone();
+        let mut added = Vec::with_capacity(nominated.len());
         for p in &nominated {
-            with.add_pod(p.clone(), &node);
+            if work.node_of_pod(&p.key(), &p.uid).is_none() && work.add_pod(p.clone(), &node) {
+                added.push(p);
+            }
         }
-        let s = self.filter_node_as_is(base, pod, &with, idx);
+        let s = self.filter_node_as_is(base, pod, work, idx);
+        for p in added {
+            work.remove_pod(&p.key(), &p.uid);
+        }
         if s.is_success() {
             return None;
         }
@@ -839,7 +891,8 @@ impl Framework {
     }
 
     /// Moves the feasible nodes that fail once the pods nominated to them are counted
-    /// into the rejected ones. Only runs when some pod is nominated somewhere.
+    /// into the rejected ones. Only runs when some pod is nominated somewhere; one copy of
+    /// the snapshot serves every node.
     fn reject_for_nominated(
         &self,
         state: &CycleState,
@@ -850,9 +903,10 @@ impl Framework {
         if !snapshot.policy().has_nominations() {
             return;
         }
+        let mut work = None;
         let mut kept = Vec::with_capacity(d.feasible.len());
         for idx in std::mem::take(&mut d.feasible) {
-            match self.nominated_reject(state, pod, snapshot, idx) {
+            match self.nominated_reject(state, pod, snapshot, &mut work, idx) {
                 Some(s) => d.rejected.push((idx, s)),
                 None => kept.push(idx),
             }

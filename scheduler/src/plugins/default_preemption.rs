@@ -314,7 +314,7 @@ impl DefaultPreemption {
                 work.add_pod(p.clone(), &node_name);
             }
         };
-        let s = a.framework.filter_node(a.state, a.pod, work, idx);
+        let s = a.framework.filter_node_in(a.state, a.pod, work, idx);
         if !s.is_success() {
             restore(work, &potential);
             return Err(s);
@@ -327,7 +327,7 @@ impl DefaultPreemption {
         for (group, is_violating) in [(violating, true), (fine, false)] {
             for p in group {
                 work.add_pod(p.clone(), &node_name);
-                let fits = a.framework.filter_node(a.state, a.pod, work, idx);
+                let fits = a.framework.filter_node_in(a.state, a.pod, work, idx);
                 if fits.code == Code::Error {
                     work.remove_pod(&p.key(), &p.uid);
                     victims.push(p);
@@ -798,6 +798,52 @@ mod tests {
         // Not nominated there: eligible, and the terminating pod is the victim again.
         let p = pending(1000, "2", json!({}));
         assert_eq!(nomination(&decide(&snap, &p)).0.as_deref(), Some("n1"));
+    }
+
+    /// Upstream's `PreemptionBasic` half-way (`synthetic::Case::Preemption`): every other
+    /// node holds a nominated preemptor of the same priority, which the filters see only
+    /// when the nominated pods are counted. One copy of the snapshot serves the whole cycle
+    /// (the nominated pods are added and removed again), and it must give each node the
+    /// verdict a fresh copy gives it.
+    #[test]
+    fn nominated_pods_counted_on_one_shared_copy() {
+        use crate::synthetic::Case;
+        let snap = Case::Preemption.snapshot(10);
+        let p = PodInfo::new(Arc::new(Case::Preemption.pod()));
+        let fw = framework();
+        let d = decide(&snap, &p);
+        // The freed nodes (even) are held by their nominated preemptors; only the full
+        // (odd) ones can be preempted on.
+        let n = d.nomination.as_ref().expect("preempts");
+        let idx = snap.index_of(&n.node).unwrap();
+        assert_eq!(idx % 2, 1, "{}", n.node);
+        assert_eq!(n.victims.len(), 3);
+        for i in (0..10).step_by(2) {
+            let (_, s) = d.rejected.iter().find(|(r, _)| *r == i).expect("rejected");
+            let detail = s.detail.as_deref().unwrap_or("");
+            assert!(
+                detail.contains(&format!("default/preemptor-{i}")),
+                "{detail}"
+            );
+        }
+        // Node by node on one copy, the same verdicts as on a fresh copy each, and the
+        // copy is as it was after every node.
+        let state = crate::framework::CycleState::new(false);
+        let mut work = snap.clone();
+        let pods = |s: &Snapshot| -> Vec<Vec<String>> {
+            s.nodes()
+                .iter()
+                .map(|n| n.pods.iter().map(|p| p.key().to_string()).collect())
+                .collect()
+        };
+        let before = pods(&work);
+        for i in 0..10 {
+            let shared = fw.filter_node_in(&state, &p, &mut work, i);
+            let fresh = fw.filter_node(&state, &p, &snap, i);
+            assert_eq!(shared.code, fresh.code, "node {i}");
+            assert_eq!(shared.detail, fresh.detail, "node {i}");
+            assert_eq!(pods(&work), before, "node {i}");
+        }
     }
 
     #[test]

@@ -186,6 +186,13 @@ struct Inner {
     unschedulable: HashSet<PodId>,
     gated: HashSet<PodId>,
     in_flight: HashMap<PodId, InFlight>,
+    /// Unschedulable pods whose preemption is being acted on, with how many of their
+    /// victims the cluster still shows: no event moves them until that is none, or
+    /// [`SchedulingQueue::preemption_done`].
+    preempting: HashMap<PodId, usize>,
+    /// Each victim of a preemption in progress, with its preemptors (two preemptions may
+    /// choose one victim).
+    victims: HashMap<PodId, Vec<PodId>>,
     next_seq: u64,
     closed: bool,
 }
@@ -316,7 +323,10 @@ impl SchedulingQueue {
             // rebuilds the key from the possibly changed priority.
             Location::Active(ord) => inner.put(key, entry, Target::Active(Some(ord.seq()))),
             Location::Backoff(at, _) => inner.put(key, entry, Target::Backoff(at)),
-            Location::Unschedulable if !pod_updated(&old.pod, &entry.info.pod_info.pod) => {
+            Location::Unschedulable
+                if !pod_updated(&old.pod, &entry.info.pod_info.pod)
+                    || inner.preempting.contains_key(&key) =>
+            {
                 inner.put(key, entry, Target::Unschedulable)
             }
             Location::Unschedulable | Location::Gated => self.requeue(&mut inner, key, entry, now),
@@ -330,6 +340,7 @@ impl SchedulingQueue {
     /// its requeue drops it. Returns whether the queue knew the pod.
     pub fn delete(&self, key: &PodId) -> bool {
         let mut inner = self.lock();
+        inner.forget_preemption(key);
         if let Some(f) = inner.in_flight.get_mut(key) {
             f.deleted = true;
             return true;
@@ -420,7 +431,94 @@ impl SchedulingQueue {
         pod: Arc<PodInfo>,
         failure: impl Into<Failure>,
     ) -> Option<SubQueue> {
-        let failure = failure.into();
+        self.file_unschedulable(pod, failure.into(), None)
+    }
+
+    /// [`add_unschedulable`](Self::add_unschedulable) for a pod whose preemption is acted
+    /// on elsewhere, after the cycle (its `victims` being evicted): it waits among the
+    /// unschedulable pods, and no event moves it, until the cluster shows every victim gone
+    /// ([`victim_gone`](Self::victim_gone)) — then it is retried at once — or
+    /// [`preemption_done`](Self::preemption_done) gives up waiting. Upstream's async
+    /// preemption has DefaultPreemption's PreEnqueue refuse the pod while
+    /// `IsPodRunningPreemption` and lets the last victim's deletion retry it; retried before
+    /// the cache saw its victims go, the pod would not fit and preempt again. The
+    /// unschedulable timeout still retries it should the news never come.
+    pub fn add_preempting(
+        &self,
+        pod: Arc<PodInfo>,
+        failure: impl Into<Failure>,
+        victims: impl IntoIterator<Item = PodId>,
+    ) -> Option<SubQueue> {
+        let victims: Vec<PodId> = victims.into_iter().collect();
+        self.file_unschedulable(pod, failure.into(), Some(victims))
+    }
+
+    /// The cluster shows the pod `victim` gone (the informer's deletion, or an eviction
+    /// that found it gone): when it was the last victim a preemptor waited for, the
+    /// preemptor is retried now (after its backoff). Returns whether a preemptor moved.
+    pub fn victim_gone(&self, victim: &PodId) -> bool {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let Some(preemptors) = inner.victims.remove(victim) else {
+            return false;
+        };
+        let mut moved = false;
+        for preemptor in preemptors {
+            let Some(left) = inner.preempting.get_mut(&preemptor) else {
+                continue;
+            };
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                moved |= self.release_preemptor(&mut inner, &preemptor, now);
+            }
+        }
+        drop(inner);
+        if moved {
+            self.notify.notify_waiters();
+        }
+        moved
+    }
+
+    /// The preemption of the pod `key` was acted on but not every victim will be seen
+    /// to go (an eviction failed, the nomination was never acted on): the pod waits no
+    /// more and, if it is among the unschedulable pods, is retried now (after its
+    /// backoff); it preempts again if it must. Returns whether it moved.
+    pub fn preemption_done(&self, key: &PodId) -> bool {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if !inner.preempting.contains_key(key) {
+            return false;
+        }
+        let moved = self.release_preemptor(&mut inner, key, now);
+        drop(inner);
+        if moved {
+            self.notify.notify_waiters();
+        }
+        moved
+    }
+
+    /// Whether the pod `key` waits for its preemption to be acted on.
+    pub fn is_preempting(&self, key: &PodId) -> bool {
+        self.lock().preempting.contains_key(key)
+    }
+
+    /// Ends the wait of preemptor `key` and retries it if it waits among the
+    /// unschedulable pods; returns whether it moved.
+    fn release_preemptor(&self, inner: &mut Inner, key: &PodId, now: Instant) -> bool {
+        inner.forget_preemption(key);
+        let waiting = inner
+            .pods
+            .get(key)
+            .is_some_and(|e| matches!(e.location, Location::Unschedulable));
+        waiting && self.requeue_keys(inner, vec![key.clone()], now) > 0
+    }
+
+    fn file_unschedulable(
+        &self,
+        pod: Arc<PodInfo>,
+        failure: Failure,
+        victims: Option<Vec<PodId>>,
+    ) -> Option<SubQueue> {
         let key = PodId::of(&pod);
         let now = Instant::now();
         let mut inner = self.lock();
@@ -456,7 +554,19 @@ impl SchedulingQueue {
             last_failure: Some(failure.message),
             rejectors: failure.plugins.into_iter().collect(),
         };
-        let to = if failure.kind == FailureKind::Error || helped {
+        let to = if let Some(victims) = victims {
+            inner.forget_preemption(&key);
+            let mut left = 0;
+            for v in victims {
+                let of = inner.victims.entry(v).or_default();
+                if !of.contains(&key) {
+                    of.push(key.clone());
+                    left += 1;
+                }
+            }
+            inner.preempting.insert(key.clone(), left);
+            inner.put(key, entry, Target::Unschedulable)
+        } else if failure.kind == FailureKind::Error || helped {
             let at = now + self.config.backoff_duration(entry.info.attempts);
             inner.put(key, entry, Target::Backoff(at))
         } else {
@@ -493,7 +603,8 @@ impl SchedulingQueue {
             .iter()
             .filter(|k| {
                 let e = &inner.pods[*k];
-                self.hints.may_help(event, e.rejectors.iter().copied())
+                !inner.preempting.contains_key(*k)
+                    && self.hints.may_help(event, e.rejectors.iter().copied())
             })
             .cloned()
             .collect();
@@ -742,6 +853,9 @@ impl SchedulingQueue {
             let Some(entry) = inner.remove(&key) else {
                 continue;
             };
+            // Only the end of its preemption and the unschedulable timeout get here for a
+            // pod waiting on its preemption: either way it waits no more.
+            inner.forget_preemption(&key);
             self.requeue(inner, key, entry, now);
             moved += 1;
         }
@@ -773,6 +887,16 @@ impl SchedulingQueue {
 }
 
 impl Inner {
+    /// Forgets that `key` waits on its preemption, and its victims.
+    fn forget_preemption(&mut self, key: &PodId) {
+        if self.preempting.remove(key).is_some() {
+            self.victims.retain(|_, of| {
+                of.retain(|p| p != key);
+                !of.is_empty()
+            });
+        }
+    }
+
     fn seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq

@@ -711,3 +711,86 @@ fn history_declares_the_warm_waits_events_only_with_it_on() {
         .queueing_hints();
     assert_eq!(off.get(crate::plugins::history::NAME), None);
 }
+
+/// Upstream's async preemption: a preemptor waits, whatever happens, until the cluster
+/// shows every one of its victims gone (events, even one seen during its cycle, and updates
+/// of its spec leave it); then it is retried at once. Given up on, it is retried; never
+/// told, the unschedulable timeout retries it; deleted, it is forgotten. A victim two
+/// preemptions chose counts for both.
+#[tokio::test(start_paused = true)]
+async fn a_preemptor_waits_until_its_victims_are_gone() {
+    let q = queue();
+    q.add(pod("p", 100));
+    let p = q.try_pop().unwrap();
+    // An event during the cycle would send an unschedulable pod to backoff.
+    q.move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
+    assert_eq!(
+        q.add_preempting(
+            p.pod_info.clone(),
+            no_fit("NodeResourcesFit"),
+            [key("v1"), key("v2")]
+        ),
+        Some(SubQueue::Unschedulable)
+    );
+    assert!(q.is_preempting(&key("p")));
+    advance(Duration::from_secs(5)).await;
+    assert_eq!(q.move_all_to_active_or_backoff(ClusterEvent::PodDeleted), 0);
+    let mut labeled = raw_pod("p", 100, &[]);
+    labeled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
+    assert_eq!(
+        q.update(Arc::new(PodInfo::new(Arc::new(labeled)))),
+        Some(SubQueue::Unschedulable)
+    );
+    assert_eq!(q.flush(), 0);
+    // Another pod's deletion changes nothing; the first victim's neither; the last one's
+    // retries it.
+    assert!(!q.victim_gone(&key("other")));
+    assert!(!q.victim_gone(&key("v1")));
+    assert!(!q.victim_gone(&key("v1")), "each victim counts once");
+    assert!(q.try_pop().is_none());
+    assert!(q.victim_gone(&key("v2")));
+    assert!(!q.is_preempting(&key("p")));
+    let p = q.try_pop().expect("retried");
+    assert_eq!(&*p.pod_info.name, "p");
+
+    // Given up on: retried after its backoff (2 s now).
+    q.add_preempting(p.pod_info, no_fit("NodeResourcesFit"), [key("v3")]);
+    assert!(q.preemption_done(&key("p")));
+    assert!(!q.is_preempting(&key("p")));
+    assert!(!q.victim_gone(&key("v3")), "forgotten with its preemptor");
+    assert!(q.try_pop().is_none());
+    advance(Duration::from_secs(2)).await;
+    let p = q.try_pop().expect("retried after its backoff");
+
+    // Never told: the unschedulable timeout retries it.
+    q.add_preempting(p.pod_info, no_fit("NodeResourcesFit"), [key("v4")]);
+    advance(Duration::from_secs(299)).await;
+    assert_eq!(q.flush(), 0);
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(q.flush(), 1);
+    assert!(!q.is_preempting(&key("p")));
+    let p = q.try_pop().expect("retried after the timeout");
+
+    // Two preemptors chose one victim: its deletion releases both.
+    q.add(pod("r", 100));
+    let r = q.try_pop().unwrap();
+    q.add_preempting(p.pod_info, no_fit("NodeResourcesFit"), [key("v5")]);
+    q.add_preempting(r.pod_info, no_fit("NodeResourcesFit"), [key("v5")]);
+    assert!(q.victim_gone(&key("v5")));
+    assert!(!q.is_preempting(&key("p")) && !q.is_preempting(&key("r")));
+    // Past the longest backoff (p has failed four times).
+    advance(Duration::from_secs(11)).await;
+    let (a, b) = (
+        q.try_pop().expect("a preemptor"),
+        q.try_pop().expect("the other"),
+    );
+    let p = if &*a.pod_info.name == "p" { a } else { b };
+
+    // Deleted while waiting: forgotten, and the news changes nothing.
+    q.add_preempting(p.pod_info, no_fit("NodeResourcesFit"), [key("v6")]);
+    assert!(q.delete(&key("p")));
+    assert!(!q.is_preempting(&key("p")));
+    assert!(!q.victim_gone(&key("v6")));
+    assert!(!q.preemption_done(&key("p")));
+    assert_eq!(q.len().unschedulable, 0);
+}

@@ -214,3 +214,84 @@ async fn kube_preemption_policy_never_deletes_nothing() {
     assert_calls_allowed(&fake);
     s.stop().await;
 }
+
+/// Upstream's `PreemptionBasic` in small, as a burst: six 4-CPU nodes each full of four
+/// 900m pods, six 3-CPU preemptors at once. The victims of each nomination are evicted
+/// together, and nominations beside each other, each preemptor waiting for its own: each
+/// fails once and preempts once, exactly three pods go per node, every preemptor is bound
+/// to the node it was nominated to, and its Scheduled event is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_a_burst_of_preemptors_evicts_each_victim_once() {
+    let fake = Fake::start().await;
+    fake.put("namespaces", namespace("default"));
+    fake.put(
+        "priorityclasses",
+        json!({"metadata": {"name": "high"}, "value": 100000}),
+    );
+    for n in 0..6 {
+        fake.put("nodes", node(&format!("node-{n}"), "4"));
+        for j in 0..4 {
+            fake.put(
+                "pods",
+                running(
+                    &format!("low-{n}-{j}"),
+                    &format!("node-{n}"),
+                    "900m",
+                    100,
+                    &format!("2024-01-01T00:00:0{j}Z"),
+                ),
+            );
+        }
+    }
+    let s = serve(&fake, BASE, "a").await;
+    for p in 0..6 {
+        fake.put("pods", pending(&format!("urgent-{p}"), "3", 100000, false));
+    }
+    fake.wait_for(30, "every preemptor bound", |f| {
+        (0..6).all(|p| f.node_of("default", &format!("urgent-{p}")).is_some())
+    })
+    .await;
+    for n in 0..6 {
+        let left = (0..4)
+            .filter(|j| {
+                fake.get("pods", "default", &format!("low-{n}-{j}"))
+                    .is_some()
+            })
+            .count();
+        assert_eq!(left, 1, "node-{n} keeps one of its four pods");
+    }
+    for p in 0..6 {
+        let name = format!("urgent-{p}");
+        let bound = fake.node_of("default", &name).unwrap();
+        let nominated: Vec<String> = fake
+            .history("pods", "default", &name)
+            .iter()
+            .filter_map(|v| v["status"]["nominatedNodeName"].as_str().map(String::from))
+            .collect();
+        assert!(
+            nominated.iter().all(|n| *n == bound),
+            "{name} bound to {bound}, nominated to {nominated:?}"
+        );
+    }
+    // Each preemptor waited until the cache had seen its victims go, so it failed once
+    // (the attempt that nominated) and preempted once; retried on the other victims'
+    // deletions, it would fail again and preempt again.
+    let m = metrics(&s).await;
+    assert!(m.contains("headroom_preemption_failures_total 0"), "{m}");
+    assert!(m.contains("headroom_preemption_nominations_total 6"), "{m}");
+    assert!(
+        m.contains(
+            "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"headroom\"} 6"
+        ),
+        "{m}"
+    );
+    s.stop().await;
+    for p in 0..6 {
+        assert_eq!(
+            events_for(&fake, &format!("urgent-{p}"), "Scheduled").len(),
+            1,
+            "urgent-{p}'s Scheduled event"
+        );
+    }
+    assert_calls_allowed(&fake);
+}
