@@ -377,16 +377,22 @@ class Run:
 
     def basis_measured(self, ns, times):
         """Of a sample of the measured pods, how many `/explain` says were placed on measured
-        usage (the chosen node's headroom basis)."""
-        pods = [p["metadata"]["name"] for p in kitlib.all_pods(ns) if p["spec"].get("nodeName")][:50]
-        measured = 0
+        usage (the chosen node's headroom basis). The sample is the last 50 bound: the
+        decision log keeps the newest decisions, and a workload with many unschedulable
+        attempts pushes the first pods' out; pods `/explain` did not answer for are counted
+        apart, not as unmeasured."""
+        bound = [p for p in kitlib.all_pods(ns) if p["spec"].get("nodeName")]
+        bound.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        pods = [p["metadata"]["name"] for p in bound[-50:]]
+        measured, unanswered = 0, 0
         for name in pods:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{HR_API}/explain/{ns}/{name}", timeout=10) as r:
                     measured += '"basis":"measured"' in r.read().decode().replace(" ", "")
             except Exception:
-                pass
-        return f"{measured}/{len(pods)}"
+                unanswered += 1
+        out = f"{measured}/{len(pods) - unanswered}"
+        return out + (f" ({unanswered} not in the decision log)" if unanswered else "")
 
     def close(self):
         self.churn_stop.set()
