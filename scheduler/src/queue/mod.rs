@@ -564,7 +564,10 @@ impl SchedulingQueue {
                     left += 1;
                 }
             }
-            inner.preempting.insert(key.clone(), left);
+            // No victim left to see go (none named): nothing would end the wait.
+            if left > 0 {
+                inner.preempting.insert(key.clone(), left);
+            }
             inner.put(key, entry, Target::Unschedulable)
         } else if failure.kind == FailureKind::Error || helped {
             let at = now + self.config.backoff_duration(entry.info.attempts);

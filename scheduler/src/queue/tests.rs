@@ -786,6 +786,13 @@ async fn a_preemptor_waits_until_its_victims_are_gone() {
     );
     let p = if &*a.pod_info.name == "p" { a } else { b };
 
+    // No victim named: nothing would end the wait, so it does not wait.
+    q.add(pod("s", 100));
+    let s = q.try_pop().unwrap();
+    q.add_preempting(s.pod_info, no_fit("NodeResourcesFit"), []);
+    assert!(!q.is_preempting(&key("s")));
+    assert!(q.delete(&key("s")));
+
     // Deleted while waiting: forgotten, and the news changes nothing.
     q.add_preempting(p.pod_info, no_fit("NodeResourcesFit"), [key("v6")]);
     assert!(q.delete(&key("p")));
