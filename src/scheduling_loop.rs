@@ -250,16 +250,16 @@ impl SchedulingLoop {
             st.cycle_time += attempt.decision.cycle_duration;
         }
         let node = attempt.decision.node().map(str::to_string);
-        let failure = Failure::from(&attempt.decision);
+        let mut failure = Some(Failure::from(&attempt.decision));
         // A preemptor is filed before its decision goes out: the victims are evicted once
         // the decision reached the mode, and the news that they are must find it waiting.
-        let preempting = self.options.hold_preemptors
-            && attempt.decision.nomination.is_some()
-            && attempt.assumed.is_none();
-        if preempting && let Some(n) = &attempt.decision.nomination {
-            let victims = n.victims.iter().map(|v| PodId::new(v.key(), v.uid.clone()));
-            self.queue
-                .add_preempting(pod.clone(), failure.clone(), victims);
+        if self.options.hold_preemptors
+            && attempt.assumed.is_none()
+            && let Some(n) = &attempt.decision.nomination
+            && let Some(f) = failure.take()
+        {
+            let victims = n.victims.iter().map(|v| PodId::of(v));
+            self.queue.add_preempting(pod.clone(), f, victims);
         }
         self.publish(attempt.decision, inputs.unwrap_or_default(), stats)
             .await;
@@ -268,8 +268,8 @@ impl SchedulingLoop {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .unschedulable += 1;
-            if !preempting {
-                self.queue.add_unschedulable(pod, failure);
+            if let Some(f) = failure {
+                self.queue.add_unschedulable(pod, f);
             }
             return;
         };

@@ -237,8 +237,9 @@ pub struct Reporter {
     /// window is full), the reporter's own patches (conditions, annotations) are dropped
     /// and counted rather than sent.
     pub yield_to: Option<Arc<super::flow::BindFlow>>,
-    /// Told when a nomination was acted on, so the preemptor waiting for it is retried
-    /// ([`SchedulingQueue::preemption_done`]).
+    /// Told of victims an eviction found gone already ([`SchedulingQueue::victim_gone`]:
+    /// no deletion event will show them) and of evictions that failed
+    /// ([`SchedulingQueue::preemption_done`]), so the preemptor waiting for them goes on.
     pub queue: Option<Arc<SchedulingQueue>>,
 }
 

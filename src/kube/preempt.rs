@@ -145,7 +145,7 @@ pub async fn actuate(
             Ok(deleted) => {
                 stats.victims_deleted.inc();
                 if !deleted {
-                    out.gone.push(PodId::new(v.key(), v.uid.clone()));
+                    out.gone.push(PodId::of(v));
                 }
                 recorder.record(preempted_event(v, uid, &nomination.node));
                 tracing::info!(%preemptor, victim = %v.key(), node = %nomination.node, "preempted");

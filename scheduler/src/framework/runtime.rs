@@ -841,20 +841,12 @@ impl Framework {
         work: &mut Option<Snapshot>,
         idx: NodeIdx,
     ) -> Option<Status> {
-        if !snapshot.policy().has_nominations()
-            || snapshot
-                .policy()
-                .nominated_against(&snapshot.node(idx).name, pod)
-                .is_empty()
-        {
-            return None;
-        }
+        let nominated = nominated_to(snapshot, pod, idx)?;
         let work = work.get_or_insert_with(|| snapshot.clone());
-        self.nominated_reject_in(base, pod, work, idx)
+        self.reject_with_nominated(base, pod, work, idx, &nominated)
     }
 
-    /// [`Framework::nominated_reject`] on the caller's copy `work`, restored after: only
-    /// the nominated pods not already in it are added, and exactly those are removed.
+    /// [`Framework::nominated_reject`] on the caller's copy `work`.
     fn nominated_reject_in(
         &self,
         base: &CycleState,
@@ -862,16 +854,23 @@ impl Framework {
         work: &mut Snapshot,
         idx: NodeIdx,
     ) -> Option<Status> {
-        if !work.policy().has_nominations() {
-            return None;
-        }
+        let nominated = nominated_to(work, pod, idx)?;
+        self.reject_with_nominated(base, pod, work, idx, &nominated)
+    }
+
+    /// The check itself, on `work`, restored after: only the `nominated` pods not already
+    /// in it are added, and exactly those are removed.
+    fn reject_with_nominated(
+        &self,
+        base: &CycleState,
+        pod: &PodInfo,
+        work: &mut Snapshot,
+        idx: NodeIdx,
+        nominated: &[Arc<PodInfo>],
+    ) -> Option<Status> {
         let node = work.node(idx).name.clone();
-        let nominated = work.policy().nominated_against(&node, pod);
-        if nominated.is_empty() {
-            return None;
-        }
         let mut added = Vec::with_capacity(nominated.len());
-        for p in &nominated {
+        for p in nominated {
             if work.node_of_pod(&p.key(), &p.uid).is_none() && work.add_pod(p.clone(), &node) {
                 added.push(p);
             }
@@ -1367,6 +1366,18 @@ fn nominated_candidate(
         .filter(|n| !n.is_empty())?;
     let idx = snapshot.index_of(name)?;
     candidates.binary_search(&idx).ok().map(|_| idx)
+}
+
+/// The pods nominated to node `idx` that count against `pod` (priority at least its own),
+/// `None` when there are none: the check of nominated pods is then skipped.
+fn nominated_to(snapshot: &Snapshot, pod: &PodInfo, idx: NodeIdx) -> Option<Vec<Arc<PodInfo>>> {
+    if !snapshot.policy().has_nominations() {
+        return None;
+    }
+    let nominated = snapshot
+        .policy()
+        .nominated_against(&snapshot.node(idx).name, pod);
+    (!nominated.is_empty()).then_some(nominated)
 }
 
 /// Runs the filters over a range of nodes (index order), block by block (`block` nodes),
