@@ -2,7 +2,8 @@
 //! Scheduling throughput of the default profile, scoring every node (no sampling), on
 //! synthetic clusters (`headroom_scheduler::synthetic::Case`): a plain pod at 500, 5k and 15k nodes;
 //! inter-pod anti-affinity, topology spread and the full default profile with usage data
-//! (every real-usage plugin active) at 5k nodes; each on one thread and on two
+//! (every real-usage plugin active) at 5k nodes, beside the same pod without usage data
+//! (`usage-none`, the reference of issue #73's ≤ 1.5× target); each on one thread and on two
 //! (`/1t`, `/2t`: `Framework::with_parallelism`). Besides criterion's estimates it prints
 //! p50/p99 over 2,000 timed decisions per case; the usage case again with Fragmentation on
 //! (off by default) and a full shape mix. Plus the cost of a snapshot update, and of
@@ -29,13 +30,21 @@ use headroom_scheduler::synthetic::{self, Case};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-const CASES: [(Case, usize); 7] = [
+/// The allocator `headroom serve` runs with (`src/main.rs`): a decision allocates its
+/// columns and lists afresh, and glibc's malloc, which consolidates and returns large
+/// freed chunks, made up a fifth of a usage decision's time here, none of it in `serve`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const CASES: [(Case, usize); 8] = [
     (Case::Plain, 500),
     (Case::Plain, 5_000),
     (Case::Plain, 15_000),
     (Case::AntiAffinity, 5_000),
     (Case::Spread, 5_000),
     (Case::Usage, 5_000),
+    // The same decision with nothing measured: issue #73's reference for the usage case.
+    (Case::UsageNone, 5_000),
     // Upstream's PreemptionBasic size; the decision is a nomination.
     (Case::Preemption, 1_000),
 ];

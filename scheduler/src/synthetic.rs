@@ -318,6 +318,10 @@ pub enum Case {
     /// [`usage_pod`] on a cluster with a [`usage_view`]: every real-usage plugin of the
     /// default profile is active.
     Usage,
+    /// [`usage_pod`] on the same cluster without usage data: [`Case::Usage`]'s decision
+    /// with nothing measured (the real-usage plugins skip, requests decide), the reference
+    /// its cost is judged against.
+    UsageNone,
     /// Upstream's `PreemptionBasic` (scheduler_perf) half-way: a [`preemption_cluster`]
     /// where every other node holds a nominated preemptor (its victims gone), and
     /// [`preemptor_pod`], which fits nowhere until DefaultPreemption evicts three pods.
@@ -326,11 +330,12 @@ pub enum Case {
 
 impl Case {
     /// Every case.
-    pub const ALL: [Case; 5] = [
+    pub const ALL: [Case; 6] = [
         Case::Plain,
         Case::AntiAffinity,
         Case::Spread,
         Case::Usage,
+        Case::UsageNone,
         Case::Preemption,
     ];
 
@@ -341,6 +346,7 @@ impl Case {
             Case::AntiAffinity => "anti-affinity",
             Case::Spread => "spread",
             Case::Usage => "usage",
+            Case::UsageNone => "usage-none",
             Case::Preemption => "preemption",
         }
     }
@@ -356,7 +362,7 @@ impl Case {
             Case::Plain => plain_pod("bench"),
             Case::AntiAffinity => anti_affinity_pod("bench-anti"),
             Case::Spread => spread_pod("bench-spread"),
-            Case::Usage => usage_pod("bench-usage"),
+            Case::Usage | Case::UsageNone => usage_pod("bench-usage"),
             Case::Preemption => preemptor_pod("bench-preemptor"),
         }
     }

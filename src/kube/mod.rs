@@ -33,6 +33,7 @@ pub mod extender;
 pub mod flow;
 pub mod health;
 pub mod leader;
+pub mod lean;
 pub mod preempt;
 pub mod recorder;
 pub mod reflect;

@@ -21,6 +21,7 @@ use kube::api::Api;
 
 use super::crd::{KubeReservations, ReservationResource};
 use super::health::ApiHealth;
+use super::lean::Lean;
 use super::watch::{ObjectKey, Reporting, WatchItem, pump};
 use crate::cluster::{ClusterState, Kind};
 
@@ -44,32 +45,34 @@ pub async fn run(
         }
     };
     let s = state.clone();
-    let nodes = pump::<Node, _>(
+    // Pods and nodes are decoded without their managedFields ([`Lean`]): the bulk of the
+    // initial lists, which the first bind waits for.
+    let nodes = pump::<Lean<Node>, _>(
         Kind::Node,
         Api::all(client.clone()),
         reporting.clone(),
         false,
         move |item| match item {
-            WatchItem::List(l) => s.replace_nodes(l),
+            WatchItem::List(l) => s.replace_nodes(l.into_iter().map(|n| n.0).collect()),
             WatchItem::Listed(keys) => s.nodes_listed(keys.into_iter().map(|k| k.name).collect()),
-            WatchItem::Apply(n) => s.apply_node(n),
-            WatchItem::Delete(n) => s.delete_node(n.metadata.name.as_deref().unwrap_or("")),
+            WatchItem::Apply(n) => s.apply_node(n.0),
+            WatchItem::Delete(n) => s.delete_node(n.0.metadata.name.as_deref().unwrap_or("")),
         },
         shutdown(),
     );
     let s = state.clone();
-    let pods = pump::<Pod, _>(
+    let pods = pump::<Lean<Pod>, _>(
         Kind::Pod,
         Api::all(client.clone()),
         reporting.clone(),
         false,
         move |item| match item {
-            WatchItem::List(l) => s.replace_pods(l),
+            WatchItem::List(l) => s.replace_pods(l.into_iter().map(|p| p.0).collect()),
             WatchItem::Listed(keys) => {
                 s.pods_listed(keys.into_iter().map(ObjectKey::into_pod_id).collect())
             }
-            WatchItem::Apply(p) => s.apply_pod(p),
-            WatchItem::Delete(p) => s.delete_pod(&p),
+            WatchItem::Apply(p) => s.apply_pod(p.0),
+            WatchItem::Delete(p) => s.delete_pod(&p.0),
         },
         shutdown(),
     );

@@ -36,7 +36,7 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::predict::Source;
-use crate::usage::{FreeAfter, UsagePolicy, pod_usage};
+use crate::usage::{UsagePolicy, free_after_column, pod_usage};
 
 use super::PluginDeps;
 
@@ -312,11 +312,12 @@ impl History {
         let u = pod_usage(state, pod, snapshot, &self.policy, &self.identity);
         let table = snapshot.table();
         let cold = self.args.cold_cpu_guard && matches!(u.pod.prediction.source, Source::Requests);
+        let column = free_after_column(state, &u, pod, table, feasible, &self.policy, self.risk_z);
         let mut frees = Vec::with_capacity(feasible.len());
         let mut warm = Vec::new();
         let mut any_fresh = false;
         for &i in feasible {
-            let f = FreeAfter::at(&u, pod, table, i, &self.policy, self.risk_z);
+            let Some(f) = column.get(i) else { continue };
             any_fresh |= f.fresh;
             let free = f.memory();
             frees.push(free);

@@ -14,7 +14,10 @@ pub mod predict;
 pub mod wait;
 pub mod warm;
 
-pub use node::{Basis, Disk, DiskSource, FreeAfter, Freshness, Headroom, NodeReal};
+pub use node::{
+    Basis, Disk, DiskSource, FreeAfter, FreeColumn, Freshness, Headroom, NodeReal,
+    free_after_column, free_column,
+};
 pub use policy::{
     Class, ClassMatch, ClassRule, ClassSettings, ColdStart, Percentile, StalePolicy, UsagePolicy,
 };
