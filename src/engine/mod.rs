@@ -681,7 +681,8 @@ impl Engine {
 
     /// The collectors, when any source is configured: their loops on a thread of their own
     /// (the future borrows the store across awaits, so it is not `Send`), writing into the
-    /// store, counting into the engine's metrics, naming builders from the cluster state.
+    /// store, counting into the engine's metrics, naming builders from the cluster state,
+    /// from the moment the cluster feed's initial lists are in (`ClusterState::synced`).
     fn start_collectors(
         self: &Arc<Self>,
         running: &mut Running,
@@ -696,6 +697,8 @@ impl Engine {
             .with_pod_lister(self.cluster.clone());
         let sink = store.clone();
         let stop = running.phases.stopped(Phase::Intake);
+        let early_stop = running.phases.stopped(Phase::Intake);
+        let synced = self.cluster.synced.clone();
         let handle = std::thread::Builder::new()
             .name("collectors".into())
             .spawn(move || {
@@ -709,7 +712,20 @@ impl Engine {
                         return;
                     }
                 };
-                if let Err(e) = rt.block_on(collectors.run(&sink, stop)) {
+                // The first collection waits for the initial lists: the collectors name a
+                // container's builder from the pods the cluster state knows, which are
+                // none before the pod list is in, and the lists are what the first bind
+                // waits for, on the same cores. The store already holds what was
+                // collected before a restart, and the analytics read it meanwhile.
+                let run = async {
+                    tokio::select! {
+                        biased;
+                        _ = early_stop => return Ok(()),
+                        _ = synced.wait() => {}
+                    }
+                    collectors.run(&sink, stop).await
+                };
+                if let Err(e) = rt.block_on(run) {
                     tracing::error!(error = %e, "collectors stopped");
                 }
             })

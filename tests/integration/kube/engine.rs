@@ -235,6 +235,42 @@ async fn kube_serve_predicts_a_new_builder_by_the_profiled_pods_of_its_image() {
     );
 }
 
+/// The collectors start with scheduling, once the initial lists are in: while one of the
+/// kinds the scheduler waits for cannot be listed (PodDisruptionBudgets refused), no
+/// kubelet is polled and no pod is bound; once it can, both begin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_collects_from_the_moment_the_initial_lists_are_in() {
+    let fake = Fake::start().await;
+    let k = FakeKubelet::start("node-a", 1.0, 4e9).await;
+    fake.put("namespaces", namespace("default"));
+    fake.put("nodes", node("node-a", "8"));
+    fake.put("pods", job_pod("build-1", "build", None, "Pending"));
+    fake.forbid("poddisruptionbudgets");
+    let yaml = format!("{BASE}{}", collectors_yaml(&[("node-a", &k)]));
+    let store = Store::open_temporary(StoreConfig::default()).unwrap();
+    let _s = serve_with(&fake, &yaml, store).await;
+    fake.wait_for(10, "a refused list of PodDisruptionBudgets", |f| {
+        f.calls().iter().any(|c| c.1 == "poddisruptionbudgets")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        k.polls(),
+        0,
+        "the kubelet was polled before the lists were in"
+    );
+    assert_eq!(fake.node_of("default", "build-1"), None);
+    fake.allow("poddisruptionbudgets");
+    eventually(40, "a poll of node-a", || async {
+        (k.polls() > 0).then_some(())
+    })
+    .await;
+    fake.wait_for(20, "build-1 bound", |f| {
+        f.node_of("default", "build-1").is_some()
+    })
+    .await;
+}
+
 /// Issue "One engine": the pods of a Job, collected from a kubelet summary, form one
 /// builder profile under `serve` (the collectors name builders from the engine's cluster
 /// state), and History and RealHeadroom decide the Job's next pod on it.
