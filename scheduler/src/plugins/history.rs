@@ -36,7 +36,7 @@ use crate::framework::{
 };
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::predict::Source;
-use crate::usage::{UsagePolicy, free_after_column, pod_usage};
+use crate::usage::{FreeAfter, UsagePolicy, free_after_column, pod_usage};
 
 use super::PluginDeps;
 
@@ -319,17 +319,18 @@ impl History {
         for &i in feasible {
             let Some(f) = column.get(i) else { continue };
             any_fresh |= f.fresh;
-            let free = f.memory();
-            frees.push(free);
+            frees.push(f.memory);
             if positions.binary_search_by_key(&i, |(n, _)| *n).is_ok() {
-                let cpu = (cold && f.fresh && f.cpu_used + f.cpu_pod > f.cpu_total).then_some(
-                    Below::ColdCpu {
-                        used: f.cpu_used,
-                        pod: f.cpu_pod,
-                        total: f.cpu_total,
-                    },
-                );
-                warm.push((i, free, cpu));
+                // The few warm nodes: their CPU in full, for the cold CPU guard.
+                let cpu = (cold && f.fresh)
+                    .then(|| FreeAfter::at(&u, pod, table, i, &self.policy, self.risk_z))
+                    .filter(|a| a.cpu_used + a.cpu_pod > a.cpu_total)
+                    .map(|a| Below::ColdCpu {
+                        used: a.cpu_used,
+                        pod: a.cpu_pod,
+                        total: a.cpu_total,
+                    });
+                warm.push((i, f.memory, cpu));
             }
         }
         if !any_fresh || frees.is_empty() {

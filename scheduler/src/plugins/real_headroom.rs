@@ -52,11 +52,12 @@ use crate::field;
 use crate::framework::{
     CycleState, Plugin, PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
 };
+use crate::snapshot::table::NodeTable;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::lifetime::same_workload;
 use crate::usage::{
-    CycleUsage, FreeAfter, FreeColumn, UsagePolicy, cycle_usage_ref, cycle_usage_written,
-    fallback_active, free_after_column, free_column, pod_usage,
+    CycleUsage, FreeAfter, FreeColumn, FreeFractions, UsagePolicy, cycle_usage_ref,
+    cycle_usage_written, fallback_active, free_after_column, free_column, pod_usage,
 };
 
 use super::PluginDeps;
@@ -202,6 +203,7 @@ impl RealHeadroom {
         &self,
         u: &CycleUsage,
         column: &FreeColumn,
+        table: &NodeTable,
         feasible: &[NodeIdx],
         fallback: bool,
     ) -> Option<KeptWhole> {
@@ -217,7 +219,10 @@ impl RealHeadroom {
         }
         let mut free: Vec<(f64, NodeIdx)> = feasible
             .iter()
-            .filter_map(|&i| column.get(i).map(|f| (f.memory_total * f.memory(), i)))
+            .filter_map(|&i| {
+                let f = column.get(i)?;
+                Some((table.capacity[i as usize][1] as f64 * f.memory, i))
+            })
             .collect();
         if free.len() <= k {
             return None;
@@ -245,7 +250,7 @@ impl RealHeadroom {
         )
     }
 
-    fn score_of(&self, i: &FreeAfter, strategy: Strategy, reserve: f64, fallback: bool) -> i64 {
+    fn score_of(&self, i: &FreeFractions, strategy: Strategy, reserve: f64, fallback: bool) -> i64 {
         // The usage fallback places a pod real memory kept off every node: memory alone
         // decides then (it is what an overfull node kills for; CPU only slows down).
         let (wc, wm) = if fallback {
@@ -253,11 +258,11 @@ impl RealHeadroom {
         } else {
             (self.args.cpu_weight, self.args.memory_weight)
         };
-        let free = (i.cpu() * wc + i.memory() * wm) / (wc + wm);
+        let free = (i.cpu * wc + i.memory * wm) / (wc + wm);
         let s = match strategy {
             Strategy::Spread => free,
             Strategy::Binpack => {
-                if i.memory() < reserve {
+                if i.memory < reserve {
                     0.0
                 } else {
                     1.0 - free
@@ -272,8 +277,8 @@ impl RealHeadroom {
                 let t = self.args.target_percent / 100.0;
                 // The fuller resource (of those weighed) decides: a node whose memory
                 // passes the level is full however idle its CPU.
-                let cpu = if wc > 0.0 { i.cpu() } else { 1.0 };
-                let mem = if wm > 0.0 { i.memory() } else { 1.0 };
+                let cpu = if wc > 0.0 { i.cpu } else { 1.0 };
+                let mem = if wm > 0.0 { i.memory } else { 1.0 };
                 let u = 1.0 - cpu.min(mem);
                 if u <= t {
                     0.5 + 0.5 * u / t.max(f64::EPSILON)
@@ -342,7 +347,13 @@ impl PreScorePlugin for RealHeadroom {
         );
         // A state carried into a fallback cycle must not keep the first cycle's choice.
         state.take::<KeptWhole>();
-        if let Some(kept) = self.kept_whole(&u, &column, feasible, fallback_active(state)) {
+        if let Some(kept) = self.kept_whole(
+            &u,
+            &column,
+            snapshot.table(),
+            feasible,
+            fallback_active(state),
+        ) {
             state.write(kept);
         }
         Status::success()
@@ -362,7 +373,7 @@ impl ScorePlugin for RealHeadroom {
         if self.keeps_off(long, pod, node) || KeptWhole::holds(state, node.idx) {
             return Ok(0);
         }
-        let i = FreeAfter::of(u, pod, node, &self.policy, self.risk_z);
+        let i = FreeFractions::of(&FreeAfter::of(u, pod, node, &self.policy, self.risk_z));
         let strategy = long.unwrap_or(self.args.strategy);
         Ok(self.score_of(&i, strategy, u.pod.class.memory_reserve, fallback))
     }
@@ -397,7 +408,7 @@ impl ScorePlugin for RealHeadroom {
                 Some(i) => self.score_of(i, strategy, reserve, fallback),
                 None => {
                     let i = FreeAfter::at(u, pod, table, idx, &self.policy, self.risk_z);
-                    self.score_of(&i, strategy, reserve, fallback)
+                    self.score_of(&FreeFractions::of(&i), strategy, reserve, fallback)
                 }
             };
             scores.push(s);
@@ -579,7 +590,9 @@ mod tests {
         for i in [0, 2] {
             assert_eq!(
                 first.get(i),
-                Some(&FreeAfter::at(&u, &p, table, i, &policy, risk_z))
+                Some(&FreeFractions::of(&FreeAfter::at(
+                    &u, &p, table, i, &policy, risk_z
+                )))
             );
         }
         assert_eq!(first.get(1), None, "not feasible, not computed");

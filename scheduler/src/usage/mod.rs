@@ -15,7 +15,7 @@ pub mod wait;
 pub mod warm;
 
 pub use node::{
-    Basis, Disk, DiskSource, FreeAfter, FreeColumn, Freshness, Headroom, NodeReal,
+    Basis, Disk, DiskSource, FreeAfter, FreeColumn, FreeFractions, Freshness, Headroom, NodeReal,
     free_after_column, free_column,
 };
 pub use policy::{

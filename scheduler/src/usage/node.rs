@@ -406,23 +406,48 @@ impl FreeAfter {
     }
 }
 
-/// The cycle's [`FreeAfter`] for each feasible node, computed once at PreScore by the first
-/// plugin that asks ([`free_after_column`]) and read by the others: History's band,
+/// What the cycle's scorers read of a node's [`FreeAfter`]: the free fractions after the
+/// pod, and whether they are measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FreeFractions {
+    /// [`FreeAfter::fresh`].
+    pub fresh: bool,
+    /// [`FreeAfter::cpu`].
+    pub cpu: f64,
+    /// [`FreeAfter::memory`].
+    pub memory: f64,
+}
+
+impl FreeFractions {
+    /// The fractions of `f`.
+    #[inline]
+    pub fn of(f: &FreeAfter) -> FreeFractions {
+        FreeFractions {
+            fresh: f.fresh,
+            cpu: f.cpu(),
+            memory: f.memory(),
+        }
+    }
+}
+
+/// The cycle's [`FreeFractions`] for each feasible node, computed once at PreScore by the
+/// first plugin that asks ([`free_after_column`]) and read by the others: History's band,
 /// RealHeadroom's keep-whole choice and its Score judge the same numbers, and computing
 /// them once each was a quarter of a decision with usage live at 5,000 nodes (callgrind,
-/// benches/README).
+/// benches/README). Only the fractions are kept (24 bytes a node, not `FreeAfter`'s 64):
+/// the passes over every node are bound by memory, not arithmetic.
 #[derive(Debug, Clone, Default)]
 pub struct FreeColumn {
     /// Position in `free` by node index (`u32::MAX`: not computed).
     at: Vec<u32>,
     /// The numbers, in the order of the feasible list they were computed for.
-    free: Vec<FreeAfter>,
+    free: Vec<FreeFractions>,
 }
 
 impl FreeColumn {
     /// The numbers for node `idx`, when it was feasible.
     #[inline]
-    pub fn get(&self, idx: NodeIdx) -> Option<&FreeAfter> {
+    pub fn get(&self, idx: NodeIdx) -> Option<&FreeFractions> {
         let &pos = self.at.get(idx as usize)?;
         self.free.get(pos as usize)
     }
@@ -457,7 +482,9 @@ pub fn free_after_column(
     let mut free = Vec::with_capacity(feasible.len());
     for (pos, &i) in feasible.iter().enumerate() {
         at[i as usize] = pos as u32;
-        free.push(FreeAfter::at(u, pod, table, i, policy, risk_z));
+        free.push(FreeFractions::of(&FreeAfter::at(
+            u, pod, table, i, policy, risk_z,
+        )));
     }
     let c = Arc::new(FreeColumn { at, free });
     state.write(ColumnSlot(c.clone()));
