@@ -40,7 +40,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 
-all=(quantity objects usage_file scenario family config kubelet_summary prometheus_response exposition extender_args store_open)
+all=(quantity objects usage_file scenario family config kubelet_summary prometheus_response exposition extender_args store_open watch_objects)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 
 # Seeds: real inputs of each parser, listed in fuzz/seeds.txt, plus fuzz/seeds/TARGET/

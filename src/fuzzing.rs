@@ -20,7 +20,7 @@ pub type Target = fn(&[u8]);
 
 /// Every target by name (the names of `fuzz/Cargo.toml`'s binaries and of the corpus
 /// folders).
-pub const TARGETS: [(&str, Target); 11] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("quantity", quantity),
     ("objects", objects),
     ("usage_file", usage_file),
@@ -32,6 +32,7 @@ pub const TARGETS: [(&str, Target); 11] = [
     ("exposition", exposition),
     ("extender_args", extender_args),
     ("store_open", store_open),
+    ("watch_objects", watch_objects),
 ];
 
 /// Kubernetes quantities: parse, then every conversion and rendering.
@@ -261,6 +262,46 @@ fn extender_state() -> Option<&'static crate::kube::extender::ExtenderState> {
             })
         })
         .as_ref()
+}
+
+/// The API server's list and watch bodies as `serve`'s watches decode them: a `PodList` or
+/// `NodeList` (the first byte even) or one watch event, of pods or nodes by the first
+/// byte's second bit, each object read without its managedFields
+/// ([`crate::kube::lean::Lean`]); then what decoded becomes the scheduler's snapshot, as
+/// the cluster feed hands it over.
+pub fn watch_objects(data: &[u8]) {
+    use crate::kube::lean::Lean;
+    use headroom_scheduler::snapshot::Snapshot;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::core::{ObjectList, WatchEvent};
+    let Some((first, body)) = data.split_first() else {
+        return;
+    };
+    fn object<K>(e: WatchEvent<Lean<K>>) -> Option<K> {
+        match e {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => Some(o.0),
+            WatchEvent::Bookmark(_) | WatchEvent::Error(_) => None,
+        }
+    }
+    let (nodes, pods): (Vec<Node>, Vec<Pod>) = match (first % 2 == 0, first & 2 == 0) {
+        (true, true) => match serde_json::from_slice::<ObjectList<Lean<Pod>>>(body) {
+            Ok(l) => (Vec::new(), l.items.into_iter().map(|p| p.0).collect()),
+            Err(_) => return,
+        },
+        (true, false) => match serde_json::from_slice::<ObjectList<Lean<Node>>>(body) {
+            Ok(l) => (l.items.into_iter().map(|n| n.0).collect(), Vec::new()),
+            Err(_) => return,
+        },
+        (false, true) => match serde_json::from_slice::<WatchEvent<Lean<Pod>>>(body) {
+            Ok(e) => (Vec::new(), object(e).into_iter().collect()),
+            Err(_) => return,
+        },
+        (false, false) => match serde_json::from_slice::<WatchEvent<Lean<Node>>>(body) {
+            Ok(e) => (object(e).into_iter().collect(), Vec::new()),
+            Err(_) => return,
+        },
+    };
+    let _ = Snapshot::build(nodes, pods);
 }
 
 /// Opening a damaged store: a directory whose sled `db` file is the input.

@@ -234,6 +234,41 @@ mod tests {
         }
     }
 
+    /// A list and a watch event as the API server sends them (the fuzz seeds of
+    /// `watch_objects`) decode through kube's wrappers, managedFields left out.
+    #[test]
+    fn lists_and_watch_events_decode_lean() {
+        let seed = |f: &str| {
+            let path = format!(
+                "{}/fuzz/seeds/watch_objects/{f}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            std::fs::read(path).unwrap()[1..].to_vec()
+        };
+        let pods: kube::core::ObjectList<Lean<Pod>> =
+            serde_json::from_slice(&seed("pod-list.json")).unwrap();
+        assert_eq!(pods.items.len(), 2);
+        assert!(
+            pods.items
+                .iter()
+                .all(|p| p.0.metadata.managed_fields.is_none())
+        );
+        assert_eq!(
+            pods.items[1].0.spec.as_ref().unwrap().node_name.as_deref(),
+            Some("scheduler-perf-1")
+        );
+        let full: kube::core::ObjectList<Pod> =
+            serde_json::from_slice(&seed("pod-list.json")).unwrap();
+        assert!(full.items[0].metadata.managed_fields.is_some());
+        let event: kube::core::WatchEvent<Lean<Node>> =
+            serde_json::from_slice(&seed("node-event.json")).unwrap();
+        let kube::core::WatchEvent::Added(n) = event else {
+            panic!("an ADDED event")
+        };
+        assert_eq!(n.0.metadata.name.as_deref(), Some("scheduler-perf-1"));
+        assert!(n.0.metadata.managed_fields.is_none());
+    }
+
     /// The API path is the wrapped type's.
     #[test]
     fn lean_objects_are_listed_where_their_type_is() {

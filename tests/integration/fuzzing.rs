@@ -261,4 +261,5 @@ targets! {
     fuzz_exposition => exposition,
     fuzz_extender_args => extender_args,
     fuzz_store_open => store_open,
+    fuzz_watch_objects => watch_objects,
 }

@@ -432,10 +432,11 @@ impl FreeFractions {
 
 /// The cycle's [`FreeFractions`] for each feasible node, computed once at PreScore by the
 /// first plugin that asks ([`free_after_column`]) and read by the others: History's band,
-/// RealHeadroom's keep-whole choice and its Score judge the same numbers, and computing
-/// them once each was a quarter of a decision with usage live at 5,000 nodes (callgrind,
-/// benches/README). Only the fractions are kept (24 bytes a node, not `FreeAfter`'s 64):
-/// the passes over every node are bound by memory, not arithmetic.
+/// RealHeadroom's keep-whole choice and its Score judge the same numbers, which each of
+/// them used to compute for every feasible node (a usage decision at 5,000 nodes took 377
+/// µs then, 304 µs with the column: benches/README). Only the fractions are kept (24 bytes
+/// a node, not `FreeAfter`'s 64): the passes over every node are bound by memory, not
+/// arithmetic.
 #[derive(Debug, Clone, Default)]
 pub struct FreeColumn {
     /// Position in `free` by node index (`u32::MAX`: not computed).
