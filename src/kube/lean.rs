@@ -36,29 +36,25 @@ pub trait Parts: Resource<DynamicType = ()> + Sized {
     ) -> Self;
 }
 
-impl Parts for Pod {
-    type Spec = PodSpec;
-    type Status = PodStatus;
-    fn assemble(metadata: ObjectMeta, spec: Option<PodSpec>, status: Option<PodStatus>) -> Pod {
-        Pod {
-            metadata,
-            spec,
-            status,
+/// [`Parts`] for a type whose fields are exactly `metadata`, `spec` and `status`.
+macro_rules! parts {
+    ($k:ty, $spec:ty, $status:ty) => {
+        impl Parts for $k {
+            type Spec = $spec;
+            type Status = $status;
+            fn assemble(metadata: ObjectMeta, spec: Option<$spec>, status: Option<$status>) -> $k {
+                Self {
+                    metadata,
+                    spec,
+                    status,
+                }
+            }
         }
-    }
+    };
 }
 
-impl Parts for Node {
-    type Spec = NodeSpec;
-    type Status = NodeStatus;
-    fn assemble(metadata: ObjectMeta, spec: Option<NodeSpec>, status: Option<NodeStatus>) -> Node {
-        Node {
-            metadata,
-            spec,
-            status,
-        }
-    }
-}
+parts!(Pod, PodSpec, PodStatus);
+parts!(Node, NodeSpec, NodeStatus);
 
 /// The wire form; `apiVersion` and `kind`, when given, must be `K`'s, as `K`'s decoder
 /// requires.
