@@ -93,6 +93,7 @@ pub fn scenario(data: &[u8]) {
         data_dir: None,
         progress: false,
         act_on_advice: false,
+        tuned: Default::default(),
     };
     let Some(rt) = runtime() else {
         return;

@@ -57,6 +57,11 @@ pub struct SchedulerConfig {
     /// Cap on a pod's backoff, seconds. Default `10`, as kube-scheduler's
     /// `podMaxBackoffSeconds`.
     pub pod_max_backoff_seconds: u64,
+    /// How long an unschedulable pod waits for an event that may help it before it is
+    /// retried anyway, seconds. Default `300`, as kube-scheduler's
+    /// `DefaultPodMaxInUnschedulablePodsDuration` (v1.22 to v1.25 had the flag
+    /// `--pod-max-in-unschedulable-pods-duration`; up to v1.21 it was a fixed 60 s).
+    pub pod_max_in_unschedulable_pods_seconds: u64,
     /// Threads one scheduling cycle spreads Filter and Score over (upstream's
     /// `parallelism`). Decisions do not depend on it. Default `0`: the machine's cores, at
     /// most 16; `1` runs cycles serially. A cycle splits only when each thread gets at
@@ -72,6 +77,7 @@ impl Default for SchedulerConfig {
             seed: None,
             pod_initial_backoff_seconds: q.initial_backoff.as_secs(),
             pod_max_backoff_seconds: q.max_backoff.as_secs(),
+            pod_max_in_unschedulable_pods_seconds: q.unschedulable_timeout.as_secs(),
             parallelism: 0,
         }
     }
@@ -83,6 +89,9 @@ impl SchedulerConfig {
         crate::queue::QueueConfig {
             initial_backoff: std::time::Duration::from_secs(self.pod_initial_backoff_seconds),
             max_backoff: std::time::Duration::from_secs(self.pod_max_backoff_seconds),
+            unschedulable_timeout: std::time::Duration::from_secs(
+                self.pod_max_in_unschedulable_pods_seconds,
+            ),
             ..crate::queue::QueueConfig::default()
         }
     }
@@ -111,6 +120,15 @@ impl SchedulerConfig {
             return Err(ConfigError::Invalid {
                 field: "scheduler.podMaxBackoffSeconds".into(),
                 message: format!("{} is above {MAX} (a day)", self.pod_max_backoff_seconds),
+            });
+        }
+        if !(1..=MAX).contains(&self.pod_max_in_unschedulable_pods_seconds) {
+            return Err(ConfigError::Invalid {
+                field: "scheduler.podMaxInUnschedulablePodsSeconds".into(),
+                message: format!(
+                    "{} is not in 1..={MAX} (a second to a day)",
+                    self.pod_max_in_unschedulable_pods_seconds
+                ),
             });
         }
         if self.parallelism > MAX_PARALLELISM {

@@ -24,7 +24,7 @@ use crate::plugins::{PluginDeps, build_framework_with};
 use crate::snapshot::volumes::claim_key;
 use crate::snapshot::{PodInfo, Snapshot};
 use crate::usage::{PodUsage, release_cycle_usage};
-use crate::usage_context::RecentPlacement;
+use crate::usage_context::{MetricPath, RecentPlacement};
 use crate::view::UsageView;
 
 /// What happened to a pod in one `schedule_one` call.
@@ -136,6 +136,9 @@ pub struct Scheduler {
     /// Whether some profile (or the extender's) runs Fragmentation: only then does a new
     /// view count the running builds' shapes.
     counts_shapes: bool,
+    /// The peer metric pipelines some plugin reads ([`crate::usage_context::held`]): the
+    /// profiles' and, once `serve` builds it, the extender's. Read once per view.
+    metric_paths: Mutex<Vec<MetricPath>>,
 }
 
 impl Scheduler {
@@ -158,8 +161,15 @@ impl Scheduler {
             None => SmallRng::from_os_rng(),
         };
         let counts_shapes = crate::plugins::registry::needs_shapes(config);
+        let mut paths: Vec<MetricPath> = frameworks
+            .iter()
+            .flat_map(|f| f.plugins().iter().flat_map(|r| r.metric_paths()))
+            .collect();
+        paths.sort();
+        paths.dedup();
         Ok(Scheduler {
             counts_shapes,
+            metric_paths: Mutex::new(paths),
             frameworks,
             cache: Arc::new(Cache::new(config.assume_ttl)),
             rng: Mutex::new(rng),
@@ -184,17 +194,39 @@ impl Scheduler {
     /// lock: neither the cycles nor the informers wait for it (a pod written meanwhile
     /// counts from the next view; a write meanwhile copies the snapshot once). CPU work:
     /// async callers run this through `spawn_blocking`.
-    pub fn set_usage_view(&self, view: Arc<UsageView>) {
+    ///
+    /// Returns whether a peer's held figures changed ([`crate::usage_context::held`]): the
+    /// caller then retries the pods the peers kept off
+    /// ([`ClusterEvent::PeerMetricsRefreshed`](crate::framework::ClusterEvent::PeerMetricsRefreshed)).
+    pub fn set_usage_view(&self, view: Arc<UsageView>) -> bool {
+        let snapshot = self.cache.snapshot();
         let derived = crate::usage::derive(
-            &self.cache.snapshot(),
+            &snapshot,
             &view,
             &self.deps.policy,
             &self.deps.identity,
             self.counts_shapes,
         );
+        let paths = self
+            .metric_paths
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let (held, changed) = snapshot.usage().held.advance(&view, &paths);
+        let held = Arc::new(held);
         let policy = self.deps.policy.clone();
         self.cache
-            .write(move |c| set_usage_view(c, view, derived, &policy));
+            .write(move |c| set_usage_view(c, view, derived, held, &policy));
+        changed
+    }
+
+    /// Adds the peer metric pipelines of a framework built outside the profiles (the
+    /// extender's), so that the next views hold figures for it.
+    pub fn hold_metric_paths(&self, framework: &Framework) {
+        let mut paths = self.metric_paths.lock().unwrap_or_else(|e| e.into_inner());
+        paths.extend(framework.plugins().iter().flat_map(|r| r.metric_paths()));
+        paths.sort();
+        paths.dedup();
     }
 
     /// The usage policy the real-usage plugins judge by (staleness, headroom).
@@ -529,10 +561,12 @@ fn set_usage_view(
     c: &mut CacheState,
     view: Arc<UsageView>,
     derived: crate::usage::Derived,
+    held: Arc<crate::usage_context::Held>,
     policy: &crate::usage::UsagePolicy,
 ) {
     let usage = c.snapshot_mut().usage_mut();
     usage.view = view;
+    usage.held = held;
     usage.prune(policy.warmup_ms(), RECENT_MAX_AGE_MS);
     usage.calibration = derived.calibration;
     usage.shapes = derived.shapes;

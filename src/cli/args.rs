@@ -252,12 +252,16 @@ pub struct SimulateArgs {
     pub scenario: PathBuf,
     /// Policies to run, comma-separated: headroom (the configuration as given),
     /// requests (kube-scheduler's request-based default, the baseline), and the peers
-    /// trimaran-tlp, trimaran-lvrb, koordinator, crane (docs/configuration.md: *The peers*).
+    /// trimaran-tlp, trimaran-lvrb, koordinator, crane (docs/configuration.md: *The peers*),
+    /// each also as `…@tuned` (with `--tuned FILE`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "headroom")]
     pub policy: Vec<crate::simulate::Policy>,
     /// Run headroom and the requests baseline on the same arrivals.
     #[arg(long)]
     pub compare: bool,
+    /// The tuned peers' args for the `…@tuned` policies (written by `sweep --tune-peers`).
+    #[arg(long, value_name = "FILE")]
+    pub tuned: Option<PathBuf>,
     /// Seed (default: the scenario's).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -324,9 +328,20 @@ pub struct SweepArgs {
     /// exit without running them.
     #[arg(long, value_name = "DIR")]
     pub write_farms: Option<PathBuf>,
+    /// The tuned peers' args for the `…@tuned` policies (written by `--tune-peers`).
+    #[arg(long, value_name = "FILE")]
+    pub tuned: Option<PathBuf>,
+    /// Tune the peers of `--policy` on this family instead of comparing policies: the
+    /// request baseline, then every setting of each peer's grid on the same farms and
+    /// seeds; the peers' own goal (fewest net hot node-hours, no more pending after the
+    /// drain than the baseline) picks one each. Prints every setting's figures and writes
+    /// the chosen args to FILE (for `--tuned FILE` and the `…@tuned` policies).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["write_farms", "check_targets", "tuned"])]
+    pub tune_peers: Option<PathBuf>,
     /// Policies to run on the same arrivals, comma-separated: headroom, requests, and the
-    /// peers trimaran-tlp, trimaran-lvrb, koordinator, crane (docs/configuration.md: *The peers*). The
-    /// targets compare headroom with requests (and with the peers that run).
+    /// peers trimaran-tlp, trimaran-lvrb, koordinator, crane (docs/configuration.md: *The peers*),
+    /// each also as `…@tuned` (with `--tuned FILE`). The targets compare headroom with
+    /// requests (and with the peers that run).
     #[arg(
         long,
         value_enum,

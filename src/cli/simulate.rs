@@ -18,6 +18,7 @@ pub(crate) fn run(args: SimulateArgs) -> Result<ExitCode, CliError> {
         scenario,
         policy: mut policies,
         compare,
+        tuned,
         seed,
         config,
         data_dir,
@@ -36,12 +37,19 @@ pub(crate) fn run(args: SimulateArgs) -> Result<ExitCode, CliError> {
         policies = vec![Policy::Headroom, Policy::Requests];
     }
     policies.dedup();
+    let tuned = match tuned {
+        Some(p) => {
+            crate::simulate::tune::TunedPeers::load(&p).map_err(crate::simulate::Error::from)?
+        }
+        None => Default::default(),
+    };
     let options = Options {
         seed,
         policies,
         data_dir,
         progress: std::io::stderr().is_terminal(),
         act_on_advice,
+        tuned,
     };
     // Simulated time is tokio's paused clock: timers (the queue's backoffs) fire when the
     // simulator advances it, never on the wall clock.

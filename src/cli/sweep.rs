@@ -32,6 +32,22 @@ pub(crate) fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
             "--check-targets needs --policy to include headroom and requests".into(),
         ));
     }
+    let tuned = match &a.tuned {
+        Some(p) => {
+            crate::simulate::tune::TunedPeers::load(p).map_err(crate::simulate::Error::from)?
+        }
+        None => Default::default(),
+    };
+    if let Some(p) = policies
+        .iter()
+        .find(|p| p.is_tuned() && tuned.args(**p).is_none())
+    {
+        return Err(CliError::Usage(format!(
+            "--policy {}: needs --tuned FILE naming {} (written by --tune-peers)",
+            p.as_str(),
+            p.untuned().as_str()
+        )));
+    }
     let mut options = SweepOptions {
         farms: a.farms,
         seeds: a.seeds,
@@ -39,12 +55,16 @@ pub(crate) fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
         policies,
         act_on_advice: a.act_on_advice,
         progress: true,
+        tuned,
         ..SweepOptions::default()
     };
     if let Some(j) = a.jobs {
         options.jobs = j.max(1);
     }
     let base = a.family.parent().unwrap_or(Path::new("."));
+    if let Some(file) = &a.tune_peers {
+        return tune_peers(&family, base, &config, &options, file, a.output);
+    }
     if let Some(dir) = &a.write_farms {
         return write_farms(family, &options, base, dir);
     }
@@ -66,6 +86,49 @@ pub(crate) fn run(a: SweepArgs) -> Result<ExitCode, CliError> {
     }
     if a.check_targets && report.targets.iter().any(|t| !t.met) {
         return Err(CliError::TargetsMissed);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--tune-peers FILE`: the grids of the peers in `--policy`, the table, the file.
+fn tune_peers(
+    family: &Family,
+    base: &Path,
+    config: &crate::config::Config,
+    options: &SweepOptions,
+    file: &Path,
+    output: Output,
+) -> Result<ExitCode, CliError> {
+    let peers: Vec<Policy> = options
+        .policies
+        .iter()
+        .copied()
+        .filter(|p| p.is_peer() && !p.is_tuned())
+        .collect();
+    if peers.is_empty() {
+        return Err(CliError::Usage(
+            "--tune-peers needs --policy to name at least one peer (trimaran-tlp, trimaran-lvrb, koordinator, crane)"
+                .into(),
+        ));
+    }
+    let report = crate::simulate::sweep::tune_peers(family, base, config, options, &peers)?;
+    let text = format!(
+        "# Peers tuned by `headroom sweep --tune-peers` on {}: each peer's grid setting\n\
+         # with the fewest net hot node-hours and no more pending after the drain than\n\
+         # the request baseline. For `--tuned FILE` and the `…@tuned` policies.\n{}",
+        report.chosen_on,
+        serde_norway::to_string(&report.tuned()).map_err(|e| CliError::Write {
+            path: file.to_path_buf(),
+            reason: e.to_string(),
+        })?
+    );
+    std::fs::write(file, text).map_err(|e| CliError::Write {
+        path: file.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    match output {
+        Output::Text => out(report.to_text()),
+        Output::Json => print_json(&report)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -412,14 +412,19 @@ impl Engine {
 
     /// Publishes `view` to the scheduler (the next cycle decides on it) and to every
     /// [`usage_view`](Self::usage_view) receiver, and retries the pods that real usage
-    /// kept off every node ([`ClusterEvent::UsageRefreshed`]).
+    /// kept off every node ([`ClusterEvent::UsageRefreshed`]), and those a peer kept off
+    /// when its own figures moved ([`ClusterEvent::PeerMetricsRefreshed`]).
     pub fn publish_view(&self, view: Arc<UsageView>) {
         // Written after the cycle in flight, if any; the pods moved below are popped only
         // once that cycle settled, which applies the view first.
-        self.scheduler.set_usage_view(view.clone());
+        let peers = self.scheduler.set_usage_view(view.clone());
         self.view.send_replace(view);
         self.queue
             .move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
+        if peers {
+            self.queue
+                .move_all_to_active_or_backoff(ClusterEvent::PeerMetricsRefreshed);
+        }
     }
 
     /// The descheduling advice for the scheduler's current snapshot (what `/advice`
@@ -588,13 +593,17 @@ impl Engine {
                             // The calibration it computes reads every pod: off the
                             // async threads.
                             let s = scheduler.clone();
-                            if tokio::task::spawn_blocking(move || s.set_usage_view(view))
-                                .await
-                                .is_err()
-                            {
+                            let Ok(peers) =
+                                tokio::task::spawn_blocking(move || s.set_usage_view(view)).await
+                            else {
                                 break;
-                            }
+                            };
                             queue.move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
+                            if peers {
+                                queue.move_all_to_active_or_backoff(
+                                    ClusterEvent::PeerMetricsRefreshed,
+                                );
+                            }
                         }
                     }
                 }

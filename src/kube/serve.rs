@@ -547,6 +547,8 @@ impl Cx {
                 &self.serve.extender.profile(),
                 self.engine.deps(),
             )?);
+            // A peer's plugin in the extender's profile reads its own held figures.
+            self.engine.scheduler().hold_metric_paths(&framework);
             // Each request leases the cache's snapshot for its evaluation, as a cycle
             // does: it reads the freshest state and copies nothing.
             let snapshot: Arc<dyn extender::ExtenderSnapshots> =

@@ -27,7 +27,7 @@
 //!   cycleAmplitude: [0.0, 0.5]  # daily cycle of the arrival rate
 //!   cyclePeriod: [6h, 24h]
 //!   loadCurve:                  # instead of the daily cycle (then cycle* are ignored)
-//!     file: alibaba-2018-load.csv   # `seconds,load` rows, relative to this file
+//!     file: alibaba-2018-load.csv   # `seconds,load` (or `seconds,load,memory`) rows, relative to this file
 //!     usageFollows: [0.0, 0.3]  # share of the curve the builds' usage intensity follows
 //!   kinds:
 //!     - name: cpp
@@ -48,7 +48,8 @@
 //! duration, starting at a whole step of the curve drawn by the farm's generator (so farms
 //! differ); its builders' arrival rate at `t` is their base rate × the curve at `t` (linear
 //! between points), and a build's real CPU and memory factors are scaled by `1 +
-//! usageFollows × (curve(t) − 1)` at its arrival (`usageFollows` drawn per farm). The base
+//! usageFollows × (curve(t) − 1)` at its arrival (`usageFollows` drawn per farm; with a
+//! `memory` column, the memory factor by `1 + usageFollows × (memory(t) − 1)`). The base
 //! rates are sized, as for the daily cycle, by the curve's mean and peak over the window.
 //! The farm's scenario carries its window's points (`workloads[].loadCurve`, see
 //! [`scenario::LoadCurve`]), so `headroom sweep --write-farms` farms run alone.
@@ -219,9 +220,11 @@ pub struct BuilderMix {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LoadCurveSpec {
     /// A CSV file, relative to the family file: `#` comment lines, the header
-    /// `seconds,load`, then one row per point: seconds from 0 in equal steps, and the
-    /// relative load (finite, at least 0, not all 0; 1 is the usual intensity, e.g. the
-    /// mean). It must span the family's longest duration.
+    /// `seconds,load` (or `seconds,load,memory`), then one row per point: seconds from 0 in
+    /// equal steps, and the relative load (finite, at least 0, not all 0; 1 is the usual
+    /// intensity, e.g. the mean), and with the third column the relative memory in use
+    /// (then the builds' memory intensity follows it, their CPU the load: see
+    /// [`scenario::LoadCurve::memory`]). It must span the family's longest duration.
     pub file: String,
     /// How much of the curve the builds' usage intensity follows, `[min, max]` within
     /// `[0, 1]`; a farm draws one (see [`scenario::LoadCurve::usage_follows`]). Default
@@ -239,6 +242,8 @@ struct Trace {
     step: Duration,
     /// The relative load at `0, step, 2 × step, …`.
     points: Vec<f64>,
+    /// The relative memory in use at the same instants (a third column `memory`).
+    memory: Option<Vec<f64>>,
 }
 
 impl Default for BuilderMix {
@@ -566,28 +571,34 @@ fn read_trace(path: &Path, file: &str, origin: &str) -> Result<Trace, scenario::
         .enumerate()
         .map(|(i, l)| (i + 1, l.trim()))
         .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
-    match rows.next() {
-        Some((_, "seconds,load")) => {}
+    let header = match rows.next() {
+        Some((_, h @ ("seconds,load" | "seconds,load,memory"))) => h,
         Some((n, l)) => {
             return Err(at(
                 n,
                 format!(
-                    "the header must be `seconds,load`, got {:?}",
+                    "the header must be `seconds,load` or `seconds,load,memory`, got {:?}",
                     field::shown(l)
                 ),
             ));
         }
         None => return Err(invalid(origin, FIELD, format!("{file}: no rows"))),
-    }
+    };
+    let with_memory = header.ends_with(",memory");
     let mut times = Vec::new();
     let mut points = Vec::new();
+    let mut memory = Vec::new();
     for (n, l) in rows {
         let cols: Vec<&str> = l.split(',').map(str::trim).collect();
-        let [t, v] = cols[..] else {
-            return Err(at(
-                n,
-                format!("expected `seconds,load`, got {:?}", field::shown(l)),
-            ));
+        let (t, v, m) = match cols[..] {
+            [t, v] if !with_memory => (t, v, None),
+            [t, v, m] if with_memory => (t, v, Some(m)),
+            _ => {
+                return Err(at(
+                    n,
+                    format!("expected `{header}`, got {:?}", field::shown(l)),
+                ));
+            }
         };
         let num = |x: &str, name: &str| -> Result<f64, scenario::Error> {
             match x.parse::<f64>() {
@@ -607,6 +618,16 @@ fn read_trace(path: &Path, file: &str, origin: &str) -> Result<Trace, scenario::
             ));
         }
         points.push(v);
+        if let Some(m) = m {
+            let m = num(m, "memory")?;
+            if m > scenario::MAX_CURVE_LOAD {
+                return Err(at(
+                    n,
+                    format!("memory: {m} is above {}", scenario::MAX_CURVE_LOAD),
+                ));
+            }
+            memory.push(m);
+        }
         if points.len() > scenario::MAX_CURVE_POINTS {
             return Err(at(
                 n,
@@ -652,6 +673,7 @@ fn read_trace(path: &Path, file: &str, origin: &str) -> Result<Trace, scenario::
         file: file.to_string(),
         step: Duration::from_secs(step as u64),
         points,
+        memory: with_memory.then_some(memory),
     })
 }
 
@@ -1286,6 +1308,7 @@ fn trace_window(
         step: trace.step,
         points: trace.points[start..end].to_vec(),
         usage_follows: follows,
+        memory: trace.memory.as_ref().map(|m| m[start..end].to_vec()),
     }
 }
 
@@ -1301,10 +1324,11 @@ fn curve_window(curve: &LoadCurve, duration: Duration) -> Window {
         .collect();
     ts.push(end);
     let rate: Vec<f64> = ts.iter().map(|&t| curve.at_ms(t)).collect();
+    // The farm is sized on real memory: the builds' memory intensity.
     let real: Vec<f64> = ts
         .iter()
         .zip(&rate)
-        .map(|(&t, r)| r * curve.usage_at_ms(t))
+        .map(|(&t, r)| r * curve.memory_usage_at_ms(t))
         .collect();
     let mean = |v: &[f64]| -> f64 {
         if ts.len() < 2 || end <= 0.0 {
@@ -1587,6 +1611,18 @@ mod tests {
             ),
             ("seconds,load\n5,1\n1800,1\n", "seconds must start at 0"),
             (
+                "seconds,load,memory\n0,1,1\n1800,1\n",
+                "line 3: expected `seconds,load,memory`",
+            ),
+            (
+                "seconds,load,memory\n0,1,1\n1800,1,-1\n",
+                "line 3: memory: \"-1\" is not a finite number ≥ 0",
+            ),
+            (
+                "seconds,load\n0,1,1\n1800,1,1\n",
+                "line 2: expected `seconds,load`",
+            ),
+            (
                 "seconds,load\n0,1\n1800,1\n",
                 "the curve spans 30m, farms of up to 1h (in steps of 15s) need 1h 30m",
             ),
@@ -1604,6 +1640,32 @@ mod tests {
         std::fs::write(dir.path().join("c.csv"), ok_rows).unwrap();
         let f = Family::parse_in(family, "f.yaml", dir.path()).unwrap();
         assert_eq!(f.trace.as_ref().unwrap().points, [1.0, 1.5, 0.5, 1.0]);
+        assert_eq!(f.trace.as_ref().unwrap().memory, None);
+        // A memory column reaches every farm's window, point for point.
+        let with_memory = "seconds,load,memory\n0,1,0.8\n1800,1.5,1.2\n3600,0.5,0.9\n5400,1,1.1\n";
+        std::fs::write(dir.path().join("c.csv"), with_memory).unwrap();
+        let f = Family::parse_in(family, "f.yaml", dir.path()).unwrap();
+        assert_eq!(
+            f.trace.as_ref().unwrap().memory.as_deref(),
+            Some(&[0.8, 1.2, 0.9, 1.1][..])
+        );
+        for farm in f.farms(dir.path()).unwrap() {
+            for w in farm
+                .scenario
+                .workloads
+                .iter()
+                .filter_map(|w| w.load_curve.as_ref())
+            {
+                let m = w
+                    .memory
+                    .as_ref()
+                    .expect("the window carries the memory series");
+                assert_eq!(m.len(), w.points.len());
+                let mem = [0.8, 1.2, 0.9, 1.1];
+                let start = mem.windows(m.len()).position(|x| x == &m[..]);
+                assert!(start.is_some(), "{m:?} is not a window of {mem:?}");
+            }
+        }
         let e = Family::parse_in(
             "name: x\nbuilders: {loadCurve: {file: gone.csv}}\n",
             "f.yaml",

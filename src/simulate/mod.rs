@@ -17,6 +17,7 @@ pub mod report;
 mod run;
 pub mod scenario;
 pub mod sweep;
+pub mod tune;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +29,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use crate::analytics;
-use crate::config::{Config, ConfigError, PluginSetting};
+use crate::config::{Config, ConfigError, PluginSetting, SchedulerConfig};
 use crate::engine::{Engine, EngineError};
 use headroom_scheduler::clock::Clock;
 use headroom_scheduler::key::PodKey;
@@ -57,6 +58,15 @@ pub enum Error {
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The tuned peers' file could not be used.
+    #[error(transparent)]
+    Tuned(#[from] tune::TuneError),
+    /// A `…@tuned` policy without tuned args for its peer (`--tuned FILE`).
+    #[error("{policy}: no tuned args for it (--tuned FILE, written by `sweep --tune-peers`)")]
+    NotTuned {
+        /// The policy.
+        policy: &'static str,
+    },
     /// `sweep --only` named a farm the family does not have.
     #[error("--only: the family has no farm {name:?}; its farms: {known}")]
     UnknownFarm {
@@ -76,19 +86,42 @@ pub enum Policy {
     /// Request-based only: every headroom plugin disabled (kube-scheduler's default).
     Requests,
     /// Trimaran's TargetLoadPacking as scheduler-plugins' `manifests/trimaran/
-    /// scheduler-config.yaml` runs it: kube-scheduler's plugins without
-    /// NodeResourcesBalancedAllocation, plus TargetLoadPacking (weight 1). headroom cannot
-    /// switch off NodeResourcesFit's score alone (its filter is needed), so its
-    /// LeastAllocated score stays, at weight 1, where Trimaran's manifest disables it.
+    /// scheduler-config.yaml` (commit 903da7df82cb) runs it: kube-scheduler's plugins
+    /// without NodeResourcesBalancedAllocation, plus TargetLoadPacking (weight 1) with the
+    /// manifest's args (`defaultRequestsMultiplier: "1"`, `targetUtilization: 40`). The
+    /// manifest also disables `NodeResourcesLeastAllocated`, a plugin that no longer
+    /// exists (its score is NodeResourcesFit's since v1beta2): NodeResourcesFit's score
+    /// stays, at weight 1, as it does where the manifest loads.
     TrimaranTlp,
-    /// Trimaran's LoadVariationRiskBalancing, in the same profile as `trimaran-tlp`.
+    /// Trimaran's LoadVariationRiskBalancing as its README's example profile runs it
+    /// (`pkg/trimaran/loadvariationriskbalancing/README.md`): kube-scheduler's plugins,
+    /// BalancedAllocation included, plus LoadVariationRiskBalancing (weight 1) with the
+    /// recommended `safeVarianceMargin: 1`, `safeVarianceSensitivity: 2`.
     TrimaranLvrb,
-    /// Koordinator's LoadAwareScheduling next to kube-scheduler's plugins, weight 1 (as
-    /// koordinator's `config/manager/scheduler-config.yaml` enables it).
+    /// Koordinator's LoadAwareScheduling next to kube-scheduler's plugins, weight 1, with
+    /// the args of koordinator's Helm chart v1.8.0 (`koord-scheduler-config.yaml`: what an
+    /// install runs): `filterExpiredNodeMetrics: false`, `nodeMetricExpirationSeconds:
+    /// 300`, `usageThresholds` 65 / 95, `estimatedScalingFactors` 85 / 70.
     Koordinator,
     /// crane's Dynamic next to kube-scheduler's plugins, weight 3 (crane's
     /// `deploy/manifests/dynamic/scheduler-config.yaml`).
     Crane,
+    /// `trimaran-tlp` with the args `--tuned FILE` gives it ([`tune`]).
+    #[value(name = "trimaran-tlp@tuned")]
+    #[serde(rename = "trimaran-tlp@tuned")]
+    TrimaranTlpTuned,
+    /// `trimaran-lvrb` with the args `--tuned FILE` gives it.
+    #[value(name = "trimaran-lvrb@tuned")]
+    #[serde(rename = "trimaran-lvrb@tuned")]
+    TrimaranLvrbTuned,
+    /// `koordinator` with the args `--tuned FILE` gives it.
+    #[value(name = "koordinator@tuned")]
+    #[serde(rename = "koordinator@tuned")]
+    KoordinatorTuned,
+    /// `crane` with the args `--tuned FILE` gives it.
+    #[value(name = "crane@tuned")]
+    #[serde(rename = "crane@tuned")]
+    CraneTuned,
 }
 
 impl Policy {
@@ -102,6 +135,14 @@ impl Policy {
         Policy::Crane,
     ];
 
+    /// The four peers tuned, in the order reports list them (after [`Policy::ALL`]).
+    pub const TUNED: [Policy; 4] = [
+        Policy::TrimaranTlpTuned,
+        Policy::TrimaranLvrbTuned,
+        Policy::KoordinatorTuned,
+        Policy::CraneTuned,
+    ];
+
     /// Its name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -111,7 +152,38 @@ impl Policy {
             Policy::TrimaranLvrb => "trimaran-lvrb",
             Policy::Koordinator => "koordinator",
             Policy::Crane => "crane",
+            Policy::TrimaranTlpTuned => "trimaran-tlp@tuned",
+            Policy::TrimaranLvrbTuned => "trimaran-lvrb@tuned",
+            Policy::KoordinatorTuned => "koordinator@tuned",
+            Policy::CraneTuned => "crane@tuned",
         }
+    }
+
+    /// The peer at its defaults for a tuned one; itself otherwise.
+    pub fn untuned(self) -> Policy {
+        match self {
+            Policy::TrimaranTlpTuned => Policy::TrimaranTlp,
+            Policy::TrimaranLvrbTuned => Policy::TrimaranLvrb,
+            Policy::KoordinatorTuned => Policy::Koordinator,
+            Policy::CraneTuned => Policy::Crane,
+            p => p,
+        }
+    }
+
+    /// The tuned variant of a peer (`None` for headroom and requests).
+    pub fn tuned(self) -> Option<Policy> {
+        match self.untuned() {
+            Policy::TrimaranTlp => Some(Policy::TrimaranTlpTuned),
+            Policy::TrimaranLvrb => Some(Policy::TrimaranLvrbTuned),
+            Policy::Koordinator => Some(Policy::KoordinatorTuned),
+            Policy::Crane => Some(Policy::CraneTuned),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a tuned peer (its args come from `--tuned FILE`).
+    pub fn is_tuned(self) -> bool {
+        self.untuned() != self
     }
 
     /// Whether this is one of the peers (it switches a peer's plugin on).
@@ -124,18 +196,53 @@ impl Policy {
     fn peer(self) -> (&'static [&'static str], &'static [&'static str]) {
         use headroom_scheduler::plugins::{balanced_allocation, crane_dynamic, load_aware};
         use headroom_scheduler::plugins::{trimaran_lvrb, trimaran_tlp};
-        match self {
+        match self.untuned() {
             Policy::Headroom | Policy::Requests => (&[], &[]),
             Policy::TrimaranTlp => (&[trimaran_tlp::NAME], &[balanced_allocation::NAME]),
-            Policy::TrimaranLvrb => (&[trimaran_lvrb::NAME], &[balanced_allocation::NAME]),
+            Policy::TrimaranLvrb => (&[trimaran_lvrb::NAME], &[]),
             Policy::Koordinator => (&[load_aware::NAME], &[]),
             Policy::Crane => (&[crane_dynamic::NAME], &[]),
+            _ => unreachable!("untuned"),
+        }
+    }
+
+    /// The args a peer runs with as its users install it (see each variant), under their
+    /// `pluginArgs` key.
+    fn peer_args(self) -> Option<(&'static str, serde_json::Value)> {
+        use serde_json::json;
+        match self.untuned() {
+            Policy::TrimaranTlp => Some((
+                "targetLoadPacking",
+                json!({"defaultRequestsMultiplier": "1", "targetUtilization": 40}),
+            )),
+            Policy::TrimaranLvrb => Some((
+                "loadVariationRiskBalancing",
+                json!({"safeVarianceMargin": 1.0, "safeVarianceSensitivity": 2.0}),
+            )),
+            Policy::Koordinator => {
+                Some(("loadAwareScheduling", tune::koordinator_helm_args(65, 95)))
+            }
+            _ => None,
         }
     }
 
     /// The configuration this policy runs with: `headroom` the configuration as given;
     /// every other one with headroom's own plugins off, and a peer's plugin on (with the
-    /// configuration's `pluginArgs` for it, its defaults otherwise).
+    /// configuration's `pluginArgs` for it, else the args its users install it with, else
+    /// its defaults); a tuned peer with `tuned`'s args for it over those.
+    pub fn config_tuned(self, base: &Config, tuned: &tune::TunedPeers) -> Config {
+        let mut c = self.config(base);
+        if let Some(args) = tuned.args(self) {
+            for p in &mut c.profiles {
+                for (k, v) in args {
+                    p.plugin_args.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        c
+    }
+
+    /// [`Policy::config_tuned`] without tuned args.
     pub fn config(self, base: &Config) -> Config {
         let mut c = base.clone();
         if self == Policy::Headroom {
@@ -159,6 +266,17 @@ impl Policy {
             for name in off.iter().chain(on) {
                 set(p, name, on.contains(name));
             }
+            if let Some((key, args)) = self.peer_args() {
+                p.plugin_args.entry(key.to_string()).or_insert(args);
+            }
+        }
+        // crane runs on kube-scheduler v1.23, whose unschedulable pods were retried after
+        // 60 s at the latest (`unschedulableQTimeInterval`), not 5 minutes.
+        if self.untuned() == Policy::Crane
+            && c.scheduler.pod_max_in_unschedulable_pods_seconds
+                == SchedulerConfig::default().pod_max_in_unschedulable_pods_seconds
+        {
+            c.scheduler.pod_max_in_unschedulable_pods_seconds = 60;
         }
         c
     }
@@ -178,6 +296,8 @@ pub struct Options {
     /// Act on the engine's descheduling advice every advice interval: the suggested pods
     /// are evicted (builds run again from scratch) and the scheduler places them anew.
     pub act_on_advice: bool,
+    /// The tuned peers' args (`--tuned FILE`), for the `…@tuned` policies.
+    pub tuned: tune::TunedPeers,
 }
 
 /// The inspection API attached to a simulation (the first policy's run): served on its own
@@ -466,18 +586,18 @@ fn plan(s: &Scenario, seed: u64) -> Result<Plan, Error> {
                 for at in times {
                     let b = rng.random_range(0..w.builders);
                     let (c, m, mean) = builders[b];
-                    // With a load curve's `usageFollows`, the build's intensity at arrival.
-                    let u = w
-                        .load_curve
-                        .as_ref()
-                        .map_or(1.0, |l| l.usage_at_ms(at as f64));
+                    // With a load curve's `usageFollows`, the build's intensity at arrival
+                    // (its memory by the trace's memory series where it has one).
+                    let (u, um) = w.load_curve.as_ref().map_or((1.0, 1.0), |l| {
+                        (l.usage_at_ms(at as f64), l.memory_usage_at_ms(at as f64))
+                    });
                     arrivals.push(Arrival {
                         at_ms: at,
                         workload: wi,
                         builder: Some(b),
                         base_ms: Some((mean * (0.8 + 0.4 * rng.random::<f64>())) as i64),
                         cpu_factor: c * u,
-                        mem_factor: m * u,
+                        mem_factor: m * um,
                         seq: 0,
                         restarts: 0,
                     });
@@ -724,9 +844,10 @@ mod tests {
                 "{p:?}"
             );
             assert_eq!(n.iter().filter(|x| peers.contains(x)).count(), 1, "{p:?}");
+            // Only TargetLoadPacking's manifest drops BalancedAllocation.
             assert_eq!(
                 n.contains(&"NodeResourcesBalancedAllocation"),
-                !p.as_str().starts_with("trimaran"),
+                p != Policy::TrimaranTlp,
                 "{p:?}"
             );
             assert!(headroom_scheduler::plugins::registry::needs_peer_windows(
@@ -745,6 +866,31 @@ mod tests {
         ));
         let c = Policy::Crane.config(&base);
         assert_eq!(c.profiles[0].plugins["Dynamic"].weight, Some(5));
+        // The peers' args as their users install them, unless the configuration gives
+        // its own.
+        let args = |p: Policy, key: &str| p.config(&base).profiles[0].plugin_args[key].clone();
+        assert_eq!(
+            args(Policy::TrimaranTlp, "targetLoadPacking")["defaultRequestsMultiplier"],
+            "1"
+        );
+        assert_eq!(
+            args(Policy::TrimaranLvrb, "loadVariationRiskBalancing")["safeVarianceSensitivity"],
+            2.0
+        );
+        assert_eq!(
+            args(Policy::Koordinator, "loadAwareScheduling")["nodeMetricExpirationSeconds"],
+            300
+        );
+        let mut own = base.clone();
+        own.profiles[0].plugin_args.insert(
+            "targetLoadPacking".into(),
+            serde_json::json!({"targetUtilization": 70}),
+        );
+        let c = Policy::TrimaranTlp.config(&own);
+        assert_eq!(
+            c.profiles[0].plugin_args["targetLoadPacking"],
+            serde_json::json!({"targetUtilization": 70})
+        );
         for p in Policy::ALL {
             let parsed = <Policy as clap::ValueEnum>::from_str(p.as_str(), false).unwrap();
             assert_eq!(parsed, p);
@@ -852,5 +998,28 @@ mod tests {
         let first = p.arrivals.iter().filter(|a| a.at_ms < 3_600_000).count() as f64;
         let second = p.arrivals.len() as f64 - first;
         assert!((1.6..2.5).contains(&(second / first)), "{first} {second}");
+        // With a memory series, the memory factor follows it and the CPU factor the load.
+        let text = text.replace(
+            "usageFollows: 0.5}",
+            "usageFollows: 0.5, memory: [2, 1, 1]}",
+        );
+        let s = Scenario::parse(&text, "t").unwrap();
+        let p = plan(&s, 3).unwrap();
+        for a in &p.arrivals {
+            let t = a.at_ms as f64 / 3_600_000.0;
+            let load = if t < 1.0 { 0.5 } else { 0.5 + (t - 1.0) };
+            let memory = if t < 1.0 { 2.0 - t } else { 1.0 };
+            assert!((a.cpu_factor - (1.0 + 0.5 * (load - 1.0))).abs() < 1e-9);
+            let want = 2.0 * (1.0 + 0.5 * (memory - 1.0));
+            assert!(
+                (a.mem_factor - want).abs() < 1e-9,
+                "{} {}",
+                a.at_ms,
+                a.mem_factor
+            );
+        }
+        let bad = text.replace("memory: [2, 1, 1]", "memory: [2, 1]");
+        let e = Scenario::parse(&bad, "t").unwrap_err().to_string();
+        assert!(e.contains("workloads[0].loadCurve.memory"), "{e}");
     }
 }

@@ -44,7 +44,12 @@ pub(super) async fn run_policy(
     options: &Options,
     hook: Option<ApiHook>,
 ) -> Result<PolicyReport, Error> {
-    let mut config = policy.config(base);
+    if policy.is_tuned() && options.tuned.args(policy).is_none() {
+        return Err(Error::NotTuned {
+            policy: policy.as_str(),
+        });
+    }
+    let mut config = policy.config_tuned(base, &options.tuned);
     // Ties between equally scored nodes are broken by the simulation's seed too, or two
     // runs of one seed would differ.
     config.scheduler.seed = config.scheduler.seed.or(Some(seed));

@@ -320,6 +320,12 @@ pub struct LoadCurve {
     /// Default `0` (only the arrival rate follows the curve).
     #[serde(default)]
     pub usage_follows: f64,
+    /// The relative memory in use at the same instants, where the trace has a memory
+    /// series (as many points as `points`, each finite and in `[0, 1000]`): a build's
+    /// memory factor then follows it instead, `max(0, 1 + usageFollows × (memory(t) −
+    /// 1))`, while its CPU factor follows `points`. Default: none (both follow `points`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Vec<f64>>,
 }
 
 fn five_min() -> Duration {
@@ -338,24 +344,38 @@ impl LoadCurve {
             .saturating_mul(u32::try_from(self.points.len().saturating_sub(1)).unwrap_or(u32::MAX))
     }
 
-    /// The factor a build arriving at `t_ms` scales its usage factors by.
+    /// The factor a build arriving at `t_ms` scales its CPU usage factor by.
     pub fn usage_at_ms(&self, t_ms: f64) -> f64 {
         (1.0 + self.usage_follows * (self.at_ms(t_ms) - 1.0)).max(0.0)
     }
+
+    /// The factor a build arriving at `t_ms` scales its memory usage factor by: by the
+    /// memory series where there is one, else as the CPU factor.
+    pub fn memory_usage_at_ms(&self, t_ms: f64) -> f64 {
+        let Some(memory) = &self.memory else {
+            return self.usage_at_ms(t_ms);
+        };
+        (1.0 + self.usage_follows * (interpolate(memory, self.step, t_ms) - 1.0)).max(0.0)
+    }
+}
+
+/// `points` (one every `step`) at `t_ms`, linear between points, the last one after them.
+fn interpolate(points: &[f64], step: Duration, t_ms: f64) -> f64 {
+    let Some(&last) = points.last() else {
+        return 1.0;
+    };
+    let x = t_ms.max(0.0) / (step.as_millis() as f64).max(1.0);
+    let i = x.floor() as usize;
+    if i + 1 >= points.len() {
+        return last;
+    }
+    let f = x - i as f64;
+    points[i] * (1.0 - f) + points[i + 1] * f
 }
 
 impl RateCurve for LoadCurve {
     fn at_ms(&self, t_ms: f64) -> f64 {
-        let Some(&last) = self.points.last() else {
-            return 1.0;
-        };
-        let x = t_ms.max(0.0) / (self.step.as_millis() as f64).max(1.0);
-        let i = x.floor() as usize;
-        if i + 1 >= self.points.len() {
-            return last;
-        }
-        let f = x - i as f64;
-        self.points[i] * (1.0 - f) + self.points[i + 1] * f
+        interpolate(&self.points, self.step, t_ms)
     }
     fn peak(&self) -> f64 {
         self.points.iter().copied().fold(0.0, f64::max)
@@ -856,6 +876,21 @@ fn check_load_curve(c: &LoadCurve, at: &Path, errors: &mut ErrorList) {
         ok &= check_range(v, points.index(i), 0.0, MAX_CURVE_LOAD, false, errors);
         if !ok {
             break;
+        }
+    }
+    if let Some(memory) = &c.memory {
+        let at = at.child("memory");
+        if memory.len() != c.points.len() {
+            errors.push(FieldError::invalid(
+                at.clone(),
+                format!("{} points", memory.len()),
+                format!("must have as many points as `points` ({})", c.points.len()),
+            ));
+        }
+        for (i, &v) in memory.iter().enumerate() {
+            if !check_range(v, at.index(i), 0.0, MAX_CURVE_LOAD, false, errors) {
+                break;
+            }
         }
     }
     if ok && !c.points.is_empty() && c.points.iter().all(|&v| v == 0.0) {

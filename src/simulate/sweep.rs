@@ -18,7 +18,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::families::{Family, Farm};
-use super::{Error, Options, Policy, PolicyReport, Report};
+use super::{Error, Options, Policy, PolicyReport, Report, tune};
 use crate::config::Config;
 
 /// What to sweep.
@@ -38,6 +38,8 @@ pub struct SweepOptions {
     pub act_on_advice: bool,
     /// Print a line per finished simulation on stderr.
     pub progress: bool,
+    /// The tuned peers' args, for the `…@tuned` policies.
+    pub tuned: super::tune::TunedPeers,
 }
 
 impl Default for SweepOptions {
@@ -50,6 +52,7 @@ impl Default for SweepOptions {
             policies: vec![Policy::Headroom, Policy::Requests],
             act_on_advice: false,
             progress: false,
+            tuned: Default::default(),
         }
     }
 }
@@ -464,6 +467,7 @@ fn run_one(farm: &Farm, seed: u64, config: &Config, o: &SweepOptions) -> Result<
         data_dir: None,
         progress: false,
         act_on_advice: o.act_on_advice,
+        tuned: o.tuned.clone(),
     };
     rt.block_on(super::run(&farm.scenario, config, &options))
 }
@@ -659,6 +663,7 @@ impl Targets<'_> {
     fn peers(&self) -> Vec<&str> {
         Policy::ALL
             .iter()
+            .chain(&Policy::TUNED)
             .filter(|p| p.is_peer())
             .map(|p| p.as_str())
             .filter(|p| self.0.iter().any(|f| f.policies.contains_key(*p)))
@@ -1035,6 +1040,160 @@ impl SweepReport {
         svg.push_str("</svg>\n");
         svg
     }
+}
+
+/// What tuning found for one peer.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerTuning {
+    /// The peer policy.
+    pub peer: Policy,
+    /// Every setting of its grid, in the grid's order.
+    pub scored: Vec<tune::Scored>,
+    /// The chosen one (`None`: every setting left more pending than the baseline; the
+    /// peer keeps its defaults).
+    pub chosen: Option<usize>,
+}
+
+/// What `sweep --tune-peers` found: the baseline's pending pods and each peer's grid.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TuneReport {
+    /// The family, farms and seeds the settings were chosen on.
+    pub chosen_on: String,
+    /// The request baseline's pods still pending after the drain (family mean).
+    pub baseline_pending: f64,
+    /// Per peer.
+    pub peers: Vec<PeerTuning>,
+    /// Simulations run.
+    pub simulations: usize,
+    /// Wall-clock seconds.
+    pub wall_seconds: f64,
+}
+
+impl TuneReport {
+    /// The file `--tuned` reads: each peer's chosen setting (its first, the defaults, where
+    /// none met the goal).
+    pub fn tuned(&self) -> tune::TunedPeers {
+        let peers = self
+            .peers
+            .iter()
+            .map(|t| {
+                let g = tune::grid(t.peer);
+                (
+                    t.peer.as_str().to_string(),
+                    g[t.chosen.unwrap_or(0)].clone(),
+                )
+            })
+            .collect();
+        tune::TunedPeers {
+            chosen_on: self.chosen_on.clone(),
+            peers,
+        }
+    }
+
+    /// A table per peer: every setting's family means, the chosen one marked.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "peers tuned on {} ({} simulations in {:.0} s); goal: fewest net hot node-hours \
+             with no more pending after the drain than requests ({:.1})",
+            self.chosen_on, self.simulations, self.wall_seconds, self.baseline_pending
+        );
+        for t in &self.peers {
+            let _ = writeln!(out, "\n{}", t.peer.as_str());
+            let _ = writeln!(
+                out,
+                "  {:<28}{:>16}{:>16}{:>12}",
+                "setting", "net hot h", "pending", "OOM kills"
+            );
+            for (i, s) in t.scored.iter().enumerate() {
+                let mark = if t.chosen == Some(i) { "*" } else { " " };
+                let _ = writeln!(
+                    out,
+                    "{mark} {:<28}{:>16.2}{:>16.1}{:>12.1}",
+                    s.label, s.hot_hours_net, s.pending_after_drain, s.oom_kills
+                );
+            }
+            if t.chosen.is_none() {
+                let _ = writeln!(out, "  (no setting met the goal: its defaults stay)");
+            }
+        }
+        out
+    }
+}
+
+/// Tunes `peers` on `family`: the request baseline once, then every grid setting of each
+/// peer (as its `…@tuned` policy) over the same farms and seeds; the goal picks one per
+/// peer ([`tune::choose`]).
+pub fn tune_peers(
+    family: &super::families::Family,
+    base: &Path,
+    config: &crate::config::Config,
+    options: &SweepOptions,
+    peers: &[Policy],
+) -> Result<TuneReport, Error> {
+    let started = std::time::Instant::now();
+    let run_one = |policy: Policy, tuned: tune::TunedPeers| {
+        let o = SweepOptions {
+            policies: vec![policy],
+            tuned,
+            ..options.clone()
+        };
+        run(family, base, config, &o)
+    };
+    let baseline = run_one(Policy::Requests, tune::TunedPeers::default())?;
+    let mean = |r: &SweepReport, p: Policy, k: &str| r.stat(k, p.as_str()).map_or(0.0, |s| s.mean);
+    let baseline_pending = mean(&baseline, Policy::Requests, "pendingAfterDrain");
+    let mut simulations = baseline.simulations;
+    let chosen_on = format!(
+        "{} ({} farms × {} seeds)",
+        family.name, baseline.farms, baseline.seeds
+    );
+    let mut out = Vec::new();
+    for &peer in peers.iter().filter(|p| p.is_peer() && !p.is_tuned()) {
+        let tuned_policy = peer.tuned().expect("a peer");
+        let mut scored = Vec::new();
+        for s in tune::grid(peer) {
+            let t = tune::TunedPeers {
+                chosen_on: chosen_on.clone(),
+                peers: BTreeMap::from([(peer.as_str().to_string(), s.clone())]),
+            };
+            let r = run_one(tuned_policy, t)?;
+            simulations += r.simulations;
+            let m = |k: &str| mean(&r, tuned_policy, k);
+            scored.push(tune::Scored {
+                label: s.label.clone(),
+                hot_hours_net: m("nodeHoursMemoryAbove90") - m("nodeHoursMemoryAbove90OnePod"),
+                pending_after_drain: m("pendingAfterDrain"),
+                oom_kills: m("oomKills"),
+            });
+            if options.progress {
+                eprintln!(
+                    "tuned {} {}: {:?} ({:.0} s)",
+                    peer.as_str(),
+                    s.label,
+                    scored.last(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let chosen = tune::choose(&scored, baseline_pending);
+        out.push(PeerTuning {
+            peer,
+            scored,
+            chosen,
+        });
+    }
+    Ok(TuneReport {
+        chosen_on,
+        baseline_pending,
+        peers: out,
+        simulations,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
 #[cfg(test)]

@@ -1000,6 +1000,99 @@ fn sweep_runs_all_six_policies_side_by_side() {
     assert!(err.contains("--check-targets needs --policy"), "{err}");
 }
 
+/// Issue #74's tuned peers as a user runs them: `sweep --tune-peers FILE` runs every
+/// setting of a peer's grid on the family (TargetLoadPacking's five targets, one farm, one
+/// seed), prints each one's figures and writes the chosen args; `--tuned FILE` then runs
+/// `trimaran-tlp@tuned` beside `trimaran-tlp` on the same arrivals; a tuned policy without
+/// the file, or a file naming no peer, is refused naming what is wrong.
+#[test]
+fn sweep_tunes_a_peer_and_runs_it_tuned() {
+    let dir = tempfile::tempdir().unwrap();
+    let family = repo("examples/families/small.yaml");
+    let family = family.to_str().unwrap();
+    let tuned = dir.path().join("tuned.yaml");
+    let tuned = tuned.to_str().unwrap();
+    // `sweep FAMILY --farms 1 --seeds 1 EXTRA --output json`, which must succeed.
+    let sweep = |extra: &[&str]| -> Value {
+        let mut args = vec!["sweep", family, "--farms", "1", "--seeds", "1"];
+        args.extend(extra);
+        args.extend(["--output", "json"]);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"))
+    };
+    let v = sweep(&["--policy", "trimaran-tlp", "--tune-peers", tuned]);
+    let peer = &v["peers"][0];
+    assert_eq!(peer["peer"], "trimaran-tlp", "{v}");
+    let labels: Vec<&str> = peer["scored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        ["target40", "target50", "target60", "target70", "target80"]
+    );
+    // One baseline run and one per setting.
+    assert_eq!(v["simulations"], 6, "{v}");
+    let chosen = peer["chosen"].as_u64().expect("a setting met the goal") as usize;
+    let written = std::fs::read_to_string(tuned).unwrap();
+    assert!(
+        written.contains(&format!("label: {}", labels[chosen])),
+        "{written}"
+    );
+    assert!(
+        written.contains("chosenOn: small (1 farms × 1 seeds)"),
+        "{written}"
+    );
+    let v = sweep(&[
+        "--policy",
+        "trimaran-tlp,trimaran-tlp@tuned",
+        "--tuned",
+        tuned,
+    ]);
+    let hot = |policy: &str| {
+        v["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["metric"] == "nodeHoursMemoryAbove90" && m["policy"] == policy)
+            .unwrap_or_else(|| panic!("no {policy}: {v}"))["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    hot("trimaran-tlp");
+    hot("trimaran-tlp@tuned");
+
+    let o = run(&["sweep", family, "--policy", "crane@tuned"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--policy crane@tuned: needs --tuned FILE naming crane"),
+        "{err}"
+    );
+    let o = run(&["sweep", family, "--policy", "crane@tuned", "--tuned", tuned]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("needs --tuned FILE naming crane"), "{err}");
+    let o = run(&[
+        "sweep",
+        family,
+        "--policy",
+        "headroom",
+        "--tune-peers",
+        tuned,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--tune-peers needs --policy to name at least one peer"),
+        "{err}"
+    );
+}
+
 /// A workload's `schedulerName` picks the profile that decides its pods (as a pod's
 /// `spec.schedulerName` does under `serve`); a name no profile has is an error naming the
 /// field, not pods left pending.

@@ -35,6 +35,10 @@ pub enum ClusterEvent {
     /// A new usage view was published (the analytics refresh): real usage may have
     /// dropped, and a pod waiting for real room may have reached `usage.maxWait`.
     UsageRefreshed,
+    /// Some node's figures in a peer's own metric pipeline were refreshed
+    /// ([`crate::usage_context::held`]): what Koordinator's NodeMetric updates and crane's
+    /// node annotation rewrites are upstream.
+    PeerMetricsRefreshed,
     /// A PersistentVolume, claim, StorageClass or CSINode was added, changed or deleted:
     /// can cure the volume plugins' rejections (a claim created or bound, a PV released).
     VolumeChanged,
@@ -42,7 +46,7 @@ pub enum ClusterEvent {
 
 impl ClusterEvent {
     /// Every event.
-    pub const ALL: [ClusterEvent; 8] = [
+    pub const ALL: [ClusterEvent; 9] = [
         ClusterEvent::NodeAdded,
         ClusterEvent::NodeUpdated,
         ClusterEvent::PodDeleted,
@@ -50,6 +54,7 @@ impl ClusterEvent {
         ClusterEvent::AssignedPodUpdated,
         ClusterEvent::UnschedulableTimeout,
         ClusterEvent::UsageRefreshed,
+        ClusterEvent::PeerMetricsRefreshed,
         ClusterEvent::VolumeChanged,
     ];
 
@@ -63,6 +68,7 @@ impl ClusterEvent {
             ClusterEvent::AssignedPodUpdated => "AssignedPodUpdate",
             ClusterEvent::UnschedulableTimeout => "UnschedulableTimeout",
             ClusterEvent::UsageRefreshed => "UsageRefresh",
+            ClusterEvent::PeerMetricsRefreshed => "PeerMetricsRefresh",
             ClusterEvent::VolumeChanged => "StorageChange",
         }
     }
@@ -86,6 +92,7 @@ impl ClusterEvents {
     /// read usage or volumes declare.
     pub const OBJECTS: ClusterEvents = ClusterEvents::ALL
         .without(ClusterEvent::UsageRefreshed)
+        .without(ClusterEvent::PeerMetricsRefreshed)
         .without(ClusterEvent::VolumeChanged);
     /// For plugins whose verdict depends only on the node and the pod itself (node
     /// affinity, taints, `nodeName`, cordons): no change to other pods can alter it.
@@ -195,7 +202,8 @@ mod tests {
             s.with(ClusterEvent::UsageRefreshed)
                 .contains(ClusterEvent::UsageRefreshed)
         );
-        assert_eq!(ClusterEvents::ALL.iter().count(), 8);
+        assert_eq!(ClusterEvents::ALL.iter().count(), 9);
+        assert!(!ClusterEvents::OBJECTS.contains(ClusterEvent::PeerMetricsRefreshed));
         let mut h = QueueingHints::default();
         h.insert("Taints", ClusterEvents::NODE_ONLY);
         h.insert("Fit", s);

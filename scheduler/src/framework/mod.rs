@@ -64,6 +64,13 @@ pub trait Plugin: Send + Sync {
         ClusterEvents::OBJECTS
     }
 
+    /// The peer metric pipelines this plugin reads ([`crate::usage_context::held`]): the
+    /// scheduler holds each one's node figures for it, advanced with each usage view.
+    /// Default: none (the plugin reads the live view).
+    fn metric_paths(&self) -> Vec<crate::usage_context::MetricPath> {
+        Vec::new()
+    }
+
     /// Whether the usage fallback (`usage.maxWait`) relaxes this plugin's Filter once a pod
     /// has waited long enough (the real memory and CPU fits: room that only other pods
     /// finishing can give; RealMemoryFit still keeps an expected overflow off a node while
@@ -452,6 +459,17 @@ impl Registered {
     /// ([`Plugin::events_to_register`]); `None` for a plugin that keeps no pod from a node.
     pub fn events_to_register(&self) -> Option<ClusterEvents> {
         self.rejecting().map(|p| p.events_to_register())
+    }
+
+    /// The peer metric pipelines the plugin reads ([`Plugin::metric_paths`], asked of its
+    /// Score, else its Filter).
+    pub fn metric_paths(&self) -> Vec<crate::usage_context::MetricPath> {
+        if let Some(p) = &self.score {
+            return p.metric_paths();
+        }
+        self.filter
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.metric_paths())
     }
 
     /// Whether the usage fallback relaxes this plugin's Filter.

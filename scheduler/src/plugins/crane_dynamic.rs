@@ -14,32 +14,46 @@
 //!   adds 0 but its weight still counts), truncated, minus `10 ×` the hot value, clamped
 //!   to 0..=100.
 //! - **Hot value**: `Σ ⌊bindings on the node within timeRange / count⌋` over `hotValue`
-//!   (defaults: 5 in 5 minutes, 2 in 1 minute), from the scheduler's own placements (crane
-//!   counts binding events).
+//!   (defaults: 5 in 5 minutes, 2 in 1 minute), as crane's annotator computed it at its
+//!   last pass over the node (`annotateNodeHotValue`, with every metric's sync), counting
+//!   the bindings in the `timeRange` before that pass, valid 5 minutes
+//!   (`DefautlHotVauleActivePeriod`); from the scheduler's own placements (crane counts the
+//!   `Scheduled` events of every scheduler).
 //!
 //! Where headroom's numbers come from (crane's annotator queries Prometheus and writes
-//! node annotations every `period`): `cpu_usage_avg_5m` / `mem_usage_avg_5m` are the mean
-//! of `node_cpu_usage_cores` / `node_memory_working_set_bytes` over 5 minutes, as a share of
-//! the node's capacity; `*_max_avg_1h` and `*_max_avg_1d` the largest 5-minute-bucket mean
-//! over an hour and a day ([`crate::view`]). Their age is the node's newest
-//! sample's: headroom recomputes them at every usage refresh, where crane's annotations
-//! lag by up to their `period` (3 m, 15 m, 3 h).
+//! node annotations every `period`, every node at once): `cpu_usage_avg_5m` /
+//! `mem_usage_avg_5m` are the mean of `node_cpu_usage_cores` /
+//! `node_memory_working_set_bytes` over 5 minutes, as a share of the node's capacity;
+//! `*_max_avg_1h` and `*_max_avg_1d` the largest 5-minute-bucket mean over an hour and a
+//! day ([`crate::view`]), each **as the annotator last wrote it**: taken every
+//! `syncPolicy` period (3 m, 15 m, 3 h), all nodes at once
+//! ([`crate::usage_context::held`]), and judged expired by the age of that write. Upstream
+//! memory is `1 − MemAvailable/MemTotal` and the maxima run over rolling 5-minute means;
+//! headroom has the working set and 5-minute buckets.
+//!
+//! Retries: Dynamic registers no events, so kube-scheduler v1.23 (crane's base) gives it
+//! every event — but there a node update that only changes annotations requeues nothing,
+//! so a rewritten annotation retries no pod: pod deletes, node changes and the periodic
+//! flush do (headroom's flush is 5 minutes, v1.23's 60 s).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{Registered, Status};
+use crate::framework::{ClusterEvents, Registered, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
-use crate::usage_context::UsageContext;
+use crate::usage_context::held::Phase;
+use crate::usage_context::{MetricPath, UsageContext};
 
-use super::peers::{self, Load};
+use super::peers;
 
 /// Plugin name.
 pub const NAME: &str = "Dynamic";
 /// crane's `ExtraActivePeriod`: an annotation is valid for its period plus this.
 pub const EXTRA_ACTIVE_MS: i64 = 300_000;
+/// crane's `DefautlHotVauleActivePeriod`: the hot value annotation is valid this long.
+pub const HOT_VALUE_ACTIVE_MS: i64 = 300_000;
 /// The metrics crane's default policy names, each `(name, cpu?, statistic, window s)`.
 const METRICS: [(&str, bool, Stat, u64); 6] = [
     ("cpu_usage_avg_5m", true, Stat::Mean, 300),
@@ -162,6 +176,13 @@ impl Default for DynamicArgs {
 #[derive(Debug)]
 pub struct Dynamic {
     args: DynamicArgs,
+    /// The annotator's pass that rewrites the hot value most often: the shortest sync
+    /// period's ([`MetricPath::LIVE`] when none is set: live).
+    hot_path: MetricPath,
+}
+
+fn sync_path(period: Duration) -> MetricPath {
+    MetricPath::every(period, Phase::Aligned)
 }
 
 fn metric(name: &str) -> Result<(bool, Stat, u64), String> {
@@ -215,7 +236,14 @@ impl Dynamic {
                 "at least 1",
             ));
         }
-        Ok(Dynamic { args })
+        let hot_path = args
+            .sync_policy
+            .iter()
+            .map(|s| s.period)
+            .filter(|p| !p.is_zero())
+            .min()
+            .map_or(MetricPath::LIVE, sync_path);
+        Ok(Dynamic { args, hot_path })
     }
 
     /// Registers its extension points (PreFilter, Filter, PreScore, Score).
@@ -223,15 +251,9 @@ impl Dynamic {
         peers::register(self)
     }
 
-    /// The metric's usage share on the node, `None` when unknown or expired (crane's
-    /// `getResourceUsage` errors).
-    fn usage(
-        &self,
-        ctx: &UsageContext,
-        load: &Load<'_>,
-        node: &NodeInfo,
-        name: &str,
-    ) -> Option<f64> {
+    /// The metric's usage share on the node as its annotation holds it (rewritten every
+    /// sync period), `None` when unknown or expired (crane's `getResourceUsage` errors).
+    fn usage(&self, ctx: &UsageContext, node: &NodeInfo, name: &str) -> Option<f64> {
         let period = self
             .args
             .sync_policy
@@ -241,7 +263,9 @@ impl Dynamic {
         if period.is_zero() {
             return None;
         }
-        if ctx.now_ms - load.newest_ms >= period.as_millis() as i64 + EXTRA_ACTIVE_MS {
+        let load = peers::load(ctx, sync_path(period), &node.name)?;
+        // The annotation's time is the annotator's write.
+        if ctx.now_ms - load.got_ms >= period.as_millis() as i64 + EXTRA_ACTIVE_MS {
             return None;
         }
         let (cpu, stat, w) = metric(name).ok()?;
@@ -257,12 +281,23 @@ impl Dynamic {
         (capacity > 0.0).then(|| (v / capacity).max(0.0))
     }
 
-    /// crane's hot value: `Σ ⌊bindings within timeRange / count⌋`.
+    /// crane's hot value: `Σ ⌊bindings within timeRange / count⌋`, as the annotator
+    /// computed it at its last pass over the node (the shortest sync period's), counting
+    /// the bindings in the `timeRange` before that pass; 0 once that is older than 5
+    /// minutes. Live (up to now) when no sync period is set.
     pub fn hot_value(&self, ctx: &UsageContext, node: &str) -> usize {
+        let at = if self.hot_path.period_ms > 0 {
+            match ctx.held.node(self.hot_path, node) {
+                Some(h) if ctx.now_ms - h.got_ms < HOT_VALUE_ACTIVE_MS => h.got_ms,
+                _ => return 0,
+            }
+        } else {
+            ctx.now_ms
+        };
         self.args
             .hot_value
             .iter()
-            .map(|h| ctx.starts_since(node, ctx.now_ms - h.time_range.as_millis() as i64) / h.count)
+            .map(|h| ctx.starts_between(node, at - h.time_range.as_millis() as i64, at) / h.count)
             .sum()
     }
 
@@ -270,14 +305,11 @@ impl Dynamic {
         if peers::is_daemonset_pod(&pod.pod) {
             return Status::success();
         }
-        let Some(load) = peers::load(ctx, &node.name) else {
-            return Status::success();
-        };
         for p in &self.args.predicate {
             if p.max_limit_pecent == 0.0 {
                 continue;
             }
-            if let Some(u) = self.usage(ctx, &load, node, &p.name)
+            if let Some(u) = self.usage(ctx, node, &p.name)
                 && u > p.max_limit_pecent
             {
                 return Status::unschedulable(format!(
@@ -296,14 +328,10 @@ impl Dynamic {
         if self.args.priority.is_empty() {
             return (0, hot);
         }
-        let load = peers::load(ctx, &node.name);
         let (mut score, mut weight) = (0.0, 0.0);
         for p in &self.args.priority {
             weight += p.weight;
-            if let Some(u) = load
-                .as_ref()
-                .and_then(|l| self.usage(ctx, l, node, &p.name))
-            {
+            if let Some(u) = self.usage(ctx, node, &p.name) {
                 score += (1.0 - u) * p.weight * 100.0;
             }
         }
@@ -319,6 +347,29 @@ impl Dynamic {
 impl peers::PeerPlugin for Dynamic {
     const NAME: &'static str = NAME;
     const FILTERS: bool = true;
+
+    /// One aligned path per sync period (crane's annotator syncs every node of a metric
+    /// at once).
+    fn metric_paths(&self) -> Vec<MetricPath> {
+        let mut paths: Vec<MetricPath> = self
+            .args
+            .sync_policy
+            .iter()
+            .filter(|s| !s.period.is_zero())
+            .map(|s| sync_path(s.period))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    /// None of its own: Dynamic declares no `EventsToRegister`, so kube-scheduler v1.23
+    /// (crane's base) retries its rejections on every event — but an annotation-only node
+    /// update requeues nothing there (`nodeSchedulingPropertiesChange`), so a rewritten
+    /// annotation retries no pod; pod deletes, node changes and the unschedulable flush do.
+    fn events(&self) -> ClusterEvents {
+        ClusterEvents::OBJECTS
+    }
 
     fn filter_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Status {
         self.filter_node(ctx, pod, node)
@@ -354,12 +405,14 @@ mod tests {
     use crate::usage_context::RecentPlacement;
     use serde_json::json;
 
+    /// The annotator's last pass over the node `age` seconds ago.
     fn snap(cpu: f64, mem: f64, age: i64) -> Snapshot {
-        with_usage(
+        let s = with_usage(
             Snapshot::build([node("n", json!({}))], []),
             vec![usage("n", cpu, mem, age, None)],
             vec![],
-        )
+        );
+        held_as_of(s, NOW_MS - age * 1000)
     }
 
     /// crane `stats.go`'s rules on a 4-CPU / 8-GiB node (crane's own tests cover only
@@ -421,6 +474,22 @@ mod tests {
         }
         assert_eq!(d.hot_value(s.usage(), "n"), 4);
         assert_eq!(score(&s), 22);
+        // Bindings after the annotator's last pass (5 s ago) count from its next one.
+        for i in 0..4 {
+            s.usage_mut().record_placement(
+                None,
+                "n",
+                RecentPlacement {
+                    pod: PodKey::new("default", format!("late{i}")),
+                    at_ms: NOW_MS - 1_000,
+                    ..Default::default()
+                },
+            );
+        }
+        assert_eq!(d.hot_value(s.usage(), "n"), 4);
+        // The hot value annotation is valid 5 minutes after the pass that wrote it.
+        let s = held_as_of(s, NOW_MS - 301_000);
+        assert_eq!(d.hot_value(s.usage(), "n"), 0);
         for bad in [
             json!({"predicate": [{"name": "gpu_usage", "maxLimitPecent": 0.5}]}),
             json!({"hotValue": [{"timeRange": "1m", "count": 0}]}),

@@ -12,9 +12,10 @@
 //!   exceed threshold`); a node whose metrics are older than `nodeMetricExpirationSeconds`
 //!   is rejected (`node(s) nodeMetric expired`) unless `enableScheduleWhenNodeMetricsExpired`;
 //!   a node without metrics passes; DaemonSet pods pass.
-//! - **Score**: `Σ weight · (100 · (allocatable − estimated) / allocatable) / Σ weight`
-//!   (integer division, as Koordinator's `leastUsedScore`), plus `dominantResourceWeight`
-//!   times the lowest resource score; 0 for expired or missing metrics.
+//! - **Score**: `(Σ weight · s + dominantResourceWeight · min s) / (Σ weight +
+//!   dominantResourceWeight)` with `s = 100 · (allocatable − estimated) / allocatable`
+//!   (integer division, as Koordinator's `leastUsedScore`); 0 for expired or missing
+//!   metrics.
 //! - **Estimates**: a pod counts `max(request, limit) × factor / 100`, capped at its limit;
 //!   a pod without a request counts 250m CPU / 200 MiB (`DefaultMilliCPURequest`,
 //!   `DefaultMemoryRequest`).
@@ -26,23 +27,33 @@
 //! Where headroom's numbers come from (Koordinator reads the koordlet's NodeMetric): node
 //! usage is the mean over the last 5 minutes (koordlet's `aggregateDurationSeconds` 300)
 //! and the aggregated usages the percentiles over 5, 10 and 30 minutes (koordlet's default
-//! `nodeAggregatePolicy`) of headroom's node samples ([`crate::view`]); the
-//! metric's update time is the node's newest sample; a placed pod is missing from it when
-//! placed after `newest − 60 s` (koordlet's `reportIntervalSeconds` 60), or within
-//! `estimatedSecondsAfterPodScheduled` of its placement. Koordinator also subtracts a
-//! missing pod's own reported usage; headroom has no per-pod usage there, so a missing pod
-//! counts its whole estimate. `prodUsageThresholds`, `scoreAccordingProdUsage` and
-//! `allowCustomizeEstimation` need per-pod metrics and Koordinator's priority classes: they
-//! are refused.
+//! `nodeAggregatePolicy`) of headroom's node samples ([`crate::view`]), **as the node last
+//! reported them**: each node's figures are refreshed every `reportIntervalSeconds` (60,
+//! koordlet's), each node on its own timer ([`crate::usage_context::held`]), so the plugin
+//! sees figures up to a minute (plus headroom's refresh interval) old, as koord-scheduler
+//! does. The metric's update time is the newest sample in the report; a placed pod is
+//! missing from it when placed after `update − reportIntervalSeconds`, or within
+//! `estimatedSecondsAfterPodScheduled` of its placement. A pod rejected here is retried on
+//! a pod delete or a NodeMetric refresh, as `EventsToRegister` says upstream.
+//!
+//! Where it differs: Koordinator adds `max(0, estimate − the pod's own reported usage)`
+//! for a missing pod (`pod_assign_cache.go`, `AddDelta`), and estimates every pod the
+//! NodeMetric has no usage for, whatever its age; headroom's view carries no per-pod
+//! usage, so a missing pod counts its whole estimate and a pod placed before the window
+//! counts nothing. A pod placed within the report interval has run a minute at most, so
+//! its reported 5-minute mean is a small part of its estimate. `prodUsageThresholds`,
+//! `scoreAccordingProdUsage` and `allowCustomizeEstimation` need per-pod metrics and
+//! Koordinator's priority classes: they are refused.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::field;
-use crate::framework::{Registered, Status};
+use crate::framework::{ClusterEvent, ClusterEvents, Registered, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
-use crate::usage_context::UsageContext;
+use crate::usage_context::held::Phase;
+use crate::usage_context::{MetricPath, UsageContext};
 
 use super::peers::{self, Load};
 
@@ -50,8 +61,8 @@ use super::peers::{self, Load};
 pub const NAME: &str = "LoadAwareScheduling";
 /// Koordinator's reason for an expired NodeMetric.
 pub const REASON_EXPIRED: &str = "node(s) nodeMetric expired";
-/// koordlet's `reportIntervalSeconds`, ms.
-pub const REPORT_INTERVAL_MS: i64 = 60_000;
+/// koordlet's default `reportIntervalSeconds`.
+pub const REPORT_INTERVAL_S: i64 = 60;
 /// koordlet's `aggregateDurationSeconds`: node usage is the mean over it.
 pub const NODE_USAGE_WINDOW_S: u64 = 300;
 const DEFAULT_MILLI_CPU: i64 = 250;
@@ -111,6 +122,13 @@ pub struct LoadAwareSchedulingArgs {
     pub allow_customize_estimation: bool,
     /// Percentile filtering and scoring.
     pub aggregated: Option<AggregatedArgs>,
+    /// How often each node's NodeMetric reaches the plugin, seconds: the koordlet's
+    /// `reportIntervalSeconds` (upstream a koord-manager setting, the NodeMetric's
+    /// `spec.metricCollectPolicy`, not a plugin arg). Each node reports on its own timer, so
+    /// a node's figures are up to this plus `analytics.refreshInterval` old; a placed pod
+    /// counts its estimate while it is newer than its node's report minus this. `0`: the
+    /// plugin reads headroom's live view. Default `60`.
+    pub report_interval_seconds: i64,
 }
 
 fn map(cpu: i64, memory: i64) -> ResourceMap {
@@ -133,6 +151,7 @@ impl Default for LoadAwareSchedulingArgs {
             estimated_seconds_after_pod_scheduled: None,
             allow_customize_estimation: false,
             aggregated: None,
+            report_interval_seconds: REPORT_INTERVAL_S,
         }
     }
 }
@@ -196,6 +215,8 @@ pub struct LoadAwareScheduling {
     score_basis: Basis,
     weights: Vec2,
     factors: Vec2,
+    /// Where its NodeMetrics come from.
+    path: MetricPath,
 }
 
 fn pair(m: &ResourceMap, at: &field::Path) -> Result<Vec2, field::Error> {
@@ -283,6 +304,17 @@ impl LoadAwareScheduling {
                 "weights must not be negative",
             ));
         }
+        if args.report_interval_seconds < 0 {
+            return Err(field::Error::out_of_range(
+                at("reportIntervalSeconds"),
+                args.report_interval_seconds,
+                "≥ 0",
+            ));
+        }
+        let path = MetricPath::every(
+            std::time::Duration::from_secs(args.report_interval_seconds as u64),
+            Phase::PerNode,
+        );
         let mut filter_basis = NODE_USAGE;
         let mut aggregated_filter = false;
         let mut score_basis = NODE_USAGE;
@@ -323,6 +355,7 @@ impl LoadAwareScheduling {
             score_basis,
             weights,
             factors,
+            path,
             args,
         })
     }
@@ -370,7 +403,7 @@ impl LoadAwareScheduling {
             (kind.of(load.cpu(w)?) * 1000.0).round() as i64,
             kind.of(load.memory(w)?).round() as i64,
         ];
-        let cutoff = load.newest_ms - REPORT_INTERVAL_MS;
+        let cutoff = load.newest_ms - self.args.report_interval_seconds * 1000;
         let keep = self.args.estimated_seconds_after_pod_scheduled.unwrap_or(0) * 1000;
         let recent = ctx.recent_on(&node.name);
         for p in peers::placed_since(ctx, node, i64::MIN) {
@@ -395,7 +428,7 @@ impl LoadAwareScheduling {
         if peers::is_daemonset_pod(&pod.pod) || self.thresholds == [0, 0] {
             return Status::success();
         }
-        let Some(load) = peers::load(ctx, &node.name) else {
+        let Some(load) = peers::load(ctx, self.path, &node.name) else {
             return Status::success();
         };
         if self.args.filter_expired_node_metrics && self.expired(ctx, &load) {
@@ -428,7 +461,7 @@ impl LoadAwareScheduling {
     }
 
     fn score_node(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64 {
-        let Some(load) = peers::load(ctx, &node.name) else {
+        let Some(load) = peers::load(ctx, self.path, &node.name) else {
             return 0;
         };
         if self.expired(ctx, &load) {
@@ -466,6 +499,26 @@ impl peers::PeerPlugin for LoadAwareScheduling {
     const NAME: &'static str = NAME;
     const FILTERS: bool = true;
 
+    fn metric_paths(&self) -> Vec<MetricPath> {
+        vec![self.path]
+    }
+
+    /// Koordinator's `EventsToRegister`: Pod Delete and NodeMetric Add/Update/Delete of any
+    /// node (`load_aware.go`) — here a refresh of the held NodeMetrics (the usage refresh
+    /// when it reads the live view).
+    fn events(&self) -> ClusterEvents {
+        let refreshed = if self.path.period_ms > 0 {
+            ClusterEvent::PeerMetricsRefreshed
+        } else {
+            ClusterEvent::UsageRefreshed
+        };
+        ClusterEvents::of(&[
+            ClusterEvent::PodDeleted,
+            ClusterEvent::UnschedulableTimeout,
+            refreshed,
+        ])
+    }
+
     fn filter_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Status {
         self.filter_node(ctx, pod, node)
     }
@@ -475,7 +528,7 @@ impl peers::PeerPlugin for LoadAwareScheduling {
     }
 
     fn explain_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let load = peers::load(ctx, &node.name)?;
+        let load = peers::load(ctx, self.path, &node.name)?;
         let est = self.estimated(ctx, &load, self.score_basis, pod, node)?;
         Some(format!(
             "estimated usage with the pod: cpu {}m of {}m, memory {} of {} ({:?})",
@@ -501,6 +554,7 @@ mod tests {
     use super::*;
     use crate::framework::Code;
     use crate::key::PodKey;
+    use crate::plugins::peers::PeerPlugin;
     use crate::plugins::testutil::*;
     use crate::snapshot::Snapshot;
     use crate::usage_context::RecentPlacement;
@@ -598,6 +652,63 @@ mod tests {
         // No metrics at all: the node passes.
         let bare = Snapshot::build([node("n", json!({}))], []);
         assert!(filter_all(&reg(), &bare, &incoming)[0].1.is_success());
+    }
+
+    /// The plugin reads the node's last NodeMetric report, not headroom's live view: a node
+    /// that was busy when it reported is rejected until its next report, each node on its
+    /// own timer; with `reportIntervalSeconds: 0` it reads the live view.
+    #[test]
+    fn reads_the_nodes_last_report_not_the_live_view() {
+        let idle = with_usage(
+            Snapshot::build([node("n", json!({}))], []),
+            vec![usage("n", 0.4, GI, 5, None)],
+            vec![],
+        );
+        let busy_view = |t: i64| crate::view::UsageView {
+            generated_ms: t,
+            nodes: [("n".to_string(), usage("n", 3.6, GI, 5, None))].into(),
+            ..Default::default()
+        };
+        let p = || plugin(Default::default());
+        let path = p().metric_paths()[0];
+        // The report taken at NOW (busy); the live view since says idle.
+        let mut s = idle;
+        let (held, changed) =
+            crate::usage_context::Held::default().advance(&busy_view(NOW_MS), &[path]);
+        assert!(changed);
+        s.usage_mut().held = std::sync::Arc::new(held.clone());
+        let incoming = info(pod("x", json!({})));
+        let v = filter_all(&p().register(), &s, &incoming);
+        assert_eq!(v[0].1.message(), "node(s) cpu usage exceed threshold");
+        let live = || {
+            plugin(LoadAwareSchedulingArgs {
+                report_interval_seconds: 0,
+                ..Default::default()
+            })
+        };
+        assert!(
+            filter_all(&live().register(), &s, &incoming)[0]
+                .1
+                .is_success()
+        );
+        // The idle view published at the node's next report instant replaces it.
+        let next = path.last_refresh("n", NOW_MS) + 60_000;
+        let idle_view = crate::view::UsageView {
+            generated_ms: next,
+            ..(*s.usage().view).clone()
+        };
+        let (held, changed) = held.advance(&idle_view, &[path]);
+        assert!(changed);
+        s.usage_mut().held = std::sync::Arc::new(held);
+        assert!(filter_all(&p().register(), &s, &incoming)[0].1.is_success());
+        // Upstream's EventsToRegister: pod deletes and NodeMetric updates, not node or
+        // pod additions nor headroom's usage refresh.
+        let e = p().events();
+        assert!(
+            e.contains(ClusterEvent::PeerMetricsRefreshed) && e.contains(ClusterEvent::PodDeleted)
+        );
+        assert!(!e.contains(ClusterEvent::UsageRefreshed) && !e.contains(ClusterEvent::NodeAdded));
+        assert!(live().events().contains(ClusterEvent::UsageRefreshed));
     }
 
     /// `loadAwareSchedulingScorer` / `leastUsedScore`: weighted least-used, integer math.

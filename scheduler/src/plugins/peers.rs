@@ -20,12 +20,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::framework::{
-    ClusterEvent, ClusterEvents, CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin,
-    PreScorePlugin, Registered, ScorePlugin, Status, WrittenIn,
+    ClusterEvents, CycleState, FilterPlugin, NodeNames, Plugin, PreFilterPlugin, PreScorePlugin,
+    Registered, ScorePlugin, Status, WrittenIn,
 };
 use crate::quantity::Quantity;
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
-use crate::usage_context::UsageContext;
+use crate::usage_context::{MetricPath, UsageContext};
 use crate::view::WINDOWS;
 use crate::view::{NodeUsage, NodeWindows, WindowStat};
 
@@ -61,6 +61,13 @@ pub(super) trait PeerPlugin: std::fmt::Debug + Send + Sync + 'static {
     fn filter_at(&self, _ctx: &UsageContext, _pod: &PodInfo, _node: &NodeInfo) -> Status {
         Status::success()
     }
+    /// The metric pipelines it reads ([`crate::usage_context::held`]), from its args.
+    fn metric_paths(&self) -> Vec<MetricPath>;
+    /// The events that retry a pod it rejected, as upstream registers them (only asked
+    /// when it filters). Default: every change to nodes and pods.
+    fn events(&self) -> ClusterEvents {
+        ClusterEvents::OBJECTS
+    }
     /// The score of `node`, 0–100 (the peers normalise nothing).
     fn score_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64;
     /// What the score of `node` rests on, for `/explain`.
@@ -90,14 +97,18 @@ impl<P: PeerPlugin> Plugin for Peer<P> {
         P::NAME
     }
 
-    /// A filtering peer reads the usage view (Koordinator's NodeMetric, crane's windows): a
-    /// refresh may bring a node under its thresholds.
+    /// The peer's own ([`PeerPlugin::events`]): a pod it rejected is retried on what
+    /// upstream retries it on, not on every usage refresh.
     fn events_to_register(&self) -> ClusterEvents {
         if P::FILTERS {
-            ClusterEvents::OBJECTS.with(ClusterEvent::UsageRefreshed)
+            self.0.events()
         } else {
             ClusterEvents::OBJECTS
         }
+    }
+
+    fn metric_paths(&self) -> Vec<MetricPath> {
+        self.0.metric_paths()
     }
 }
 
@@ -154,11 +165,14 @@ impl<P: PeerPlugin> ScorePlugin for Peer<P> {
     }
 }
 
-/// A node's load over the peers' windows: its newest sample's time and the windows.
+/// A node's load over the peers' windows, as a peer's pipeline delivered it: its newest
+/// sample's time, when the pipeline took it, and the windows.
 #[derive(Debug)]
 pub struct Load<'a> {
     /// Time of the node's newest sample, ms since the epoch.
     pub newest_ms: i64,
+    /// When the peer's pipeline took these figures (the view's time for the live path).
+    pub got_ms: i64,
     /// The windows.
     pub windows: Cow<'a, NodeWindows>,
 }
@@ -175,15 +189,23 @@ impl Load<'_> {
     }
 }
 
-/// The load of `node`, `None` when the view has no usage for it.
-pub fn load<'a>(ctx: &'a UsageContext, node: &str) -> Option<Load<'a>> {
-    let u = ctx.view.node(node)?;
-    let windows = match ctx.view.windows.get(node) {
+/// The load of `node` as `path` delivered it ([`crate::usage_context::held`]; the live
+/// view for [`MetricPath::LIVE`]), `None` when it has no usage for the node.
+pub fn load<'a>(ctx: &'a UsageContext, path: MetricPath, node: &str) -> Option<Load<'a>> {
+    let (u, windows, got_ms) = if path.period_ms > 0 {
+        let h = ctx.held.node(path, node)?;
+        (&h.usage, h.windows.as_ref(), h.got_ms)
+    } else {
+        let u = ctx.view.node(node)?;
+        (u, ctx.view.windows.get(node), ctx.view.generated_ms)
+    };
+    let windows = match windows {
         Some(w) => Cow::Borrowed(w),
         None => Cow::Owned(degenerate(u)),
     };
     Some(Load {
         newest_ms: u.newest_ms,
+        got_ms,
         windows,
     })
 }
@@ -321,9 +343,9 @@ mod tests {
             vec![usage("n", 1.0, GI, 5, None)],
             vec![],
         );
-        let l = load(snap.usage(), "n").unwrap();
+        let l = load(snap.usage(), MetricPath::LIVE, "n").unwrap();
         assert_eq!(l.cpu(900).unwrap().mean, 1.0);
         assert_eq!(l.memory(3600).unwrap().max_5m_mean, GI);
-        assert!(load(snap.usage(), "other").is_none());
+        assert!(load(snap.usage(), MetricPath::LIVE, "other").is_none());
     }
 }

@@ -133,8 +133,11 @@ pub fn with_usage(
         ..Default::default()
     };
     let u = snap.usage_mut();
-    // What the scheduler derives from a new view and the plugins read beside it.
+    // What the scheduler derives from a new view and the plugins read beside it: the
+    // warm ratio, and the peers' held figures for their default pipelines (as a view
+    // published with no figures held before: every node's taken now).
     u.warm_ratio = crate::usage::warm::cluster_warm_ratio(&view);
+    u.held = Arc::new(u.held.advance(&view, &default_peer_paths()).0);
     u.view = Arc::new(view);
     u.now_ms = NOW_MS;
     snap
@@ -289,4 +292,44 @@ pub mod volumes {
             .collect();
         info(pod("p", json!({"spec": {"volumes": vols}})))
     }
+}
+
+/// `snap` with the peers' held figures taken from its view at `at_ms` (their pipelines'
+/// last pass was then, and none since).
+pub fn held_as_of(mut snap: Snapshot, at_ms: i64) -> Snapshot {
+    let u = snap.usage_mut();
+    let view = crate::view::UsageView {
+        generated_ms: at_ms,
+        ..(*u.view).clone()
+    };
+    u.held = Arc::new(
+        crate::usage_context::Held::default()
+            .advance(&view, &default_peer_paths())
+            .0,
+    );
+    snap
+}
+
+/// The metric pipelines the four peers read with their default args.
+pub fn default_peer_paths() -> Vec<crate::usage_context::MetricPath> {
+    use super::peers::PeerPlugin;
+    let mut paths = super::load_aware::LoadAwareScheduling::new(Default::default())
+        .unwrap()
+        .metric_paths();
+    paths.extend(
+        super::crane_dynamic::Dynamic::new(Default::default())
+            .unwrap()
+            .metric_paths(),
+    );
+    paths.extend(
+        super::trimaran_tlp::TargetLoadPacking::new(Default::default())
+            .unwrap()
+            .metric_paths(),
+    );
+    paths.extend(
+        super::trimaran_lvrb::LoadVariationRiskBalancing::new(Default::default())
+            .unwrap()
+            .metric_paths(),
+    );
+    paths
 }

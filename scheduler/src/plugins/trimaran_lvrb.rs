@@ -15,7 +15,10 @@
 //! load-watcher's window), taken as a share of `status.capacity` (load-watcher reports
 //! utilisation percentages) and scaled to allocatable as `CreateResourceStats` does. The pod's
 //! request is its effective request (containers, init containers, overhead), as
-//! `GetResourceRequested`.
+//! `GetResourceRequested`. Like TargetLoadPacking's, the figures are load-watcher's last
+//! fetch (`fetchIntervalSeconds`, [`crate::usage_context::held`]); unlike it, pods placed
+//! since are not added (upstream registers the handler but never reads it). Upstream memory
+//! is `1 − MemAvailable/MemTotal`; headroom's is the working set.
 //!
 //! `metricProvider` and `watcherAddress` are accepted, unused (see
 //! [`super::trimaran_tlp`]).
@@ -25,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::field;
 use crate::framework::Registered;
 use crate::snapshot::{NodeInfo, PodInfo};
-use crate::usage_context::UsageContext;
+use crate::usage_context::{MetricPath, UsageContext};
 
 use super::peers::{self};
 use super::trimaran_tlp::WINDOW_S;
@@ -45,6 +48,10 @@ pub struct LoadVariationRiskBalancingArgs {
     pub metric_provider: Option<serde_json::Value>,
     /// Trimaran's load-watcher address: accepted, unused.
     pub watcher_address: Option<String>,
+    /// load-watcher's fetch loop, seconds (see
+    /// [`TargetLoadPackingArgs::fetch_interval_seconds`](super::trimaran_tlp::TargetLoadPackingArgs::fetch_interval_seconds)).
+    /// Default `60`.
+    pub fetch_interval_seconds: i64,
 }
 
 impl Default for LoadVariationRiskBalancingArgs {
@@ -54,6 +61,7 @@ impl Default for LoadVariationRiskBalancingArgs {
             safe_variance_sensitivity: 1.0,
             metric_provider: None,
             watcher_address: None,
+            fetch_interval_seconds: super::trimaran_tlp::FETCH_INTERVAL_S,
         }
     }
 }
@@ -92,6 +100,7 @@ pub fn compute_score(rs: ResourceStats, margin: f64, sensitivity: f64) -> f64 {
 #[derive(Debug)]
 pub struct LoadVariationRiskBalancing {
     args: LoadVariationRiskBalancingArgs,
+    path: MetricPath,
 }
 
 impl LoadVariationRiskBalancing {
@@ -109,7 +118,10 @@ impl LoadVariationRiskBalancing {
                 ));
             }
         }
-        Ok(LoadVariationRiskBalancing { args })
+        Ok(LoadVariationRiskBalancing {
+            path: super::trimaran_tlp::fetch_path(args.fetch_interval_seconds)?,
+            args,
+        })
     }
 
     /// Registers its extension points (PreScore, Score).
@@ -124,7 +136,7 @@ impl LoadVariationRiskBalancing {
         pod: &PodInfo,
         node: &NodeInfo,
     ) -> Option<(ResourceStats, ResourceStats)> {
-        let load = peers::load(ctx, &node.name)?;
+        let load = peers::load(ctx, self.path, &node.name)?;
         let (cpu, mem) = (load.cpu(WINDOW_S)?, load.memory(WINDOW_S)?);
         let req = &pod.requests.requests;
         let stats = |used: f64, std: f64, capacity: f64, alloc: f64, req: f64| {
@@ -169,6 +181,10 @@ impl LoadVariationRiskBalancing {
 impl peers::PeerPlugin for LoadVariationRiskBalancing {
     const NAME: &'static str = NAME;
     const FILTERS: bool = false;
+
+    fn metric_paths(&self) -> Vec<MetricPath> {
+        vec![self.path]
+    }
 
     fn score_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64 {
         self.stats(ctx, pod, node)

@@ -10,14 +10,19 @@
 //! is per container its CPU limit, else its request × `defaultRequestsMultiplier`, else
 //! `defaultRequests.cpu`, plus the pod's overhead (`PredictUtilisation`).
 //!
-//! Where headroom's numbers come from (Trimaran reads load-watcher):
+//! Where headroom's numbers come from (Trimaran reads load-watcher, here with the
+//! Prometheus provider its manifest sets):
 //! - node CPU used: the mean of `node_cpu_usage_cores` over the last 15 minutes
-//!   ([`crate::view`]; load-watcher's window is 15 minutes), against the
-//!   node's `status.capacity` CPU as Trimaran computes it;
-//! - missing CPU: the pods the scheduler placed on the node after its newest sample, or
-//!   within the 60 s before it (`metricsAgentReportingIntervalSeconds`), as Trimaran's
-//!   `ScheduledPodsCache` counts them (`pkg/trimaran/handler.go`), from the usage context's
-//!   recent placements;
+//!   ([`crate::view`]; load-watcher's Prometheus window is 15 minutes), against the
+//!   node's `status.capacity` CPU as Trimaran computes it, **as load-watcher last fetched
+//!   it**: every `fetchIntervalSeconds` (60, load-watcher's loop), every node at once
+//!   ([`crate::usage_context::held`]). Upstream the plugin's collector also polls
+//!   load-watcher every 30 s, which can add up to 30 s more; headroom's refresh interval
+//!   adds up to one interval instead;
+//! - missing CPU: the pods the scheduler placed on the node after load-watcher's fetch
+//!   (the window's end), or within the 60 s before it
+//!   (`metricsAgentReportingIntervalSeconds`), as Trimaran's `ScheduledPodsCache` counts
+//!   them (`pkg/trimaran/handler.go`), from the usage context's recent placements;
 //! - a node without usage scores 0, as Trimaran's "failed to get metrics" branch does.
 //!
 //! `metricProvider` and `watcherAddress` are accepted so that a Trimaran configuration
@@ -31,7 +36,8 @@ use crate::field;
 use crate::framework::Registered;
 use crate::quantity::Quantity;
 use crate::snapshot::{NodeInfo, PodInfo};
-use crate::usage_context::UsageContext;
+use crate::usage_context::held::Phase;
+use crate::usage_context::{MetricPath, UsageContext};
 
 use super::peers::{self};
 
@@ -59,6 +65,30 @@ pub struct TargetLoadPackingArgs {
     pub metric_provider: Option<serde_json::Value>,
     /// Trimaran's load-watcher address: accepted, unused.
     pub watcher_address: Option<String>,
+    /// How often new figures reach the plugin, seconds: load-watcher's fetch loop
+    /// (upstream a fixed minute plus the query's time, `time.Sleep(time.Minute)` in
+    /// paypal/load-watcher `pkg/watcher/watcher.go`; not an upstream arg). Every node
+    /// refreshes at once. `0`: headroom's live view. Default `60`.
+    pub fetch_interval_seconds: i64,
+}
+
+/// load-watcher's fetch loop, seconds.
+pub const FETCH_INTERVAL_S: i64 = 60;
+
+/// The metric path of a load-watcher fetching every `seconds`, or the error at
+/// `fetchIntervalSeconds`.
+pub fn fetch_path(seconds: i64) -> Result<MetricPath, field::Error> {
+    if seconds < 0 {
+        return Err(field::Error::out_of_range(
+            field::Path::new("fetchIntervalSeconds"),
+            seconds,
+            "≥ 0",
+        ));
+    }
+    Ok(MetricPath::every(
+        std::time::Duration::from_secs(seconds as u64),
+        Phase::Aligned,
+    ))
 }
 
 impl Default for TargetLoadPackingArgs {
@@ -69,6 +99,7 @@ impl Default for TargetLoadPackingArgs {
             default_requests_multiplier: "1.5".into(),
             metric_provider: None,
             watcher_address: None,
+            fetch_interval_seconds: FETCH_INTERVAL_S,
         }
     }
 }
@@ -79,6 +110,7 @@ pub struct TargetLoadPacking {
     target: f64,
     default_milli: i64,
     multiplier: f64,
+    path: MetricPath,
 }
 
 impl TargetLoadPacking {
@@ -125,6 +157,7 @@ impl TargetLoadPacking {
             ));
         }
         Ok(TargetLoadPacking {
+            path: fetch_path(args.fetch_interval_seconds)?,
             target: args.target_utilization as f64,
             default_milli,
             multiplier,
@@ -153,9 +186,10 @@ impl TargetLoadPacking {
 
     /// The predicted utilisation (percent) and the score of `node`; `None` without usage.
     fn judge(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> Option<(f64, i64)> {
-        let load = peers::load(ctx, &node.name)?;
+        let load = peers::load(ctx, self.path, &node.name)?;
         let used = load.cpu(WINDOW_S)?.mean * 1000.0;
-        let since = load.newest_ms - REPORTING_INTERVAL_MS;
+        // Upstream's reference is the window's end, load-watcher's fetch instant.
+        let since = load.got_ms - REPORTING_INTERVAL_MS;
         let missing: i64 = peers::placed_since(ctx, node, since)
             .filter(|p| p.uid != pod.uid)
             .map(|p| self.predict(p))
@@ -184,6 +218,10 @@ impl TargetLoadPacking {
 impl peers::PeerPlugin for TargetLoadPacking {
     const NAME: &'static str = NAME;
     const FILTERS: bool = false;
+
+    fn metric_paths(&self) -> Vec<MetricPath> {
+        vec![self.path]
+    }
 
     fn score_at(&self, ctx: &UsageContext, pod: &PodInfo, node: &NodeInfo) -> i64 {
         self.judge(ctx, pod, node).map_or(0, |(_, s)| s)

@@ -15,6 +15,7 @@
 //! [`Snapshot`]: crate::snapshot::Snapshot
 
 pub mod calibration;
+pub mod held;
 pub mod recent;
 pub mod risk;
 pub mod rows;
@@ -28,6 +29,7 @@ use crate::key::PodKey;
 use crate::view::UsageView;
 
 pub use calibration::{Calibration, Ratios};
+pub use held::{Held, MetricPath};
 pub use recent::{RecentSums, RecentTable};
 pub use risk::MemoryDist;
 pub use rows::{UsageRow, UsageRows};
@@ -88,6 +90,9 @@ pub struct UsageContext {
     /// each new view (the warm wait's expectation for a builder with no warm run yet;
     /// `None` with the warm wait off).
     pub warm_ratio: Option<f64>,
+    /// What the peers' own metric pipelines have delivered ([`held`]), advanced with each
+    /// new view; empty without a peer plugin.
+    pub held: Arc<Held>,
 }
 
 impl UsageContext {
@@ -134,14 +139,19 @@ impl UsageContext {
     }
 
     /// Drops recent placements the node's usage already includes (placed before its newest
-    /// sample) once they are older than `warmup_ms` as well, and all those older than
+    /// sample, in the view and in every peer's [`held`] figures) once they are older than
+    /// `warmup_ms` as well, and all those older than
     /// `max_age_ms` (a node whose metrics stopped must not accumulate forever).
     pub fn prune(&mut self, warmup_ms: i64, max_age_ms: i64) {
         let now = self.now_ms;
         let view = &self.view;
+        let held = &self.held;
         self.recent_version += 1;
         self.recent.retain(|node, list| {
-            let newest = recent::newest_of(view, node);
+            // A peer's figures may be older than the view's: a placement stays while any
+            // of them may miss it.
+            let newest =
+                recent::newest_of(view, node).min(held.oldest_newest(node).unwrap_or(i64::MAX));
             list.retain(|r| {
                 (r.at_ms > newest || now - r.at_ms < warmup_ms) && now - r.at_ms <= max_age_ms
             });
@@ -153,6 +163,13 @@ impl UsageContext {
             }
             !s.is_empty()
         });
+    }
+
+    /// Placements on `node` from `from_ms` to `to_ms`, both included.
+    pub fn starts_between(&self, node: &str, from_ms: i64, to_ms: i64) -> usize {
+        self.starts.get(node).map_or(0, |s| {
+            s.iter().filter(|t| (from_ms..=to_ms).contains(*t)).count()
+        })
     }
 
     /// Placements on `node` at or after `since_ms`.

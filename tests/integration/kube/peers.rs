@@ -205,3 +205,60 @@ async fn trimaran_tlp_score_under_serve() {
     let got = with_and_without("TargetLoadPacking", a, b, &existing, Some("1")).await;
     assert_eq!(got, both("node-a", "node-b"));
 }
+
+/// Koordinator reads each node's last NodeMetric report, not headroom's live view (issue
+/// #74): node-a is busy (3 of 4 cores) when the pod arrives and node-b is full by requests,
+/// so the pod waits; node-a then goes idle. Reading the live view
+/// (`reportIntervalSeconds: 0`) the pod is placed on node-a within seconds; with the
+/// koordlet's report a day apart (each node's report instant drawn from its name: one
+/// falls in these seconds with odds of about 1 in 4,000) it is still waiting well after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn koordinator_reads_each_nodes_last_report_under_serve() {
+    async fn run(report_interval_s: u64, wait_s: f64) -> Option<String> {
+        let fake = Fake::start().await;
+        let ka = FakeKubelet::start("node-a", 3.0, 2.0 * GI).await;
+        let kb = FakeKubelet::start("node-b", 0.5, 2.0 * GI).await;
+        fake.put("namespaces", namespace("default"));
+        fake.put("nodes", node("node-a", "4"));
+        fake.put("nodes", node("node-b", "4"));
+        fake.put("pods", running("full", "node-b", "3950m"));
+        let base = format!(
+            "{SERVE_BASE}analytics: {{refreshInterval: 1s}}\n{}",
+            collectors_yaml(&[("node-a", &ka), ("node-b", &kb)])
+        );
+        let section = profile_with(
+            ", LoadAwareScheduling: {enabled: true}",
+            &format!("loadAwareScheduling: {{reportIntervalSeconds: {report_interval_s}}}"),
+        );
+        let s = start(&fake, config(&base, &section), None).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in ["node-a", "node-b"] {
+            while get_json(&s.url(&format!("/nodes/{n}"))).await["headroom"]["basis"] != "measured"
+            {
+                assert!(Instant::now() < deadline, "no usage for {n}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        fake.put(
+            "pods",
+            json!({"metadata": {"name": "p", "namespace": "default"},
+                "spec": {"schedulerName": "headroom", "containers": [{"name": "c", "image": "x",
+                    "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]},
+                "status": {"phase": "Pending"}}),
+        );
+        let rejected = within(10.0, || {
+            fake.get("pods", "default", "p").unwrap()["status"]["conditions"].is_array()
+        })
+        .await;
+        assert!(rejected, "p was not tried while node-a was busy");
+        assert_eq!(fake.node_of("default", "p"), None);
+        // node-a goes idle: its 5-minute mean falls under 65 % within seconds.
+        ka.set_node(0.0, 2.0 * GI);
+        within(wait_s, || fake.node_of("default", "p").is_some()).await;
+        let node = fake.node_of("default", "p");
+        s.stop().await;
+        node
+    }
+    assert_eq!(run(0, 20.0).await.as_deref(), Some("node-a"));
+    assert_eq!(run(86_400, 12.0).await, None);
+}

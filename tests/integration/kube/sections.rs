@@ -460,6 +460,7 @@ fn simulate(config: Config, policy: Policy, farm: &str) -> SimRun {
         data_dir: Some(data.clone()),
         progress: false,
         act_on_advice: false,
+        tuned: Default::default(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
