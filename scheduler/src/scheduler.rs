@@ -8,7 +8,7 @@
 //! (the profiles and their plugins) and the cycle's tie-breaking random numbers, so it is
 //! shared by `&`: no lock spans a cycle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -138,7 +138,7 @@ pub struct Scheduler {
     counts_shapes: bool,
     /// The peer metric pipelines some plugin reads ([`crate::usage_context::held`]): the
     /// profiles' and, once `serve` builds it, the extender's. Read once per view.
-    metric_paths: Mutex<Vec<MetricPath>>,
+    metric_paths: Mutex<BTreeSet<MetricPath>>,
 }
 
 impl Scheduler {
@@ -161,12 +161,10 @@ impl Scheduler {
             None => SmallRng::from_os_rng(),
         };
         let counts_shapes = crate::plugins::registry::needs_shapes(config);
-        let mut paths: Vec<MetricPath> = frameworks
+        let paths = frameworks
             .iter()
             .flat_map(|f| f.plugins().iter().flat_map(|r| r.metric_paths()))
             .collect();
-        paths.sort();
-        paths.dedup();
         Ok(Scheduler {
             counts_shapes,
             metric_paths: Mutex::new(paths),
@@ -207,11 +205,13 @@ impl Scheduler {
             &self.deps.identity,
             self.counts_shapes,
         );
-        let paths = self
+        let paths: Vec<MetricPath> = self
             .metric_paths
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
+            .iter()
+            .copied()
+            .collect();
         let (held, changed) = snapshot.usage().held.advance(&view, &paths);
         let held = Arc::new(held);
         let policy = self.deps.policy.clone();
@@ -225,8 +225,6 @@ impl Scheduler {
     pub fn hold_metric_paths(&self, framework: &Framework) {
         let mut paths = self.metric_paths.lock().unwrap_or_else(|e| e.into_inner());
         paths.extend(framework.plugins().iter().flat_map(|r| r.metric_paths()));
-        paths.sort();
-        paths.dedup();
     }
 
     /// The usage policy the real-usage plugins judge by (staleness, headroom).

@@ -419,12 +419,7 @@ impl Engine {
         // once that cycle settled, which applies the view first.
         let peers = self.scheduler.set_usage_view(view.clone());
         self.view.send_replace(view);
-        self.queue
-            .move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
-        if peers {
-            self.queue
-                .move_all_to_active_or_backoff(ClusterEvent::PeerMetricsRefreshed);
-        }
+        retry_after_view(&self.queue, peers);
     }
 
     /// The descheduling advice for the scheduler's current snapshot (what `/advice`
@@ -598,12 +593,7 @@ impl Engine {
                             else {
                                 break;
                             };
-                            queue.move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
-                            if peers {
-                                queue.move_all_to_active_or_backoff(
-                                    ClusterEvent::PeerMetricsRefreshed,
-                                );
-                            }
+                            retry_after_view(&queue, peers);
                         }
                     }
                 }
@@ -927,6 +917,16 @@ mod tests {
 /// while it fails, every decision made before the restart is one the store will not have.
 fn watchdog_period(flush: Duration) -> Duration {
     flush.clamp(Duration::from_millis(100), Duration::from_secs(2))
+}
+
+/// Retries what a new usage view may help, once the scheduler took it: the pods real usage
+/// kept off every node, and, when `peers_moved` (some peer's held figures changed), the
+/// pods a peer kept off.
+fn retry_after_view(queue: &SchedulingQueue, peers_moved: bool) {
+    queue.move_all_to_active_or_backoff(ClusterEvent::UsageRefreshed);
+    if peers_moved {
+        queue.move_all_to_active_or_backoff(ClusterEvent::PeerMetricsRefreshed);
+    }
 }
 
 /// Writes, syncs and removes a small file in `dir`: whether its disk takes writes.

@@ -170,15 +170,11 @@ impl Policy {
         }
     }
 
-    /// The tuned variant of a peer (`None` for headroom and requests).
+    /// The tuned variant of a peer (`None` for headroom and requests): the inverse of
+    /// [`Policy::untuned`].
     pub fn tuned(self) -> Option<Policy> {
-        match self.untuned() {
-            Policy::TrimaranTlp => Some(Policy::TrimaranTlpTuned),
-            Policy::TrimaranLvrb => Some(Policy::TrimaranLvrbTuned),
-            Policy::Koordinator => Some(Policy::KoordinatorTuned),
-            Policy::Crane => Some(Policy::CraneTuned),
-            _ => None,
-        }
+        let peer = self.untuned();
+        Policy::TUNED.into_iter().find(|t| t.untuned() == peer)
     }
 
     /// Whether this is a tuned peer (its args come from `--tuned FILE`).

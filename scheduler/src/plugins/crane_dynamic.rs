@@ -349,18 +349,14 @@ impl peers::PeerPlugin for Dynamic {
     const FILTERS: bool = true;
 
     /// One aligned path per sync period (crane's annotator syncs every node of a metric
-    /// at once).
+    /// at once); metrics sharing a period share its path (the scheduler holds each once).
     fn metric_paths(&self) -> Vec<MetricPath> {
-        let mut paths: Vec<MetricPath> = self
-            .args
+        self.args
             .sync_policy
             .iter()
             .filter(|s| !s.period.is_zero())
             .map(|s| sync_path(s.period))
-            .collect();
-        paths.sort();
-        paths.dedup();
-        paths
+            .collect()
     }
 
     /// None of its own: Dynamic declares no `EventsToRegister`, so kube-scheduler v1.23
