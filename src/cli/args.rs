@@ -84,6 +84,14 @@ pub enum Command {
     CheckConfig {
         /// The YAML configuration file.
         file: PathBuf,
+        /// Print the configuration as this policy of `simulate` runs it (a peer's plugin on
+        /// with the args its users install it with, headroom's own off), for `serve`: the
+        /// peers on a real cluster or the kit (`scripts/kit-replay.py`).
+        #[arg(long, value_enum)]
+        policy: Option<crate::simulate::Policy>,
+        /// The tuned peers' args for a `…@tuned` policy (written by `sweep --tune-peers`).
+        #[arg(long, value_name = "FILE", requires = "policy")]
+        tuned: Option<PathBuf>,
     },
     /// Check the collector setup: run one collection cycle into the store and report it.
     ///
@@ -287,6 +295,11 @@ pub struct SimulateArgs {
     /// counts the moves.
     #[arg(long)]
     pub act_on_advice: bool,
+    /// Print the builds the scenario plans for the seed (arrival, requests, the usage each
+    /// will have, run times cold and warm) as JSON, for a replay on real nodes
+    /// (`scripts/kit-replay.py`), and exit without running.
+    #[arg(long, conflicts_with_all = ["compare", "serve", "plot", "data_dir"])]
+    pub replay_plan: bool,
 }
 
 /// The flags of `headroom sweep`.

@@ -86,7 +86,11 @@ fn dispatch(command: Command) -> Result<ExitCode, CliError> {
         ),
         Command::Simulate(args) => simulate::run(args),
         Command::Sweep(args) => sweep::run(args),
-        Command::CheckConfig { file } => check_config::run(&file),
+        Command::CheckConfig {
+            file,
+            policy,
+            tuned,
+        } => check_config::run(&file, policy, tuned.as_deref()),
         Command::Collect {
             once,
             config,

@@ -26,6 +26,7 @@ pub(crate) fn run(args: SimulateArgs) -> Result<ExitCode, CliError> {
         plot,
         serve,
         act_on_advice,
+        replay_plan,
     } = args;
     use std::io::IsTerminal;
     let config = load_config(config.as_ref())?;
@@ -33,6 +34,10 @@ pub(crate) fn run(args: SimulateArgs) -> Result<ExitCode, CliError> {
         eprintln!("note: {u}");
     }
     let scenario = Scenario::load(&scenario)?;
+    if replay_plan {
+        print_json(&crate::simulate::replay::replay_plan(&scenario, seed)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if compare {
         policies = vec![Policy::Headroom, Policy::Requests];
     }

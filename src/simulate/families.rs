@@ -1216,6 +1216,7 @@ impl Builds {
                     arrivals_per_hour: (rate * 10.0).round() / 10.0,
                     duration: Duration::from_secs(d.mean.as_secs()),
                     warm_speedup: (d.speedup * 100.0).round() / 100.0,
+                    memory_ramp: Duration::from_secs(120),
                     count: 1,
                     requests: bk.requests.clone(),
                     disk: None,
@@ -1265,6 +1266,7 @@ fn service_defaults() -> Workload {
         arrivals_per_hour: 0.0,
         duration: Duration::from_secs(900),
         warm_speedup: 0.0,
+        memory_ramp: Duration::from_secs(120),
         count: 1,
         requests: Requests {
             cpu: Amount::Text("1".into()),

@@ -13,6 +13,7 @@
 //! headroom plugin disabled: kube-scheduler's request-based default, the baseline).
 
 pub mod families;
+pub mod replay;
 pub mod report;
 mod run;
 pub mod scenario;
@@ -331,8 +332,6 @@ fn start_after(store: &Store) -> Result<i64, Error> {
     Ok(EPOCH_MS + days * DAY_MS)
 }
 
-/// How long a pod's memory takes to reach its working set.
-const RAMP_MS: f64 = 120_000.0;
 /// A build's Job gives up after this many failed pods (Kubernetes' default
 /// `backoffLimit`).
 const BACKOFF_LIMIT: u32 = 6;
@@ -968,6 +967,23 @@ mod tests {
 
     /// `usageFollows`: a build's usage factors are its builder's × `1 + usageFollows ×
     /// (curve − 1)` at its arrival.
+    #[test]
+    fn memory_ramps_over_the_workloads_own_ramp() {
+        use std::time::Duration;
+        let ramp = Duration::from_secs(15);
+        assert_eq!(run::ramp_share(0.0, ramp), 0.1);
+        assert_eq!(run::ramp_share(7_500.0, ramp), 0.5);
+        assert_eq!(run::ramp_share(60_000.0, ramp), 1.0);
+        assert_eq!(run::ramp_share(0.0, Duration::ZERO), 1.0);
+        // The scenario's default is the two minutes the simulator always used.
+        let s = Scenario::parse(
+            "nodes: [{count: 1}]\nworkloads: [{name: w, requests: {cpu: 1, memory: 1Gi}}]\n",
+            "x.yaml",
+        )
+        .unwrap();
+        assert_eq!(s.workloads[0].memory_ramp, Duration::from_secs(120));
+    }
+
     #[test]
     fn usage_follows_the_load_curve() {
         let text = "duration: 2h\nnodes: [{count: 1}]\nworkloads: [{name: b, builders: 1, arrivalsPerHour: 200, requests: {cpu: '1', memory: 1Gi}, usage: {cpu: [1, 1], memory: [2, 2]}, loadCurve: {step: 1h, points: [0.5, 0.5, 1.5], usageFollows: 0.5}}]\n";

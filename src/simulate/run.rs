@@ -13,8 +13,8 @@ use rand::{Rng, SeedableRng};
 
 use super::{
     ApiHook, Arrival, BACKOFF_LIMIT, DISK_FILL_MS, Error, Kill, MAX_RETRY_DELAY_MS, NodeState,
-    Options, Plan, Policy, PolicyReport, RAMP_MS, RETRY_DELAY_MS, Running, Scenario, SimBinder,
-    amount, attach, make_nodes, plan, pod_of, scenario, start_after, summary,
+    Options, Plan, Policy, PolicyReport, RETRY_DELAY_MS, Running, Scenario, SimBinder, amount,
+    attach, make_nodes, plan, pod_of, scenario, start_after, summary,
 };
 use crate::cluster::ClusterState;
 use crate::config::Config;
@@ -523,7 +523,7 @@ impl<'a> Sim<'a> {
             p.now_cpu = n.req_cpu * p.arrival.cpu_factor * jitter(&mut p.rng);
             p.now_mem = n.req_mem
                 * p.arrival.mem_factor
-                * (age / RAMP_MS).clamp(0.1, 1.0)
+                * ramp_share(age, w.memory_ramp)
                 * (1.0 + (jitter(&mut p.rng) - 1.0) * 0.3);
             p.now_disk = n.disk * (age / DISK_FILL_MS).clamp(0.05, 1.0);
             if let Some(u) = demand.get_mut(p.node.as_str()) {
@@ -991,6 +991,16 @@ fn has_room(free: &HashMap<String, (f64, f64)>, warm: &HashSet<String>, need: (f
         free.get(n)
             .is_some_and(|(cpu, mem)| cpu + EPS >= need.0 && mem + EPS >= need.1)
     })
+}
+
+/// The share of its working set a pod holds `age_ms` into its run: from a tenth at the start
+/// to all of it after `ramp`.
+pub(super) fn ramp_share(age_ms: f64, ramp: std::time::Duration) -> f64 {
+    let ramp_ms = ramp.as_millis() as f64;
+    if ramp_ms <= 0.0 {
+        return 1.0;
+    }
+    (age_ms / ramp_ms).clamp(0.1, 1.0)
 }
 
 /// A pod's run as the collectors' run detection records it, ended at `end_ms`.

@@ -23,6 +23,7 @@
 //!     arrivalsPerHour: 90      # Poisson arrivals over all builders
 //!     duration: 20m            # mean run time (each builder's own mean is within ±50 %)
 //!     warmSpeedup: 0.4         # a run on a node the builder used before is 40 % shorter
+//!     memoryRamp: 2m           # memory grows from a tenth of the working set to all of it
 //!     requests: {cpu: "4", memory: 8Gi}
 //!     usage: {cpu: [0.2, 1.2], memory: [0.2, 1.6]}  # real / requested, per builder
 //!     noise: 0.15              # per-sample variation
@@ -212,6 +213,15 @@ pub struct Workload {
     /// Builders: run-time reduction on a node the builder used before. Default `0.3`.
     #[serde(default = "speedup")]
     pub warm_speedup: f64,
+    /// How long a pod's memory takes to grow from a tenth of its working set to all of it
+    /// (a build's compilers and caches filling up; a service warming). Default `2m`; a
+    /// scenario that compresses time (`examples/real-nodes.yaml`) compresses this too.
+    #[serde(
+        default = "two_min",
+        with = "humantime_serde",
+        skip_serializing_if = "is_two_min"
+    )]
+    pub memory_ramp: Duration,
     /// Services and databases: how many pods. Default 1.
     #[serde(default = "one")]
     pub count: usize,
@@ -446,6 +456,12 @@ fn sixty() -> f64 {
 }
 fn fifteen_min() -> Duration {
     Duration::from_secs(900)
+}
+fn two_min() -> Duration {
+    Duration::from_secs(120)
+}
+fn is_two_min(d: &Duration) -> bool {
+    *d == two_min()
 }
 fn speedup() -> f64 {
     0.3
@@ -731,6 +747,13 @@ fn check_workload(w: &Workload, at: &Path, errors: &mut ErrorList) {
                 "positive and at most 3660 days",
             ));
         }
+    }
+    if w.memory_ramp > MAX_DURATION {
+        errors.push(FieldError::out_of_range(
+            at.child("memoryRamp"),
+            humantime_serde::re::humantime::format_duration(w.memory_ramp),
+            "at most 3660 days",
+        ));
     }
     let rate = w.arrivals_per_hour;
     if !(rate.is_finite() && (0.0..=MAX_ARRIVALS_PER_HOUR).contains(&rate)) {

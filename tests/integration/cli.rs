@@ -735,3 +735,60 @@ fn a_closed_output_pipe_is_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 20);
 }
+
+/// `check-config --policy` prints a peer's profile as `simulate` runs it, ready for `serve`
+/// (the kit's replay runs the peers so): the peer's plugin on with the args its users
+/// install it with, headroom's own off, the file's other sections kept; the output is a
+/// configuration `check-config` accepts again. A tuned peer needs its tuned args.
+#[test]
+fn check_config_prints_a_peers_profile_for_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(
+        &dir,
+        "base.yaml",
+        "serve: {listen: 127.0.0.1:10660, apiListen: 127.0.0.1:10661, security: {mode: none}}\ncollectors: {kubelet: {nodes: [n1]}}\n",
+    );
+    let o = run(&["check-config", &base, "--policy", "koordinator"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("# as policy koordinator runs it"), "{out}");
+    let yaml: String = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let v: serde_json::Value = serde_norway::from_str(&yaml).unwrap();
+    let p = &v["profiles"][0];
+    assert_eq!(
+        p["plugins"]["LoadAwareScheduling"]["enabled"], true,
+        "{yaml}"
+    );
+    assert_eq!(p["plugins"]["RealMemoryFit"]["enabled"], false, "{yaml}");
+    assert_eq!(p["plugins"]["History"]["enabled"], false, "{yaml}");
+    // The Helm chart's args, not the plugin's defaults.
+    assert_eq!(
+        p["pluginArgs"]["loadAwareScheduling"]["filterExpiredNodeMetrics"], false,
+        "{yaml}"
+    );
+    assert_eq!(v["collectors"]["kubelet"]["nodes"][0], "n1", "{yaml}");
+    let again = write(&dir, "koordinator.yaml", &yaml);
+    let o = run(&["check-config", &again]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // Without a policy nothing changes; a tuned peer without its args is refused.
+    let o = run(&["check-config", &base]);
+    assert!(
+        !stdout(&o).contains("LoadAwareScheduling"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&["check-config", &base, "--policy", "crane@tuned"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("crane@tuned: no tuned args"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["check-config", &base, "--tuned", &base]);
+    assert_eq!(o.status.code(), Some(2), "--tuned needs --policy");
+}

@@ -441,7 +441,8 @@ fn long_functions(root: &Path) -> Vec<String> {
 
 #[test]
 fn no_function_over_150_lines_outside_tests() {
-    for krate in CRATES {
+    // The workload crate too (two files: too small for the import-circle scan).
+    for krate in CRATES.iter().chain(&["workload/src"]) {
         let long = long_functions(&repo(krate));
         assert!(long.is_empty(), "{krate}: {long:#?}");
     }

@@ -256,6 +256,10 @@ fn bad_scenarios_exit_2_naming_the_field() {
             "nodes: [{count: 1}]\novercommit: {oomKills: false}\n",
             "overcommit.oomKills",
         ),
+        (
+            "nodes: [{count: 1}]\nworkloads: [{name: w, requests: {cpu: 1, memory: 1Gi}, memoryRamp: slowly}]\n",
+            "workloads[0].memoryRamp",
+        ),
     ];
     for (i, (text, field)) in cases.iter().enumerate() {
         let p = super::write(&dir, &format!("s{i}.yaml"), text);
@@ -1230,4 +1234,66 @@ fn simulate_acts_on_preemption() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("workloads[1].priority"), "{err}");
+}
+
+/// `simulate --replay-plan` hands a replay on real nodes (`scripts/kit-replay.py`) the very
+/// builds `simulate` runs: one per arrival the report counts, at times within the scenario,
+/// with the scenario's memory ramp, warm runs shorter by its speed-up; another seed draws
+/// other arrivals. Flags that need a run are refused with it.
+#[test]
+fn the_replay_plan_is_the_simulations_arrivals() {
+    let scenario = repo("examples/real-nodes.yaml");
+    let scenario = scenario.to_str().unwrap();
+    let plan: Value =
+        serde_json::from_slice(&run_ok(&["simulate", scenario, "--replay-plan"]).stdout).unwrap();
+    let report = simulate_json(&[scenario, "--policy", "requests"]);
+    let pods = plan["pods"].as_array().unwrap();
+    // The report counts a retried build's new pod as an arrival too.
+    let r = &report["policies"][0];
+    assert_eq!(
+        pods.len() as f64,
+        num(r, "arrived") - num(r, "resubmitted"),
+        "one planned build per first arrival"
+    );
+    assert!(pods.len() >= 300, "{} builds", pods.len());
+    assert_eq!(plan["nodes"].as_array().unwrap().len(), 8);
+    assert_eq!(plan["nodes"][0]["memory"], 1536.0 * 1024.0 * 1024.0);
+    let duration = num(&plan, "durationMs");
+    for p in pods {
+        let at = num(p, "atMs");
+        assert!((0.0..duration).contains(&at), "{p}");
+        assert_eq!(num(p, "rampMs"), 15_000.0, "{p}");
+        let (cold, warm) = (num(p, "coldMs"), num(p, "warmMs"));
+        assert!((warm - cold * 0.6).abs() <= 1.0, "{p}");
+        assert!(
+            p["labels"]["bkci.dispatch.kubenetes/core"] == p["builder"],
+            "{p}"
+        );
+    }
+    let other: Value = serde_json::from_slice(
+        &run_ok(&["simulate", scenario, "--replay-plan", "--seed", "2"]).stdout,
+    )
+    .unwrap();
+    assert_ne!(other["pods"][0]["atMs"], plan["pods"][0]["atMs"]);
+    let o = run(&["simulate", scenario, "--replay-plan", "--compare"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// A workload's `memoryRamp` is how fast its pods reach their working set: the same farm
+/// holds more memory on average with an instant ramp than with one as long as the builds.
+#[test]
+fn memory_ramp_shapes_the_memory_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let farm = |ramp: &str| {
+        format!(
+            "duration: 30m\nstep: 15s\nseed: 5\nnodes: [{{count: 2, cpu: \"8\", memory: 16Gi}}]\nworkloads:\n  - {{name: b, kind: builder, namespace: ci, builders: 3, arrivalsPerHour: 30, duration: 10m, memoryRamp: {ramp}, requests: {{cpu: \"1\", memory: 1Gi}}, usage: {{cpu: [0.5, 0.5], memory: [1, 1]}}, noise: 0}}\n"
+        )
+    };
+    let util = |ramp: &str| {
+        let p = super::write(&dir, &format!("r{ramp}.yaml"), farm(ramp));
+        let v = simulate_json(&[&p, "--policy", "requests"]);
+        num(&v["policies"][0], "memoryUtilMean")
+    };
+    let (instant, slow) = (util("0s"), util("10m"));
+    assert!(instant > slow * 1.3, "instant {instant} vs slow {slow}");
 }

@@ -424,3 +424,68 @@ async fn sink_failures_are_counted() {
     let report = collectors.collect_once(&sink).await;
     assert!(report.samples() > 0);
 }
+
+/// What a real kubelet v1.36.2 serves (a kit node of `scripts/kit-nodes.sh`, 2026-12-07,
+/// two builds running): the summary parses, and a poll through the read-only port's URL
+/// template stores the capture's own numbers for the node and both builds.
+#[tokio::test]
+async fn kit_kubelet_1_36_summary_collects_with_exact_numbers() {
+    const FILE: &str = "real/kit-kubelet-1.36-summary.json";
+    let s = parse_summary(&fixture(FILE)).expect("kit capture");
+    assert_eq!(s.node.node_name, "node5");
+    assert_eq!(s.pods.len(), 2);
+    assert!(
+        s.pods
+            .iter()
+            .all(|p| p.containers.len() == 1 && p.containers[0].name == "build")
+    );
+    let server = Fixture::start(|path| {
+        if path == "/stats/summary" {
+            Reply::ok(fixture(FILE))
+        } else {
+            Reply::status(404, "not found")
+        }
+    })
+    .await;
+    let address = server.url().trim_start_matches("http://").to_string();
+    let config = CollectorsConfig {
+        kubelet: Some(KubeletConfig {
+            nodes: vec![NodeTarget::Addressed(
+                headroom_collectors::config::NodeAddress {
+                    name: "node5".into(),
+                    address,
+                },
+            )],
+            endpoint: KubeletEndpoint::Template {
+                url: "http://{address}/stats/summary".into(),
+            },
+            http: Default::default(),
+            schedule: fast_schedule(),
+        }),
+        ..Default::default()
+    };
+    let sink = MemorySink::new();
+    let report = collect_once(&config, &sink).await.unwrap();
+    assert_eq!(report.errors(), 0, "{report:?}");
+    let node = [("node", "node5")];
+    assert_eq!(
+        sink.latest("node_memory_working_set_bytes", &node).unwrap(),
+        (1_796_630_972_000, 658_853_888.0)
+    );
+    assert_eq!(
+        sink.latest("node_cpu_usage_cores", &node).unwrap().1,
+        0.047_229_877
+    );
+    for (pod, ws) in [("web-4", 121_778_176.0), ("cpp-9", 483_635_200.0)] {
+        assert_eq!(
+            sink.latest(
+                "container_memory_working_set_bytes",
+                &[("pod", pod), ("container", "build"), ("node", "node5")],
+            )
+            .unwrap()
+            .1,
+            ws,
+            "{pod}"
+        );
+    }
+}

@@ -174,3 +174,29 @@ async fn real_node_exporter_scrape() {
     assert!((0.0..=cores * 1.1).contains(&cpu), "{cpu}");
     assert_eq!(c.metrics().errors_of(SourceKind::Scrape), 0);
 }
+
+/// A real kubelet v1.36.2's `/metrics/resource` (a kit node of `scripts/kit-nodes.sh`,
+/// 2026-12-07, two builds running): every family parses with the kubelet's own timestamps,
+/// and the values are the capture's.
+#[test]
+fn real_kit_kubelet_1_36_resource_metrics_parse_with_exact_numbers() {
+    let text = String::from_utf8(fixture("real/kit-kubelet-1.36-resource.txt")).unwrap();
+    let scrape = parse_exposition(&text, 0).unwrap();
+    let find = |metric: &str, pod: Option<&str>| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && pod.is_none_or(|p| s.labels.get("pod") == Some(p)))
+            .unwrap_or_else(|| panic!("{metric} {pod:?}"))
+    };
+    let ws = find("container_memory_working_set_bytes", Some("cpp-9"));
+    assert_eq!(scalar(&ws.value), Some(483_635_200.0));
+    assert_eq!(ws.timestamp.timestamp_millis(), 1_796_630_972_633);
+    assert_eq!(ws.labels.get("container"), Some("build"));
+    let node = find("node_memory_working_set_bytes", None);
+    assert_eq!(scalar(&node.value), Some(658_853_888.0));
+    assert_eq!(
+        scalar(&find("node_cpu_usage_seconds_total", None).value),
+        Some(8.057_170_266)
+    );
+}

@@ -118,9 +118,15 @@ impl FakeKubelet {
 
 /// A `collectors.kubelet` section polling these kubelets every second.
 pub fn collectors_yaml(kubelets: &[(&str, &FakeKubelet)]) -> String {
+    let at: Vec<(&str, SocketAddr)> = kubelets.iter().map(|(n, k)| (*n, k.addr)).collect();
+    collectors_yaml_at(&at)
+}
+
+/// [`collectors_yaml`] for kubelets at these addresses.
+pub fn collectors_yaml_at(kubelets: &[(&str, SocketAddr)]) -> String {
     let nodes: Vec<String> = kubelets
         .iter()
-        .map(|(name, k)| format!("{{name: {name}, address: \"{}\"}}", k.addr))
+        .map(|(name, addr)| format!("{{name: {name}, address: \"{addr}\"}}"))
         .collect();
     format!(
         "collectors:\n  kubelet:\n    nodes: [{}]\n    endpoint: {{kind: template, url: \"http://{{address}}/stats/summary\"}}\n    schedule: {{interval: 1s, jitter: 0s, retries: 0, timeout: 2s}}\n  runs: {{missingCycles: 1}}\n",

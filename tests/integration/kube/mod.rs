@@ -16,6 +16,8 @@ mod long_running;
 mod peers;
 mod plugin;
 mod preemption;
+mod process_kubelet;
+mod real_processes;
 mod sections;
 mod spreading;
 mod ui;
