@@ -7,14 +7,16 @@ OOM-killed, and its Job makes a new pod after a backoff, as `simulate` models it
 
     python3 scripts/kit-replay.py target/release/headroom [--scenario examples/real-nodes.yaml]
         [--seeds 1,2,3] [--schedulers ks,hr,trimaran-tlp,trimaran-lvrb,koordinator,crane]
-        [--nodes 8] [--memory-mi 1536] [--drain-s 600] [--out results.json]
+        [--nodes 8] [--memory-mi 1536] [--drain-s 600] [--usage kubelet|prometheus|both]
+        [--out results.json]
 
 What a build will use is never in its pod: the driver serves each build's profile (from
 `headroom simulate --replay-plan`: memory, CPU, cold and warm run times) on 0.0.0.0:18099,
 and the build (`headroom-workload`, in the image kit-nodes.sh builds) fetches it by its own
 name from its pod network's gateway when it starts. The scheduler learns usage as in
-production: headroom from the kubelets' /stats/summary (read-only ports) and from a real
-Prometheus scraping their /metrics/cadvisor, and from its own history. A build's cache is a
+production: headroom from the kubelets' /stats/summary (read-only ports) or from a real
+Prometheus scraping their /metrics/cadvisor (`--usage`; Prometheus runs in every run, whichever
+scheduler), and from its own history. A build's cache is a
 hostPath directory per node: found filled (warm) when its builder ran on that node before.
 
 Measured, per scheduler and seed, from the API server, the kubelets and the cgroups only:
@@ -285,26 +287,30 @@ class Replay:
              f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--log.level=warn"], stdout=log, stderr=log))
 
     def headroom_config(self):
-        """serve's configuration as an operator of these nodes would write it: the kubelets'
-        read-only ports, and Prometheus with the node's figures from cAdvisor's root cgroup
-        (these nodes have no node-exporter); for a peer, the profile `check-config --policy`
-        prints, which is how `simulate` runs it."""
+        """serve's configuration as an operator of these nodes would write it (`--usage`):
+        the kubelets' read-only ports, and/or Prometheus with the node's figures from
+        cAdvisor's root cgroup (these nodes have no node-exporter); for a peer, the profile
+        `check-config --policy` prints, which is how `simulate` runs it. Both sources write
+        the same series, and the store refuses the older of two samples arriving out of
+        order: `both` (the first run's setting) loses some of the kubelet's batches."""
         nodes = ", ".join(f"{{name: node{i}, address: '127.0.0.1:{READ_ONLY_PORT + i}'}}"
                           for i in range(1, self.args.nodes + 1))
+        kubelet = (f"  kubelet:\n    nodes: [{nodes}]\n"
+                   "    endpoint: {kind: template, url: 'http://{address}/stats/summary'}\n")
+        prometheus = (
+            f"  prometheus:\n    url: http://127.0.0.1:{PROM_PORT}\n"
+            "    queries:\n"
+            "      node_cpu_usage_cores: 'sum by (node) (rate(container_cpu_usage_seconds_total{id=\"/\"}[{window}]))'\n"
+            "      node_memory_working_set_bytes: 'max by (node) (container_memory_working_set_bytes{id=\"/\"})'\n"
+            "      node_memory_available_bytes: ''\n"
+            "      node_fs_available_bytes: ''\n"
+            "      node_fs_capacity_bytes: ''\n")
+        sources = {"kubelet": kubelet, "prometheus": prometheus, "both": kubelet + prometheus}
         base = os.path.join(self.work, "base.yaml")
         with open(base, "w") as f:
             f.write(
                 f"serve: {{listen: '127.0.0.1:10660', apiListen: '127.0.0.1:{HR_API}', security: {{mode: none}}}}\n"
-                "collectors:\n"
-                f"  kubelet:\n    nodes: [{nodes}]\n"
-                "    endpoint: {kind: template, url: 'http://{address}/stats/summary'}\n"
-                f"  prometheus:\n    url: http://127.0.0.1:{PROM_PORT}\n"
-                "    queries:\n"
-                "      node_cpu_usage_cores: 'sum by (node) (rate(container_cpu_usage_seconds_total{id=\"/\"}[{window}]))'\n"
-                "      node_memory_working_set_bytes: 'max by (node) (container_memory_working_set_bytes{id=\"/\"})'\n"
-                "      node_memory_available_bytes: ''\n"
-                "      node_fs_available_bytes: ''\n"
-                "      node_fs_capacity_bytes: ''\n")
+                "collectors:\n" + sources[self.args.usage])
         if self.scheduler == "hr":
             return base
         cmd = [self.args.headroom, "check-config", base, "--policy", self.scheduler]
@@ -553,6 +559,9 @@ def main():
     ap.add_argument("--drain-s", type=float, default=600)
     ap.add_argument("--limit", type=int, default=0, help="only the first N builds (a smoke run)")
     ap.add_argument("--tuned", help="tuned peers' args (sweep --tune-peers) for …@tuned schedulers")
+    ap.add_argument("--usage", choices=("kubelet", "prometheus", "both"), default="kubelet",
+                    help="headroom's usage source: the kubelets' read-only ports (default), the "
+                         "real Prometheus scraping their cAdvisor, or both (the same series twice)")
     ap.add_argument("--out", default="replay.json")
     a = ap.parse_args()
     a.headroom = os.path.abspath(a.headroom)
