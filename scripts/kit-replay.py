@@ -345,8 +345,7 @@ class Replay:
                     p.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        subprocess.run(["bash", f"{ROOT}/scripts/kit-nodes.sh", "stop"], stdout=subprocess.DEVNULL, check=False)
-        sh("bash", f"{KIT}/cluster.sh", "stop")
+        clean()
 
     # the replay itself
 

@@ -65,8 +65,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::scenario::{
-    self, Burst, DailyCycle, Event, Kind, LoadCurve, NodeSpec, Overcommit, RateCurve, Requests,
-    Scenario, UsageSpec, Workload,
+    self, Burst, DEFAULT_MEMORY_RAMP, DailyCycle, Event, Kind, LoadCurve, NodeSpec, Overcommit,
+    RateCurve, Requests, Scenario, UsageSpec, Workload,
 };
 use headroom_scheduler::field;
 use headroom_scheduler::usage::file::{Amount, MAX_BYTES, MAX_CORES};
@@ -1216,7 +1216,7 @@ impl Builds {
                     arrivals_per_hour: (rate * 10.0).round() / 10.0,
                     duration: Duration::from_secs(d.mean.as_secs()),
                     warm_speedup: (d.speedup * 100.0).round() / 100.0,
-                    memory_ramp: Duration::from_secs(120),
+                    memory_ramp: DEFAULT_MEMORY_RAMP,
                     count: 1,
                     requests: bk.requests.clone(),
                     disk: None,
@@ -1266,7 +1266,7 @@ fn service_defaults() -> Workload {
         arrivals_per_hour: 0.0,
         duration: Duration::from_secs(900),
         warm_speedup: 0.0,
-        memory_ramp: Duration::from_secs(120),
+        memory_ramp: DEFAULT_MEMORY_RAMP,
         count: 1,
         requests: Requests {
             cpu: Amount::Text("1".into()),

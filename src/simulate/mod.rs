@@ -358,6 +358,36 @@ struct Arrival {
     restarts: u32,
 }
 
+impl Arrival {
+    /// Its pod's name, `<workload>-<n>` (what `simulate` and a replay call it).
+    fn pod_name(&self, s: &Scenario) -> String {
+        format!("{}-{}", s.workloads[self.workload].name, self.seq)
+    }
+
+    /// Its builder, `<workload>-b<k>`: its pods' builder label and its runs' name.
+    fn builder_name(&self, s: &Scenario) -> Option<String> {
+        self.builder
+            .map(|b| format!("{}-b{b}", s.workloads[self.workload].name))
+    }
+
+    /// Its pods' labels: the workload's, `app`, and the builder label for a build.
+    fn labels(&self, s: &Scenario) -> BTreeMap<String, String> {
+        let w = &s.workloads[self.workload];
+        let mut labels = w.labels.clone();
+        labels.insert("app".into(), w.name.clone());
+        if let Some(b) = self.builder_name(s) {
+            labels.insert(BUILDER_LABEL.into(), b);
+        }
+        labels
+    }
+}
+
+/// A build's run time, ms: its `base` run time, shorter by `speedup` on a warm node.
+fn run_time_ms(base: i64, speedup: f64, warm: bool) -> f64 {
+    let speed = if warm { 1.0 - speedup } else { 1.0 };
+    base as f64 * speed
+}
+
 /// Per-workload resolved numbers.
 #[derive(Debug, Clone)]
 struct WorkloadNums {
@@ -637,12 +667,8 @@ fn pod_of(
 ) -> Result<Pod, Error> {
     let w = &s.workloads[a.workload];
     let n = &p.workloads[a.workload];
-    let mut labels = w.labels.clone();
-    labels.insert("app".into(), w.name.clone());
+    let labels = a.labels(s);
     let mut annotations = BTreeMap::new();
-    if let Some(b) = a.builder {
-        labels.insert(BUILDER_LABEL.into(), format!("{}-b{b}", w.name));
-    }
     if n.disk > 0.0 {
         annotations.insert(
             "headroom.io/disk-request".to_string(),
@@ -965,8 +991,6 @@ mod tests {
         );
     }
 
-    /// `usageFollows`: a build's usage factors are its builder's × `1 + usageFollows ×
-    /// (curve − 1)` at its arrival.
     #[test]
     fn memory_ramps_over_the_workloads_own_ramp() {
         use std::time::Duration;
@@ -984,6 +1008,8 @@ mod tests {
         assert_eq!(s.workloads[0].memory_ramp, Duration::from_secs(120));
     }
 
+    /// `usageFollows`: a build's usage factors are its builder's × `1 + usageFollows ×
+    /// (curve − 1)` at its arrival.
     #[test]
     fn usage_follows_the_load_curve() {
         let text = "duration: 2h\nnodes: [{count: 1}]\nworkloads: [{name: b, builders: 1, arrivalsPerHour: 200, requests: {cpu: '1', memory: 1Gi}, usage: {cpu: [1, 1], memory: [2, 2]}, loadCurve: {step: 1h, points: [0.5, 0.5, 1.5], usageFollows: 0.5}}]\n";

@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use super::{
-    BACKOFF_LIMIT, BUILDER_LABEL, Error, MAX_RETRY_DELAY_MS, RETRY_DELAY_MS, Scenario, plan,
+    BACKOFF_LIMIT, Error, MAX_RETRY_DELAY_MS, RETRY_DELAY_MS, Scenario, plan, run_time_ms,
 };
 use crate::simulate::scenario::Kind;
 
@@ -99,29 +99,25 @@ pub fn replay_plan(s: &Scenario, seed: Option<u64>) -> Result<ReplayPlan, Error>
     let mut pods = Vec::new();
     for a in &p.arrivals {
         let w = &s.workloads[a.workload];
-        let (Kind::Builder, Some(b), Some(base)) = (w.kind, a.builder, a.base_ms) else {
+        let (Kind::Builder, Some(builder), Some(base)) = (w.kind, a.builder_name(s), a.base_ms)
+        else {
             continue;
         };
         let n = &p.workloads[a.workload];
-        let builder = format!("{}-b{b}", w.name);
-        let mut labels = w.labels.clone();
-        labels.insert("app".into(), w.name.clone());
-        labels.insert(BUILDER_LABEL.into(), builder.clone());
         pods.push(ReplayPod {
-            name: format!("{}-{}", w.name, a.seq),
+            name: a.pod_name(s),
             namespace: w.namespace.clone(),
             at_ms: a.at_ms,
             workload: w.name.clone(),
             builder,
-            labels,
+            labels: a.labels(s),
             request_cpu: n.req_cpu,
             request_memory: n.req_mem,
             cpu_cores: n.req_cpu * a.cpu_factor,
             memory_bytes: n.req_mem * a.mem_factor,
             ramp_ms: w.memory_ramp.as_millis() as i64,
             cold_ms: base,
-            // As the simulator times a warm run.
-            warm_ms: (base as f64 * (1.0 - w.warm_speedup)) as i64,
+            warm_ms: run_time_ms(base, w.warm_speedup, true) as i64,
         });
     }
     Ok(ReplayPlan {
@@ -138,6 +134,7 @@ pub fn replay_plan(s: &Scenario, seed: Option<u64>) -> Result<ReplayPlan, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simulate::BUILDER_LABEL;
 
     #[test]
     fn the_plan_is_the_simulators_arrivals() {

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use super::{
     ApiHook, Arrival, BACKOFF_LIMIT, DISK_FILL_MS, Error, Kill, MAX_RETRY_DELAY_MS, NodeState,
     Options, Plan, Policy, PolicyReport, RETRY_DELAY_MS, Running, Scenario, SimBinder, amount,
-    attach, make_nodes, plan, pod_of, scenario, start_after, summary,
+    attach, make_nodes, plan, pod_of, run_time_ms, scenario, start_after, summary,
 };
 use crate::cluster::ClusterState;
 use crate::config::Config;
@@ -375,12 +375,11 @@ impl<'a> Sim<'a> {
         }
         self.cluster.delete_pod(&p.pod);
         self.r.lost_and_resubmitted += 1;
-        if let Some(b) = p.arrival.builder {
+        if let Some(builder) = p.arrival.builder_name(self.s) {
             self.r.build_ms_lost += (now - p.start_ms) as f64;
             // The collectors saw the run until it ended: its samples are a run record like
             // any other (profiles learn from failed runs).
             if !p.mem.is_empty() {
-                let builder = format!("{}-b{b}", self.s.workloads[p.arrival.workload].name);
                 self.store.put_run(&builder, &run_record(&p, now))?;
             }
         }
@@ -465,7 +464,7 @@ impl<'a> Sim<'a> {
             let a = self.plan.arrivals[self.next_arrival].clone();
             self.next_arrival += 1;
             let w = &self.s.workloads[a.workload];
-            let name = format!("{}-{}", w.name, a.seq);
+            let name = a.pod_name(self.s);
             self.arrived_at.insert(
                 PodKey::new(w.namespace.as_str(), name.as_str()),
                 (self.fixed.epoch + a.at_ms, a.clone()),
@@ -491,8 +490,7 @@ impl<'a> Sim<'a> {
             };
             self.cluster.delete_pod(&p.pod);
             self.r.completed += 1;
-            if let Some(b) = p.arrival.builder {
-                let builder = format!("{}-b{b}", self.s.workloads[p.arrival.workload].name);
+            if let Some(builder) = p.arrival.builder_name(self.s) {
                 self.store.put_run(&builder, &run_record(&p, now))?;
                 // From its first arrival (its Job's retries included) to now.
                 let arrived = self.fixed.epoch + p.arrival.at_ms;
@@ -772,12 +770,12 @@ impl<'a> Sim<'a> {
             }
             let speedup = self.s.workloads[a.workload].warm_speedup;
             let end_ms = a.base_ms.map(|base| {
-                let speed = if warm { 1.0 - speedup } else { 1.0 };
                 if warm {
                     self.r.build_ms_saved += base as f64 * speedup;
                 }
-                self.r.build_ms_planned += base as f64 * speed;
-                now + (base as f64 * speed) as i64
+                let run = run_time_ms(base, speedup, warm);
+                self.r.build_ms_planned += run;
+                now + run as i64
             });
             let name = pod.metadata.name.clone().unwrap_or_default();
             let rng = SmallRng::seed_from_u64(

@@ -457,11 +457,14 @@ fn sixty() -> f64 {
 fn fifteen_min() -> Duration {
     Duration::from_secs(900)
 }
+/// A workload's `memoryRamp` when the scenario gives none.
+pub const DEFAULT_MEMORY_RAMP: Duration = Duration::from_secs(120);
+
 fn two_min() -> Duration {
-    Duration::from_secs(120)
+    DEFAULT_MEMORY_RAMP
 }
 fn is_two_min(d: &Duration) -> bool {
-    *d == two_min()
+    *d == DEFAULT_MEMORY_RAMP
 }
 fn speedup() -> f64 {
     0.3

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use headroom_workload::{Held, Profile, default_gateway, fetch_profile, http_get};
 
-/// How often the build grows its memory and reports nothing: the burn and sleep slice.
+/// How often the build grows its memory: one slice of CPU burn and sleep.
 const TICK: Duration = Duration::from_millis(100);
 /// How long it keeps asking for its profile (the driver may be busy creating pods).
 const PROFILE_PATIENCE: Duration = Duration::from_secs(60);
@@ -125,10 +125,15 @@ fn main() -> ExitCode {
         run,
         profile.memory_bytes
     );
-    let path = |what: &str| format!("/{what}/{}/{}?warm={}", a.namespace, a.name, warm as u8);
-    if let Err(e) = http_get(&a.driver, &path("started"), Duration::from_secs(5)) {
-        eprintln!("headroom-workload: {e}");
-    }
+    // What the build tells the driver (`started`, `done`); a driver that missed it loses
+    // only its count of warm starts, so the build goes on.
+    let report = |what: &str| {
+        let path = format!("/{what}/{}/{}?warm={}", a.namespace, a.name, warm as u8);
+        if let Err(e) = http_get(&a.driver, &path, Duration::from_secs(5)) {
+            eprintln!("headroom-workload: {e}");
+        }
+    };
+    report("started");
     let t0 = Instant::now();
     let mut held = Held::default();
     let burn = TICK.mul_f64(profile.cpu_cores.min(1.0));
@@ -142,9 +147,7 @@ fn main() -> ExitCode {
         std::thread::sleep(TICK.saturating_sub(slice.elapsed()));
     }
     held.touch();
-    if let Err(e) = http_get(&a.driver, &path("done"), Duration::from_secs(5)) {
-        eprintln!("headroom-workload: {e}");
-    }
+    report("done");
     println!(
         "{}/{}: done, held {} bytes",
         a.namespace,

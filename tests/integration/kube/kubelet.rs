@@ -49,15 +49,27 @@ fn now_rfc3339() -> String {
 async fn summary(State(k): State<Arc<Mutex<Inner>>>) -> axum::Json<Value> {
     let mut i = k.lock().unwrap();
     i.polls += 1;
+    axum::Json(summary_json(&i.node, i.cpu, i.memory, &i.pods, "main"))
+}
+
+/// A `/stats/summary` body in the real summary's JSON shape, stamped now: the node's CPU
+/// (cores) and memory working set (bytes), and each pod with one container named
+/// `container`.
+pub fn summary_json(
+    node: &str,
+    cpu: f64,
+    memory: f64,
+    pods: &[PodStats],
+    container: &str,
+) -> Value {
     let t = now_rfc3339();
-    let pods: Vec<Value> = i
-        .pods
+    let pods: Vec<Value> = pods
         .iter()
         .map(|p| {
             json!({
                 "podRef": {"name": p.name, "namespace": p.namespace, "uid": p.uid},
                 "startTime": t,
-                "containers": [{"name": "main", "startTime": t,
+                "containers": [{"name": container, "startTime": t,
                     "cpu": {"time": t, "usageNanoCores": (p.cpu * 1e9) as u64},
                     "memory": {"time": t, "workingSetBytes": p.memory as u64}}],
                 "cpu": {"time": t, "usageNanoCores": (p.cpu * 1e9) as u64},
@@ -65,16 +77,16 @@ async fn summary(State(k): State<Arc<Mutex<Inner>>>) -> axum::Json<Value> {
             })
         })
         .collect();
-    axum::Json(json!({
+    json!({
         "node": {
-            "nodeName": i.node,
+            "nodeName": node,
             "startTime": t,
-            "cpu": {"time": t, "usageNanoCores": (i.cpu * 1e9) as u64},
-            "memory": {"time": t, "workingSetBytes": i.memory as u64},
+            "cpu": {"time": t, "usageNanoCores": (cpu * 1e9) as u64},
+            "memory": {"time": t, "workingSetBytes": memory as u64},
             "fs": {"time": t, "availableBytes": 80_000_000_000u64, "capacityBytes": 100_000_000_000u64},
         },
         "pods": pods,
-    }))
+    })
 }
 
 impl FakeKubelet {

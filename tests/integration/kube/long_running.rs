@@ -4,13 +4,11 @@
 //! use up to its level. Usage comes from a fake kubelet per node, through the collectors
 //! and analytics.
 
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
 
 use super::fake::Fake;
 use super::kubelet::{FakeKubelet, collectors_yaml};
-use super::sections::{SERVE_BASE, config, get_json, start};
+use super::sections::{SERVE_BASE, config, start, until_measured};
 use super::{namespace, node};
 
 const GI: f64 = (1u64 << 30) as f64;
@@ -46,13 +44,7 @@ async fn placements(args: &str, pods: &[Value]) -> Vec<String> {
     );
     let section = format!("profiles: [{{schedulerName: headroom, pluginArgs: {{{args}}}}}]\n");
     let s = start(&fake, config(&base, &section), None).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for n in ["node-a", "node-b"] {
-        while get_json(&s.url(&format!("/nodes/{n}"))).await["headroom"]["basis"] != "measured" {
-            assert!(Instant::now() < deadline, "no usage for {n}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    until_measured(&s, &["node-a", "node-b"]).await;
     let mut got = Vec::new();
     for p in pods {
         let name = p["metadata"]["name"].as_str().unwrap().to_string();

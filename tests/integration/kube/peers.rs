@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::fake::Fake;
 use super::kubelet::{FakeKubelet, collectors_yaml};
-use super::sections::{SERVE_BASE, config, get_json, start, within};
+use super::sections::{SERVE_BASE, config, get_json, start, until_measured, within};
 use super::{namespace, node};
 
 const GI: f64 = (1u64 << 30) as f64;
@@ -231,14 +231,7 @@ async fn koordinator_reads_each_nodes_last_report_under_serve() {
             &format!("loadAwareScheduling: {{reportIntervalSeconds: {report_interval_s}}}"),
         );
         let s = start(&fake, config(&base, &section), None).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for n in ["node-a", "node-b"] {
-            while get_json(&s.url(&format!("/nodes/{n}"))).await["headroom"]["basis"] != "measured"
-            {
-                assert!(Instant::now() < deadline, "no usage for {n}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
+        until_measured(&s, &["node-a", "node-b"]).await;
         fake.put(
             "pods",
             json!({"metadata": {"name": "p", "namespace": "default"},

@@ -26,6 +26,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::fake::Fake;
+use super::kubelet::{PodStats, summary_json};
 
 /// Where this test process's cgroups live, and which version they are; shared by the
 /// nodes, removed when the last of them is dropped.
@@ -399,31 +400,18 @@ fn set_status(fake: &Fake, ns: &str, name: &str, status: Value) {
 async fn summary(
     State((node, cg, dir, inner)): State<(String, Cgroups, PathBuf, Arc<Mutex<Inner>>)>,
 ) -> axum::Json<Value> {
-    let t = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let i = inner.lock().unwrap();
-    let pods: Vec<Value> = i
+    let pods: Vec<PodStats> = i
         .running
         .iter()
-        .map(|(name, p)| {
-            let ws = cg.working_set(&p.cgroup);
-            json!({
-                "podRef": {"name": name, "namespace": p.namespace, "uid": p.uid},
-                "startTime": t,
-                "containers": [{"name": "build", "startTime": t,
-                    "cpu": {"time": t, "usageNanoCores": 10_000_000u64},
-                    "memory": {"time": t, "workingSetBytes": ws}}],
-                "memory": {"time": t, "workingSetBytes": ws},
-            })
+        .map(|(name, p)| PodStats {
+            namespace: p.namespace.clone(),
+            name: name.clone(),
+            uid: p.uid.clone(),
+            cpu: 0.01,
+            memory: cg.working_set(&p.cgroup) as f64,
         })
         .collect();
-    axum::Json(json!({
-        "node": {
-            "nodeName": node,
-            "startTime": t,
-            "cpu": {"time": t, "usageNanoCores": 100_000_000u64},
-            "memory": {"time": t, "workingSetBytes": cg.working_set(&dir)},
-            "fs": {"time": t, "availableBytes": 80_000_000_000u64, "capacityBytes": 100_000_000_000u64},
-        },
-        "pods": pods,
-    }))
+    let memory = cg.working_set(&dir) as f64;
+    axum::Json(summary_json(&node, 0.1, memory, &pods, "build"))
 }

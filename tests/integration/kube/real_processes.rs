@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::fake::Fake;
 use super::namespace;
 use super::process_kubelet::{Cgroups, Ended, ProcessKubelet};
-use super::sections::{SERVE_BASE, config, get_json, start};
+use super::sections::{SERVE_BASE, config, get_json, start, until_measured, within};
 
 const MI: u64 = 1 << 20;
 /// Each node's wall.
@@ -89,16 +89,16 @@ fn build(name: &str, request: &str, node: Option<&str>) -> Value {
     p
 }
 
-/// Waits until `f` gives something, at most `secs`.
+/// Waits until `f` gives something, at most `secs` (`within`, keeping what it gave).
 async fn until<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut got = None;
+    let done = within(secs as f64, || {
+        got = f();
+        got.is_some()
+    })
+    .await;
+    assert!(done, "timed out waiting for {what}");
+    got.unwrap()
 }
 
 fn cgroups(tag: &str) -> Option<Cgroups> {
@@ -155,17 +155,11 @@ async fn hot_node_case(tag: &str, requests_only: bool) -> Option<Outcome> {
     }
     let s = start(&fake, c, None).await;
     // Both nodes measured, node-a with the hog's memory in it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let a = get_json(&s.url("/nodes/node-a")).await;
-        let b = get_json(&s.url("/nodes/node-b")).await;
-        let measured = |v: &Value| v["headroom"]["basis"] == "measured";
-        if measured(&a) && measured(&b) && ka.working_set() > 100 * MI {
-            break;
-        }
-        assert!(Instant::now() < deadline, "nodes not measured: {a} {b}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until(30, "the hog's memory", || {
+        (ka.working_set() > 100 * MI).then_some(())
+    })
+    .await;
+    until_measured(&s, &["node-a", "node-b"]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     fake.put("pods", build("new", "16Mi", None));
     let node = until(20, "new bound", || fake.node_of("ci", "new")).await;

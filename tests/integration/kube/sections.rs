@@ -52,6 +52,17 @@ pub(super) async fn within(secs: f64, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Waits, at most 20 s, until `serve`'s view has measured usage for each of `nodes`.
+pub(super) async fn until_measured(s: &Running, nodes: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for n in nodes {
+        while get_json(&s.url(&format!("/nodes/{n}"))).await["headroom"]["basis"] != "measured" {
+            assert!(Instant::now() < deadline, "no usage for {n}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 pub(super) async fn get_json(url: &str) -> Value {
     let body = reqwest::get(url).await.unwrap().text().await.unwrap();
     serde_json::from_str(&body).unwrap_or(Value::String(body))
@@ -151,12 +162,7 @@ async fn memory_pressure(section: &'static str) -> (Option<String>, Option<Value
     );
     let base: &'static str = Box::leak(base.into_boxed_str());
     let s = start(&fake, config(base, section), None).await;
-    let url = s.url("/nodes/node-a");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while get_json(&url).await["headroom"]["basis"] != "measured" {
-        assert!(Instant::now() < deadline, "no usage for node-a");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_measured(&s, &["node-a"]).await;
     fake.put("pods", pod("p", "headroom", "100m"));
     let decided = within(10.0, || {
         fake.node_of("default", "p").is_some()
@@ -199,11 +205,7 @@ fn advice_serve(yaml: &'static str) -> Pin<Box<dyn Future<Output = ()> + Send>> 
             );
             let base: &'static str = Box::leak(base.into_boxed_str());
             let s = start(&fake, config(base, section), None).await;
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while get_json(&s.url("/nodes/node-a")).await["headroom"]["basis"] != "measured" {
-                assert!(Instant::now() < deadline, "no usage for node-a");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            until_measured(&s, &["node-a"]).await;
             let advice = get_json(&s.url("/advice")).await;
             s.stop().await;
             advice["hotNodes"].as_array().map_or(usize::MAX, Vec::len)
