@@ -8,7 +8,7 @@ OOM-killed, and its Job makes a new pod after a backoff, as `simulate` models it
     python3 scripts/kit-replay.py target/release/headroom [--scenario examples/real-nodes.yaml]
         [--seeds 1,2,3] [--schedulers ks,hr,trimaran-tlp,trimaran-lvrb,koordinator,crane]
         [--nodes 8] [--memory-mi 1536] [--drain-s 600] [--usage kubelet|prometheus|both]
-        [--out results.json]
+        [--config examples/real-nodes-config.yaml] [--out results.json]
 
 What a build will use is never in its pod: the driver serves each build's profile (from
 `headroom simulate --replay-plan`: memory, CPU, cold and warm run times) on 0.0.0.0:18099,
@@ -311,6 +311,11 @@ class Replay:
             f.write(
                 f"serve: {{listen: '127.0.0.1:10660', apiListen: '127.0.0.1:{HR_API}', security: {{mode: none}}}}\n"
                 "collectors:\n" + sources[self.args.usage])
+            if self.args.config:
+                # The operator's own settings (top-level sections other than serve and
+                # collectors), as `simulate --config` takes them for the comparison.
+                with open(self.args.config) as extra:
+                    f.write(extra.read())
         if self.scheduler == "hr":
             return base
         cmd = [self.args.headroom, "check-config", base, "--policy", self.scheduler]
@@ -511,6 +516,8 @@ def simulate(args, seed, schedulers):
            "--output", "json"]
     if args.tuned:
         cmd += ["--tuned", args.tuned]
+    if args.config:
+        cmd += ["--config", args.config]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True).stdout
     return {p["policy"]: p for p in json.loads(out)["policies"]}
 
@@ -561,6 +568,8 @@ def main():
     ap.add_argument("--usage", choices=("kubelet", "prometheus", "both"), default="kubelet",
                     help="headroom's usage source: the kubelets' read-only ports (default), the "
                          "real Prometheus scraping their cAdvisor, or both (the same series twice)")
+    ap.add_argument("--config", help="headroom settings (YAML, not serve/collectors) for hr and the peers, "
+                    "and for the simulate beside it")
     ap.add_argument("--out", default="replay.json")
     a = ap.parse_args()
     a.headroom = os.path.abspath(a.headroom)

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::key::PodKey;
+
 /// An immutable snapshot of measured usage, as the analytics publish it (`analytics::run_refresh` in the
 /// `headroom` crate).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -22,6 +24,10 @@ pub struct UsageView {
     /// Node usage over the peers' windows by node name (empty unless
     /// the analytics' `peerWindows`).
     pub windows: HashMap<String, NodeWindows>,
+    /// What each running pod uses now, by pod (the pods with a container sample in the
+    /// node window): how much of a just-placed pod's prediction its node's samples
+    /// already show ([`crate::usage_context::UsageContext::uncounted`]).
+    pub pods: HashMap<PodKey, PodUsage>,
 }
 
 impl UsageView {
@@ -34,6 +40,24 @@ impl UsageView {
     pub fn node(&self, node: &str) -> Option<&NodeUsage> {
         self.nodes.get(node)
     }
+
+    /// What `pod` uses now, if its containers have recent samples.
+    pub fn pod(&self, pod: &PodKey) -> Option<&PodUsage> {
+        self.pods.get(pod)
+    }
+}
+
+/// Measured usage of one running pod: the sum of its containers' newest samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodUsage {
+    /// CPU in use, cores (`None`: no container reported it).
+    pub cpu_cores: Option<f64>,
+    /// Memory working set, bytes (`None`: no container reported it).
+    pub memory_bytes: Option<f64>,
+    /// Ephemeral storage in use, bytes (`None`: not reported).
+    pub disk_bytes: Option<f64>,
+    /// Time of the newest of these samples, ms since the epoch.
+    pub newest_ms: i64,
 }
 
 /// A usage value now and over the window.

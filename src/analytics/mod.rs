@@ -3,7 +3,9 @@
 //!
 //! - [`profiles`]: per builder, percentiles of per-run CPU and memory over its recent runs;
 //! - [`nodes`]: per node, current and windowed CPU, memory and disk usage (the headroom
-//!   the scheduler decides on adds its recent placements: [`headroom_scheduler::usage::Headroom`]).
+//!   the scheduler decides on adds its recent placements: [`headroom_scheduler::usage::Headroom`]);
+//! - [`pods`]: per running pod, what its containers use now (how much of a just-placed
+//!   pod's prediction its node's samples already show).
 //!
 //! [`compute`] builds a [`UsageView`] with polars (lazy API); [`run_refresh`] recomputes it
 //! periodically and on demand off the async threads and publishes it as an
@@ -13,6 +15,7 @@
 //! Every quantile here uses [`QUANTILE_METHOD`].
 
 pub mod nodes;
+pub mod pods;
 pub mod profiles;
 pub mod samples;
 pub mod windows;
@@ -82,6 +85,8 @@ pub struct AnalyticsConfig {
     /// freed by pods that ended is seen as free soon (a CI farm turns over every few
     /// minutes; with a 15-minute p95 a node looks as full as it was a quarter hour ago,
     /// which measured as a 30–40 % worse spread of real memory in `headroom simulate`).
+    /// A farm whose builds run 2–3 minutes turns over faster still and wants `30s`
+    /// (`examples/real-nodes-config.yaml`).
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String", extend("x-duration" = true))]
     pub node_window: Duration,
@@ -148,6 +153,7 @@ pub fn compute(store: &Store, config: &AnalyticsConfig, now_ms: i64) -> Result<U
         builders: builder_profiles(store, &profile)?,
         nodes: node_usage(store, &node)?,
         placements: store.placement_histories()?.into_iter().collect(),
+        pods: pods::pod_usage(store, node.start_ms)?,
         windows: if config.peer_windows {
             windows::node_windows(store, now_ms)?
         } else {

@@ -36,6 +36,9 @@ pub(crate) fn run(
         c = policy.config_tuned(&c, &tuned);
         outln(format_args!("# as policy {} runs it", policy.as_str()));
     }
+    for shared in c.collectors.shared_signals() {
+        outln(format_args!("# warning: {shared}"));
+    }
     for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {
         for u in c.unused_in(mode) {
             outln(format_args!("# note: {u}"));

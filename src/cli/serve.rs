@@ -64,6 +64,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         config.serve.api_listen = a.to_string();
     }
     crate::config::validate_config_in(&config, &origin)?;
+    for shared in config.collectors.shared_signals() {
+        tracing::warn!("{origin}: {shared}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -429,6 +429,8 @@ struct Running {
     now_cpu: f64,
     now_mem: f64,
     now_disk: f64,
+    /// Its container's CPU and memory series in the store (made at its first sample).
+    series: Option<[headroom_storage::SeriesId; 2]>,
 }
 
 /// Why a pod was taken off its node.

@@ -610,11 +610,34 @@ impl<'a> Sim<'a> {
             .iter()
             .map(|n| (n.name.as_str(), (n.sys_cpu, n.sys_mem, 0.0, 0.0)))
             .collect();
-        for p in self.running_pods.values_mut() {
+        // Each build's container as a kubelet reports it: the scheduler's measure of how
+        // much of a just-placed pod's prediction its node already shows.
+        let mut pod_samples = Vec::with_capacity(2 * self.running_pods.len());
+        for (key, p) in self.running_pods.iter_mut() {
             let f = share.get(p.node.as_str()).copied().unwrap_or(1.0);
             let cpu = p.now_cpu * f;
             p.cpu.push(cpu);
             p.mem.push(p.now_mem);
+            let ids = match p.series {
+                Some(ids) => ids,
+                None => {
+                    let l = Labels::new([
+                        ("container", "build"),
+                        ("namespace", &*key.namespace),
+                        ("node", p.node.as_str()),
+                        ("pod", &*key.name),
+                    ])?;
+                    let ids = [
+                        self.store.series_id("container_cpu_usage_cores", &l)?,
+                        self.store
+                            .series_id("container_memory_working_set_bytes", &l)?,
+                    ];
+                    p.series = Some(ids);
+                    ids
+                }
+            };
+            pod_samples.push((ids[0], now, cpu));
+            pod_samples.push((ids[1], now, p.now_mem));
             if let Some(u) = node_use.get_mut(p.node.as_str()) {
                 u.0 += cpu;
                 u.1 += p.now_mem;
@@ -677,6 +700,7 @@ impl<'a> Sim<'a> {
             mem_utils.push(mu);
         }
         self.r.observe_spread(&mut mem_utils);
+        self.store.append_many(&pod_samples)?;
         Ok(())
     }
 
@@ -798,6 +822,7 @@ impl<'a> Sim<'a> {
                     now_cpu: 0.0,
                     now_mem: 0.0,
                     now_disk: 0.0,
+                    series: None,
                 },
             );
         }

@@ -200,6 +200,13 @@ fn check_config_prints_effective_config_or_names_the_field() {
     let out = stdout(&o);
     assert!(out.contains("type: MostAllocated"), "{out}");
     assert!(out.contains("seed: 42"), "{out}");
+    // The fast farm's settings (kit-replay.py --config) are a valid configuration.
+    let o = run(&[
+        "check-config",
+        repo("examples/real-nodes-config.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("nodeWindow: 30s"), "{}", stdout(&o));
 
     let dir = tempfile::tempdir().unwrap();
     let bad = write(
@@ -263,6 +270,23 @@ fn check_config_prints_effective_config_or_names_the_field() {
         assert!(out.contains(note), "{note}\n{out}");
     }
     assert!(out.contains("podMaxBackoffSeconds: 20"), "{out}");
+    assert!(!out.contains("# warning:"), "one source: {out}");
+
+    // Two sources writing the same series: said, not refused (they may cover other nodes).
+    let shared = write(
+        &dir,
+        "shared.yaml",
+        "collectors: {kubelet: {nodes: [n1]}, prometheus: {url: 'http://127.0.0.1:9090'}}\n",
+    );
+    let o = run(&["check-config", &shared]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "# warning: collectors.kubelet and collectors.prometheus write `node_memory_working_set_bytes`"
+        ),
+        "{out}"
+    );
     let bad = write(
         &dir,
         "bad3.yaml",

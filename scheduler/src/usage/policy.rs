@@ -223,9 +223,13 @@ pub struct UsagePolicy {
     pub stale_after: Duration,
     /// How long a newly placed pod's predicted usage still counts on its node after the
     /// node's samples include it: usage ramps up after start (compilers, JVMs, caches), so
-    /// the not-yet-visible rest of the prediction is counted, decaying linearly to zero
-    /// over this window after placement. `0s` counts a pod only until the first sample
-    /// that includes it. Default `5m`.
+    /// the part of the prediction the pod's own measured usage does not show yet
+    /// (`max(0, predicted − measured)`; the whole prediction while its containers have no
+    /// sample) is counted, decaying linearly to zero over this window after placement.
+    /// `0s` counts a pod only until the first sample that includes it. Default `5m`, for
+    /// builds whose memory ramps up over a minute or two; a farm of builds of a few
+    /// minutes that reach their memory in seconds wants less
+    /// (`examples/real-nodes-config.yaml`).
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String", extend("x-duration" = true))]
     pub warmup: Duration,

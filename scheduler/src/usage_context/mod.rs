@@ -180,28 +180,78 @@ impl UsageContext {
     }
 
     /// The recent placements on `node` whose usage its samples do not fully show yet, each
-    /// with the share of its prediction still to count: all of it while no sample includes
-    /// it, then decaying linearly to nothing `warmup_ms` after placement (a new pod's usage
-    /// ramps up over its first minutes; the measured part grows as the counted part shrinks).
+    /// with what it still adds ([`Counted`]):
+    /// - all of its prediction while no sample of the node includes it;
+    /// - once sampled, a share decaying linearly from 1 at placement to nothing
+    ///   `warmup_ms` after it (a new pod's usage ramps up over its first minutes; the
+    ///   measured part grows as the counted part shrinks) of what it adds: its whole
+    ///   prediction, or, when its own containers were measured (the view's
+    ///   [`PodUsage`]), the part of it they do not use yet, `max(0, predicted − measured)`
+    ///   per resource: the node's samples already hold the measured part.
+    ///
+    /// Counting the decayed whole prediction on top of a pod the node already shows counted
+    /// a short build twice for minutes (issue #72): nodes running them looked full and
+    /// placements fell back to requests.
+    ///
+    /// [`PodUsage`]: crate::view::PodUsage
     pub fn uncounted<'a>(
         &'a self,
         node: &str,
         warmup_ms: i64,
-    ) -> impl Iterator<Item = (&'a RecentPlacement, f64)> + 'a {
+    ) -> impl Iterator<Item = (&'a RecentPlacement, Counted)> + 'a {
         let newest = recent::newest_of(&self.view, node);
         let now = self.now_ms;
+        let view = &self.view;
         self.recent_on(node).iter().filter_map(move |r| {
             if r.at_ms > newest {
-                return Some((r, 1.0));
+                return Some((r, r.whole()));
             }
-            let age = (now - r.at_ms) as f64;
-            let share = if warmup_ms > 0 {
-                1.0 - age / warmup_ms as f64
-            } else {
-                0.0
-            };
-            (share > 0.0).then_some((r, share.min(1.0)))
+            let age = now - r.at_ms;
+            if warmup_ms <= 0 || age >= warmup_ms {
+                return None;
+            }
+            let share = (1.0 - age as f64 / warmup_ms as f64).min(1.0);
+            let adds = recent::measured(view, r).map_or_else(|| r.whole(), |m| r.remainder(m));
+            Some((r, adds.map(|x| x * share)))
         })
+    }
+}
+
+/// What a recent placement adds on its node, in [`RecentPlacement::whole`]'s order: CPU
+/// (cores), memory, disk (bytes), memory mean and variance ([`MemoryDist`]).
+pub type Counted = [f64; 5];
+
+impl RecentPlacement {
+    /// Its whole prediction, as [`Counted`].
+    pub fn whole(&self) -> Counted {
+        [
+            self.cpu_cores,
+            self.memory_bytes,
+            self.disk_bytes,
+            self.memory_dist.mean,
+            self.memory_dist.var,
+        ]
+    }
+
+    /// The part of its prediction its measured usage `m` does not cover yet: per resource
+    /// `max(0, predicted − measured)` (a resource not reported counts as nothing used);
+    /// the memory variance in the share of the memory still to come (an upper bound, as
+    /// for a decaying share).
+    pub fn remainder(&self, m: &crate::view::PodUsage) -> Counted {
+        let left = |p: f64, used: Option<f64>| (p - used.unwrap_or(0.0)).max(0.0);
+        let memory = left(self.memory_bytes, m.memory_bytes);
+        let share = if self.memory_bytes > 0.0 {
+            memory / self.memory_bytes
+        } else {
+            0.0
+        };
+        [
+            left(self.cpu_cores, m.cpu_cores),
+            memory,
+            left(self.disk_bytes, m.disk_bytes),
+            left(self.memory_dist.mean, m.memory_bytes),
+            self.memory_dist.var * share,
+        ]
     }
 }
 
@@ -234,7 +284,7 @@ mod tests {
         ctx.record_placement(None, "n", placed("old", -300_000)); // sampled, 400 s old
         let shares = |warmup: i64| -> Vec<(String, f64)> {
             ctx.uncounted("n", warmup)
-                .map(|(r, s)| (r.pod.name.to_string(), (s * 100.0).round() / 100.0))
+                .map(|(r, c)| (r.pod.name.to_string(), (c[1]).round() / 100.0))
                 .collect()
         };
         // Warmup 5 min: the sampled 60 s-old pod still counts 80 %; the old one not at all.
@@ -246,5 +296,61 @@ mod tests {
         assert_eq!(ctx.recent_on("n").len(), 2);
         ctx.prune(0, 600_000);
         assert_eq!(ctx.recent_on("n").len(), 1);
+    }
+
+    /// A sampled placement whose own containers were measured adds a decayed share of what
+    /// they do not use yet, not of its whole prediction; a pod measured before it was
+    /// placed (a name reused) is not this placement's usage.
+    #[test]
+    fn measured_placements_add_what_their_pod_does_not_use_yet() {
+        let mut ctx = UsageContext {
+            now_ms: 100_000,
+            ..Default::default()
+        };
+        let mut view = UsageView::default();
+        let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
+        n.newest_ms = 90_000;
+        view.nodes.insert("n".into(), n);
+        let measured = |mem: f64, at: i64| crate::view::PodUsage {
+            cpu_cores: Some(0.25),
+            memory_bytes: Some(mem),
+            disk_bytes: None,
+            newest_ms: at,
+        };
+        view.pods
+            .insert(PodKey::new("ns", "ramping"), measured(30.0, 90_000));
+        view.pods
+            .insert(PodKey::new("ns", "peaked"), measured(150.0, 90_000));
+        view.pods
+            .insert(PodKey::new("ns", "reused"), measured(150.0, 10_000));
+        ctx.view = Arc::new(view);
+        for pod in ["ramping", "peaked", "reused"] {
+            ctx.record_placement(
+                None,
+                "n",
+                RecentPlacement {
+                    pod: PodKey::new("ns", pod),
+                    at_ms: 40_000,
+                    cpu_cores: 1.0,
+                    memory_bytes: 100.0,
+                    disk_bytes: 10.0,
+                    memory_dist: MemoryDist {
+                        mean: 80.0,
+                        var: 50.0,
+                    },
+                },
+            );
+        }
+        let got: HashMap<String, Counted> = ctx
+            .uncounted("n", 300_000)
+            .map(|(r, c)| (r.pod.name.to_string(), c.map(|x| (x * 1e6).round() / 1e6)))
+            .collect();
+        // 60 s of a 300 s warm-up: 80 % of what each adds.
+        assert_eq!(got["ramping"], [0.6, 56.0, 8.0, 40.0, 28.0]);
+        assert_eq!(got["peaked"], [0.6, 0.0, 8.0, 0.0, 0.0]);
+        // Not measured since its placement: its whole prediction.
+        assert_eq!(got["reused"][1], 80.0);
+        // Past the warm-up the node's samples are the truth for all of them.
+        assert_eq!(ctx.uncounted("n", 60_000).count(), 0);
     }
 }

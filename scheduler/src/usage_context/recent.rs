@@ -1,17 +1,18 @@
 //! Recent placements by node index, kept as sums a cycle reads in constant time per node.
 //!
 //! A placement counts on its node until the node's samples include it, then decays over
-//! `usage.warmup` ([`UsageContext::uncounted`]). Summing every node's placements afresh in
-//! each cycle walked every placement of the last ten minutes per decision: on the kit at
-//! 15,000 nodes that was a third of `serve`'s CPU (issue #22). Here each node's placements
-//! are folded once, when they change (a placement recorded or forgotten, a new view, a
-//! new node layout), into:
+//! `usage.warmup`: its whole prediction, or, once its own pod was measured, the part of the
+//! prediction the pod does not use yet ([`UsageContext::uncounted`]). Summing every node's
+//! placements afresh in each cycle walked every placement of the last ten minutes per
+//! decision: on the kit at 15,000 nodes that was a third of `serve`'s CPU (issue #22).
+//! Here each node's placements are folded once, when they change (a placement recorded or
+//! forgotten, a new view, a new node layout), into:
 //! - the sum of those placed after the node's newest sample (counted whole), and
-//! - those the samples include, oldest first, with suffix sums of `x` and of
-//!   `x · (newest − placed)`: with `d = newest − placed` and share
-//!   `1 − (now − placed) / warmup`, the placements still warming up sum to
-//!   `Σx · (1 − (now − newest) / warmup) − Σ(x·d) / warmup`, one binary search for the
-//!   first still warming up and one multiply-add per resource.
+//! - those the samples include, oldest first, each with what it adds before its decay `x`,
+//!   and suffix sums of `x` and of `x · (newest − placed)`: with
+//!   `d = newest − placed` and share `1 − (now − placed) / warmup`, the placements still
+//!   warming up sum to `Σx · (1 − (now − newest) / warmup) − Σ(x·d) / warmup`, one binary
+//!   search for the first still warming up and one multiply-add per resource.
 //!
 //! The result equals the per-placement walk up to floating-point rounding (a test checks
 //! it against [`UsageContext::uncounted`]).
@@ -19,7 +20,7 @@
 use std::sync::Arc;
 
 use crate::key::NodeIdx;
-use crate::view::UsageView;
+use crate::view::{PodUsage, UsageView};
 
 use super::risk::MemoryDist;
 
@@ -48,8 +49,7 @@ impl RecentSums {
     /// The sums of the placements on `node` that its usage does not show yet.
     /// Folded as a cycle folds them (this module), so both give the same numbers.
     pub fn of(ctx: &UsageContext, node: &str, warmup_ms: i64) -> RecentSums {
-        NodeRecent::build(ctx.recent_on(node), newest_of(&ctx.view, node))
-            .sums(ctx.now_ms, warmup_ms)
+        NodeRecent::build(ctx.recent_on(node), &ctx.view, node).sums(ctx.now_ms, warmup_ms)
     }
 }
 
@@ -73,40 +73,37 @@ pub struct NodeRecent {
     newest_ms: i64,
     /// Placements after the newest sample, counted whole.
     unsampled: RecentSums,
-    /// Placements at or before the newest sample, oldest first.
+    /// Placements at or before the newest sample, oldest first, `x` what each still adds
+    /// before its decay: its whole prediction, or what its measured pod does not use yet
+    /// ([`RecentPlacement::remainder`]).
     sampled: Vec<Sampled>,
 }
 
 impl NodeRecent {
-    /// Folds a node's placements, given its newest sample (`i64::MIN`: none).
-    pub fn build(list: &[RecentPlacement], newest_ms: i64) -> NodeRecent {
+    /// Folds the placements `list` of `node`, given the view (the node's newest sample and
+    /// the pods' measured usage).
+    pub fn build(list: &[RecentPlacement], view: &UsageView, node: &str) -> NodeRecent {
+        let newest_ms = newest_of(view, node);
         let mut out = NodeRecent {
             newest_ms,
             ..NodeRecent::default()
         };
-        for r in list.iter().filter(|r| r.at_ms > newest_ms) {
-            out.unsampled.count += 1;
-            out.unsampled.cpu += r.cpu_cores;
-            out.unsampled.memory += r.memory_bytes;
-            out.unsampled.disk += r.disk_bytes;
-            out.unsampled.memory_dist = out.unsampled.memory_dist.plus(r.memory_dist);
-        }
-        out.sampled = list
-            .iter()
-            .filter(|r| r.at_ms <= newest_ms)
-            .map(|r| Sampled {
+        for r in list {
+            if r.at_ms > newest_ms {
+                out.unsampled.count += 1;
+                out.unsampled.cpu += r.cpu_cores;
+                out.unsampled.memory += r.memory_bytes;
+                out.unsampled.disk += r.disk_bytes;
+                out.unsampled.memory_dist = out.unsampled.memory_dist.plus(r.memory_dist);
+                continue;
+            }
+            out.sampled.push(Sampled {
                 at_ms: r.at_ms,
-                x: [
-                    r.cpu_cores,
-                    r.memory_bytes,
-                    r.disk_bytes,
-                    r.memory_dist.mean,
-                    r.memory_dist.var,
-                ],
+                x: measured(view, r).map_or_else(|| r.whole(), |m| r.remainder(m)),
                 sum_x: [0.0; N],
                 sum_xd: [0.0; N],
-            })
-            .collect();
+            });
+        }
         out.sampled.sort_by_key(|s| s.at_ms);
         let (mut sx, mut sxd) = ([0.0; N], [0.0; N]);
         for s in out.sampled.iter_mut().rev() {
@@ -131,7 +128,7 @@ impl NodeRecent {
     #[inline]
     pub fn sums(&self, now_ms: i64, warmup_ms: i64) -> RecentSums {
         let mut s = self.unsampled;
-        if warmup_ms <= 0 || self.sampled.is_empty() {
+        if warmup_ms <= 0 {
             return s;
         }
         // Still warming up: `now − placed < warmup`.
@@ -187,7 +184,7 @@ impl RecentTable {
         let mut nodes = vec![NodeRecent::default(); len];
         for (name, list) in ctx.recent_nodes() {
             if let Some(idx) = index_of(name) {
-                nodes[idx as usize] = NodeRecent::build(list, newest_of(&ctx.view, name));
+                nodes[idx as usize] = NodeRecent::build(list, &ctx.view, name);
             }
         }
         RecentTable {
@@ -210,7 +207,7 @@ impl RecentTable {
     /// just before the change.
     pub fn refold(&mut self, ctx: &UsageContext, idx: Option<NodeIdx>, name: &str) {
         if let Some(n) = idx.and_then(|i| self.nodes.get_mut(i as usize)) {
-            *n = NodeRecent::build(ctx.recent_on(name), newest_of(&ctx.view, name));
+            *n = NodeRecent::build(ctx.recent_on(name), &ctx.view, name);
         }
         self.version = ctx.recent_version();
     }
@@ -222,6 +219,13 @@ impl RecentTable {
             .get(idx as usize)
             .map_or_else(RecentSums::default, |n| n.sums(now_ms, warmup_ms))
     }
+}
+
+/// The measured usage of `r`'s pod in `view`, if its memory was sampled since `r`
+/// placed it (an older sample is another pod of the same name).
+pub(super) fn measured<'v>(view: &'v UsageView, r: &RecentPlacement) -> Option<&'v PodUsage> {
+    view.pod(&r.pod)
+        .filter(|m| m.memory_bytes.is_some() && m.newest_ms >= r.at_ms)
 }
 
 /// The node's newest sample in `view` (`i64::MIN`: none).
@@ -257,13 +261,25 @@ mod tests {
         let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
         n.newest_ms = 1_700_000_060_000;
         view.nodes.insert("n".into(), n);
+        // Every third pod measured, some past their prediction and some short of it.
+        for i in (0..40i64).step_by(3) {
+            view.pods.insert(
+                PodKey::new("ns", format!("p{i}")),
+                crate::view::PodUsage {
+                    cpu_cores: Some(0.3 * i as f64),
+                    memory_bytes: Some(1e9 * (i % 5) as f64),
+                    disk_bytes: (i % 2 == 0).then_some(1e7),
+                    newest_ms: 1_700_000_060_000,
+                },
+            );
+        }
         ctx.view = Arc::new(view);
         let base = 1_700_000_000_000i64;
         for i in 0..40i64 {
             let at = base + ((i * 7919) % 97) * 1_300 - 20_000;
             ctx.record_placement(None, "n", placed(&format!("p{i}"), at, 0.1 + i as f64));
         }
-        let folded = NodeRecent::build(ctx.recent_on("n"), newest_of(&ctx.view, "n"));
+        let folded = NodeRecent::build(ctx.recent_on("n"), &ctx.view, "n");
         assert!(folded.unsampled.count > 0 && !folded.sampled.is_empty());
         for warmup in [0, 1, 30_000, 60_000, 300_000, i64::MAX] {
             for now in [
@@ -275,13 +291,13 @@ mod tests {
             ] {
                 ctx.now_ms = now;
                 let mut want = RecentSums::default();
-                for (r, share) in ctx.uncounted("n", warmup) {
+                for (_, c) in ctx.uncounted("n", warmup) {
                     want.count += 1;
-                    want.cpu += r.cpu_cores * share;
-                    want.memory += r.memory_bytes * share;
-                    want.disk += r.disk_bytes * share;
-                    want.memory_dist.mean += r.memory_dist.mean * share;
-                    want.memory_dist.var += r.memory_dist.var * share;
+                    want.cpu += c[0];
+                    want.memory += c[1];
+                    want.disk += c[2];
+                    want.memory_dist.mean += c[3];
+                    want.memory_dist.var += c[4];
                 }
                 let got = folded.sums(now, warmup);
                 assert_eq!(got.count, want.count, "now {now} warmup {warmup}");
