@@ -21,6 +21,7 @@ pub mod runs;
 pub mod samples;
 mod schedule;
 pub mod scrape;
+pub mod shared;
 pub mod sink;
 pub mod summary;
 

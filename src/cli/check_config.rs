@@ -36,7 +36,7 @@ pub(crate) fn run(
         c = policy.config_tuned(&c, &tuned);
         outln(format_args!("# as policy {} runs it", policy.as_str()));
     }
-    for shared in c.collectors.shared_signals() {
+    for shared in headroom_collectors::shared::shared_signals(&c.collectors) {
         outln(format_args!("# warning: {shared}"));
     }
     for mode in [Mode::Serve, Mode::Simulate, Mode::Place] {

@@ -64,7 +64,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<ExitCode, CliError> {
         config.serve.api_listen = a.to_string();
     }
     crate::config::validate_config_in(&config, &origin)?;
-    for shared in config.collectors.shared_signals() {
+    for shared in headroom_collectors::shared::shared_signals(&config.collectors) {
         tracing::warn!("{origin}: {shared}");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
