@@ -685,24 +685,7 @@ impl Store {
 
     /// Series matching all `matchers` (all series if empty), ordered by id.
     pub fn select(&self, matchers: &[Matcher]) -> Result<Vec<SeriesInfo>> {
-        let compiled = matchers
-            .iter()
-            .map(CompiledMatcher::compile)
-            .collect::<Result<Vec<_>>>()?;
-        let st = lock(&self.inner.state);
-        let ids = st.index.select(&compiled);
-        Ok(ids
-            .into_iter()
-            .filter_map(|slot| {
-                let (metric, labels) = st.index.resolve(slot)?;
-                Some(SeriesInfo {
-                    id: SeriesId(st.index.public_id(slot)),
-                    metric,
-                    labels,
-                    last: st.heads.get(slot as usize).and_then(Head::latest),
-                })
-            })
-            .collect())
+        self.select_where(matchers, |_| true)
     }
 
     /// Series matching all `matchers` whose newest raw sample is at or after `since_ms`,
@@ -710,6 +693,16 @@ impl Store {
     /// stopped long ago (a finished pod's containers, kept until retention) cost one
     /// comparison each: the per-pod usage of every refresh reads only the live ones.
     pub fn select_active(&self, matchers: &[Matcher], since_ms: i64) -> Result<Vec<SeriesInfo>> {
+        self.select_where(matchers, |last| last.is_some_and(|s| s.ts_ms >= since_ms))
+    }
+
+    /// Series matching all `matchers` whose newest raw sample passes `keep`, which is
+    /// asked before the labels are resolved.
+    fn select_where(
+        &self,
+        matchers: &[Matcher],
+        keep: impl Fn(Option<Sample>) -> bool,
+    ) -> Result<Vec<SeriesInfo>> {
         let compiled = matchers
             .iter()
             .map(CompiledMatcher::compile)
@@ -719,8 +712,8 @@ impl Store {
         Ok(ids
             .into_iter()
             .filter_map(|slot| {
-                let last = st.heads.get(slot as usize).and_then(Head::latest)?;
-                if last.ts_ms < since_ms {
+                let last = st.heads.get(slot as usize).and_then(Head::latest);
+                if !keep(last) {
                     return None;
                 }
                 let (metric, labels) = st.index.resolve(slot)?;
@@ -728,7 +721,7 @@ impl Store {
                     id: SeriesId(st.index.public_id(slot)),
                     metric,
                     labels,
-                    last: Some(last),
+                    last,
                 })
             })
             .collect())

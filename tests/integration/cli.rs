@@ -236,14 +236,17 @@ fn check_config_prints_effective_config_or_names_the_field() {
         assert_eq!(o.status.code(), Some(2), "{text}");
         assert!(stderr(&o).contains(field), "{text}: {}", stderr(&o));
     }
-    let good = write(
-        &dir,
+    // A valid file: its effective configuration on stdout.
+    let valid = |name: &str, text: &str| -> String {
+        let path = write(&dir, name, text);
+        let o = run(&["check-config", &path]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let out = valid(
         "good.yaml",
         "usage: {warmup: 90s}\nprofiles: [{schedulerName: headroom, pluginArgs: {history: {headroomBand: 25}}}]\n",
     );
-    let o = run(&["check-config", &good]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = stdout(&o);
     assert!(out.contains("headroomBand: 25"), "{out}");
     assert!(out.contains("warmup: 1m 30s"), "{out}");
     assert!(
@@ -253,14 +256,10 @@ fn check_config_prints_effective_config_or_names_the_field() {
 
     // Sections a mode does not use are named, not accepted silently; the backoffs are
     // upstream's fields, validated as upstream does.
-    let partial = write(
-        &dir,
+    let out = valid(
         "partial.yaml",
         "serve: {decisionAnnotation: false}\ncollectors: {kubelet: {nodes: [n1]}}\nscheduler: {podInitialBackoffSeconds: 2, podMaxBackoffSeconds: 20}\n",
     );
-    let o = run(&["check-config", &partial]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = stdout(&o);
     for note in [
         "# note: serve is set but `headroom simulate` does not use it",
         "# note: serve is set but `headroom place` does not use it",
@@ -273,14 +272,10 @@ fn check_config_prints_effective_config_or_names_the_field() {
     assert!(!out.contains("# warning:"), "one source: {out}");
 
     // Two sources writing the same series: said, not refused (they may cover other nodes).
-    let shared = write(
-        &dir,
+    let out = valid(
         "shared.yaml",
         "collectors: {kubelet: {nodes: [n1]}, prometheus: {url: 'http://127.0.0.1:9090'}}\n",
     );
-    let o = run(&["check-config", &shared]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = stdout(&o);
     assert!(
         out.contains(
             "# warning: collectors.kubelet and collectors.prometheus write `node_memory_working_set_bytes`"

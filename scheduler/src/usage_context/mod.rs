@@ -260,17 +260,22 @@ mod tests {
     use super::*;
     use crate::view::UsageView;
 
+    /// A view of one node `n` whose newest sample is at `newest_ms`.
+    fn view_of_node_n(newest_ms: i64) -> UsageView {
+        let mut view = UsageView::default();
+        let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
+        n.newest_ms = newest_ms;
+        view.nodes.insert("n".into(), n);
+        view
+    }
+
     #[test]
     fn recent_placements_count_until_sampled_then_decay_over_warmup() {
         let mut ctx = UsageContext {
             now_ms: 100_000,
             ..Default::default()
         };
-        let mut view = UsageView::default();
-        let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
-        n.newest_ms = 60_000;
-        view.nodes.insert("n".into(), n);
-        ctx.view = Arc::new(view);
+        ctx.view = Arc::new(view_of_node_n(60_000));
         let placed = |pod: &str, at_ms: i64| RecentPlacement {
             pod: PodKey::new("ns", pod),
             at_ms,
@@ -307,10 +312,7 @@ mod tests {
             now_ms: 100_000,
             ..Default::default()
         };
-        let mut view = UsageView::default();
-        let mut n = crate::plugins::testutil::usage("n", 0.0, 0.0, 0, None);
-        n.newest_ms = 90_000;
-        view.nodes.insert("n".into(), n);
+        let mut view = view_of_node_n(90_000);
         let measured = |mem: f64, at: i64| crate::view::PodUsage {
             cpu_cores: Some(0.25),
             memory_bytes: Some(mem),
