@@ -128,7 +128,7 @@ impl NodeRecent {
     #[inline]
     pub fn sums(&self, now_ms: i64, warmup_ms: i64) -> RecentSums {
         let mut s = self.unsampled;
-        if warmup_ms <= 0 {
+        if warmup_ms <= 0 || self.sampled.is_empty() {
             return s;
         }
         // Still warming up: `now − placed < warmup`.
