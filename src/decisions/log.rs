@@ -88,6 +88,7 @@ impl DecisionInputs {
                 headroom: Headroom::of(n, usage, policy),
                 age_seconds: age_ms as f64 / 1000.0,
                 stale: age_ms > stale_ms,
+                recent: RecentInput::on(usage, node, policy.warmup_ms()),
             })
         });
         DecisionInputs {
@@ -114,6 +115,72 @@ pub struct NodeInputs {
     pub age_seconds: f64,
     /// Older than the stale threshold.
     pub stale: bool,
+    /// The recent placements counted on top of the node's samples (the decided pod among
+    /// them), newest first, at most [`RecentInput::MAX_SHOWN`]: what each still adds.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub recent: Vec<RecentInput>,
+}
+
+/// One recent placement as a decision counted it on the chosen node: its prediction, what
+/// its own pod was measured using, and what it still added (`usage.warmup`'s decayed share
+/// of the prediction, or of the part of it the pod does not use yet; the whole prediction
+/// while the node's samples predate it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentInput {
+    /// The placed pod.
+    pub pod: PodKey,
+    /// Seconds from its placement to the decision.
+    pub placed_seconds_ago: f64,
+    /// Predicted CPU, cores.
+    pub predicted_cpu_cores: f64,
+    /// Predicted memory, bytes.
+    pub predicted_memory_bytes: f64,
+    /// Its pod's measured CPU, cores; absent while its pod has no sample.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub measured_cpu_cores: Option<f64>,
+    /// Its pod's measured memory working set, bytes; absent while its pod has no sample.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub measured_memory_bytes: Option<f64>,
+    /// CPU it added to the node's measured usage, cores.
+    pub counted_cpu_cores: f64,
+    /// Memory it added to the node's measured usage, bytes.
+    pub counted_memory_bytes: f64,
+}
+
+impl RecentInput {
+    /// At most this many are kept per decision (a node may hold hundreds of placements of
+    /// the last minutes; the newest explain the number).
+    pub const MAX_SHOWN: usize = 16;
+
+    /// The placements `usage` counts on `node` ([`UsageContext::uncounted`]), newest first.
+    ///
+    /// [`UsageContext::uncounted`]: headroom_scheduler::usage_context::UsageContext::uncounted
+    fn on(
+        usage: &headroom_scheduler::usage_context::UsageContext,
+        node: &str,
+        warmup_ms: i64,
+    ) -> Vec<RecentInput> {
+        let mut out: Vec<RecentInput> = usage
+            .uncounted(node, warmup_ms)
+            .map(|(r, counted)| {
+                let measured = headroom_scheduler::usage_context::recent::measured(&usage.view, r);
+                RecentInput {
+                    pod: r.pod.clone(),
+                    placed_seconds_ago: usage.now_ms.saturating_sub(r.at_ms).max(0) as f64 / 1000.0,
+                    predicted_cpu_cores: r.cpu_cores,
+                    predicted_memory_bytes: r.memory_bytes,
+                    measured_cpu_cores: measured.and_then(|m| m.cpu_cores),
+                    measured_memory_bytes: measured.and_then(|m| m.memory_bytes),
+                    counted_cpu_cores: counted[0],
+                    counted_memory_bytes: counted[1],
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.placed_seconds_ago.total_cmp(&b.placed_seconds_ago));
+        out.truncate(Self::MAX_SHOWN);
+        out
+    }
 }
 
 /// What `/explain` serves: the decision's [`Explanation`] with when it was made, what the
@@ -182,6 +249,21 @@ impl ExplainResponse {
                 n.age_seconds,
                 if n.stale { " (stale)" } else { "" }
             );
+            for r in &n.recent {
+                let measured = r.measured_memory_bytes.map_or_else(
+                    || "not measured yet".to_string(),
+                    |m| format!("measured {m:.0}"),
+                );
+                let _ = writeln!(
+                    out,
+                    "  placed {:.0} s ago: {}, memory predicted {:.0} bytes, {measured}, counted {:.0}; cpu counted {:.3} cores",
+                    r.placed_seconds_ago,
+                    r.pod,
+                    r.predicted_memory_bytes,
+                    r.counted_memory_bytes,
+                    r.counted_cpu_cores
+                );
+            }
         }
         out.push_str(&self.explanation.to_text());
         out

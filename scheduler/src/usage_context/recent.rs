@@ -223,7 +223,7 @@ impl RecentTable {
 
 /// The measured usage of `r`'s pod in `view`, if its memory was sampled since `r`
 /// placed it (an older sample is another pod of the same name).
-pub(super) fn measured<'v>(view: &'v UsageView, r: &RecentPlacement) -> Option<&'v PodUsage> {
+pub fn measured<'v>(view: &'v UsageView, r: &RecentPlacement) -> Option<&'v PodUsage> {
     view.pod(&r.pod)
         .filter(|m| m.memory_bytes.is_some() && m.newest_ms >= r.at_ms)
 }

@@ -793,3 +793,30 @@ async fn kube_serve_compacts_its_store_in_place_and_keeps_its_decisions() {
     }
     assert!(stop(child).success());
 }
+
+/// Two sources writing one signal (here the kubelets' summaries and Prometheus, both
+/// `node_memory_working_set_bytes`) are allowed, as they may cover different nodes, but
+/// `serve` warns at start, naming both sources and the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_serve_warns_at_start_when_two_sources_write_one_signal() {
+    let fake = Fake::start().await;
+    farm(&fake, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "{SERVE_CONFIG}collectors: {{kubelet: {{nodes: [node-0]}}, prometheus: {{url: 'http://127.0.0.1:9'}}}}\n"
+    );
+    let mut child = spawn_serve_with(dir.path(), &fake.url(), &yaml, None, &[]);
+    let _ = api_port(&mut child, dir.path()).await;
+    let status = stop(child);
+    let log = serve_log(dir.path());
+    assert!(status.success(), "{status:?}\n{log}");
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") && l.contains("write `node_memory_working_set_bytes`"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(
+        warned[0].contains("collectors.kubelet and collectors.prometheus"),
+        "{log}"
+    );
+}

@@ -18,6 +18,7 @@ mod plugin;
 mod preemption;
 mod process_kubelet;
 mod real_processes;
+mod recent_explain;
 mod sections;
 mod spreading;
 mod ui;

@@ -1,0 +1,108 @@
+//! What a recent placement still adds, as `/explain` shows it under `serve` (issue #72):
+//! a build placed a moment ago and already measured by its node's kubelet counts only the
+//! part of its prediction its pod does not use yet; the pod just placed, not yet in any
+//! sample, counts whole.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::fake::Fake;
+use super::kubelet::{FakeKubelet, PodStats, collectors_yaml};
+use super::sections::{SERVE_BASE, config, get_json, start, until_measured};
+use super::warm_wait::build;
+use super::{namespace, node};
+
+const MI: f64 = (1u64 << 20) as f64;
+
+fn entry<'a>(recent: &'a [Value], pod: &str) -> &'a Value {
+    recent
+        .iter()
+        .find(|r| r["pod"] == pod)
+        .unwrap_or_else(|| panic!("{pod} not among {recent:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
+    let fake = Fake::start().await;
+    let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("namespaces", namespace("default"));
+    let base = format!(
+        "{SERVE_BASE}analytics: {{refreshInterval: 1s}}\nusage: {{warmup: 10m}}\n{}",
+        collectors_yaml(&[("node-a", &k)])
+    );
+    let s = start(&fake, config(&base, ""), None).await;
+    until_measured(&s, &["node-a"]).await;
+
+    fake.put("pods", build("first", "b1", "100m", None));
+    fake.wait_for(15, "first bound", |f| {
+        f.node_of("default", "first").is_some()
+    })
+    .await;
+    let uid = fake.get("pods", "default", "first").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The kubelet now reports the first build using 64 MiB (of its 256Mi request).
+    k.set_node(0.6, 1088.0 * MI);
+    k.set_pods(vec![PodStats {
+        namespace: "default".into(),
+        name: "first".into(),
+        uid,
+        cpu: 0.1,
+        memory: 64.0 * MI,
+    }]);
+    // Three polls after the change, then two refreshes of the usage view.
+    let polled = k.polls();
+    fake.wait_for(15, "three polls", |_| k.polls() >= polled + 3)
+        .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    fake.put("pods", build("second", "b2", "100m", None));
+    fake.wait_for(15, "second bound", |f| {
+        f.node_of("default", "second").is_some()
+    })
+    .await;
+    let explain = get_json(&s.url("/explain/default/second")).await;
+    let text = reqwest::get(s.url("/explain/default/second?format=text"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    s.stop().await;
+
+    let recent = explain["inputs"]["chosenNode"]["recent"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no recent placements: {explain}"));
+    assert_eq!(recent.len(), 2, "{explain}");
+    // Newest first: the decided pod itself, after every sample, counted whole.
+    assert_eq!(recent[0]["pod"], "default/second", "{explain}");
+    let second = entry(recent, "default/second");
+    assert!(second["measuredMemoryBytes"].is_null(), "{explain}");
+    assert_eq!(
+        second["countedMemoryBytes"], second["predictedMemoryBytes"],
+        "{explain}"
+    );
+    // The first build: measured, so it adds its prediction less what it uses, in the share
+    // of the ten-minute warm-up still left (a few seconds gone).
+    let first = entry(recent, "default/first");
+    let f = |k: &str| first[k].as_f64().unwrap_or(f64::NAN);
+    assert_eq!(f("measuredMemoryBytes"), 64.0 * MI, "{explain}");
+    assert!(f("predictedMemoryBytes") >= 128.0 * MI, "{explain}");
+    let left = f("predictedMemoryBytes") - f("measuredMemoryBytes");
+    let counted = f("countedMemoryBytes");
+    assert!(
+        counted <= left + 1.0 && counted >= 0.9 * left,
+        "counted {counted}, left {left}: {explain}"
+    );
+    assert!(f("placedSecondsAgo") > 1.0 && f("placedSecondsAgo") < 60.0);
+    assert!(
+        text.contains("default/first, memory predicted")
+            && text.contains("measured 67108864")
+            && text.contains("default/second")
+            && text.contains("not measured yet"),
+        "{text}"
+    );
+}
