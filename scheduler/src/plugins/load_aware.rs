@@ -37,11 +37,16 @@
 //! a pod delete or a NodeMetric refresh, as `EventsToRegister` says upstream.
 //!
 //! Where it differs: Koordinator adds `max(0, estimate − the pod's own reported usage)`
-//! for a missing pod (`pod_assign_cache.go`, `AddDelta`), and estimates every pod the
-//! NodeMetric has no usage for, whatever its age; headroom's view carries no per-pod
-//! usage, so a missing pod counts its whole estimate and a pod placed before the window
-//! counts nothing. A pod placed within the report interval has run a minute at most, so
-//! its reported 5-minute mean is a small part of its estimate. `prodUsageThresholds`,
+//! for a missing pod (`estimatedAssignedPodUsed` counts `max(estimate, usage)` and
+//! `GetEstimatedUsed` takes the estimated pods' usage off the node's), and estimates every
+//! pod the NodeMetric has no usage for, whatever its age. Here a missing pod counts its
+//! whole estimate and a pod placed before the window counts nothing: the usage view's
+//! per-pod usage ([`crate::view::PodUsage`]) is each pod's newest sample, not its 5-minute
+//! mean as of the node's held report, and taking a newer, larger figure off would count
+//! less than Koordinator does (more placements on busy nodes, more OOM kills charged to
+//! it). A pod placed within the report interval has run a minute at most, so its reported
+//! 5-minute mean is a small part of its estimate, and counting it whole errs toward
+//! Koordinator. `prodUsageThresholds`,
 //! `scoreAccordingProdUsage` and `allowCustomizeEstimation` need per-pod metrics and
 //! Koordinator's priority classes: they are refused.
 

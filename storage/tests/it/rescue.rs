@@ -182,6 +182,7 @@ fn every_kind_of_damage_leaves_a_working_store() {
     let files = store_files(&src).unwrap();
     let mut rescued = 0;
     let mut kept_some = 0;
+    let mut kept_nothing = Vec::new();
     let mut cases = 0;
     for file in &files {
         let len = std::fs::metadata(src.join(file)).unwrap().len();
@@ -225,6 +226,8 @@ fn every_kind_of_damage_leaves_a_working_store() {
             rescued += 1;
             if rescue.kept.total() > 0 {
                 kept_some += 1;
+            } else {
+                kept_nothing.push(format!("{d:?}"));
             }
             let series = store.select(&[]).unwrap();
             assert_eq!(series.len() as u64, rescue.kept.series, "{d:?}: {rescue}");
@@ -257,6 +260,6 @@ fn every_kind_of_damage_leaves_a_working_store() {
     // Damage to one file rarely leaves nothing readable: most rescues keep something.
     assert!(
         kept_some * 4 >= rescued * 3,
-        "{kept_some} of {rescued} rescues kept anything"
+        "{kept_some} of {rescued} rescues kept anything; nothing kept after: {kept_nothing:#?}\nfiles: {files:?}"
     );
 }
