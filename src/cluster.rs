@@ -629,7 +629,21 @@ impl ClusterState {
         if was_queued {
             f.push(FollowUp::Unqueue(id.clone()));
         }
-        let removed = c.snapshot_mut().remove_pod(&id.key, &id.uid).is_some();
+        let snap = c.snapshot_mut();
+        let on = snap
+            .node_of_pod(&id.key, &id.uid)
+            .map(|i| snap.node(i).name.to_string())
+            .or(node.clone());
+        let removed = snap.remove_pod(&id.key, &id.uid).is_some();
+        // A pod that finished or was deleted uses nothing on its node any more: its
+        // placement stops counting there. Left in, it counted until `usage.warmup` ran
+        // out, on its last samples and then, once they left the node window, on its whole
+        // prediction (a farm of 2–3-minute builds carried each for minutes after its end).
+        if let Some(n) = on
+            && snap.usage().recent_on(&n).iter().any(|r| r.pod == id.key)
+        {
+            snap.forget_placement(&n, &id.key);
+        }
         if removed || node.is_some() {
             f.push(FollowUp::Move(ClusterEvent::PodDeleted));
             f.push(FollowUp::Gone(id.clone()));

@@ -177,6 +177,9 @@ impl RecentInput {
                 }
             })
             .collect();
+        // Recorded oldest first: reversed, a stable sort keeps the later of two placed in
+        // the same millisecond first.
+        out.reverse();
         out.sort_by(|a, b| a.placed_seconds_ago.total_cmp(&b.placed_seconds_ago));
         out.truncate(Self::MAX_SHOWN);
         out

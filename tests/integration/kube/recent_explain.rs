@@ -1,7 +1,7 @@
 //! What a recent placement still adds, as `/explain` shows it under `serve` (issue #72):
 //! a build placed a moment ago and already measured by its node's kubelet counts only the
 //! part of its prediction its pod does not use yet; the pod just placed, not yet in any
-//! sample, counts whole.
+//! sample, counts whole; a build that ended counts nothing.
 
 use std::time::Duration;
 
@@ -71,7 +71,27 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
         .text()
         .await
         .unwrap();
+    // The first build ends: its placement stops counting at once, before any sample.
+    let mut done = fake.get("pods", "default", "first").unwrap();
+    done["status"]["phase"] = "Succeeded".into();
+    fake.put("pods", done);
+    let gone = fake.get("pods", "default", "first").unwrap();
+    assert_eq!(gone["status"]["phase"], "Succeeded");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.put("pods", build("third", "b3", "100m", None));
+    fake.wait_for(15, "third bound", |f| {
+        f.node_of("default", "third").is_some()
+    })
+    .await;
+    let third = get_json(&s.url("/explain/default/third")).await;
     s.stop().await;
+    let after: Vec<&Value> = third["inputs"]["chosenNode"]["recent"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no recent placements: {third}"))
+        .iter()
+        .map(|r| &r["pod"])
+        .collect();
+    assert_eq!(after, ["default/third", "default/second"], "{third}");
 
     let recent = explain["inputs"]["chosenNode"]["recent"]
         .as_array()
