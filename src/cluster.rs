@@ -636,13 +636,13 @@ impl ClusterState {
             .or(node.clone());
         let removed = snap.remove_pod(&id.key, &id.uid).is_some();
         // A pod that finished or was deleted uses nothing on its node any more: its
-        // placement stops counting there. Left in, it counted until `usage.warmup` ran
-        // out, on its last samples and then, once they left the node window, on its whole
-        // prediction (a farm of 2–3-minute builds carried each for minutes after its end).
-        if let Some(n) = on
-            && snap.usage().recent_on(&n).iter().any(|r| r.pod == id.key)
-        {
-            snap.forget_placement(&n, &id.key);
+        // placement stops counting there, and its last sample comes off the node's window.
+        // Left in, it counted until `usage.warmup` ran out, on its last samples and then,
+        // once they left the node window, on its whole prediction, and the window's p95
+        // held it for most of the window (a farm of 2–3-minute builds carried each for
+        // minutes after its end).
+        if let Some(n) = on {
+            snap.pod_left(&n, &id.key);
         }
         if removed || node.is_some() {
             f.push(FollowUp::Move(ClusterEvent::PodDeleted));

@@ -293,6 +293,26 @@ impl Snapshot {
         self.change_recent(node, |u| u.forget_placement(node, pod));
     }
 
+    /// A pod left `node` (it ended or was deleted) at the usage clock's now: its placement
+    /// stops counting there ([`UsageContext::forget_placement`]) and what its last sample
+    /// shows comes off the node's windowed usage ([`UsageContext::record_departure`]); the
+    /// node is folded again once. Nothing changes for a pod neither placed recently nor
+    /// measured.
+    pub fn pod_left(&mut self, node: &str, pod: &PodKey) {
+        let u = self.usage();
+        let placed = u.recent_on(node).iter().any(|r| r.pod == *pod);
+        if !placed && !u.is_measured(pod) {
+            return;
+        }
+        let at_ms = u.now_ms;
+        self.change_recent(node, |u| {
+            if placed {
+                u.forget_placement(node, pod);
+            }
+            u.record_departure(node, pod.clone(), at_ms);
+        });
+    }
+
     /// Changes `node`'s recent placements; when the recent table was current, refolds that
     /// node alone (a stale table is rebuilt whole on its next read anyway).
     fn change_recent(&mut self, node: &str, change: impl FnOnce(&mut UsageContext)) {

@@ -141,7 +141,14 @@ impl NodeReal {
                 }
             }
         };
-        let (cpu_measured, mem_measured) = row.map_or((0.0, 0.0), |u| (u.cpu, u.memory));
+        // Pods that left the node come off its windowed statistic, never below its current
+        // sample ([`crate::usage_context::UsageContext::record_departure`]).
+        let (cpu_measured, mem_measured) = row.map_or((0.0, 0.0), |u| {
+            (
+                u.cpu_now.max(u.cpu - recent.gone_cpu),
+                u.memory_now.max(u.memory - recent.gone_memory),
+            )
+        });
         // Disk from metrics only while they are fresh; the annotations (synced by a script,
         // seed 003) stand in otherwise.
         let metrics_disk =

@@ -226,7 +226,8 @@ pub struct UsagePolicy {
     /// the part of the prediction the pod's own measured usage does not show yet
     /// (`max(0, predicted − measured)`; the whole prediction while its containers have no
     /// sample) is counted, decaying linearly to zero over this window after placement.
-    /// `0s` counts a pod only until the first sample that includes it. Default `5m`, for
+    /// A pod that ends or is deleted stops counting at once. `0s` counts a pod only until
+    /// the first sample that includes it. Default `5m`, for
     /// builds whose memory ramps up over a minute or two; a farm of builds of a few
     /// minutes that reach their memory in seconds wants less
     /// (`examples/real-nodes-config.yaml`).

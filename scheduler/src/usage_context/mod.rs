@@ -59,6 +59,20 @@ pub struct RecentPlacement {
     pub memory_dist: MemoryDist,
 }
 
+/// A pod that left its node (it ended or was deleted): while its last sample is still in
+/// the usage view (the node window), what it used comes off the node's windowed usage
+/// ([`UsageContext::record_departure`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Departure {
+    /// The pod.
+    pub pod: PodKey,
+    /// When the scheduler learned it left, ms since the epoch.
+    pub at_ms: i64,
+    /// Its newest sample in the view then: a newer one later is another pod of the same
+    /// name, running, and the departure no longer counts.
+    pub last_sample_ms: i64,
+}
+
 /// The usage-side inputs of one scheduling cycle.
 #[derive(Debug, Clone, Default)]
 pub struct UsageContext {
@@ -70,7 +84,10 @@ pub struct UsageContext {
     /// (private: every change must move [`UsageContext::recent_version`], which
     /// [`recent::RecentTable`] follows).
     recent: HashMap<String, Vec<RecentPlacement>>,
-    /// Increments on every change to `recent`.
+    /// Per node, pods that left it whose samples may still be in the node window
+    /// (private, as `recent`: changes move the version).
+    departures: HashMap<String, Vec<Departure>>,
+    /// Increments on every change to `recent` or `departures`.
     recent_version: u64,
     /// Per node, when the scheduler placed pods there (newest last), for NodeStartRate.
     pub starts: HashMap<String, VecDeque<i64>>,
@@ -125,9 +142,52 @@ impl UsageContext {
         self.recent.iter().map(|(n, l)| (n.as_str(), l.as_slice()))
     }
 
-    /// Increments on every recorded, forgotten or pruned placement.
+    /// Increments on every recorded, forgotten or pruned placement or departure.
     pub fn recent_version(&self) -> u64 {
         self.recent_version
+    }
+
+    /// Records that `pod` left `node` at `at_ms` (it ended or was deleted). A node's
+    /// windowed statistic (the p95 over `analytics.nodeWindow`) keeps a pod that left on
+    /// the node's books for most of the window: the node looks full after its builds end,
+    /// and builds fall back. While the pod's last sample stays in the view, what it used
+    /// comes off the windowed statistic, never below the node's current sample, the mirror
+    /// of counting a placement before the samples show it ([`recent::NodeRecent`]).
+    ///
+    /// Nothing is recorded for a pod the view has no sample of (nothing to take off).
+    pub fn record_departure(&mut self, node: &str, pod: PodKey, at_ms: i64) {
+        let Some(last_sample_ms) = self.view.pod(&pod).map(|m| m.newest_ms) else {
+            return;
+        };
+        let list = self.departures.entry(node.to_string()).or_default();
+        list.retain(|d| d.pod != pod);
+        list.push(Departure {
+            pod,
+            at_ms,
+            last_sample_ms,
+        });
+        self.recent_version += 1;
+    }
+
+    /// Whether [`UsageContext::record_departure`] would record `pod`: the view has a
+    /// sample of it.
+    pub fn is_measured(&self, pod: &PodKey) -> bool {
+        self.view.pods.contains_key(pod)
+    }
+
+    /// The pods that left `node` (oldest recorded first).
+    pub fn departures_on(&self, node: &str) -> &[Departure] {
+        self.departures.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every node with recent placements or departures.
+    pub fn nodes_with_recent(&self) -> impl Iterator<Item = &str> {
+        self.recent.keys().map(String::as_str).chain(
+            self.departures
+                .keys()
+                .filter(|n| !self.recent.contains_key(*n))
+                .map(String::as_str),
+        )
     }
 
     /// Forgets a placement (its bind failed or the pod left).
@@ -155,6 +215,11 @@ impl UsageContext {
             list.retain(|r| {
                 (r.at_ms > newest || now - r.at_ms < warmup_ms) && now - r.at_ms <= max_age_ms
             });
+            !list.is_empty()
+        });
+        // A departure counts while its pod's last sample is in the view.
+        self.departures.retain(|_, list| {
+            list.retain(|d| view.pods.contains_key(&d.pod) && now - d.at_ms <= max_age_ms);
             !list.is_empty()
         });
         self.starts.retain(|_, s| {

@@ -26,7 +26,7 @@ use super::risk::MemoryDist;
 
 /// Values folded per placement: CPU, memory, disk, memory mean, memory variance.
 const N: usize = 5;
-use super::{RecentPlacement, UsageContext};
+use super::{Departure, RecentPlacement, UsageContext};
 
 /// What recent placements add on a node: how many, and their (decayed) predicted usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -43,13 +43,18 @@ pub struct RecentSums {
     /// placements, each in the share still counted (a variance scaled by the share, not
     /// its square: an upper bound, so a fading pod's spread is never underrated).
     pub memory_dist: MemoryDist,
+    /// CPU (cores) of the pods that left the node, whose last samples are still in the
+    /// node window: taken off its windowed statistic ([`UsageContext::record_departure`]).
+    pub gone_cpu: f64,
+    /// Their memory, bytes.
+    pub gone_memory: f64,
 }
 
 impl RecentSums {
     /// The sums of the placements on `node` that its usage does not show yet.
     /// Folded as a cycle folds them (this module), so both give the same numbers.
     pub fn of(ctx: &UsageContext, node: &str, warmup_ms: i64) -> RecentSums {
-        NodeRecent::build(ctx.recent_on(node), &ctx.view, node).sums(ctx.now_ms, warmup_ms)
+        NodeRecent::build(ctx, node).sums(ctx.now_ms, warmup_ms)
     }
 }
 
@@ -77,15 +82,21 @@ pub struct NodeRecent {
     /// before its decay: its whole prediction, or what its measured pod does not use yet
     /// ([`RecentPlacement::remainder`]).
     sampled: Vec<Sampled>,
+    /// CPU and memory of the pods that left the node, as their last samples in the view
+    /// have them ([`RecentSums::gone_cpu`]).
+    gone: [f64; 2],
 }
 
 impl NodeRecent {
-    /// Folds the placements `list` of `node`, given the view (the node's newest sample and
-    /// the pods' measured usage).
-    pub fn build(list: &[RecentPlacement], view: &UsageView, node: &str) -> NodeRecent {
+    /// Folds the placements and departures of `node` in `ctx`, given its view (the node's
+    /// newest sample and the pods' measured usage).
+    pub fn build(ctx: &UsageContext, node: &str) -> NodeRecent {
+        let view = &*ctx.view;
+        let list = ctx.recent_on(node);
         let newest_ms = newest_of(view, node);
         let mut out = NodeRecent {
             newest_ms,
+            gone: gone(view, ctx.departures_on(node)),
             ..NodeRecent::default()
         };
         for r in list {
@@ -118,9 +129,9 @@ impl NodeRecent {
         out
     }
 
-    /// Whether no placement counts on the node.
+    /// Whether no placement nor departure counts on the node.
     pub fn is_empty(&self) -> bool {
-        self.unsampled.count == 0 && self.sampled.is_empty()
+        self.unsampled.count == 0 && self.sampled.is_empty() && self.gone == [0.0; 2]
     }
 
     /// What the placements add at `now_ms` with warm-up `warmup_ms`
@@ -128,6 +139,7 @@ impl NodeRecent {
     #[inline]
     pub fn sums(&self, now_ms: i64, warmup_ms: i64) -> RecentSums {
         let mut s = self.unsampled;
+        [s.gone_cpu, s.gone_memory] = self.gone;
         if warmup_ms <= 0 || self.sampled.is_empty() {
             return s;
         }
@@ -182,9 +194,9 @@ impl RecentTable {
         index_of: impl Fn(&str) -> Option<NodeIdx>,
     ) -> RecentTable {
         let mut nodes = vec![NodeRecent::default(); len];
-        for (name, list) in ctx.recent_nodes() {
+        for name in ctx.nodes_with_recent() {
             if let Some(idx) = index_of(name) {
-                nodes[idx as usize] = NodeRecent::build(list, &ctx.view, name);
+                nodes[idx as usize] = NodeRecent::build(ctx, name);
             }
         }
         RecentTable {
@@ -207,7 +219,7 @@ impl RecentTable {
     /// just before the change.
     pub fn refold(&mut self, ctx: &UsageContext, idx: Option<NodeIdx>, name: &str) {
         if let Some(n) = idx.and_then(|i| self.nodes.get_mut(i as usize)) {
-            *n = NodeRecent::build(ctx.recent_on(name), &ctx.view, name);
+            *n = NodeRecent::build(ctx, name);
         }
         self.version = ctx.recent_version();
     }
@@ -226,6 +238,20 @@ impl RecentTable {
 pub fn measured<'v>(view: &'v UsageView, r: &RecentPlacement) -> Option<&'v PodUsage> {
     view.pod(&r.pod)
         .filter(|m| m.memory_bytes.is_some() && m.newest_ms >= r.at_ms)
+}
+
+/// What the pods that left a node used, by their last samples in `view`: CPU (cores) and
+/// memory (bytes). A pod counts only while its newest sample is the one it left with (a
+/// newer one is another pod of the same name, running).
+fn gone(view: &UsageView, departures: &[Departure]) -> [f64; 2] {
+    let mut g = [0.0; 2];
+    for d in departures {
+        if let Some(m) = view.pod(&d.pod).filter(|m| m.newest_ms <= d.last_sample_ms) {
+            g[0] += m.cpu_cores.unwrap_or(0.0);
+            g[1] += m.memory_bytes.unwrap_or(0.0);
+        }
+    }
+    g
 }
 
 /// The node's newest sample in `view` (`i64::MIN`: none).
@@ -279,7 +305,7 @@ mod tests {
             let at = base + ((i * 7919) % 97) * 1_300 - 20_000;
             ctx.record_placement(None, "n", placed(&format!("p{i}"), at, 0.1 + i as f64));
         }
-        let folded = NodeRecent::build(ctx.recent_on("n"), &ctx.view, "n");
+        let folded = NodeRecent::build(&ctx, "n");
         assert!(folded.unsampled.count > 0 && !folded.sampled.is_empty());
         for warmup in [0, 1, 30_000, 60_000, 300_000, i64::MAX] {
             for now in [
@@ -380,5 +406,71 @@ mod tests {
             "a change behind its back rebuilds it"
         );
         assert_eq!(rebuilt.sums(snap.index_of("c").unwrap(), 100, 0).count, 1);
+    }
+
+    /// A pod that left its node comes off the node's windowed usage while its last sample
+    /// is in the view, never below the node's current sample: through the snapshot (the
+    /// table the cycles read) and [`crate::usage::NodeReal`]; a pod the view never measured
+    /// is not recorded, a newer sample of the name (another pod, running) stops it counting,
+    /// and pruning drops it once its sample left the view.
+    #[test]
+    fn a_pod_that_left_comes_off_the_window_until_its_sample_does() {
+        use crate::plugins::testutil::node;
+        use crate::snapshot::Snapshot;
+        use crate::usage::{NodeReal, UsagePolicy};
+        use crate::view::{PodUsage, Stat};
+        const GI: f64 = (1u64 << 30) as f64;
+        let mut snap = Snapshot::build([node("a", serde_json::json!({}))], []);
+        let mut view = UsageView::default();
+        let mut u = crate::plugins::testutil::usage("a", 1.0, 0.0, 0, None);
+        // The window still holds the 6 GiB of a build that ended; 2 GiB in use now.
+        u.memory_working_set_bytes = Stat {
+            current: 2.0 * GI,
+            windowed: 6.0 * GI,
+        };
+        u.newest_ms = 1_000;
+        let t_newest = u.newest_ms;
+        view.nodes.insert("a".into(), u);
+        let build = PodKey::new("ns", "build");
+        let measured = |mem: f64, at: i64| PodUsage {
+            cpu_cores: Some(0.5),
+            memory_bytes: Some(mem),
+            disk_bytes: None,
+            newest_ms: at,
+        };
+        view.pods.insert(build.clone(), measured(3.0 * GI, 900));
+        snap.usage_mut().view = Arc::new(view.clone());
+        snap.usage_mut().now_ms = 1_100;
+        let policy = UsagePolicy::default();
+        let used = |snap: &Snapshot| {
+            let n = snap.get("a").unwrap();
+            NodeReal::of(n, snap.usage(), &policy).memory_used / GI
+        };
+        assert_eq!(used(&snap), 6.0);
+        snap.pod_left("a", &PodKey::new("ns", "never-measured"));
+        assert!(snap.usage().departures_on("a").is_empty());
+        snap.pod_left("a", &build);
+        let idx = snap.index_of("a").unwrap();
+        let sums = snap.recent_table().sums(idx, 1_100, 0);
+        assert_eq!((sums.gone_cpu, sums.gone_memory / GI), (0.5, 3.0));
+        assert_eq!(used(&snap), 3.0, "6 GiB windowed less the 3 it used");
+        // Never below the current sample: a build of 5 GiB leaves 2 GiB, not 1.
+        let mut big = view.clone();
+        big.pods.insert(build.clone(), measured(5.0 * GI, 900));
+        snap.usage_mut().view = Arc::new(big);
+        assert_eq!(used(&snap), 2.0);
+        // Another pod of the name, sampled after: it runs, and counts on the node again.
+        let mut again = view.clone();
+        again
+            .pods
+            .insert(build.clone(), measured(3.0 * GI, t_newest));
+        snap.usage_mut().view = Arc::new(again);
+        assert_eq!(used(&snap), 6.0);
+        // Its sample left the window: pruning drops the departure.
+        let mut later = view.clone();
+        later.pods.clear();
+        snap.usage_mut().view = Arc::new(later);
+        snap.usage_mut().prune(0, i64::MAX);
+        assert!(snap.usage().departures_on("a").is_empty());
     }
 }

@@ -1,7 +1,8 @@
 //! What a recent placement still adds, as `/explain` shows it under `serve` (issue #72):
 //! a build placed a moment ago and already measured by its node's kubelet counts only the
 //! part of its prediction its pod does not use yet; the pod just placed, not yet in any
-//! sample, counts whole; a build that ended counts nothing.
+//! sample, counts whole; a build that ended counts nothing, and what it used comes off its
+//! node's window.
 
 use std::time::Duration;
 
@@ -71,7 +72,16 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
         .text()
         .await
         .unwrap();
-    // The first build ends: its placement stops counting at once, before any sample.
+    // The first build ends: the kubelet no longer reports it, the node is back at 1 GiB,
+    // and the node's window still holds the 1088 MiB it showed with the build.
+    k.set_node(0.5, 1024.0 * MI);
+    k.set_pods(Vec::new());
+    let polled = k.polls();
+    fake.wait_for(15, "three polls", |_| k.polls() >= polled + 3)
+        .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Its pod ends: its placement stops counting at once, and its last sample comes off
+    // the node's window.
     let mut done = fake.get("pods", "default", "first").unwrap();
     done["status"]["phase"] = "Succeeded".into();
     fake.put("pods", done);
@@ -92,6 +102,25 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
         .map(|r| &r["pod"])
         .collect();
     assert_eq!(after, ["default/third", "default/second"], "{third}");
+    // Measured: the node's 1 GiB now, not the window's 1088 MiB with the ended build.
+    let chosen = &third["inputs"]["chosenNode"];
+    let counted: f64 = chosen["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["countedMemoryBytes"].as_f64().unwrap())
+        .sum();
+    let measured = chosen["headroom"]["memoryUsed"].as_f64().unwrap() - counted;
+    assert!(
+        (measured - 1024.0 * MI).abs() < 1.0,
+        "measured {} MiB: {third}",
+        measured / MI
+    );
+    assert_eq!(
+        chosen["usage"]["memory_working_set_bytes"]["windowed"].as_f64(),
+        Some(1088.0 * MI),
+        "{third}"
+    );
 
     let recent = explain["inputs"]["chosenNode"]["recent"]
         .as_array()
