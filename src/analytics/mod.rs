@@ -85,9 +85,9 @@ pub struct AnalyticsConfig {
     /// freed by pods that ended is seen as free soon (a CI farm turns over every few
     /// minutes; with a 15-minute p95 a node looks as full as it was a quarter hour ago,
     /// which measured as a 30–40 % worse spread of real memory in `headroom simulate`).
-    /// What a pod that ended used comes off the windowed statistic while its last sample
-    /// is in the window (never below the node's current sample), so an ended build does
-    /// not keep its node looking full for the window. A farm whose builds run 2–3 minutes
+    /// Where what the pods that ended used accounts for all the window holds above the
+    /// node's current sample, the current sample stands (while their last samples are in
+    /// the window), so an ended build does not keep its node looking full for the window. A farm whose builds run 2–3 minutes
     /// turns over faster still and may want `30s` (`examples/real-nodes-config.yaml`).
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String", extend("x-duration" = true))]

@@ -141,12 +141,12 @@ impl NodeReal {
                 }
             }
         };
-        // Pods that left the node come off its windowed statistic, never below its current
-        // sample ([`crate::usage_context::UsageContext::record_departure`]).
+        // Pods that left the node take its windowed statistic down to its current sample
+        // when they explain it ([`crate::usage_context::UsageContext::record_departure`]).
         let (cpu_measured, mem_measured) = row.map_or((0.0, 0.0), |u| {
             (
-                u.cpu_now.max(u.cpu - recent.gone_cpu),
-                u.memory_now.max(u.memory - recent.gone_memory),
+                explained(u.cpu, u.cpu_now, recent.gone_cpu),
+                explained(u.memory, u.memory_now, recent.gone_memory),
             )
         });
         // Disk from metrics only while they are fresh; the annotations (synced by a script,
@@ -205,6 +205,19 @@ impl NodeReal {
             ));
         }
         s
+    }
+}
+
+/// The measured usage of a node whose windowed statistic is `windowed` and current
+/// sample `now`, when pods that left it used `gone`: the current sample when they account
+/// for all the window holds above it, else the window as it is (what else moved within
+/// the window, running pods' own swings, is not theirs to take off).
+#[inline]
+fn explained(windowed: f64, now: f64, gone: f64) -> f64 {
+    if gone > 0.0 && windowed - gone <= now {
+        now
+    } else {
+        windowed
     }
 }
 

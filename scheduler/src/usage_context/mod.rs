@@ -150,9 +150,11 @@ impl UsageContext {
     /// Records that `pod` left `node` at `at_ms` (it ended or was deleted). A node's
     /// windowed statistic (the p95 over `analytics.nodeWindow`) keeps a pod that left on
     /// the node's books for most of the window: the node looks full after its builds end,
-    /// and builds fall back. While the pod's last sample stays in the view, what it used
-    /// comes off the windowed statistic, never below the node's current sample, the mirror
-    /// of counting a placement before the samples show it ([`recent::NodeRecent`]).
+    /// and builds fall back. While the pod's last sample stays in the view, the node's
+    /// usage is its current sample where what the pods that left used accounts for all
+    /// the window holds above it ([`recent::NodeRecent`], `NodeReal`): the mirror of
+    /// counting a placement before the samples show it. A window they do not explain
+    /// (running pods' own swings) stays as it is.
     ///
     /// Nothing is recorded for a pod the view has no sample of (nothing to take off).
     pub fn record_departure(&mut self, node: &str, pod: PodKey, at_ms: i64) {

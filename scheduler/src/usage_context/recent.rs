@@ -44,7 +44,8 @@ pub struct RecentSums {
     /// its square: an upper bound, so a fading pod's spread is never underrated).
     pub memory_dist: MemoryDist,
     /// CPU (cores) of the pods that left the node, whose last samples are still in the
-    /// node window: taken off its windowed statistic ([`UsageContext::record_departure`]).
+    /// node window: where they account for all its windowed statistic holds above its
+    /// current sample, the current sample stands ([`UsageContext::record_departure`]).
     pub gone_cpu: f64,
     /// Their memory, bytes.
     pub gone_memory: f64,
@@ -408,13 +409,14 @@ mod tests {
         assert_eq!(rebuilt.sums(snap.index_of("c").unwrap(), 100, 0).count, 1);
     }
 
-    /// A pod that left its node comes off the node's windowed usage while its last sample
-    /// is in the view, never below the node's current sample: through the snapshot (the
-    /// table the cycles read) and [`crate::usage::NodeReal`]; a pod the view never measured
-    /// is not recorded, a newer sample of the name (another pod, running) stops it counting,
-    /// and pruning drops it once its sample left the view.
+    /// A pod that left its node takes the node's windowed usage down to its current sample
+    /// when what it used accounts for all the window holds above it, while its last sample
+    /// is in the view: through the snapshot (the table the cycles read) and
+    /// [`crate::usage::NodeReal`]. A window the departures do not explain stays as it is;
+    /// a pod the view never measured is not recorded; a newer sample of the name (another
+    /// pod, running) stops it counting; pruning drops it once its sample left the view.
     #[test]
-    fn a_pod_that_left_comes_off_the_window_until_its_sample_does() {
+    fn a_pod_that_left_comes_off_the_window_it_explains() {
         use crate::plugins::testutil::node;
         use crate::snapshot::Snapshot;
         use crate::usage::{NodeReal, UsagePolicy};
@@ -423,9 +425,9 @@ mod tests {
         let mut snap = Snapshot::build([node("a", serde_json::json!({}))], []);
         let mut view = UsageView::default();
         let mut u = crate::plugins::testutil::usage("a", 1.0, 0.0, 0, None);
-        // The window still holds the 6 GiB of a build that ended; 2 GiB in use now.
+        // The window still holds the 3 GiB of a build that ended: 6 GiB; 3 GiB in use now.
         u.memory_working_set_bytes = Stat {
-            current: 2.0 * GI,
+            current: 3.0 * GI,
             windowed: 6.0 * GI,
         };
         u.newest_ms = 1_000;
@@ -453,18 +455,24 @@ mod tests {
         let idx = snap.index_of("a").unwrap();
         let sums = snap.recent_table().sums(idx, 1_100, 0);
         assert_eq!((sums.gone_cpu, sums.gone_memory / GI), (0.5, 3.0));
-        assert_eq!(used(&snap), 3.0, "6 GiB windowed less the 3 it used");
-        // Never below the current sample: a build of 5 GiB leaves 2 GiB, not 1.
-        let mut big = view.clone();
-        big.pods.insert(build.clone(), measured(5.0 * GI, 900));
-        snap.usage_mut().view = Arc::new(big);
-        assert_eq!(used(&snap), 2.0);
+        assert_eq!(
+            used(&snap),
+            3.0,
+            "the window less the 3 GiB it used is what is used now"
+        );
+        // More than the excess: still the current sample, never below it.
+        let with = |mem: f64, at: i64| {
+            let mut v = view.clone();
+            v.pods.insert(build.clone(), measured(mem, at));
+            Arc::new(v)
+        };
+        snap.usage_mut().view = with(5.0 * GI, 900);
+        assert_eq!(used(&snap), 3.0);
+        // Less than the excess: something else moved in the window; it stays as it is.
+        snap.usage_mut().view = with(2.0 * GI, 900);
+        assert_eq!(used(&snap), 6.0);
         // Another pod of the name, sampled after: it runs, and counts on the node again.
-        let mut again = view.clone();
-        again
-            .pods
-            .insert(build.clone(), measured(3.0 * GI, t_newest));
-        snap.usage_mut().view = Arc::new(again);
+        snap.usage_mut().view = with(3.0 * GI, t_newest);
         assert_eq!(used(&snap), 6.0);
         // Its sample left the window: pruning drops the departure.
         let mut later = view.clone();

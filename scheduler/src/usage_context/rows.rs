@@ -15,8 +15,9 @@ pub struct UsageRow {
     pub cpu: f64,
     /// Memory in use, bytes: the same.
     pub memory: f64,
-    /// CPU in use now (the current value alone), cores: the floor when pods that left the
-    /// node come off the windowed statistic ([`super::UsageContext::record_departure`]).
+    /// CPU in use now (the current value alone), cores: what stands when the pods that
+    /// left the node explain the windowed statistic
+    /// ([`super::UsageContext::record_departure`]).
     pub cpu_now: f64,
     /// Memory in use now, bytes: the same.
     pub memory_now: f64,
