@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::engine::get_text;
 use super::fake::Fake;
 use super::kubelet::{FakeKubelet, PodStats, collectors_yaml};
 use super::sections::{SERVE_BASE, config, get_json, start, until_measured};
@@ -23,6 +24,21 @@ fn entry<'a>(recent: &'a [Value], pod: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{pod} not among {recent:?}"))
 }
 
+/// Places build `name` (builder `builder`) and waits for its bind.
+async fn place(fake: &Fake, name: &str, builder: &str) {
+    fake.put("pods", build(name, builder, "100m", None));
+    fake.wait_for(15, "bound", |f| f.node_of("default", name).is_some())
+        .await;
+}
+
+/// Three polls of the kubelet after a change, then two refreshes of the usage view.
+async fn sampled(fake: &Fake, k: &FakeKubelet) {
+    let polled = k.polls();
+    fake.wait_for(15, "three polls", |_| k.polls() >= polled + 3)
+        .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
     let fake = Fake::start().await;
@@ -36,11 +52,7 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
     let s = start(&fake, config(&base, ""), None).await;
     until_measured(&s, &["node-a"]).await;
 
-    fake.put("pods", build("first", "b1", "100m", None));
-    fake.wait_for(15, "first bound", |f| {
-        f.node_of("default", "first").is_some()
-    })
-    .await;
+    place(&fake, "first", "b1").await;
     let uid = fake.get("pods", "default", "first").unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
@@ -54,32 +66,16 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
         cpu: 0.1,
         memory: 64.0 * MI,
     }]);
-    // Three polls after the change, then two refreshes of the usage view.
-    let polled = k.polls();
-    fake.wait_for(15, "three polls", |_| k.polls() >= polled + 3)
-        .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    sampled(&fake, &k).await;
 
-    fake.put("pods", build("second", "b2", "100m", None));
-    fake.wait_for(15, "second bound", |f| {
-        f.node_of("default", "second").is_some()
-    })
-    .await;
+    place(&fake, "second", "b2").await;
     let explain = get_json(&s.url("/explain/default/second")).await;
-    let text = reqwest::get(s.url("/explain/default/second?format=text"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = get_text(&s.url("/explain/default/second?format=text")).await;
     // The first build ends: the kubelet no longer reports it, the node is back at 1 GiB,
     // and the node's window still holds the 1088 MiB it showed with the build.
     k.set_node(0.5, 1024.0 * MI);
     k.set_pods(Vec::new());
-    let polled = k.polls();
-    fake.wait_for(15, "three polls", |_| k.polls() >= polled + 3)
-        .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    sampled(&fake, &k).await;
     // Its pod ends: its placement stops counting at once, and its last sample comes off
     // the node's window.
     let mut done = fake.get("pods", "default", "first").unwrap();
@@ -88,11 +84,7 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
     let gone = fake.get("pods", "default", "first").unwrap();
     assert_eq!(gone["status"]["phase"], "Succeeded");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    fake.put("pods", build("third", "b3", "100m", None));
-    fake.wait_for(15, "third bound", |f| {
-        f.node_of("default", "third").is_some()
-    })
-    .await;
+    place(&fake, "third", "b3").await;
     let third = get_json(&s.url("/explain/default/third")).await;
     s.stop().await;
     let after: Vec<&Value> = third["inputs"]["chosenNode"]["recent"]
