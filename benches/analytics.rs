@@ -1,7 +1,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 //! Cost of the analytics refresh: builder profiles over 10k builders × 20 runs, and node
 //! usage over 5k nodes × 15 min of 15 s samples (3 metrics, 900k rows), both from
-//! in-memory columns (polars only) and from a temporary store (store reads + polars).
+//! in-memory columns (polars only) and from a temporary store (store reads + polars); the
+//! usage and window samples of 10k running pods from the store.
 //!
 //! Also builder profiles from raw samples, 10M (and, with `HEADROOM_BENCH_100M=1`, 100M)
 //! samples over 10k builders, with the peak RSS printed.
@@ -14,7 +15,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use headroom::analytics::samples::{SampleColumns, profiles_from_samples};
 use headroom::analytics::{
     AnalyticsConfig, NodeParams, NodeSamples, PerRun, ProfileParams, RunColumns, compute,
-    node_usage, nodes::usage_from_samples, profiles::profiles_from_columns,
+    node_usage, nodes::usage_from_samples, pods::pod_usage, profiles::profiles_from_columns,
 };
 use headroom_storage::{Labels, RunRecord, Store, StoreConfig, UsageSummary};
 
@@ -24,6 +25,7 @@ const NODES: usize = 5_000;
 const STEP_MS: i64 = 15_000;
 const SAMPLES: i64 = 60; // 15 min at 15 s
 const NOW: i64 = 1_700_000_000_000;
+const PODS: usize = 10_000;
 
 fn runs_of(b: usize) -> Vec<RunRecord> {
     (0..RUNS)
@@ -126,6 +128,28 @@ fn nodes(c: &mut Criterion) {
             store.put_run(&format!("ns/Deployment/b{b}"), &r).unwrap();
         }
     }
+    // 10k running pods of one container, sampled every 15 s over the node window: what
+    // each uses now and its samples (what comes off its node's window once it ends).
+    for p in 0..PODS {
+        let labels = Labels::new([
+            ("container", "main".to_string()),
+            ("namespace", "ci".to_string()),
+            ("node", format!("n{}", p % NODES)),
+            ("pod", format!("build-{p}")),
+        ])
+        .unwrap();
+        let ids = [
+            "container_cpu_usage_cores",
+            "container_memory_working_set_bytes",
+        ]
+        .map(|m| store.series_id(m, &labels).unwrap());
+        for i in 0..SAMPLES {
+            let ts = NOW - (SAMPLES - 1 - i) * STEP_MS;
+            let v = ((p * 7 + i as usize * 3) % 32) as f64;
+            store.append_id(ids[0], ts, v / 16.0).unwrap();
+            store.append_id(ids[1], ts, v * 5e7).unwrap();
+        }
+    }
     store.flush().unwrap();
     let params = NodeParams {
         start_ms: NOW - 15 * 60 * 1000,
@@ -137,6 +161,13 @@ fn nodes(c: &mut Criterion) {
             let u = node_usage(&store, &params).unwrap();
             assert_eq!(u.len(), NODES);
             black_box(u)
+        })
+    });
+    group.bench_function("pod_usage_10k_pods_store", |b| {
+        b.iter(|| {
+            let (u, w) = pod_usage(&store, NOW - 2 * 60 * 1000, NOW).unwrap();
+            assert_eq!((u.len(), w.len()), (PODS, PODS));
+            black_box((u, w))
         })
     });
     group.bench_function("compute_view_store", |b| {

@@ -145,7 +145,7 @@ class NodeMemory(threading.Thread):
         super().__init__(daemon=True)
         self.nodes, self.stop = nodes, False
         self.hot_s = {n: 0.0 for n in nodes}
-        self.utils, self.spreads, self.series = [], [], []
+        self.utils, self.spreads, self.series, self.times = [], [], [], []
 
     def read(self, n):
         d = f"/sys/fs/cgroup/memory/{n}"
@@ -177,6 +177,7 @@ class NodeMemory(threading.Thread):
                     self.hot_s[n] += dt
             if us:
                 self.series.append([round(u, 4) for u in us])
+                self.times.append(round(now, 1))
                 self.utils.extend(us)
                 self.spreads.append(pct(us, 0.95) - pct(us, 0.5))
 
@@ -420,6 +421,7 @@ class Replay:
         result = self.measure(pods, watch, created, attempts, given_up, profiles, mem, vmstat_oom_kills() - oom0, t0)
         if self.scheduler != "ks":
             result["explain"] = self.explain(watch)
+            result["decisions"] = self.decisions(watch)
             result["headroomSeries"] = self.series()
         profiles.stop()
         return result
@@ -475,6 +477,10 @@ class Replay:
             # as simulate: the mean over time of each sample's p95 − p50 across nodes
             "memorySpreadP95MinusP50": statistics.mean(mem.spreads) if mem.spreads else None,
             "nodeUtilSeries": mem.series,
+            "nodeUtilTimes": mem.times,
+            # every pod: created, bound, node, ended, phase, exit code, reason (wall seconds)
+            "podTimeline": {n: [created[n], bound_at.get(n), node.get(n), *(ended.get(n) or (None,) * 4)]
+                            for n in created},
             "warmStarts": warm, "coldStarts": len(profiles.started) - warm,
             "podsPerNode": {n: sum(1 for v in node.values() if v == n) for n in self.node_names},
         }
@@ -490,6 +496,32 @@ class Replay:
             except OSError:
                 continue
         return None
+
+    def decisions(self, watch):
+        """Every bound pod's decision as /explain keeps it, cut to what a post-mortem of an
+        OOM kill needs: when, where, the fallback, and what the scheduler believed of the
+        chosen node (its usage, the recent placements it counted) and why others lost."""
+        with watch.lock:
+            names = sorted(watch.bound_at, key=watch.bound_at.get)
+        out = {}
+        for name in names:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{HR_API}/explain/{self.ns[0]}/{name}", timeout=5) as r:
+                    d = json.load(r)
+            except (OSError, ValueError):
+                continue
+            chosen = (d.get("inputs") or {}).get("chosenNode") or {}
+            out[name] = {
+                "decidedAtMs": d.get("decidedAtMs"), "node": d.get("node"),
+                "fallback": d.get("fallback"), "feasibleNodes": d.get("feasibleNodes"),
+                "predictedMemory": (((d.get("inputs") or {}).get("profile") or {}).get("memory") or {}).get("p95"),
+                "usage": (chosen.get("usage") or {}).get("memory_working_set_bytes"),
+                "ageSeconds": chosen.get("ageSeconds"),
+                "headroom": chosen.get("headroom"),
+                "recent": chosen.get("recent"),
+                "rejected": {n["name"]: n.get("plugin") for n in d.get("nodes", []) if not n.get("feasible")},
+            }
+        return out
 
     def series(self):
         try:

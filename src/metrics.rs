@@ -1114,6 +1114,7 @@ mod tests {
             }),
             fs_capacity_bytes: Some(100e9),
             newest_ms,
+            window: None,
         }
     }
 

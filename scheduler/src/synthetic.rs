@@ -273,6 +273,7 @@ pub fn usage_view(nodes: usize, now_ms: i64, seed: u64) -> crate::view::UsageVie
                 }),
                 fs_capacity_bytes: Some(200.0 * gib),
                 newest_ms: now_ms - age,
+                window: None,
             },
         );
     }

@@ -3,6 +3,7 @@
 //! store, outside this crate) compute it and publish it whole; a cycle only reads it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,9 @@ pub struct UsageView {
     /// node window): how much of a just-placed pod's prediction its node's samples
     /// already show ([`crate::usage_context::UsageContext::uncounted`]).
     pub pods: HashMap<PodKey, PodUsage>,
+    /// The samples of each running pod over the node window (the pods of `pods`): what a
+    /// pod that left its node used comes off the node's window ([`NodeWindow::without`]).
+    pub pod_windows: HashMap<PodKey, PodWindow>,
 }
 
 impl UsageView {
@@ -85,6 +89,87 @@ pub struct NodeUsage {
     pub fs_capacity_bytes: Option<f64>,
     /// Time of the newest sample of any of the node's metrics, ms since the epoch.
     pub newest_ms: i64,
+    /// The CPU and memory samples behind `cpu_cores` and `memory_working_set_bytes`
+    /// (`None` where the view was not computed from samples).
+    #[serde(skip)]
+    pub window: Option<Arc<NodeWindow>>,
+}
+
+/// Samples over the node window, oldest first: `(ts_ms, value)`.
+pub type Samples = Vec<(i64, f64)>;
+
+/// The samples behind a node's CPU and memory [`Stat`]s and the quantile the windowed
+/// statistic takes of them (`analytics.nodeQuantile`): what a pod that left the node used
+/// comes off them sample by sample ([`NodeWindow::without`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeWindow {
+    /// The quantile of the windowed statistic, in `[0, 1]`.
+    pub quantile: f64,
+    /// CPU, cores.
+    pub cpu: Samples,
+    /// Memory working set, bytes.
+    pub memory: Samples,
+}
+
+/// Which signal of a [`NodeWindow`] or [`PodWindow`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// CPU, cores.
+    Cpu,
+    /// Memory working set, bytes.
+    Memory,
+}
+
+impl NodeWindow {
+    /// The node's usage of `signal` as [`Stat`] gives it to the plugins (the larger of
+    /// the newest sample and the windowed quantile), had the `pods` never run on it: each
+    /// sample less what each of them used at that moment ([`PodWindow::at`]). A pod that
+    /// left does not weigh on the window it no longer explains, while what the pods still
+    /// running did within it (their swings) stays. `None` without samples.
+    pub fn without(&self, signal: Signal, pods: &[&PodWindow]) -> Option<f64> {
+        let node = match signal {
+            Signal::Cpu => &self.cpu,
+            Signal::Memory => &self.memory,
+        };
+        let mut rest: Vec<f64> = node
+            .iter()
+            .map(|&(t, v)| (v - pods.iter().map(|p| p.at(signal, t)).sum::<f64>()).max(0.0))
+            .collect();
+        let current = *rest.last()?;
+        rest.sort_by(f64::total_cmp);
+        Some(current.max(quantile(&rest, self.quantile.clamp(0.0, 1.0))))
+    }
+}
+
+/// The samples of one running pod over the node window, one series per container.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodWindow {
+    /// CPU, cores, by container.
+    pub cpu: Vec<Samples>,
+    /// Memory working set, bytes, by container.
+    pub memory: Vec<Samples>,
+}
+
+impl PodWindow {
+    /// What the pod used of `signal` at `t_ms`: over its containers, each one's newest
+    /// sample at or before `t_ms`, counted only where the container is known to have run
+    /// then (sampled at or before it and at or after it). Outside its samples a container
+    /// counts nothing: taking off what it may not have used would make the node look
+    /// emptier than it was.
+    pub fn at(&self, signal: Signal, t_ms: i64) -> f64 {
+        let containers = match signal {
+            Signal::Cpu => &self.cpu,
+            Signal::Memory => &self.memory,
+        };
+        containers
+            .iter()
+            .filter(|c| c.last().is_some_and(|(last, _)| *last >= t_ms))
+            .filter_map(|c| {
+                let i = c.partition_point(|(t, _)| *t <= t_ms);
+                i.checked_sub(1).map(|i| c[i].1)
+            })
+            .sum()
+    }
 }
 
 /// Percentiles of a per-run value over a builder's runs (linear interpolation, the analytics' `QUANTILE_METHOD`).
@@ -222,5 +307,57 @@ impl NodeWindows {
     pub fn stats(mut values: Vec<(i64, f64)>, now_ms: i64) -> [Option<WindowStat>; WINDOWS.len()] {
         values.sort_by_key(|(t, _)| *t);
         WINDOWS.map(|w| WindowStat::of(&values, now_ms - w as i64 * 1000, now_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod counts at a moment only where one of its containers is known to run then:
+    /// sampled at or before it and at or after it; each container by its newest sample at
+    /// or before the moment.
+    #[test]
+    fn a_pod_counts_where_its_containers_are_known_to_run() {
+        let p = PodWindow {
+            cpu: vec![vec![(10, 1.0)]],
+            memory: vec![vec![(10, 100.0), (20, 300.0)], vec![(15, 5.0), (40, 7.0)]],
+        };
+        let m = |t| p.at(Signal::Memory, t);
+        assert_eq!(m(5), 0.0, "before any sample");
+        assert_eq!(m(10), 100.0, "the sidecar not sampled yet");
+        assert_eq!(m(17), 105.0);
+        assert_eq!(m(20), 305.0);
+        assert_eq!(m(30), 5.0, "the main container ended after its last sample");
+        assert_eq!(m(41), 0.0);
+        assert_eq!(p.at(Signal::Cpu, 10), 1.0);
+        assert_eq!(p.at(Signal::Cpu, 11), 0.0);
+    }
+
+    /// Without pods the node's usage is what its [`Stat`] gives (the larger of the newest
+    /// sample and the linear quantile); a pod comes off each sample by what it used then,
+    /// never below zero.
+    #[test]
+    fn a_node_without_pods_is_its_samples_less_theirs() {
+        let w = NodeWindow {
+            quantile: 0.5,
+            cpu: vec![],
+            memory: vec![(0, 10.0), (10, 30.0), (20, 20.0), (30, 4.0)],
+        };
+        assert_eq!(w.without(Signal::Memory, &[]), Some(15.0));
+        assert_eq!(w.without(Signal::Cpu, &[]), None);
+        let left = PodWindow {
+            cpu: vec![],
+            memory: vec![vec![(10, 25.0), (20, 25.0)]],
+        };
+        // [10, 5, 0, 4]: median 4.5.
+        assert_eq!(w.without(Signal::Memory, &[&left]), Some(4.5));
+        let rising = NodeWindow {
+            quantile: 0.0,
+            cpu: vec![],
+            memory: vec![(0, 1.0), (10, 8.0)],
+        };
+        // The newest sample stands above a lower quantile, as in the Stat.
+        assert_eq!(rising.without(Signal::Memory, &[]), Some(8.0));
     }
 }

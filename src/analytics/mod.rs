@@ -85,10 +85,11 @@ pub struct AnalyticsConfig {
     /// freed by pods that ended is seen as free soon (a CI farm turns over every few
     /// minutes; with a 15-minute p95 a node looks as full as it was a quarter hour ago,
     /// which measured as a 30–40 % worse spread of real memory in `headroom simulate`).
-    /// Where what the pods that ended used accounts for all the window holds above the
-    /// node's current sample, the current sample stands (while their last samples are in
-    /// the window), so an ended build does not keep its node looking full for the window. A farm whose builds run 2–3 minutes
-    /// turns over faster still and may want `30s` (`examples/real-nodes-config.yaml`).
+    /// A pod that ended comes off every sample of the window it was in, by what it used
+    /// then (while its samples are in the window), so an ended build does not keep its
+    /// node looking full for the window; the running pods' own swings stay in it. A farm
+    /// whose builds run 2–3 minutes turns over faster still and may want `30s`
+    /// (`examples/real-nodes-config.yaml`).
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String", extend("x-duration" = true))]
     pub node_window: Duration,
@@ -150,12 +151,14 @@ pub fn compute(store: &Store, config: &AnalyticsConfig, now_ms: i64) -> Result<U
         end_ms: now_ms,
         quantile: config.node_quantile,
     };
+    let (pods, pod_windows) = pods::pod_usage(store, node.start_ms, node.end_ms)?;
     Ok(UsageView {
         generated_ms: now_ms,
         builders: builder_profiles(store, &profile)?,
         nodes: node_usage(store, &node)?,
         placements: store.placement_histories()?.into_iter().collect(),
-        pods: pods::pod_usage(store, node.start_ms)?,
+        pods,
+        pod_windows,
         windows: if config.peer_windows {
             windows::node_windows(store, now_ms)?
         } else {

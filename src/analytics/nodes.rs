@@ -6,13 +6,14 @@
 //! newest timestamp of every node and metric at once.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use headroom_storage::{Matcher, Store};
 use polars::prelude::*;
 
 use super::{Error, QUANTILE_METHOD};
 
-pub use headroom_scheduler::view::{NodeUsage, Stat};
+pub use headroom_scheduler::view::{NodeUsage, NodeWindow, Stat};
 
 /// Stored node metrics read here, in the order of the `metric` codes in the frame.
 const METRICS: [&str; 3] = [
@@ -153,6 +154,7 @@ pub fn usage_from_samples(
     if node.is_empty() {
         return Ok(HashMap::new());
     }
+    let mut windows = node_windows(&node, &metric, &ts_ms, &value, quantile);
     let height = node.len();
     let df = DataFrame::new(
         height,
@@ -229,10 +231,47 @@ pub fn usage_from_samples(
                     fs_available_bytes: fs,
                     fs_capacity_bytes: cap.map(|c| c.1),
                     newest_ms: cap.map_or(newest_ms, |c| newest_ms.max(c.0)),
+                    window: windows.remove(n).map(Arc::new),
                 },
             ))
         })
         .collect())
+}
+
+/// Every node's CPU and memory samples, oldest first, with the windowed quantile: what a
+/// pod that left the node used comes off them ([`NodeWindow::without`]).
+fn node_windows(
+    node: &[String],
+    metric: &[u32],
+    ts_ms: &[i64],
+    value: &[f64],
+    quantile: f64,
+) -> HashMap<String, NodeWindow> {
+    let mut out: HashMap<String, NodeWindow> = HashMap::new();
+    for (i, n) in node.iter().enumerate() {
+        if metric[i] != CPU && metric[i] != MEMORY {
+            continue;
+        }
+        let w = match out.get_mut(n.as_str()) {
+            Some(w) => w,
+            None => out.entry(n.clone()).or_insert_with(|| NodeWindow {
+                quantile,
+                ..NodeWindow::default()
+            }),
+        };
+        let series = if metric[i] == CPU {
+            &mut w.cpu
+        } else {
+            &mut w.memory
+        };
+        series.push((ts_ms[i], value[i]));
+    }
+    for w in out.values_mut() {
+        // Series of one node may interleave (two sources), as in the frame.
+        w.cpu.sort_by_key(|(t, _)| *t);
+        w.memory.sort_by_key(|(t, _)| *t);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -299,6 +338,14 @@ mod tests {
         // is 800.
         assert_close(n1.fs_available_bytes.unwrap(), 790.0, 800.0);
         assert_eq!(n1.fs_capacity_bytes, Some(5000.0));
+        // The samples behind the CPU and memory statistics, oldest first: without any pod
+        // they give the same statistic.
+        let w = n1.window.as_deref().unwrap();
+        assert_eq!(w.memory.len(), 21);
+        assert_eq!(w.memory[0], (T0, 100.0));
+        assert_eq!(w.cpu[20], (end, 21.0));
+        let mem = w.without(headroom_scheduler::view::Signal::Memory, &[]);
+        assert!((mem.unwrap() - 2100.0).abs() < 1e-9);
         assert_eq!(n1.newest_ms, end);
     }
 

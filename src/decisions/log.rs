@@ -136,10 +136,12 @@ pub struct RecentInput {
     pub predicted_cpu_cores: f64,
     /// Predicted memory, bytes.
     pub predicted_memory_bytes: f64,
-    /// Its pod's measured CPU, cores; absent while its pod has no sample.
+    /// What the node's usage shows of its pod's CPU, cores: the pod's usage when the node
+    /// was sampled (its newest sample where that is not newer than the node's); absent
+    /// while its pod has no sample.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub measured_cpu_cores: Option<f64>,
-    /// Its pod's measured memory working set, bytes; absent while its pod has no sample.
+    /// The same of its memory working set, bytes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub measured_memory_bytes: Option<f64>,
     /// CPU it added to the node's measured usage, cores.
@@ -161,10 +163,12 @@ impl RecentInput {
         node: &str,
         warmup_ms: i64,
     ) -> Vec<RecentInput> {
+        use headroom_scheduler::usage_context::recent;
+        let sampled_ms = recent::newest_of(&usage.view, node);
         let mut out: Vec<RecentInput> = usage
             .uncounted(node, warmup_ms)
             .map(|(r, counted)| {
-                let measured = headroom_scheduler::usage_context::recent::measured(&usage.view, r);
+                let measured = recent::measured(&usage.view, sampled_ms, r);
                 RecentInput {
                     pod: r.pod.clone(),
                     placed_seconds_ago: usage.now_ms.saturating_sub(r.at_ms).max(0) as f64 / 1000.0,

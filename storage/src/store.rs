@@ -871,6 +871,26 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::for_each_series`] over the series [`Store::select_active`] keeps: those
+    /// whose newest raw sample is at or after `since_ms`. A series that stopped long ago
+    /// (a finished pod's containers, kept until retention) costs one comparison.
+    pub fn for_each_active_series(
+        &self,
+        matchers: &[Matcher],
+        since_ms: i64,
+        start_ms: i64,
+        end_ms: i64,
+        mut f: impl FnMut(&SeriesInfo, &[Sample]) -> Result<()>,
+    ) -> Result<()> {
+        let mut buf = Vec::new();
+        for info in self.select_active(matchers, since_ms)? {
+            buf.clear();
+            self.query_into(info.id, start_ms, end_ms, &mut buf)?;
+            f(&info, &buf)?;
+        }
+        Ok(())
+    }
+
     /// Newest raw sample of a series (`None` if it has none, e.g. all expired).
     pub fn latest(&self, id: SeriesId) -> Result<Option<Sample>> {
         let st = lock(&self.inner.state);

@@ -114,6 +114,7 @@ pub fn usage(
         fs_available_bytes: disk.map(|(_, free)| stat(free)),
         fs_capacity_bytes: disk.map(|(total, _)| total),
         newest_ms: NOW_MS - age_s * 1000,
+        window: None,
     }
 }
 

@@ -486,6 +486,7 @@ impl UsageFile {
                 fs_available_bytes: disk_free.map(stat),
                 fs_capacity_bytes: disk_total,
                 newest_ms: now_ms.saturating_sub(age),
+                window: None,
             };
             view.nodes.insert(n.name.clone(), usage);
         }

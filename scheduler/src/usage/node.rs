@@ -141,13 +141,12 @@ impl NodeReal {
                 }
             }
         };
-        // Pods that left the node take its windowed statistic down to its current sample
-        // when they explain it ([`crate::usage_context::UsageContext::record_departure`]).
+        // Pods that left the node come off its samples, each by what it used at each one
+        // ([`crate::usage_context::UsageContext::record_departure`]).
         let (cpu_measured, mem_measured) = row.map_or((0.0, 0.0), |u| {
-            (
-                explained(u.cpu, u.cpu_now, recent.gone_cpu),
-                explained(u.memory, u.memory_now, recent.gone_memory),
-            )
+            recent
+                .without_departed
+                .map_or((u.cpu, u.memory), |[c, m]| (c.min(u.cpu), m.min(u.memory)))
         });
         // Disk from metrics only while they are fresh; the annotations (synced by a script,
         // seed 003) stand in otherwise.
@@ -205,19 +204,6 @@ impl NodeReal {
             ));
         }
         s
-    }
-}
-
-/// The measured usage of a node whose windowed statistic is `windowed` and current
-/// sample `now`, when pods that left it used `gone`: the current sample when they account
-/// for all the window holds above it, else the window as it is (what else moved within
-/// the window, running pods' own swings, is not theirs to take off).
-#[inline]
-fn explained(windowed: f64, now: f64, gone: f64) -> f64 {
-    if gone > 0.0 && windowed - gone <= now {
-        now
-    } else {
-        windowed
     }
 }
 

@@ -177,6 +177,7 @@ mod tests {
                         fs_available_bytes: None,
                         fs_capacity_bytes: None,
                         newest_ms: t,
+                        window: None,
                     };
                     (n.to_string(), u)
                 })

@@ -150,11 +150,12 @@ impl UsageContext {
     /// Records that `pod` left `node` at `at_ms` (it ended or was deleted). A node's
     /// windowed statistic (the p95 over `analytics.nodeWindow`) keeps a pod that left on
     /// the node's books for most of the window: the node looks full after its builds end,
-    /// and builds fall back. While the pod's last sample stays in the view, the node's
-    /// usage is its current sample where what the pods that left used accounts for all
-    /// the window holds above it ([`recent::NodeRecent`], `NodeReal`): the mirror of
-    /// counting a placement before the samples show it. A window they do not explain
-    /// (running pods' own swings) stays as it is.
+    /// and builds fall back. While the pod's samples stay in the view, each of the node's
+    /// samples is taken less what the pod used at that moment, and the node's usage is
+    /// the statistic of what is left ([`crate::view::NodeWindow::without`],
+    /// [`recent::NodeRecent`], `NodeReal`): the mirror of counting a placement before the
+    /// samples show it. What the pods still running did within the window (their swings)
+    /// stays.
     ///
     /// Nothing is recorded for a pod the view has no sample of (nothing to take off).
     pub fn record_departure(&mut self, node: &str, pod: PodKey, at_ms: i64) {
@@ -278,7 +279,8 @@ impl UsageContext {
                 return None;
             }
             let share = (1.0 - age as f64 / warmup_ms as f64).min(1.0);
-            let adds = recent::measured(view, r).map_or_else(|| r.whole(), |m| r.remainder(m));
+            let adds =
+                recent::measured(view, newest, r).map_or_else(|| r.whole(), |m| r.remainder(&m));
             Some((r, adds.map(|x| x * share)))
         })
     }
@@ -421,5 +423,72 @@ mod tests {
         assert_eq!(got["reused"][1], 80.0);
         // Past the warm-up the node's samples are the truth for all of them.
         assert_eq!(ctx.uncounted("n", 60_000).count(), 0);
+    }
+
+    /// A pod sampled after its node counts by what it used when the node was sampled: the
+    /// node's memory sample at 80 s holds the 30 it used then, not the 90 of its newest
+    /// sample (a kubelet reads containers on demand, its root cgroup every ten seconds or
+    /// so); a pod with no sample by then is not in the node's usage at all; the folded
+    /// table agrees.
+    #[test]
+    fn a_pod_counts_by_what_it_used_when_its_node_was_sampled() {
+        use crate::view::{NodeWindow, PodUsage, PodWindow};
+        let mut ctx = UsageContext {
+            now_ms: 100_000,
+            ..Default::default()
+        };
+        let mut view = view_of_node_n(95_000);
+        let node = view.nodes.get_mut("n").unwrap();
+        node.window = Some(Arc::new(NodeWindow {
+            quantile: 0.95,
+            cpu: vec![(80_000, 0.5)],
+            memory: vec![(60_000, 10.0), (80_000, 40.0)],
+        }));
+        for (pod, samples) in [
+            ("ramping", vec![(70_000, 30.0), (90_000, 90.0)]),
+            ("late", vec![(90_000, 50.0)]),
+        ] {
+            let key = PodKey::new("ns", pod);
+            view.pods.insert(
+                key.clone(),
+                PodUsage {
+                    cpu_cores: None,
+                    memory_bytes: Some(samples.last().unwrap().1),
+                    disk_bytes: None,
+                    newest_ms: 90_000,
+                },
+            );
+            view.pod_windows.insert(
+                key,
+                PodWindow {
+                    cpu: vec![],
+                    memory: vec![samples],
+                },
+            );
+            ctx.record_placement(
+                None,
+                "n",
+                RecentPlacement {
+                    pod: PodKey::new("ns", pod),
+                    at_ms: 65_000,
+                    cpu_cores: 0.0,
+                    memory_bytes: 100.0,
+                    disk_bytes: 0.0,
+                    memory_dist: MemoryDist::default(),
+                },
+            );
+        }
+        ctx.view = Arc::new(view);
+        assert_eq!(recent::newest_of(&ctx.view, "n"), 80_000);
+        let got: HashMap<String, f64> = ctx
+            .uncounted("n", i64::MAX)
+            .map(|(r, c)| (r.pod.name.to_string(), c[1].round()))
+            .collect();
+        // A warm-up that never ends: the prediction less what the node's sample holds of
+        // the pod.
+        assert_eq!(got["ramping"], 70.0);
+        assert_eq!(got["late"], 100.0);
+        let sums = RecentSums::of(&ctx, "n", i64::MAX);
+        assert!((sums.memory - 170.0).abs() < 1e-6, "{sums:?}");
     }
 }

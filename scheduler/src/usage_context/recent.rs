@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use crate::key::NodeIdx;
-use crate::view::{PodUsage, UsageView};
+use crate::view::{PodUsage, PodWindow, Signal, UsageView};
 
 use super::risk::MemoryDist;
 
@@ -43,12 +43,11 @@ pub struct RecentSums {
     /// placements, each in the share still counted (a variance scaled by the share, not
     /// its square: an upper bound, so a fading pod's spread is never underrated).
     pub memory_dist: MemoryDist,
-    /// CPU (cores) of the pods that left the node, whose last samples are still in the
-    /// node window: where they account for all its windowed statistic holds above its
-    /// current sample, the current sample stands ([`UsageContext::record_departure`]).
-    pub gone_cpu: f64,
-    /// Their memory, bytes.
-    pub gone_memory: f64,
+    /// The node's measured CPU (cores) and memory (bytes) had the pods that left it never
+    /// run: its samples, each less what those pods used at that moment
+    /// ([`crate::view::NodeWindow::without`], [`UsageContext::record_departure`]). `None`:
+    /// no pod that left has samples in the view.
+    pub without_departed: Option<[f64; 2]>,
 }
 
 impl RecentSums {
@@ -83,9 +82,8 @@ pub struct NodeRecent {
     /// before its decay: its whole prediction, or what its measured pod does not use yet
     /// ([`RecentPlacement::remainder`]).
     sampled: Vec<Sampled>,
-    /// CPU and memory of the pods that left the node, as their last samples in the view
-    /// have them ([`RecentSums::gone_cpu`]).
-    gone: [f64; 2],
+    /// The node's usage without the pods that left it ([`RecentSums::without_departed`]).
+    without_departed: Option<[f64; 2]>,
 }
 
 impl NodeRecent {
@@ -97,7 +95,7 @@ impl NodeRecent {
         let newest_ms = newest_of(view, node);
         let mut out = NodeRecent {
             newest_ms,
-            gone: gone(view, ctx.departures_on(node)),
+            without_departed: without_departed(view, node, ctx.departures_on(node)),
             ..NodeRecent::default()
         };
         for r in list {
@@ -111,7 +109,7 @@ impl NodeRecent {
             }
             out.sampled.push(Sampled {
                 at_ms: r.at_ms,
-                x: measured(view, r).map_or_else(|| r.whole(), |m| r.remainder(m)),
+                x: measured(view, newest_ms, r).map_or_else(|| r.whole(), |m| r.remainder(&m)),
                 sum_x: [0.0; N],
                 sum_xd: [0.0; N],
             });
@@ -132,7 +130,7 @@ impl NodeRecent {
 
     /// Whether no placement nor departure counts on the node.
     pub fn is_empty(&self) -> bool {
-        self.unsampled.count == 0 && self.sampled.is_empty() && self.gone == [0.0; 2]
+        self.unsampled.count == 0 && self.sampled.is_empty() && self.without_departed.is_none()
     }
 
     /// What the placements add at `now_ms` with warm-up `warmup_ms`
@@ -140,7 +138,7 @@ impl NodeRecent {
     #[inline]
     pub fn sums(&self, now_ms: i64, warmup_ms: i64) -> RecentSums {
         let mut s = self.unsampled;
-        [s.gone_cpu, s.gone_memory] = self.gone;
+        s.without_departed = self.without_departed;
         if warmup_ms <= 0 || self.sampled.is_empty() {
             return s;
         }
@@ -234,30 +232,64 @@ impl RecentTable {
     }
 }
 
-/// The measured usage of `r`'s pod in `view`, if its memory was sampled since `r`
-/// placed it (an older sample is another pod of the same name).
-pub fn measured<'v>(view: &'v UsageView, r: &RecentPlacement) -> Option<&'v PodUsage> {
-    view.pod(&r.pod)
-        .filter(|m| m.memory_bytes.is_some() && m.newest_ms >= r.at_ms)
-}
-
-/// What the pods that left a node used, by their last samples in `view`: CPU (cores) and
-/// memory (bytes). A pod counts only while its newest sample is the one it left with (a
-/// newer one is another pod of the same name, running).
-fn gone(view: &UsageView, departures: &[Departure]) -> [f64; 2] {
-    let mut g = [0.0; 2];
-    for d in departures {
-        if let Some(m) = view.pod(&d.pod).filter(|m| m.newest_ms <= d.last_sample_ms) {
-            g[0] += m.cpu_cores.unwrap_or(0.0);
-            g[1] += m.memory_bytes.unwrap_or(0.0);
-        }
+/// What the node's usage in `view`, sampled at `node_ms` ([`newest_of`]), shows of `r`'s
+/// pod, if the pod's memory was sampled since `r` placed it (an older sample is another
+/// pod of the same name): its newest sample, or, where that is newer than the node's, what
+/// it used at the node's sample ([`PodWindow::at`]; nothing where it has no sample then).
+/// A kubelet reads a pod's containers on demand and its node's root cgroup every ten
+/// seconds or so: a ramping build's newest sample can be hundreds of MiB above what the
+/// node's sample holds of it, and taking that off its prediction counted it nowhere (on
+/// the kit, builds placed onto nodes already full, OOM kills).
+pub fn measured(view: &UsageView, node_ms: i64, r: &RecentPlacement) -> Option<PodUsage> {
+    let m = *view
+        .pod(&r.pod)
+        .filter(|m| m.memory_bytes.is_some() && m.newest_ms >= r.at_ms)?;
+    match view.pod_windows.get(&r.pod) {
+        Some(w) if m.newest_ms > node_ms => Some(PodUsage {
+            cpu_cores: m.cpu_cores.map(|_| w.at(Signal::Cpu, node_ms)),
+            memory_bytes: Some(w.at(Signal::Memory, node_ms)),
+            ..m
+        }),
+        _ => Some(m),
     }
-    g
 }
 
-/// The node's newest sample in `view` (`i64::MIN`: none).
-pub(super) fn newest_of(view: &UsageView, node: &str) -> i64 {
-    view.node(node).map_or(i64::MIN, |u| u.newest_ms)
+/// The CPU and memory of `node` in `view` without the pods that left it
+/// ([`NodeWindow::without`](crate::view::NodeWindow::without)), over the departures whose
+/// samples are in the view. A departure counts only while its pod's newest sample is the
+/// one it left with (a newer one is another pod of the same name, running). `None`: none
+/// counts, or the node has no samples.
+fn without_departed(view: &UsageView, node: &str, departures: &[Departure]) -> Option<[f64; 2]> {
+    let left: Vec<&PodWindow> = departures
+        .iter()
+        .filter(|d| {
+            view.pod(&d.pod)
+                .is_some_and(|m| m.newest_ms <= d.last_sample_ms)
+        })
+        .filter_map(|d| view.pod_windows.get(&d.pod))
+        .collect();
+    if left.is_empty() {
+        return None;
+    }
+    let w = view.node(node)?.window.as_deref()?;
+    Some([
+        w.without(Signal::Cpu, &left)?,
+        w.without(Signal::Memory, &left)?,
+    ])
+}
+
+/// When the node's usage in `view` was sampled: its newest memory sample, or where the
+/// view keeps no samples its newest of any metric (`i64::MIN`: none). A placement after it
+/// is not in the node's usage yet; one before it is, by what its pod used then
+/// ([`measured`]). (A kubelet's summary stamps the node's memory when its root cgroup was
+/// last read, seconds before the summary was fetched.)
+pub fn newest_of(view: &UsageView, node: &str) -> i64 {
+    view.node(node).map_or(i64::MIN, |u| {
+        u.window
+            .as_deref()
+            .and_then(|w| w.memory.last())
+            .map_or(u.newest_ms, |(t, _)| *t)
+    })
 }
 
 #[cfg(test)]
@@ -409,38 +441,61 @@ mod tests {
         assert_eq!(rebuilt.sums(snap.index_of("c").unwrap(), 100, 0).count, 1);
     }
 
-    /// A pod that left its node takes the node's windowed usage down to its current sample
-    /// when what it used accounts for all the window holds above it, while its last sample
-    /// is in the view: through the snapshot (the table the cycles read) and
-    /// [`crate::usage::NodeReal`]. A window the departures do not explain stays as it is;
-    /// a pod the view never measured is not recorded; a newer sample of the name (another
-    /// pod, running) stops it counting; pruning drops it once its sample left the view.
+    /// A pod that left its node comes off every sample of the node's window it was in,
+    /// by what it used then, while its samples are in the view: through the snapshot (the
+    /// table the cycles read) and [`crate::usage::NodeReal`]. A running pod's own swing in
+    /// the window stays; a pod the view never measured is not recorded; a newer sample of
+    /// the name (another pod, running) stops it counting; pruning drops it once its
+    /// samples left the view.
     #[test]
-    fn a_pod_that_left_comes_off_the_window_it_explains() {
+    fn a_pod_that_left_comes_off_the_samples_it_was_in() {
         use crate::plugins::testutil::node;
         use crate::snapshot::Snapshot;
         use crate::usage::{NodeReal, UsagePolicy};
-        use crate::view::{PodUsage, Stat};
+        use crate::view::{NodeWindow, PodUsage, PodWindow, Stat};
         const GI: f64 = (1u64 << 30) as f64;
+        let times: Vec<i64> = (0..=10).map(|i| i * 100).collect();
+        // A pod still running uses 3 GiB, 4 GiB once (t = 200); a build of 3 GiB ran
+        // until t = 600 and ended.
+        let running = |t: i64| if t == 200 { 4.0 * GI } else { 3.0 * GI };
+        let build_ran = |t: i64| t <= 600;
+        let node_at = |t: i64| running(t) + if build_ran(t) { 3.0 * GI } else { 0.0 };
         let mut snap = Snapshot::build([node("a", serde_json::json!({}))], []);
         let mut view = UsageView::default();
         let mut u = crate::plugins::testutil::usage("a", 1.0, 0.0, 0, None);
-        // The window still holds the 3 GiB of a build that ended: 6 GiB; 3 GiB in use now.
+        // p95 of [3 GiB × 4, 6 GiB × 6, 7 GiB] (linear): 6.5 GiB; 3 GiB now.
         u.memory_working_set_bytes = Stat {
             current: 3.0 * GI,
-            windowed: 6.0 * GI,
+            windowed: 6.5 * GI,
         };
         u.newest_ms = 1_000;
-        let t_newest = u.newest_ms;
+        u.window = Some(Arc::new(NodeWindow {
+            quantile: 0.95,
+            cpu: times.iter().map(|t| (*t, 1.0)).collect(),
+            memory: times.iter().map(|t| (*t, node_at(*t))).collect(),
+        }));
         view.nodes.insert("a".into(), u);
         let build = PodKey::new("ns", "build");
-        let measured = |mem: f64, at: i64| PodUsage {
-            cpu_cores: Some(0.5),
-            memory_bytes: Some(mem),
+        let measured = |at: i64| PodUsage {
+            cpu_cores: Some(0.0),
+            memory_bytes: Some(3.0 * GI),
             disk_bytes: None,
             newest_ms: at,
         };
-        view.pods.insert(build.clone(), measured(3.0 * GI, 900));
+        view.pods.insert(build.clone(), measured(600));
+        view.pod_windows.insert(
+            build.clone(),
+            PodWindow {
+                cpu: vec![],
+                memory: vec![
+                    times
+                        .iter()
+                        .filter(|t| build_ran(**t))
+                        .map(|t| (*t, 3.0 * GI))
+                        .collect(),
+                ],
+            },
+        );
         snap.usage_mut().view = Arc::new(view.clone());
         snap.usage_mut().now_ms = 1_100;
         let policy = UsagePolicy::default();
@@ -448,35 +503,30 @@ mod tests {
             let n = snap.get("a").unwrap();
             NodeReal::of(n, snap.usage(), &policy).memory_used / GI
         };
-        assert_eq!(used(&snap), 6.0);
+        assert_eq!(used(&snap), 6.5);
         snap.pod_left("a", &PodKey::new("ns", "never-measured"));
         assert!(snap.usage().departures_on("a").is_empty());
         snap.pod_left("a", &build);
         let idx = snap.index_of("a").unwrap();
         let sums = snap.recent_table().sums(idx, 1_100, 0);
-        assert_eq!((sums.gone_cpu, sums.gone_memory / GI), (0.5, 3.0));
+        assert_eq!(
+            sums.without_departed.map(|[c, m]| (c, m / GI)),
+            Some((1.0, 3.5))
+        );
         assert_eq!(
             used(&snap),
-            3.0,
-            "the window less the 3 GiB it used is what is used now"
+            3.5,
+            "p95 of [3 GiB × 10, 4 GiB]: the build is off, the running pod's swing stays"
         );
-        // More than the excess: still the current sample, never below it.
-        let with = |mem: f64, at: i64| {
-            let mut v = view.clone();
-            v.pods.insert(build.clone(), measured(mem, at));
-            Arc::new(v)
-        };
-        snap.usage_mut().view = with(5.0 * GI, 900);
-        assert_eq!(used(&snap), 3.0);
-        // Less than the excess: something else moved in the window; it stays as it is.
-        snap.usage_mut().view = with(2.0 * GI, 900);
-        assert_eq!(used(&snap), 6.0);
         // Another pod of the name, sampled after: it runs, and counts on the node again.
-        snap.usage_mut().view = with(3.0 * GI, t_newest);
-        assert_eq!(used(&snap), 6.0);
-        // Its sample left the window: pruning drops the departure.
+        let mut again = view.clone();
+        again.pods.insert(build.clone(), measured(1_000));
+        snap.usage_mut().view = Arc::new(again);
+        assert_eq!(used(&snap), 6.5);
+        // Its samples left the window: pruning drops the departure.
         let mut later = view.clone();
         later.pods.clear();
+        later.pod_windows.clear();
         snap.usage_mut().view = Arc::new(later);
         snap.usage_mut().prune(0, i64::MAX);
         assert!(snap.usage().departures_on("a").is_empty());

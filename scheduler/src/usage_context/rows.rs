@@ -15,12 +15,6 @@ pub struct UsageRow {
     pub cpu: f64,
     /// Memory in use, bytes: the same.
     pub memory: f64,
-    /// CPU in use now (the current value alone), cores: what stands when the pods that
-    /// left the node explain the windowed statistic
-    /// ([`super::UsageContext::record_departure`]).
-    pub cpu_now: f64,
-    /// Memory in use now, bytes: the same.
-    pub memory_now: f64,
     /// Root filesystem size and the smaller of current and windowed free space, bytes,
     /// when both are collected.
     pub fs: Option<(f64, f64)>,
@@ -36,8 +30,6 @@ impl UsageRow {
                 .memory_working_set_bytes
                 .current
                 .max(u.memory_working_set_bytes.windowed),
-            cpu_now: u.cpu_cores.current,
-            memory_now: u.memory_working_set_bytes.current,
             fs: u
                 .fs_available_bytes
                 .and_then(|free| Some((u.fs_capacity_bytes?, free.current.min(free.windowed)))),
