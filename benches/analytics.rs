@@ -109,27 +109,23 @@ fn nodes(c: &mut Criterion) {
     let store = Store::open_temporary(StoreConfig::default()).unwrap();
     for n in 0..NODES {
         let labels = Labels::new([("node", format!("n{n}"))]).unwrap();
-        let ids = [
+        let metrics = [
             "node_cpu_usage_cores",
             "node_memory_working_set_bytes",
             "node_fs_available_bytes",
-        ]
-        .map(|m| store.series_id(m, &labels).unwrap());
-        for i in 0..SAMPLES {
-            let ts = NOW - (SAMPLES - 1 - i) * STEP_MS;
-            let v = ((n * 13 + i as usize * 5) % 64) as f64;
-            store.append_id(ids[0], ts, v / 8.0).unwrap();
-            store.append_id(ids[1], ts, v * 1e8).unwrap();
-            store.append_id(ids[2], ts, 5e10 - v * 1e6).unwrap();
-        }
+        ];
+        append_window(&store, &labels, metrics, |i| {
+            let v = ((n * 13 + i * 5) % 64) as f64;
+            [v / 8.0, v * 1e8, 5e10 - v * 1e6]
+        });
     }
     for b in 0..BUILDERS {
         for r in runs_of(b) {
             store.put_run(&format!("ns/Deployment/b{b}"), &r).unwrap();
         }
     }
-    // 10k running pods of one container, sampled every 15 s over the node window: what
-    // each uses now and its samples (what comes off its node's window once it ends).
+    // 10k running pods of one container, sampled as the nodes: what each uses now and its
+    // samples over the node window (what comes off its node's window once it ends).
     for p in 0..PODS {
         let labels = Labels::new([
             ("container", "main".to_string()),
@@ -138,17 +134,14 @@ fn nodes(c: &mut Criterion) {
             ("pod", format!("build-{p}")),
         ])
         .unwrap();
-        let ids = [
+        let metrics = [
             "container_cpu_usage_cores",
             "container_memory_working_set_bytes",
-        ]
-        .map(|m| store.series_id(m, &labels).unwrap());
-        for i in 0..SAMPLES {
-            let ts = NOW - (SAMPLES - 1 - i) * STEP_MS;
-            let v = ((p * 7 + i as usize * 3) % 32) as f64;
-            store.append_id(ids[0], ts, v / 16.0).unwrap();
-            store.append_id(ids[1], ts, v * 5e7).unwrap();
-        }
+        ];
+        append_window(&store, &labels, metrics, |i| {
+            let v = ((p * 7 + i * 3) % 32) as f64;
+            [v / 16.0, v * 5e7]
+        });
     }
     store.flush().unwrap();
     let params = NodeParams {
@@ -179,6 +172,23 @@ fn nodes(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// Appends `SAMPLES` samples `STEP_MS` apart, the last at `NOW`, to each of `metrics`
+/// under `labels`: step `i`'s values are `values(i)`, in the metrics' order.
+fn append_window<const M: usize>(
+    store: &Store,
+    labels: &Labels,
+    metrics: [&str; M],
+    values: impl Fn(usize) -> [f64; M],
+) {
+    let ids = metrics.map(|m| store.series_id(m, labels).unwrap());
+    for i in 0..SAMPLES {
+        let ts = NOW - (SAMPLES - 1 - i) * STEP_MS;
+        for (id, v) in ids.iter().zip(values(i as usize)) {
+            store.append_id(*id, ts, v).unwrap();
+        }
+    }
 }
 
 /// 10k builders × 20 runs × `per_run` samples.
