@@ -200,14 +200,18 @@ pub struct ProcessKubelet {
 }
 
 /// The `headroom-workload` binary: beside `headroom` (the workspace's test build makes it),
-/// else built now.
+/// else built now, in the profile `headroom` was built in (`cargo test --release` too).
 pub fn workload_binary() -> PathBuf {
     let dir = Path::new(env!("CARGO_BIN_EXE_headroom")).parent().unwrap();
     let bin = dir.join("headroom-workload");
     if !bin.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut args = vec!["build", "-q", "-p", "headroom-workload"];
+        if dir.ends_with("release") {
+            args.push("--release");
+        }
         let ok = Command::new(cargo)
-            .args(["build", "-q", "-p", "headroom-workload"])
+            .args(args)
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok && bin.exists(), "cannot build headroom-workload");
