@@ -68,9 +68,21 @@ pub struct Departure {
     pub pod: PodKey,
     /// When the scheduler learned it left, ms since the epoch.
     pub at_ms: i64,
-    /// Its newest sample in the view then: a newer one later is another pod of the same
-    /// name, running, and the departure no longer counts.
+    /// Its newest sample in the view then.
     pub last_sample_ms: i64,
+}
+
+impl Departure {
+    /// Whether the departure still describes the pod whose newest sample is at
+    /// `newest_ms`: a sample taken after the pod left (later than both when the scheduler
+    /// learned it and the newest sample it had then) is another pod of the same name,
+    /// running. Samples up to the departure are the pod's own: the view the scheduler held
+    /// when the pod ended was refreshed before its last samples (on the kit, a view up to
+    /// 15 s old at every end), and judging by the newest sample of that view dropped
+    /// almost every departure once the next view arrived.
+    pub fn counts(&self, newest_ms: i64) -> bool {
+        newest_ms <= self.at_ms.max(self.last_sample_ms)
+    }
 }
 
 /// The usage-side inputs of one scheduling cycle.

@@ -256,16 +256,13 @@ pub fn measured(view: &UsageView, node_ms: i64, r: &RecentPlacement) -> Option<P
 
 /// The CPU and memory of `node` in `view` without the pods that left it
 /// ([`NodeWindow::without`](crate::view::NodeWindow::without)), over the departures whose
-/// samples are in the view. A departure counts only while its pod's newest sample is the
-/// one it left with (a newer one is another pod of the same name, running). `None`: none
+/// samples are in the view. A departure counts only while its pod's newest sample is no
+/// newer than when the scheduler learned it left ([`Departure::counts`]). `None`: none
 /// counts, or the node has no samples.
 fn without_departed(view: &UsageView, node: &str, departures: &[Departure]) -> Option<[f64; 2]> {
     let left: Vec<&PodWindow> = departures
         .iter()
-        .filter(|d| {
-            view.pod(&d.pod)
-                .is_some_and(|m| m.newest_ms <= d.last_sample_ms)
-        })
+        .filter(|d| view.pod(&d.pod).is_some_and(|m| d.counts(m.newest_ms)))
         .filter_map(|d| view.pod_windows.get(&d.pod))
         .collect();
     if left.is_empty() {
@@ -506,7 +503,13 @@ mod tests {
         assert_eq!(used(&snap), 6.5);
         snap.pod_left("a", &PodKey::new("ns", "never-measured"));
         assert!(snap.usage().departures_on("a").is_empty());
+        // The scheduler learns the build left (t = 1 100) from a view refreshed before its
+        // last samples (its newest then at 400); the next view has them all, up to its end.
+        let mut stale = view.clone();
+        stale.pods.insert(build.clone(), measured(400));
+        snap.usage_mut().view = Arc::new(stale);
         snap.pod_left("a", &build);
+        snap.usage_mut().view = Arc::new(view.clone());
         let idx = snap.index_of("a").unwrap();
         let sums = snap.recent_table().sums(idx, 1_100, 0);
         assert_eq!(
@@ -518,9 +521,10 @@ mod tests {
             3.5,
             "p95 of [3 GiB × 10, 4 GiB]: the build is off, the running pod's swing stays"
         );
-        // Another pod of the name, sampled after: it runs, and counts on the node again.
+        // Another pod of the name, sampled after the build left: it runs, and counts on
+        // the node again.
         let mut again = view.clone();
-        again.pods.insert(build.clone(), measured(1_000));
+        again.pods.insert(build.clone(), measured(1_200));
         snap.usage_mut().view = Arc::new(again);
         assert_eq!(used(&snap), 6.5);
         // Its samples left the window: pruning drops the departure.
