@@ -170,6 +170,29 @@ impl PodWindow {
             })
             .sum()
     }
+
+    /// The pod's mean use of `signal` over `[from_ms, to_ms]`, as an agent averaging each
+    /// container's samples in that span reports it (Koordinator's koordlet: a pod's usage
+    /// in a NodeMetric is its mean over the report's window): the sum over containers of
+    /// each one's mean of its samples there. `None` when no container has a sample there
+    /// (the report would have no usage for the pod).
+    pub fn mean(&self, signal: Signal, from_ms: i64, to_ms: i64) -> Option<f64> {
+        let containers = match signal {
+            Signal::Cpu => &self.cpu,
+            Signal::Memory => &self.memory,
+        };
+        let mut any = false;
+        let mut sum = 0.0;
+        for c in containers {
+            let lo = c.partition_point(|(t, _)| *t < from_ms);
+            let hi = c.partition_point(|(t, _)| *t <= to_ms);
+            if let Some(span) = c.get(lo..hi).filter(|s| !s.is_empty()) {
+                any = true;
+                sum += span.iter().map(|(_, v)| v).sum::<f64>() / span.len() as f64;
+            }
+        }
+        any.then_some(sum)
+    }
 }
 
 /// Percentiles of a per-run value over a builder's runs (linear interpolation, the analytics' `QUANTILE_METHOD`).
@@ -332,6 +355,24 @@ mod tests {
         assert_eq!(m(41), 0.0);
         assert_eq!(p.at(Signal::Cpu, 10), 1.0);
         assert_eq!(p.at(Signal::Cpu, 11), 0.0);
+    }
+
+    /// A pod's mean over a span is the sum of its containers' means of their samples in
+    /// it; a container without samples there adds nothing, and no samples at all is no
+    /// usage.
+    #[test]
+    fn a_pods_mean_sums_its_containers_means_in_the_span() {
+        let p = PodWindow {
+            cpu: vec![],
+            memory: vec![vec![(10, 100.0), (20, 300.0), (30, 500.0)], vec![(25, 6.0)]],
+        };
+        let m = |a, b| p.mean(Signal::Memory, a, b);
+        assert_eq!(m(0, 20), Some(200.0));
+        assert_eq!(m(10, 30), Some(306.0));
+        assert_eq!(m(21, 26), Some(6.0));
+        assert_eq!(m(31, 40), None);
+        assert_eq!(m(0, 9), None);
+        assert_eq!(p.mean(Signal::Cpu, 0, 40), None);
     }
 
     /// Without pods the node's usage is what its [`Stat`] gives (the larger of the newest

@@ -36,17 +36,20 @@
 //! `estimatedSecondsAfterPodScheduled` of its placement. A pod rejected here is retried on
 //! a pod delete or a NodeMetric refresh, as `EventsToRegister` says upstream.
 //!
-//! Where it differs: Koordinator adds `max(0, estimate − the pod's own reported usage)`
-//! for a missing pod (`estimatedAssignedPodUsed` counts `max(estimate, usage)` and
-//! `GetEstimatedUsed` takes the estimated pods' usage off the node's), and estimates every
-//! pod the NodeMetric has no usage for, whatever its age. Here a missing pod counts its
-//! whole estimate and a pod placed before the window counts nothing: the usage view's
-//! per-pod usage ([`crate::view::PodUsage`]) is each pod's newest sample, not its 5-minute
-//! mean as of the node's held report, and taking a newer, larger figure off would count
-//! less than Koordinator does (more placements on busy nodes, more OOM kills charged to
-//! it). A pod placed within the report interval has run a minute at most, so its reported
-//! 5-minute mean is a small part of its estimate, and counting it whole errs toward
-//! Koordinator. `prodUsageThresholds`,
+//! A missing pod adds what its estimate exceeds the report's figure for it by,
+//! `max(0, estimate − reported usage)`, as upstream (`estimatedAssignedPodUsed` counts
+//! `max(estimate, usage)` and `GetEstimatedUsed` takes the estimated pods' reported usage
+//! off the node's). The reported usage is the pod's mean over the 5 minutes up to the
+//! node's report, from each container's samples ([`crate::view::PodWindow::mean`]); a
+//! pod the report has no sample of counts its whole estimate.
+//!
+//! Where it differs: Koordinator also estimates a pod placed before the report interval
+//! that its NodeMetric has no usage for (a pod still pulling its image); here only the
+//! pods placed within the interval (or `estimatedSecondsAfterPodScheduled`) are
+//! estimated. The koordlet always reports its pods, whereas headroom's sources may carry
+//! no per-pod usage at all (Prometheus queries for nodes only): estimating every pod
+//! without a sample would then count each one's estimate on top of a node usage that
+//! already holds it. `prodUsageThresholds`,
 //! `scoreAccordingProdUsage` and `allowCustomizeEstimation` need per-pod metrics and
 //! Koordinator's priority classes: they are refused.
 
@@ -59,6 +62,7 @@ use crate::framework::{ClusterEvent, ClusterEvents, Registered, Status};
 use crate::snapshot::{NodeInfo, PodInfo};
 use crate::usage_context::held::Phase;
 use crate::usage_context::{MetricPath, UsageContext};
+use crate::view::Signal;
 
 use super::peers::{self, Load};
 
@@ -393,8 +397,9 @@ impl LoadAwareScheduling {
         s > 0 && ctx.now_ms - load.newest_ms >= s * 1000
     }
 
-    /// Estimated usage of `node` with the pod, by `basis`: node usage + pods placed since
-    /// the metric + the pod. `None` without usage (or without that window).
+    /// Estimated usage of `node` with the pod, by `basis`: node usage + what the pods
+    /// placed since the metric may add beyond what it holds of them + the pod. `None`
+    /// without usage (or without that window).
     fn estimated(
         &self,
         ctx: &UsageContext,
@@ -408,22 +413,25 @@ impl LoadAwareScheduling {
             (kind.of(load.cpu(w)?) * 1000.0).round() as i64,
             kind.of(load.memory(w)?).round() as i64,
         ];
-        let cutoff = load.newest_ms - self.args.report_interval_seconds * 1000;
+        let report_ms = load.newest_ms;
+        let cutoff = report_ms - self.args.report_interval_seconds * 1000;
         let keep = self.args.estimated_seconds_after_pod_scheduled.unwrap_or(0) * 1000;
-        let recent = ctx.recent_on(&node.name);
-        for p in peers::placed_since(ctx, node, i64::MIN) {
+        for r in ctx.recent_on(&node.name) {
+            if !(r.at_ms > cutoff || (keep > 0 && r.at_ms + keep > report_ms)) {
+                continue;
+            }
+            let Some(p) = node.pods.iter().find(|p| p.is(&r.pod)) else {
+                continue;
+            };
             if p.uid == pod.uid {
                 continue;
             }
-            let at = recent
-                .iter()
-                .find(|r| p.is(&r.pod))
-                .map_or(i64::MIN, |r| r.at_ms);
-            if at > cutoff || (keep > 0 && at + keep > load.newest_ms) {
-                let x = self.estimate(p);
-                e[0] += x[0];
-                e[1] += x[1];
-            }
+            // Upstream counts max(estimate, reported usage) and takes the reported usage
+            // off the node's: the node's figure plus whatever the estimate exceeds it by.
+            let x = self.estimate(p);
+            let used = reported(ctx, &r.pod, report_ms);
+            e[0] += (x[0] - used[0]).max(0);
+            e[1] += (x[1] - used[1]).max(0);
         }
         let x = self.estimate(pod);
         Some([e[0] + x[0], e[1] + x[1]])
@@ -498,6 +506,25 @@ impl LoadAwareScheduling {
         sum += dominant * dw;
         if weights <= 0 { 0 } else { sum / weights }
     }
+}
+
+/// What a node's NodeMetric taken at `report_ms` holds of pod `key`: its mean over the
+/// koordlet's window ([`NODE_USAGE_WINDOW_S`]) up to the report, `[millicores, bytes]`;
+/// `[0, 0]` where the view has no sample of it there (the report has no usage for it).
+/// Read from the view's per-pod samples ([`crate::view::PodWindow`]), which span
+/// `analytics.nodeWindow` back from the view's time: for a pod placed since the report
+/// interval began, all of its samples up to the report while the report is younger than
+/// that window less the interval (4 minutes at the defaults).
+fn reported(ctx: &UsageContext, key: &crate::key::PodKey, report_ms: i64) -> Vec2 {
+    let Some(w) = ctx.view.pod_windows.get(key) else {
+        return [0, 0];
+    };
+    let from = report_ms - NODE_USAGE_WINDOW_S as i64 * 1000;
+    let mean = |s| w.mean(s, from, report_ms).unwrap_or(0.0);
+    [
+        (mean(Signal::Cpu) * 1000.0).round() as i64,
+        mean(Signal::Memory).round() as i64,
+    ]
 }
 
 impl peers::PeerPlugin for LoadAwareScheduling {
@@ -657,6 +684,79 @@ mod tests {
         // No metrics at all: the node passes.
         let bare = Snapshot::build([node("n", json!({}))], []);
         assert!(filter_all(&reg(), &bare, &incoming)[0].1.is_success());
+    }
+
+    /// `estimatedAssignedPodUsed`: a pod placed since the report adds only what its
+    /// estimate exceeds its usage in the report by — its mean over the samples up to the
+    /// report, not the ones after — and its whole estimate when the report has none.
+    #[test]
+    fn a_placed_pod_adds_its_estimate_less_what_the_report_holds_of_it() {
+        let report_ms = NOW_MS - 5_000;
+        let build = |samples: Option<Vec<(i64, f64)>>| {
+            let mut s = with_usage(
+                Snapshot::build([node("n", json!({}))], [req("new", "2", "0", Some("n"))]),
+                vec![usage("n", 2.0, GI, 5, None)],
+                vec![],
+            );
+            let key = PodKey::new("default", "new");
+            let u = s.usage_mut();
+            u.record_placement(
+                None,
+                "n",
+                RecentPlacement {
+                    pod: key.clone(),
+                    at_ms: NOW_MS - 40_000,
+                    ..Default::default()
+                },
+            );
+            if let Some(cpu) = samples {
+                let view = std::sync::Arc::make_mut(&mut u.view);
+                view.pod_windows.insert(
+                    key,
+                    crate::view::PodWindow {
+                        cpu: vec![cpu],
+                        memory: vec![],
+                    },
+                );
+            }
+            s
+        };
+        let p = plugin(Default::default());
+        let incoming = info(req("p", "500m", "0", None));
+        let cpu = |s: &Snapshot| {
+            p.explain_at(s.usage(), &incoming, s.node(0))
+                .unwrap()
+                .split("cpu ")
+                .nth(1)
+                .and_then(|c| c.split('m').next())
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+        };
+        // 2 cores + 1700m estimated + 425m.
+        assert_eq!(cpu(&build(None)), 4125);
+        // Its mean up to the report is 1.6 cores: it adds 100m; the sample after the report
+        // (idle) is not in the report.
+        let used = vec![
+            (report_ms - 30_000, 1.5),
+            (report_ms - 20_000, 1.6),
+            (report_ms - 10_000, 1.7),
+            (report_ms + 3_000, 0.0),
+        ];
+        assert_eq!(cpu(&build(Some(used.clone()))), 2525);
+        // Above its estimate: nothing added (the node's figure holds it).
+        assert_eq!(cpu(&build(Some(vec![(report_ms - 1_000, 3.0)]))), 2425);
+        // Samples only after the report: the report has none of it.
+        assert_eq!(cpu(&build(Some(vec![(report_ms + 1_000, 1.9)]))), 4125);
+        // Through the filter, 65 % of 4 cores: 2525m fits, 4125m does not.
+        let reg = plugin(Default::default()).register();
+        assert!(
+            filter_all(&reg, &build(Some(used)), &incoming)[0]
+                .1
+                .is_success()
+        );
+        let v = filter_all(&reg, &build(None), &incoming);
+        assert_eq!(v[0].1.code, Code::Unschedulable);
     }
 
     /// The plugin reads the node's last NodeMetric report, not headroom's live view: a node
