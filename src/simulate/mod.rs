@@ -408,6 +408,9 @@ struct NodeState {
     disk: f64,
     sys_cpu: f64,
     sys_mem: f64,
+    /// When its own usage is sampled ([`scenario::NodeSpec::stats_interval`]): a path
+    /// refreshing each node at its own phase; `None`: every step.
+    stats: Option<headroom_scheduler::usage_context::MetricPath>,
     object: Node,
 }
 
@@ -464,6 +467,10 @@ fn make_nodes(
 ) -> Result<Vec<NodeState>, Error> {
     let sys_cpu = amount(&spec.system_cpu, &format!("{field}.systemCpu"))?;
     let sys_mem = amount(&spec.system_memory, &format!("{field}.systemMemory"))?;
+    let stats = spec.stats_interval.map(|d| {
+        use headroom_scheduler::usage_context::{MetricPath, held::Phase};
+        MetricPath::every(d, Phase::PerNode)
+    });
     let bad = |m: String| {
         Error::Scenario(scenario::Error::Invalid {
             path: "scenario".into(),
@@ -485,6 +492,7 @@ fn make_nodes(
             disk: info.allocatable.ephemeral_storage as f64,
             sys_cpu,
             sys_mem,
+            stats,
             object: node,
         }]);
     }
@@ -513,6 +521,7 @@ fn make_nodes(
                 disk,
                 sys_cpu,
                 sys_mem,
+                stats,
                 object,
             })
         })

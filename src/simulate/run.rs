@@ -668,6 +668,23 @@ impl<'a> Sim<'a> {
         for n in &self.nodes {
             let (cpu, mem, disk, largest) = node_use[n.name.as_str()];
             let cpu = cpu.min(n.cpu);
+            let (cu, mu) = (cpu / n.cpu.max(1e-9), mem / n.mem.max(1e-9));
+            let one_pod = (n.sys_mem + largest) / n.mem.max(1e-9);
+            self.r.observe_node(
+                cu,
+                mu,
+                one_pod,
+                step_ms,
+                busy_nodes.contains(n.name.as_str()),
+            );
+            mem_utils.push(mu);
+            // The kubelet's housekeeping read the node's cgroup within this step, or the
+            // node's newest sample stays the last one read (its pods' are this step's).
+            if n.stats
+                .is_some_and(|p| p.last_refresh(&n.name, now) <= now - step_ms)
+            {
+                continue;
+            }
             let ids = match self.node_series.get(&n.name) {
                 Some(ids) => *ids,
                 None => {
@@ -688,16 +705,6 @@ impl<'a> Sim<'a> {
                 (ids[2], now, (n.disk - disk).max(0.0)),
                 (ids[3], now, n.disk),
             ])?;
-            let (cu, mu) = (cpu / n.cpu.max(1e-9), mem / n.mem.max(1e-9));
-            let one_pod = (n.sys_mem + largest) / n.mem.max(1e-9);
-            self.r.observe_node(
-                cu,
-                mu,
-                one_pod,
-                step_ms,
-                busy_nodes.contains(n.name.as_str()),
-            );
-            mem_utils.push(mu);
         }
         self.r.observe_spread(&mut mem_utils);
         self.store.append_many(&pod_samples)?;

@@ -15,6 +15,7 @@
 //!     taints: []               # Kubernetes Taint objects
 //!     systemCpu: 500m          # real usage of system daemons
 //!     systemMemory: 2Gi
+//!     statsInterval: 10s       # node usage sampled this often (default: every step)
 //! workloads:
 //!   - name: builders
 //!     kind: builder            # CI builds: arrivals, finite runs
@@ -127,6 +128,13 @@ pub struct NodeSpec {
     pub system_cpu: Amount,
     /// Real memory of system daemons. Default `1Gi`.
     pub system_memory: Amount,
+    /// How often the node's own usage is sampled. A kubelet reads its node's root cgroup
+    /// on its housekeeping, about every 10 s, and its pods' containers when asked: in one
+    /// `/stats/summary` the pods' figures are fresh and the node's up to that old (the
+    /// kit's: containers 0.2–0.5 s, the node 4 s). Each node samples at its own phase.
+    /// Default: every step, at the pods' instant.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub stats_interval: Option<Duration>,
 }
 
 impl Default for NodeSpec {
@@ -142,6 +150,7 @@ impl Default for NodeSpec {
             taints: Vec::new(),
             system_cpu: Amount::Text("250m".into()),
             system_memory: Amount::Text("1Gi".into()),
+            stats_interval: None,
         }
     }
 }
@@ -562,6 +571,8 @@ fn seed() -> u64 {
     1
 }
 
+/// The longest `statsInterval` of a node.
+pub const MAX_STATS_INTERVAL: Duration = Duration::from_secs(3600);
 /// The shortest step: one simulated second.
 pub const MIN_STEP: Duration = Duration::from_secs(1);
 /// The most steps (`duration / step`) a scenario may take.
@@ -597,6 +608,15 @@ fn check_nodes(spec: &NodeSpec, at: &Path, start: usize, errors: &mut ErrorList)
         if let Err(e) = a.value_at(&at.child(k), max) {
             errors.push(e);
         }
+    }
+    if let Some(d) = spec.stats_interval
+        && (d < MIN_STEP || d > MAX_STATS_INTERVAL || !d.subsec_nanos().is_multiple_of(1_000_000))
+    {
+        errors.push(FieldError::out_of_range(
+            at.child("statsInterval"),
+            humantime_serde::re::humantime::format_duration(d).to_string(),
+            "at least 1s and at most 1h, in whole milliseconds",
+        ));
     }
     if let Some(obj) = &spec.node {
         let node: k8s_openapi::api::core::v1::Node = match serde_path_to_error::deserialize(obj) {
@@ -1411,6 +1431,14 @@ mod tests {
             (
                 format!("nodes: [{{count: 1, namePrefix: {}}}]\n", "a".repeat(70_000)),
                 "x.yaml: nodes[0].namePrefix: must make node names (\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa… (70001 bytes)\" is the last) that are DNS-1123 subdomains of at most 63 characters",
+            ),
+            (
+                "nodes: [{count: 1, statsInterval: 500ms}]\n".to_string(),
+                "x.yaml: nodes[0].statsInterval: must be at least 1s and at most 1h, in whole milliseconds, got 500ms",
+            ),
+            (
+                "nodes: [{count: 1, statsInterval: 2h}]\n".to_string(),
+                "x.yaml: nodes[0].statsInterval: must be at least 1s and at most 1h, in whole milliseconds, got 2h",
             ),
             (
                 "nodes: [{count: 1, labels: {zone: 'a b'}}]\n".to_string(),

@@ -1297,3 +1297,63 @@ fn memory_ramp_shapes_the_memory_held() {
     let (instant, slow) = (util("0s"), util("10m"));
     assert!(instant > slow * 1.3, "instant {instant} vs slow {slow}");
 }
+
+/// A node's `statsInterval` (the kubelet's housekeeping) leaves its own samples behind its
+/// pods': with it, each node's newest sample is older than its containers' and within one
+/// interval of them, each node at its own phase; without it, nodes and pods are sampled
+/// at the same instant.
+#[test]
+fn nodes_sample_their_own_usage_on_their_stats_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let newest = |stats: &str| -> (Vec<i64>, i64) {
+        let data = dir.path().join(format!("store{}", stats.len()));
+        let scenario = dir.path().join("s.yaml");
+        std::fs::write(
+            &scenario,
+            format!(
+                "duration: 5m\nstep: 5s\nnodes: [{{count: 4, memory: 8Gi{stats}}}]\n\
+                 workloads: [{{name: s, kind: service, count: 8, requests: {{cpu: 100m, memory: 64Mi}}}}]\n"
+            ),
+        )
+        .unwrap();
+        run_ok(&[
+            "simulate",
+            scenario.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--output",
+            "json",
+        ]);
+        let last = |metric: &str| -> Vec<i64> {
+            let o = run_ok(&[
+                "series",
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--match",
+                metric,
+                "--output",
+                "json",
+            ]);
+            let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+            rows.as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["last_ts_ms"].as_i64().unwrap())
+                .collect()
+        };
+        let pods = last("container_memory_working_set_bytes");
+        assert!(!pods.is_empty());
+        (
+            last("node_memory_working_set_bytes"),
+            *pods.iter().max().unwrap(),
+        )
+    };
+    let (nodes, pods) = newest("");
+    assert_eq!(nodes, vec![pods; 4], "every step: nodes with their pods");
+    let (nodes, pods) = newest(", statsInterval: 20s");
+    assert_eq!(nodes.len(), 4);
+    for n in &nodes {
+        assert!(*n > pods - 20_000 && *n <= pods, "{nodes:?} against {pods}");
+    }
+    assert!(nodes.iter().any(|n| *n < pods), "{nodes:?} against {pods}");
+}
