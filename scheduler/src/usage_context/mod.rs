@@ -72,16 +72,24 @@ pub struct Departure {
     pub last_sample_ms: i64,
 }
 
+/// How far past a departure a sample may be and still be the departed pod's: `serve`'s
+/// usage clock advances once a second (the housekeeping tick) and kubelets stamp samples
+/// by their own clocks. A pod recreated under the same name needs the old one deleted, its
+/// replacement created, scheduled, its sandbox and container started and a first poll of
+/// its kubelet: longer than this.
+pub const DEPARTURE_SLACK_MS: i64 = 2_000;
+
 impl Departure {
     /// Whether the departure still describes the pod whose newest sample is at
     /// `newest_ms`: a sample taken after the pod left (later than both when the scheduler
-    /// learned it and the newest sample it had then) is another pod of the same name,
-    /// running. Samples up to the departure are the pod's own: the view the scheduler held
-    /// when the pod ended was refreshed before its last samples (on the kit, a view up to
-    /// 15 s old at every end), and judging by the newest sample of that view dropped
-    /// almost every departure once the next view arrived.
+    /// learned it and the newest sample it had then, by more than [`DEPARTURE_SLACK_MS`])
+    /// is another pod of the same name, running. Samples up to the departure are the
+    /// pod's own: the view the scheduler held when the pod ended was refreshed before its
+    /// last samples (on the kit, a view up to 15 s old at every end), and judging by the
+    /// newest sample of that view dropped almost every departure once the next view
+    /// arrived.
     pub fn counts(&self, newest_ms: i64) -> bool {
-        newest_ms <= self.at_ms.max(self.last_sample_ms)
+        newest_ms <= self.at_ms.max(self.last_sample_ms) + DEPARTURE_SLACK_MS
     }
 }
 

@@ -521,10 +521,19 @@ mod tests {
             3.5,
             "p95 of [3 GiB × 10, 4 GiB]: the build is off, the running pod's swing stays"
         );
-        // Another pod of the name, sampled after the build left: it runs, and counts on
-        // the node again.
+        // A sample a second after the departure is still the build's (the usage clock
+        // moves once a second)...
+        let mut late = view.clone();
+        late.pods.insert(build.clone(), measured(2_100));
+        snap.usage_mut().view = Arc::new(late);
+        assert_eq!(used(&snap), 3.5);
+        // ...but another pod of the name, sampled well after the build left, runs, and
+        // counts on the node again.
         let mut again = view.clone();
-        again.pods.insert(build.clone(), measured(1_200));
+        again.pods.insert(
+            build.clone(),
+            measured(1_101 + super::super::DEPARTURE_SLACK_MS),
+        );
         snap.usage_mut().view = Arc::new(again);
         assert_eq!(used(&snap), 6.5);
         // Its samples left the window: pruning drops the departure.

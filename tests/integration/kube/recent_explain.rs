@@ -147,3 +147,90 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
         "{text}"
     );
 }
+
+/// The age of `serve`'s usage view, from `/metrics`.
+async fn view_age(s: &super::Running) -> f64 {
+    let metrics = get_text(&s.url("/metrics")).await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("headroom_usage_view_age_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(f64::INFINITY)
+}
+
+/// A build that ends between two usage views (its last samples polled after the view the
+/// scheduler holds, as on the kit, where views come every 15 s and a pod's end within a
+/// second) comes off its node's window once the next view has those samples: a departure
+/// is judged by when the pod left, not by the newest sample of the view it left in (which
+/// dropped it at the next view).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_ending_between_views_comes_off_its_nodes_window_under_serve() {
+    let fake = Fake::start().await;
+    let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("namespaces", namespace("default"));
+    let base = format!(
+        "{SERVE_BASE}analytics: {{refreshInterval: 4s}}\nusage: {{warmup: 10m}}\n{}",
+        collectors_yaml(&[("node-a", &k)])
+    );
+    let s = start(&fake, config(&base, ""), None).await;
+    until_measured(&s, &["node-a"]).await;
+    place(&fake, "first", "b1").await;
+    let uid = fake.get("pods", "default", "first").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The build holds 512 MiB (the pod first, so no poll sees the node without it).
+    k.set_pods(vec![PodStats {
+        namespace: "default".into(),
+        name: "first".into(),
+        uid,
+        cpu: 0.1,
+        memory: 512.0 * MI,
+    }]);
+    k.set_node(0.6, 1536.0 * MI);
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    // Just after a view, two more polls: the view the scheduler holds lacks them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while view_age(&s).await > 0.5 {
+        assert!(tokio::time::Instant::now() < deadline, "no fresh view");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let polled = k.polls();
+    fake.wait_for(5, "two polls", |_| k.polls() >= polled + 2)
+        .await;
+    // The build ends: its node drops back, the kubelet stops reporting it, and its phase
+    // reaches the scheduler at once, before the next view.
+    k.set_node(0.5, 1024.0 * MI);
+    k.set_pods(Vec::new());
+    let mut done = fake.get("pods", "default", "first").unwrap();
+    done["status"]["phase"] = "Succeeded".into();
+    fake.put("pods", done);
+    assert!(
+        view_age(&s).await < 3.5,
+        "the next view came before the end"
+    );
+    // Two views later the build comes off the window they still hold it in.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    place(&fake, "second", "b2").await;
+    let explain = get_json(&s.url("/explain/default/second")).await;
+    s.stop().await;
+    let chosen = &explain["inputs"]["chosenNode"];
+    let counted: f64 = chosen["recent"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no recent placements: {explain}"))
+        .iter()
+        .map(|r| r["countedMemoryBytes"].as_f64().unwrap())
+        .sum();
+    let measured = chosen["headroom"]["memoryUsed"].as_f64().unwrap() - counted;
+    assert_eq!(
+        chosen["usage"]["memory_working_set_bytes"]["windowed"].as_f64(),
+        Some(1536.0 * MI),
+        "the window still holds the build: {explain}"
+    );
+    assert!(
+        (measured - 1024.0 * MI).abs() < 1.0,
+        "measured {} MiB, the node without the build 1024: {explain}",
+        measured / MI
+    );
+}
