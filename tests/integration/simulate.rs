@@ -28,6 +28,32 @@ fn num(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no number {key}: {v}"))
 }
 
+/// `headroom simulate SCENARIO --data-dir DATA --output json`, which must succeed.
+fn simulate_into(scenario: &std::path::Path, data: &std::path::Path) {
+    run_ok(&[
+        "simulate",
+        scenario.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+}
+
+/// `headroom series --match METRIC --output json` over the store in `data`.
+fn series_json(data: &std::path::Path, metric: &str) -> Value {
+    let o = run(&[
+        "series",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--match",
+        metric,
+        "--output",
+        "json",
+    ]);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 /// The CI-farm quality bar (issue #6) on the small variant, on the mean of four seeds (one
 /// seed of a 3-hour, 8-node farm varies by several points): every pod accounted for;
 /// warm-cache placements ≥ 80 % and far above the baseline's; node-time above 90 % real
@@ -1164,25 +1190,9 @@ fn a_second_simulation_on_the_same_data_dir_appends() {
     let data = dir.path().join("store");
     let scenario = repo("examples/reservations.yaml");
     for _ in 0..2 {
-        run_ok(&[
-            "simulate",
-            scenario.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--output",
-            "json",
-        ]);
+        simulate_into(&scenario, &data);
     }
-    let o = run(&[
-        "series",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--match",
-        "node_memory_working_set_bytes",
-        "--output",
-        "json",
-    ]);
-    let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = series_json(&data, "node_memory_working_set_bytes");
     // The second run started a day after the first one's newest sample.
     let last = rows[0]["last_ts_ms"].as_i64().unwrap();
     assert!(
@@ -1316,26 +1326,10 @@ fn nodes_sample_their_own_usage_on_their_stats_interval() {
             ),
         )
         .unwrap();
-        run_ok(&[
-            "simulate",
-            scenario.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--output",
-            "json",
-        ]);
+        simulate_into(&scenario, &data);
         let last = |metric: &str| -> Vec<i64> {
-            let o = run_ok(&[
-                "series",
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--match",
-                metric,
-                "--output",
-                "json",
-            ]);
-            let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
-            rows.as_array()
+            series_json(&data, metric)
+                .as_array()
                 .unwrap()
                 .iter()
                 .map(|r| r["last_ts_ms"].as_i64().unwrap())

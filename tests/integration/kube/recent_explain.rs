@@ -31,6 +31,37 @@ async fn place(fake: &Fake, name: &str, builder: &str) {
         .await;
 }
 
+/// A fake API server with one 4-CPU node, `node-a`, its fake kubelet at 1 GiB, and `serve`
+/// with `analytics.refreshInterval: refresh` reading it, the node measured.
+async fn setup(refresh: &str) -> (Fake, FakeKubelet, super::Running) {
+    let fake = Fake::start().await;
+    let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("namespaces", namespace("default"));
+    let base = format!(
+        "{SERVE_BASE}analytics: {{refreshInterval: {refresh}}}\nusage: {{warmup: 10m}}\n{}",
+        collectors_yaml(&[("node-a", &k)])
+    );
+    let s = start(&fake, config(&base, ""), None).await;
+    until_measured(&s, &["node-a"]).await;
+    (fake, k, s)
+}
+
+/// The kubelet's stats of pod `default/name` (its uid from the API server).
+fn stats_of(fake: &Fake, name: &str, memory: f64) -> PodStats {
+    let uid = fake.get("pods", "default", name).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    PodStats {
+        namespace: "default".into(),
+        name: name.into(),
+        uid,
+        cpu: 0.1,
+        memory,
+    }
+}
+
 /// Three polls of the kubelet after a change, then two refreshes of the usage view.
 async fn sampled(fake: &Fake, k: &FakeKubelet) {
     let polled = k.polls();
@@ -41,31 +72,11 @@ async fn sampled(fake: &Fake, k: &FakeKubelet) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
-    let fake = Fake::start().await;
-    let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
-    fake.put("nodes", node("node-a", "4"));
-    fake.put("namespaces", namespace("default"));
-    let base = format!(
-        "{SERVE_BASE}analytics: {{refreshInterval: 1s}}\nusage: {{warmup: 10m}}\n{}",
-        collectors_yaml(&[("node-a", &k)])
-    );
-    let s = start(&fake, config(&base, ""), None).await;
-    until_measured(&s, &["node-a"]).await;
-
+    let (fake, k, s) = setup("1s").await;
     place(&fake, "first", "b1").await;
-    let uid = fake.get("pods", "default", "first").unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string();
     // The kubelet now reports the first build using 64 MiB (of its 256Mi request).
     k.set_node(0.6, 1088.0 * MI);
-    k.set_pods(vec![PodStats {
-        namespace: "default".into(),
-        name: "first".into(),
-        uid,
-        cpu: 0.1,
-        memory: 64.0 * MI,
-    }]);
+    k.set_pods(vec![stats_of(&fake, "first", 64.0 * MI)]);
     sampled(&fake, &k).await;
 
     place(&fake, "second", "b2").await;
@@ -165,29 +176,10 @@ async fn view_age(s: &super::Running) -> f64 {
 /// dropped it at the next view).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_ending_between_views_comes_off_its_nodes_window_under_serve() {
-    let fake = Fake::start().await;
-    let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
-    fake.put("nodes", node("node-a", "4"));
-    fake.put("namespaces", namespace("default"));
-    let base = format!(
-        "{SERVE_BASE}analytics: {{refreshInterval: 4s}}\nusage: {{warmup: 10m}}\n{}",
-        collectors_yaml(&[("node-a", &k)])
-    );
-    let s = start(&fake, config(&base, ""), None).await;
-    until_measured(&s, &["node-a"]).await;
+    let (fake, k, s) = setup("4s").await;
     place(&fake, "first", "b1").await;
-    let uid = fake.get("pods", "default", "first").unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string();
     // The build holds 512 MiB (the pod first, so no poll sees the node without it).
-    k.set_pods(vec![PodStats {
-        namespace: "default".into(),
-        name: "first".into(),
-        uid,
-        cpu: 0.1,
-        memory: 512.0 * MI,
-    }]);
+    k.set_pods(vec![stats_of(&fake, "first", 512.0 * MI)]);
     k.set_node(0.6, 1536.0 * MI);
     tokio::time::sleep(Duration::from_secs(9)).await;
     // Just after a view, two more polls: the view the scheduler holds lacks them.
