@@ -512,9 +512,11 @@ impl LoadAwareScheduling {
 /// koordlet's window ([`NODE_USAGE_WINDOW_S`]) up to the report, `[millicores, bytes]`;
 /// `[0, 0]` where the view has no sample of it there (the report has no usage for it).
 /// Read from the view's per-pod samples ([`crate::view::PodWindow`]), which span
-/// `analytics.nodeWindow` back from the view's time: for a pod placed since the report
-/// interval began, all of its samples up to the report while the report is younger than
-/// that window less the interval (4 minutes at the defaults).
+/// `analytics.nodeWindow` back from the view's time (2 minutes by default): a pod placed
+/// since the report interval began has all its samples up to the report there, but for
+/// its first seconds when the report is at its oldest (at the defaults a report is up to
+/// 75 s old, so a pod placed in the interval's first 15 s loses up to 15 s of its ramp,
+/// and its mean errs a little high).
 fn reported(ctx: &UsageContext, key: &crate::key::PodKey, report_ms: i64) -> Vec2 {
     let Some(w) = ctx.view.pod_windows.get(key) else {
         return [0, 0];
