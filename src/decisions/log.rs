@@ -89,6 +89,13 @@ impl DecisionInputs {
                 age_seconds: age_ms as f64 / 1000.0,
                 stale: age_ms > stale_ms,
                 recent: RecentInput::on(usage, node, policy.warmup_ms()),
+                without_departed: snapshot.index_of(node).and_then(|i| {
+                    snapshot
+                        .recent_table()
+                        .sums(i, now, policy.warmup_ms())
+                        .without_departed
+                }),
+                departed: DepartedInput::on(usage, node),
             })
         });
         DecisionInputs {
@@ -119,6 +126,42 @@ pub struct NodeInputs {
     /// them), newest first, at most [`RecentInput::MAX_SHOWN`]: what each still adds.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub recent: Vec<RecentInput>,
+    /// The node's measured CPU (cores) and memory (bytes) had the pods that left it and
+    /// are still in its window never run (`RecentSums::without_departed`): where lower
+    /// than `usage`'s figures, what the decision took instead. Absent when no pod that
+    /// left counts.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub without_departed: Option<[f64; 2]>,
+    /// Those pods, the latest to leave first, at most [`RecentInput::MAX_SHOWN`].
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub departed: Vec<DepartedInput>,
+}
+
+/// A pod that left the chosen node and still comes off its window: what it used is taken
+/// off each of the node's samples it was in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DepartedInput {
+    /// The pod.
+    pub pod: PodKey,
+    /// Seconds from the scheduler learning it left to the decision.
+    pub left_seconds_ago: f64,
+}
+
+impl DepartedInput {
+    /// The departures `usage` takes off `node`'s window, the latest first.
+    fn on(usage: &headroom_scheduler::usage_context::UsageContext, node: &str) -> Vec<Self> {
+        use headroom_scheduler::usage_context::recent;
+        let mut out: Vec<DepartedInput> = recent::counting(&usage.view, usage.departures_on(node))
+            .map(|d| DepartedInput {
+                pod: d.pod.clone(),
+                left_seconds_ago: usage.now_ms.saturating_sub(d.at_ms).max(0) as f64 / 1000.0,
+            })
+            .collect();
+        out.sort_by(|a, b| a.left_seconds_ago.total_cmp(&b.left_seconds_ago));
+        out.truncate(RecentInput::MAX_SHOWN);
+        out
+    }
 }
 
 /// One recent placement as a decision counted it on the chosen node: its prediction, what
@@ -256,6 +299,15 @@ impl ExplainResponse {
                 n.age_seconds,
                 if n.stale { " (stale)" } else { "" }
             );
+            if let Some([_, memory]) = n.without_departed {
+                let _ = writeln!(
+                    out,
+                    "  without the pods that left it: memory {memory:.0} bytes"
+                );
+            }
+            for d in &n.departed {
+                let _ = writeln!(out, "  left {:.0} s ago: {}", d.left_seconds_ago, d.pod);
+            }
             for r in &n.recent {
                 let measured = r.measured_memory_bytes.map_or_else(
                     || "not measured yet".to_string(),

@@ -260,9 +260,7 @@ pub fn measured(view: &UsageView, node_ms: i64, r: &RecentPlacement) -> Option<P
 /// newer than when the scheduler learned it left ([`Departure::counts`]). `None`: none
 /// counts, or the node has no samples.
 fn without_departed(view: &UsageView, node: &str, departures: &[Departure]) -> Option<[f64; 2]> {
-    let left: Vec<&PodWindow> = departures
-        .iter()
-        .filter(|d| view.pod(&d.pod).is_some_and(|m| d.counts(m.newest_ms)))
+    let left: Vec<&PodWindow> = counting(view, departures)
         .filter_map(|d| view.pod_windows.get(&d.pod))
         .collect();
     if left.is_empty() {
@@ -273,6 +271,17 @@ fn without_departed(view: &UsageView, node: &str, departures: &[Departure]) -> O
         w.without(Signal::Cpu, &left)?,
         w.without(Signal::Memory, &left)?,
     ])
+}
+
+/// The departures that come off their node's window in `view`: their pod's samples are
+/// in it, and none newer than the departure ([`Departure::counts`]).
+pub fn counting<'a>(
+    view: &'a UsageView,
+    departures: &'a [Departure],
+) -> impl Iterator<Item = &'a Departure> + 'a {
+    departures
+        .iter()
+        .filter(|d| view.pod(&d.pod).is_some_and(|m| d.counts(m.newest_ms)))
 }
 
 /// When the node's usage in `view` was sampled: its newest memory sample, or where the

@@ -206,8 +206,20 @@ async fn a_build_ending_between_views_comes_off_its_nodes_window_under_serve() {
     tokio::time::sleep(Duration::from_secs(9)).await;
     place(&fake, "second", "b2").await;
     let explain = get_json(&s.url("/explain/default/second")).await;
+    let text = get_text(&s.url("/explain/default/second?format=text")).await;
     s.stop().await;
     let chosen = &explain["inputs"]["chosenNode"];
+    // /explain names the build that came off, and the node's memory without it.
+    assert_eq!(chosen["departed"][0]["pod"], "default/first", "{explain}");
+    assert!(
+        (chosen["withoutDeparted"][1].as_f64().unwrap_or(f64::NAN) - 1024.0 * MI).abs() < 1.0,
+        "{explain}"
+    );
+    assert!(
+        text.contains("without the pods that left it: memory 1073741824 bytes")
+            && text.contains(" s ago: default/first"),
+        "{text}"
+    );
     let counted: f64 = chosen["recent"]
         .as_array()
         .unwrap_or_else(|| panic!("no recent placements: {explain}"))
