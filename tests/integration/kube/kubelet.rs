@@ -32,6 +32,8 @@ struct Inner {
     memory: f64,
     pods: Vec<PodStats>,
     polls: u64,
+    /// How long before its pods the node's own usage is stamped, ms (0: the same second).
+    node_lag_ms: i64,
 }
 
 /// The fake kubelet of one node.
@@ -49,6 +51,19 @@ fn now_rfc3339() -> String {
 async fn summary(State(k): State<Arc<Mutex<Inner>>>) -> axum::Json<Value> {
     let mut i = k.lock().unwrap();
     i.polls += 1;
+    if i.node_lag_ms > 0 {
+        // A real kubelet reads its node's root cgroup on its housekeeping and its
+        // containers when asked: the node's figures are older than its pods'.
+        let now = chrono::Utc::now();
+        let stamp = |t: chrono::DateTime<chrono::Utc>| {
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        };
+        let node_t = stamp(now - chrono::Duration::milliseconds(i.node_lag_ms));
+        let pod_t = stamp(now);
+        return axum::Json(summary_json_at(
+            &i.node, i.cpu, i.memory, &i.pods, "main", &node_t, &pod_t,
+        ));
+    }
     axum::Json(summary_json(&i.node, i.cpu, i.memory, &i.pods, "main"))
 }
 
@@ -63,6 +78,20 @@ pub fn summary_json(
     container: &str,
 ) -> Value {
     let t = now_rfc3339();
+    summary_json_at(node, cpu, memory, pods, container, &t, &t)
+}
+
+/// [`summary_json`] with the node's figures stamped `node_t` and its pods' `pod_t`.
+fn summary_json_at(
+    node: &str,
+    cpu: f64,
+    memory: f64,
+    pods: &[PodStats],
+    container: &str,
+    node_t: &str,
+    pod_t: &str,
+) -> Value {
+    let t = pod_t;
     let pods: Vec<Value> = pods
         .iter()
         .map(|p| {
@@ -77,6 +106,7 @@ pub fn summary_json(
             })
         })
         .collect();
+    let t = node_t;
     json!({
         "node": {
             "nodeName": node,
@@ -115,6 +145,12 @@ impl FakeKubelet {
         let mut i = self.inner.lock().unwrap();
         i.cpu = cpu;
         i.memory = memory;
+    }
+
+    /// Stamps the node's own usage `ms` before its pods' (0: the same instant).
+    #[allow(dead_code)] // used by some tests only
+    pub fn set_node_lag_ms(&self, ms: i64) {
+        self.inner.lock().unwrap().node_lag_ms = ms;
     }
 
     /// Sets the pods it reports.

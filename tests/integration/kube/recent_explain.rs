@@ -238,3 +238,60 @@ async fn a_build_ending_between_views_comes_off_its_nodes_window_under_serve() {
         measured / MI
     );
 }
+
+/// A kubelet stamps its node's root cgroup before the containers of the same summary, so
+/// the node's first sample in the window precedes its pods' first ones there: a build that
+/// left must still come off that sample (by its sample before the window), or the window's
+/// p95 keeps it whole. Three decisions after the build ended, each on a view of its own,
+/// all see the node without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_that_left_comes_off_the_windows_first_sample_under_serve() {
+    let fake = Fake::start().await;
+    let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
+    k.set_node_lag_ms(100);
+    fake.put("nodes", node("node-a", "4"));
+    fake.put("namespaces", namespace("default"));
+    let base = format!(
+        "{SERVE_BASE}analytics: {{refreshInterval: 1s, nodeWindow: 6s}}\nusage: {{warmup: 10m}}\n{}",
+        collectors_yaml(&[("node-a", &k)])
+    );
+    let s = start(&fake, config(&base, ""), None).await;
+    until_measured(&s, &["node-a"]).await;
+    place(&fake, "build", "b1").await;
+    k.set_pods(vec![stats_of(&fake, "build", 512.0 * MI)]);
+    k.set_node(0.6, 1536.0 * MI);
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    // It ends.
+    k.set_node(0.5, 1024.0 * MI);
+    k.set_pods(Vec::new());
+    let mut done = fake.get("pods", "default", "build").unwrap();
+    done["status"]["phase"] = "Succeeded".into();
+    fake.put("pods", done);
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        let name = format!("next-{i}");
+        place(&fake, &name, "b2").await;
+        let explain = get_json(&s.url(&format!("/explain/default/{name}"))).await;
+        let chosen = &explain["inputs"]["chosenNode"];
+        let counted: f64 = chosen["recent"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no recent placements: {explain}"))
+            .iter()
+            .map(|r| r["countedMemoryBytes"].as_f64().unwrap())
+            .sum();
+        let measured = chosen["headroom"]["memoryUsed"].as_f64().unwrap() - counted;
+        let windowed = chosen["usage"]["memory_working_set_bytes"]["windowed"]
+            .as_f64()
+            .unwrap();
+        seen.push((measured / MI, windowed / MI));
+    }
+    s.stop().await;
+    // The raw window still held the build in at least one of them, and every decision
+    // saw the node at its 1 GiB.
+    assert!(seen.iter().any(|(_, w)| *w > 1100.0), "{seen:?}");
+    assert!(
+        seen.iter().all(|(m, _)| (m - 1024.0).abs() < 1.0),
+        "measured, windowed (MiB): {seen:?}"
+    );
+}
