@@ -32,19 +32,32 @@ async fn place(fake: &Fake, name: &str, builder: &str) {
 }
 
 /// A fake API server with one 4-CPU node, `node-a`, its fake kubelet at 1 GiB, and `serve`
-/// with `analytics.refreshInterval: refresh` reading it, the node measured.
-async fn setup(refresh: &str) -> (Fake, FakeKubelet, super::Running) {
+/// with `analytics: {ANALYTICS}` reading it, the node measured.
+async fn setup(analytics: &str) -> (Fake, FakeKubelet, super::Running) {
     let fake = Fake::start().await;
     let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
     fake.put("nodes", node("node-a", "4"));
     fake.put("namespaces", namespace("default"));
     let base = format!(
-        "{SERVE_BASE}analytics: {{refreshInterval: {refresh}}}\nusage: {{warmup: 10m}}\n{}",
+        "{SERVE_BASE}analytics: {{{analytics}}}\nusage: {{warmup: 10m}}\n{}",
         collectors_yaml(&[("node-a", &k)])
     );
     let s = start(&fake, config(&base, ""), None).await;
     until_measured(&s, &["node-a"]).await;
     (fake, k, s)
+}
+
+/// The chosen node's measured memory in a decision, bytes: what it believed in use less
+/// what its recent placements added.
+fn measured_memory(explain: &Value) -> f64 {
+    let chosen = &explain["inputs"]["chosenNode"];
+    let counted: f64 = chosen["recent"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no recent placements: {explain}"))
+        .iter()
+        .map(|r| r["countedMemoryBytes"].as_f64().unwrap())
+        .sum();
+    chosen["headroom"]["memoryUsed"].as_f64().unwrap() - counted
 }
 
 /// The kubelet's stats of pod `default/name` (its uid from the API server).
@@ -72,7 +85,7 @@ async fn sampled(fake: &Fake, k: &FakeKubelet) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
-    let (fake, k, s) = setup("1s").await;
+    let (fake, k, s) = setup("refreshInterval: 1s").await;
     place(&fake, "first", "b1").await;
     // The kubelet now reports the first build using 64 MiB (of its 256Mi request).
     k.set_node(0.6, 1088.0 * MI);
@@ -107,13 +120,7 @@ async fn explain_shows_what_each_recent_placement_still_adds_under_serve() {
     assert_eq!(after, ["default/third", "default/second"], "{third}");
     // Measured: the node's 1 GiB now, not the window's 1088 MiB with the ended build.
     let chosen = &third["inputs"]["chosenNode"];
-    let counted: f64 = chosen["recent"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["countedMemoryBytes"].as_f64().unwrap())
-        .sum();
-    let measured = chosen["headroom"]["memoryUsed"].as_f64().unwrap() - counted;
+    let measured = measured_memory(&third);
     assert!(
         (measured - 1024.0 * MI).abs() < 1.0,
         "measured {} MiB: {third}",
@@ -176,7 +183,7 @@ async fn view_age(s: &super::Running) -> f64 {
 /// dropped it at the next view).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_ending_between_views_comes_off_its_nodes_window_under_serve() {
-    let (fake, k, s) = setup("4s").await;
+    let (fake, k, s) = setup("refreshInterval: 4s").await;
     place(&fake, "first", "b1").await;
     // The build holds 512 MiB (the pod first, so no poll sees the node without it).
     k.set_pods(vec![stats_of(&fake, "first", 512.0 * MI)]);
@@ -220,13 +227,7 @@ async fn a_build_ending_between_views_comes_off_its_nodes_window_under_serve() {
             && text.contains(" s ago: default/first"),
         "{text}"
     );
-    let counted: f64 = chosen["recent"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no recent placements: {explain}"))
-        .iter()
-        .map(|r| r["countedMemoryBytes"].as_f64().unwrap())
-        .sum();
-    let measured = chosen["headroom"]["memoryUsed"].as_f64().unwrap() - counted;
+    let measured = measured_memory(&explain);
     assert_eq!(
         chosen["usage"]["memory_working_set_bytes"]["windowed"].as_f64(),
         Some(1536.0 * MI),
@@ -246,17 +247,8 @@ async fn a_build_ending_between_views_comes_off_its_nodes_window_under_serve() {
 /// all see the node without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_that_left_comes_off_the_windows_first_sample_under_serve() {
-    let fake = Fake::start().await;
-    let k = FakeKubelet::start("node-a", 0.5, 1024.0 * MI).await;
+    let (fake, k, s) = setup("refreshInterval: 1s, nodeWindow: 6s").await;
     k.set_node_lag_ms(100);
-    fake.put("nodes", node("node-a", "4"));
-    fake.put("namespaces", namespace("default"));
-    let base = format!(
-        "{SERVE_BASE}analytics: {{refreshInterval: 1s, nodeWindow: 6s}}\nusage: {{warmup: 10m}}\n{}",
-        collectors_yaml(&[("node-a", &k)])
-    );
-    let s = start(&fake, config(&base, ""), None).await;
-    until_measured(&s, &["node-a"]).await;
     place(&fake, "build", "b1").await;
     k.set_pods(vec![stats_of(&fake, "build", 512.0 * MI)]);
     k.set_node(0.6, 1536.0 * MI);
@@ -273,18 +265,11 @@ async fn a_build_that_left_comes_off_the_windows_first_sample_under_serve() {
         let name = format!("next-{i}");
         place(&fake, &name, "b2").await;
         let explain = get_json(&s.url(&format!("/explain/default/{name}"))).await;
-        let chosen = &explain["inputs"]["chosenNode"];
-        let counted: f64 = chosen["recent"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no recent placements: {explain}"))
-            .iter()
-            .map(|r| r["countedMemoryBytes"].as_f64().unwrap())
-            .sum();
-        let measured = chosen["headroom"]["memoryUsed"].as_f64().unwrap() - counted;
-        let windowed = chosen["usage"]["memory_working_set_bytes"]["windowed"]
-            .as_f64()
-            .unwrap();
-        seen.push((measured / MI, windowed / MI));
+        let windowed =
+            explain["inputs"]["chosenNode"]["usage"]["memory_working_set_bytes"]["windowed"]
+                .as_f64()
+                .unwrap();
+        seen.push((measured_memory(&explain) / MI, windowed / MI));
     }
     s.stop().await;
     // The raw window still held the build in at least one of them, and every decision
