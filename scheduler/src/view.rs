@@ -151,17 +151,21 @@ pub struct PodWindow {
 }
 
 impl PodWindow {
+    /// Its containers' samples of `signal`.
+    fn containers(&self, signal: Signal) -> &[Samples] {
+        match signal {
+            Signal::Cpu => &self.cpu,
+            Signal::Memory => &self.memory,
+        }
+    }
+
     /// What the pod used of `signal` at `t_ms`: over its containers, each one's newest
     /// sample at or before `t_ms`, counted only where the container is known to have run
     /// then (sampled at or before it and at or after it). Outside its samples a container
     /// counts nothing: taking off what it may not have used would make the node look
     /// emptier than it was.
     pub fn at(&self, signal: Signal, t_ms: i64) -> f64 {
-        let containers = match signal {
-            Signal::Cpu => &self.cpu,
-            Signal::Memory => &self.memory,
-        };
-        containers
+        self.containers(signal)
             .iter()
             .filter(|c| c.last().is_some_and(|(last, _)| *last >= t_ms))
             .filter_map(|c| {
@@ -177,13 +181,9 @@ impl PodWindow {
     /// each one's mean of its samples there. `None` when no container has a sample there
     /// (the report would have no usage for the pod).
     pub fn mean(&self, signal: Signal, from_ms: i64, to_ms: i64) -> Option<f64> {
-        let containers = match signal {
-            Signal::Cpu => &self.cpu,
-            Signal::Memory => &self.memory,
-        };
         let mut any = false;
         let mut sum = 0.0;
-        for c in containers {
+        for c in self.containers(signal) {
             let lo = c.partition_point(|(t, _)| *t < from_ms);
             let hi = c.partition_point(|(t, _)| *t <= to_ms);
             if let Some(span) = c.get(lo..hi).filter(|s| !s.is_empty()) {
