@@ -6,8 +6,9 @@
 //! and RealHeadroom already steers pods away from it. Turn it on where latency matters.
 
 use crate::framework::{Registered, Status};
-use crate::snapshot::NodeInfo;
-use crate::usage::node::degraded_status;
+use crate::snapshot::table::NodeTable;
+use crate::snapshot::{NodeIdx, NodeInfo};
+use crate::usage::node::{RealUse, degraded_status};
 use crate::usage::policy::Class;
 use crate::usage::{CycleUsage, NodeReal};
 
@@ -51,6 +52,12 @@ impl real_fit::RealFit for RealCpuFit {
         class.real_cpu_fit
     }
 
+    /// The verdict from the node's CPU alone.
+    #[inline]
+    fn surely_passes(&self, u: &CycleUsage, table: &NodeTable, idx: NodeIdx) -> bool {
+        RealUse::at(u, table, idx).is_some_and(|r| !over(u, r.cpu_total, r.cpu_used))
+    }
+
     /// The verdict on a node's real state.
     #[inline]
     fn check(&self, u: &CycleUsage, real: &NodeReal, _node: &NodeInfo, explain: bool) -> Status {
@@ -61,10 +68,9 @@ impl real_fit::RealFit for RealCpuFit {
                 explain,
             );
         }
-        let predicted = u.pod.prediction.cpu_cores;
-        let after = real.cpu_used + predicted;
-        let limit = real.cpu_total * u.pod.class.cpu_threshold;
-        if after > limit {
+        if over(u, real.cpu_total, real.cpu_used) {
+            let predicted = u.pod.prediction.cpu_cores;
+            let after = real.cpu_used + predicted;
             let s = Status::unschedulable(REASON);
             if explain {
                 return s.with_detail(format!(
@@ -83,6 +89,15 @@ impl real_fit::RealFit for RealCpuFit {
         }
         Status::success()
     }
+}
+
+/// The verdict: whether the pod's prediction takes a node of `total` cores with `used` in
+/// use (real, with the recent placements) past the class's threshold. One function for
+/// [`RealFit::check`](real_fit::RealFit::check) and the quick pass, so the two cannot
+/// disagree.
+#[inline(always)]
+fn over(u: &CycleUsage, total: f64, used: f64) -> bool {
+    used + u.pod.prediction.cpu_cores > total * u.pod.class.cpu_threshold
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use crate::framework::{
     ClusterEvent, ClusterEvents, CycleState, FilterPlugin, NodeBatch, NodeNames, Plugin,
     PreFilterPlugin, Registered, Status, WrittenIn,
 };
-use crate::snapshot::{NodeInfo, PodInfo, Snapshot};
+use crate::snapshot::table::NodeTable;
+use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot};
 use crate::usage::node::degraded_status;
 use crate::usage::policy::Class;
 use crate::usage::wait::relaxed;
@@ -69,6 +70,13 @@ pub(super) trait RealFit: std::fmt::Debug + Send + Sync + 'static {
     /// PreFilter's own work once the pod's usage is known (RealMemoryFit: where else the
     /// pod has room, under the usage fallback).
     fn pre_filter_with(&self, _state: &mut CycleState, _u: &CycleUsage, _snapshot: &Snapshot) {}
+    /// Whether node `idx`, whose usage is fresh, surely passes [`RealFit::check`], told
+    /// from the few numbers the check reads without building the node's whole
+    /// [`NodeReal`] (most nodes pass: the batch builds it only for the others). `false`:
+    /// ask `check`.
+    fn surely_passes(&self, _u: &CycleUsage, _table: &NodeTable, _idx: NodeIdx) -> bool {
+        false
+    }
     /// The verdict on a node's real state (a degraded verdict when it is not fresh);
     /// `node` for what the snapshot knows besides usage (the pods on it).
     fn check(&self, u: &CycleUsage, real: &NodeReal, node: &NodeInfo, explain: bool) -> Status;
@@ -203,6 +211,9 @@ fn filter_batch<P: RealFit>(
     batch.retain(|idx| {
         if !u.is_fresh(idx, policy) {
             return degraded.clone();
+        }
+        if plugin.surely_passes(u, table, idx) {
+            return None;
         }
         let real = u.node_real_at(table, idx, policy);
         let s = plugin.check(u, &real, snapshot.node(idx), false);

@@ -9,8 +9,9 @@
 
 use crate::framework::{CycleState, Registered, Status};
 use crate::quantity::format_bytes;
-use crate::snapshot::{NodeInfo, Snapshot};
-use crate::usage::node::degraded_status;
+use crate::snapshot::table::NodeTable;
+use crate::snapshot::{NodeIdx, NodeInfo, Snapshot};
+use crate::usage::node::{RealUse, degraded_status};
 use crate::usage::policy::Class;
 use crate::usage::{CycleUsage, NodeReal, UsagePolicy};
 
@@ -66,6 +67,13 @@ impl real_fit::RealFit for RealMemoryFit {
         }
     }
 
+    /// The plain verdict (no risk target) from the node's memory alone.
+    #[inline]
+    fn surely_passes(&self, u: &CycleUsage, table: &NodeTable, idx: NodeIdx) -> bool {
+        self.risk_z.is_none()
+            && RealUse::at(u, table, idx).is_some_and(|r| !short(u, r.memory_total, r.memory_used))
+    }
+
     /// The verdict on a node's real state.
     #[inline]
     fn check(&self, u: &CycleUsage, real: &NodeReal, _node: &NodeInfo, explain: bool) -> Status {
@@ -79,10 +87,10 @@ impl real_fit::RealFit for RealMemoryFit {
         if let Some(z) = self.risk_z {
             return self.check_risk(u, real, z, explain);
         }
-        let predicted = u.pod.prediction.memory_bytes;
-        let free = real.memory_total - real.memory_used;
-        let reserve = real.memory_total * u.pod.class.memory_reserve;
-        if free - predicted < reserve {
+        if short(u, real.memory_total, real.memory_used) {
+            let predicted = u.pod.prediction.memory_bytes;
+            let free = real.memory_total - real.memory_used;
+            let reserve = real.memory_total * u.pod.class.memory_reserve;
             let s = Status::unschedulable(REASON);
             if explain {
                 return s.with_detail(format!(
@@ -162,6 +170,16 @@ impl RealMemoryFit {
             u.pod.prediction.describe(),
         ))
     }
+}
+
+/// The plain verdict: whether a node of `total` memory with `used` in use (real, with the
+/// recent placements) is left short of the class's reserve by the pod's prediction. One
+/// function for [`RealFit::check`](real_fit::RealFit::check) and the quick pass, so the two
+/// cannot disagree.
+#[inline(always)]
+fn short(u: &CycleUsage, total: f64, used: f64) -> bool {
+    let free = total - used;
+    free - u.pod.prediction.memory_bytes < total * u.pod.class.memory_reserve
 }
 
 /// Whether some schedulable node with fresh usage has room for the pod's expected demand

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
 use crate::framework::{CycleState, Framework, PluginWeight, Registered, Status};
-use crate::snapshot::{PodInfo, Snapshot};
+use crate::snapshot::{NodeIdx, PodInfo, Snapshot};
 
 /// A node named `name` with 4 CPUs, 8 GiB, 110 pods, merged with `extra` (a JSON object whose
 /// top-level keys `metadata`, `spec`, `status` are merged shallowly).
@@ -62,10 +62,25 @@ pub fn filter_all(reg: &Registered, snap: &Snapshot, pod: &PodInfo) -> Vec<(Stri
         }
     }
     let f = reg.filter.as_ref().expect("filter plugin");
-    snap.nodes()
+    let per_node: Vec<(String, Status)> = snap
+        .nodes()
         .iter()
         .map(|n| (n.name.to_string(), f.filter(&state, pod, n)))
-        .collect()
+        .collect();
+    // The batch a cycle runs (plugins' quick passes included) gives every node the
+    // per-node verdict.
+    let mut batch = crate::framework::NodeBatch::new((0..snap.len() as NodeIdx).collect());
+    f.filter_batch(&state, pod, snap, &mut batch);
+    let (_, rejected) = batch.into_parts();
+    for (i, (name, s)) in per_node.iter().enumerate() {
+        let b = rejected.iter().find(|(idx, _)| *idx as usize == i);
+        assert_eq!(
+            b.map(|(_, b)| (b.code, &b.reasons)),
+            (!s.is_success()).then_some((s.code, &s.reasons)),
+            "{name}: batch and per-node filters disagree"
+        );
+    }
+    per_node
 }
 
 /// Runs one score plugin (PreScore, Score, NormalizeScore) over all nodes through the real

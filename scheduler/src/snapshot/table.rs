@@ -154,8 +154,9 @@ pub struct NodeTable {
     /// Allocatable millicores, memory and ephemeral storage as [`Divisor`]s (scores divide
     /// by them).
     pub allocatable_div: Vec<[Divisor; 3]>,
-    /// Capacity: millicores and memory ([`NodeInfo::capacity`]).
-    pub capacity: Vec<[i64; 2]>,
+    /// Capacity: cores and memory bytes ([`real_capacity`] of [`NodeInfo::capacity`]), as
+    /// the real-usage plugins divide by them.
+    pub capacity: Vec<[f64; 2]>,
     /// [`NodeInfo::disk_annotations`].
     pub disk_annotations: Vec<(Option<f64>, Option<f64>)>,
     /// [`flag`]s.
@@ -166,6 +167,14 @@ pub struct NodeTable {
     pub taint_dict: Interner<TaintKey>,
     /// Interned labels.
     pub labels: LabelTable,
+}
+
+/// A node's capacity (millicores, bytes) as the real-usage plugins read it: cores and
+/// bytes, each as `f64`. Kept in the table so that a cycle does not divide millicores by
+/// 1,000 again for every node in every pass.
+#[inline]
+pub fn real_capacity((milli_cpu, memory): (i64, i64)) -> [f64; 2] {
+    [milli_cpu as f64 / 1000.0, memory as f64]
 }
 
 fn flags_of(info: &NodeInfo) -> u8 {
@@ -208,7 +217,7 @@ impl NodeTable {
         self.allocatable_div.push([Divisor::new(0); 3]);
         self.requested.push([0; 4]);
         self.non_zero.push([0; 2]);
-        self.capacity.push([0; 2]);
+        self.capacity.push([0.0; 2]);
         self.disk_annotations.push((None, None));
         self.flags.push(0);
         self.taints.push(SmallVec::new());
@@ -227,7 +236,7 @@ impl NodeTable {
             Divisor::new(a.memory),
             Divisor::new(a.ephemeral_storage),
         ];
-        self.capacity[idx] = [info.capacity.0, info.capacity.1];
+        self.capacity[idx] = real_capacity(info.capacity);
         self.disk_annotations[idx] = info.disk_annotations;
         self.flags[idx] = flags_of(info);
         self.labels.clear(idx);

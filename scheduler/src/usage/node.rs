@@ -7,7 +7,7 @@ use super::CycleUsage;
 use super::policy::{StalePolicy, UsagePolicy};
 use crate::framework::{CycleState, Status};
 use crate::quantity::format_bytes;
-use crate::snapshot::table::{NodeTable, res};
+use crate::snapshot::table::{NodeTable, real_capacity, res};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo};
 use crate::usage_context::{MemoryDist, RecentSums, UsageContext, UsageRow};
 
@@ -98,6 +98,60 @@ pub struct NodeReal {
     pub disk: Option<Disk>,
 }
 
+/// The node's measured memory, less what the pods that left it used
+/// ([`RecentSums::without_departed`]).
+#[inline(always)]
+fn measured_memory(row: &UsageRow, recent: &RecentSums) -> f64 {
+    recent
+        .without_departed
+        .map_or(row.memory, |[_, m]| m.min(row.memory))
+}
+
+/// [`NodeReal::memory_used`] from the measured memory and the recent placements.
+#[inline(always)]
+fn memory_used(measured: f64, recent: &RecentSums) -> f64 {
+    measured + recent.memory
+}
+
+/// Node `idx`'s capacity and real use (with the recent placements), the same numbers
+/// [`CycleUsage::node_real_at`] gives, without building the rest of its real state (disk,
+/// the recent placements' count and spread): the real filters' quick pass over every node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RealUse {
+    /// [`NodeReal::cpu_total`].
+    pub cpu_total: f64,
+    /// [`NodeReal::cpu_used`].
+    pub cpu_used: f64,
+    /// [`NodeReal::memory_total`].
+    pub memory_total: f64,
+    /// [`NodeReal::memory_used`].
+    pub memory_used: f64,
+}
+
+impl RealUse {
+    /// Node `idx`'s [`RealUse`]; `None` without a usage row.
+    #[inline]
+    pub fn at(u: &CycleUsage, table: &NodeTable, idx: NodeIdx) -> Option<RealUse> {
+        let row = u.rows.row(idx)?;
+        let recent = u.recent_at(idx);
+        let [cpu_total, memory_total] = table.capacity[idx as usize];
+        Some(RealUse {
+            cpu_total,
+            cpu_used: measured_cpu(row, &recent) + recent.cpu,
+            memory_total,
+            memory_used: memory_used(measured_memory(row, &recent), &recent),
+        })
+    }
+}
+
+/// The node's measured CPU, less what the pods that left it used.
+#[inline(always)]
+fn measured_cpu(row: &UsageRow, recent: &RecentSums) -> f64 {
+    recent
+        .without_departed
+        .map_or(row.cpu, |[c, _]| c.min(row.cpu))
+}
+
 impl NodeReal {
     /// The real state of `node` in `ctx`. Measured usage is the larger of the current value
     /// and the windowed statistic (a quiet last scrape must not hide a busy window, nor a
@@ -109,7 +163,7 @@ impl NodeReal {
         let row = ctx.view.node(&node.name).map(UsageRow::of);
         let recent = RecentSums::of(ctx, &node.name, policy.warmup_ms());
         NodeReal::from_parts(
-            node.capacity,
+            real_capacity(node.capacity),
             node.disk_annotations,
             row.as_ref(),
             ctx.now_ms,
@@ -118,12 +172,12 @@ impl NodeReal {
         )
     }
 
-    /// The real state of a node from its capacity (millicores, bytes), its disk
+    /// The real state of a node from its capacity (cores, bytes: [`real_capacity`]), its disk
     /// annotations ([`NodeInfo::disk_annotations`]), its usage row and its recent
     /// placements at `now_ms`.
     #[inline]
     pub fn from_parts(
-        capacity: (i64, i64),
+        capacity: [f64; 2],
         disk_annotations: (Option<f64>, Option<f64>),
         row: Option<&UsageRow>,
         now_ms: i64,
@@ -143,11 +197,8 @@ impl NodeReal {
         };
         // Pods that left the node come off its samples, each by what it used at each one
         // ([`crate::usage_context::UsageContext::record_departure`]).
-        let (cpu_measured, mem_measured) = row.map_or((0.0, 0.0), |u| {
-            recent
-                .without_departed
-                .map_or((u.cpu, u.memory), |[c, m]| (c.min(u.cpu), m.min(u.memory)))
-        });
+        let cpu_measured = row.map_or(0.0, |u| measured_cpu(u, &recent));
+        let mem_measured = row.map_or(0.0, |u| measured_memory(u, &recent));
         // Disk from metrics only while they are fresh; the annotations (synced by a script,
         // seed 003) stand in otherwise.
         let metrics_disk =
@@ -168,10 +219,10 @@ impl NodeReal {
         });
         NodeReal {
             freshness,
-            cpu_total: capacity.0 as f64 / 1000.0,
+            cpu_total: capacity[0],
             cpu_used: cpu_measured + recent.cpu,
-            memory_total: capacity.1 as f64,
-            memory_used: mem_measured + recent.memory,
+            memory_total: capacity[1],
+            memory_used: memory_used(mem_measured, &recent),
             recent: recent.count,
             recent_cpu: recent.cpu,
             recent_memory: recent.memory,
@@ -263,16 +314,23 @@ impl Headroom {
     /// memory (bytes), as the node table holds them.
     #[inline]
     pub fn from_requested(real: &NodeReal, requested: (i64, i64)) -> Headroom {
-        let requested_cpu = requested.0 as f64 / 1000.0;
-        let requested_memory = requested.1 as f64;
+        // Only where the usage is not fresh: a division per node the fresh ones (nearly
+        // all, every cycle) do not need.
+        let requests = || (requested.0 as f64 / 1000.0, requested.1 as f64);
         let (basis, cpu_used, memory_used) = match real.freshness {
             Freshness::Fresh { .. } => (Basis::Measured, real.cpu_used, real.memory_used),
-            Freshness::Stale { .. } => (
-                Basis::StaleFloor,
-                requested_cpu.max(real.cpu_used),
-                requested_memory.max(real.memory_used),
-            ),
-            Freshness::Missing => (Basis::Requests, requested_cpu, requested_memory),
+            Freshness::Stale { .. } => {
+                let (cpu, memory) = requests();
+                (
+                    Basis::StaleFloor,
+                    cpu.max(real.cpu_used),
+                    memory.max(real.memory_used),
+                )
+            }
+            Freshness::Missing => {
+                let (cpu, memory) = requests();
+                (Basis::Requests, cpu, memory)
+            }
         };
         Headroom {
             basis,

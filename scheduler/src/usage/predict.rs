@@ -17,7 +17,7 @@ use super::policy::{Class, ColdStart, Percentile, StalePolicy, UsagePolicy};
 use crate::framework::{CycleState, Status, WrittenIn};
 use crate::quantity::{Quantity, format_bytes};
 use crate::selector::Labels;
-use crate::snapshot::table::NodeTable;
+use crate::snapshot::table::{NodeTable, real_capacity};
 use crate::snapshot::{NodeIdx, NodeInfo, PodInfo, Snapshot, normalized_image_name};
 use crate::usage_context::risk::Z95;
 use crate::usage_context::shapes::{ShapeCounter, ShapeMix};
@@ -515,7 +515,7 @@ impl CycleUsage {
     #[inline]
     pub fn node_real(&self, node: &NodeInfo, policy: &UsagePolicy) -> NodeReal {
         NodeReal::from_parts(
-            node.capacity,
+            real_capacity(node.capacity),
             node.disk_annotations,
             self.rows.row(node.idx),
             self.ctx.now_ms,
@@ -533,9 +533,8 @@ impl CycleUsage {
     #[inline(always)]
     pub fn node_real_at(&self, table: &NodeTable, idx: NodeIdx, policy: &UsagePolicy) -> NodeReal {
         let i = idx as usize;
-        let c = &table.capacity[i];
         NodeReal::from_parts(
-            (c[0], c[1]),
+            table.capacity[i],
             table.disk_annotations[i],
             self.rows.row(idx),
             self.ctx.now_ms,

@@ -174,14 +174,22 @@ impl NodeRecent {
 }
 
 /// Every node's [`NodeRecent`] by index, for one usage view, node layout and version of
-/// the recent placements ([`UsageContext::recent_version`]).
+/// the recent placements ([`UsageContext::recent_version`]). Sparse: only the nodes with
+/// placements or departures have an entry. A cycle asks for every node's sums, a node
+/// without an entry answers from a 4-byte slot, and a full table of 5,000 mostly empty
+/// entries (128 bytes each) left the cycle waiting on memory (`perf`, benches/README.md).
 #[derive(Debug, Clone)]
 pub struct RecentTable {
     view: Arc<UsageView>,
     layout: u64,
     version: u64,
-    nodes: Vec<NodeRecent>,
+    /// Each node's entry in `entries`, by index ([`NO_ENTRY`]: none).
+    slot: Vec<u32>,
+    entries: Vec<NodeRecent>,
 }
+
+/// [`RecentTable`]'s slot of a node without an entry.
+const NO_ENTRY: u32 = u32::MAX;
 
 impl RecentTable {
     /// Folds every node's placements in `ctx` for the nodes `names` (by index) of node
@@ -192,17 +200,32 @@ impl RecentTable {
         layout: u64,
         index_of: impl Fn(&str) -> Option<NodeIdx>,
     ) -> RecentTable {
-        let mut nodes = vec![NodeRecent::default(); len];
-        for name in ctx.nodes_with_recent() {
-            if let Some(idx) = index_of(name) {
-                nodes[idx as usize] = NodeRecent::build(ctx, name);
-            }
-        }
-        RecentTable {
+        let mut t = RecentTable {
             view: ctx.view.clone(),
             layout,
             version: ctx.recent_version(),
-            nodes,
+            slot: vec![NO_ENTRY; len],
+            entries: Vec::new(),
+        };
+        for name in ctx.nodes_with_recent() {
+            if let Some(idx) = index_of(name) {
+                t.set(idx, NodeRecent::build(ctx, name));
+            }
+        }
+        t
+    }
+
+    /// Node `idx`'s entry, made or replaced.
+    fn set(&mut self, idx: NodeIdx, n: NodeRecent) {
+        let Some(slot) = self.slot.get_mut(idx as usize) else {
+            return;
+        };
+        match self.entries.get_mut(*slot as usize) {
+            Some(e) => *e = n,
+            None => {
+                *slot = self.entries.len() as u32;
+                self.entries.push(n);
+            }
         }
     }
 
@@ -217,8 +240,8 @@ impl RecentTable {
     /// placements changed, and takes `ctx`'s version. The table must have been current
     /// just before the change.
     pub fn refold(&mut self, ctx: &UsageContext, idx: Option<NodeIdx>, name: &str) {
-        if let Some(n) = idx.and_then(|i| self.nodes.get_mut(i as usize)) {
-            *n = NodeRecent::build(ctx, name);
+        if let Some(i) = idx {
+            self.set(i, NodeRecent::build(ctx, name));
         }
         self.version = ctx.recent_version();
     }
@@ -226,8 +249,9 @@ impl RecentTable {
     /// What recent placements add on node `idx` at `now_ms` with warm-up `warmup_ms`.
     #[inline]
     pub fn sums(&self, idx: NodeIdx, now_ms: i64, warmup_ms: i64) -> RecentSums {
-        self.nodes
+        self.slot
             .get(idx as usize)
+            .and_then(|&s| self.entries.get(s as usize))
             .map_or_else(RecentSums::default, |n| n.sums(now_ms, warmup_ms))
     }
 }
@@ -427,7 +451,15 @@ mod tests {
         let kept = snap.recent_table();
         assert_eq!(Arc::as_ptr(&kept), first, "refolded in place");
         let fresh = RecentTable::build(snap.usage(), snap.len(), kept.layout, |n| snap.index_of(n));
-        assert_eq!(kept.nodes, fresh.nodes);
+        for idx in 0..snap.len() as NodeIdx {
+            for (now, warmup) in [(100, 0), (100, 120), (55, 30), (1_000, 10)] {
+                assert_eq!(
+                    kept.sums(idx, now, warmup),
+                    fresh.sums(idx, now, warmup),
+                    "node {idx} at {now} with warm-up {warmup}"
+                );
+            }
+        }
         let b = snap.index_of("b").unwrap();
         assert_eq!(
             kept.sums(b, 100, 0).cpu,
