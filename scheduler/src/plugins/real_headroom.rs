@@ -622,6 +622,64 @@ mod tests {
         assert!(batch.windows(2).any(|w| w[0] != w[1]), "{batch:?}");
     }
 
+    /// The table's quick path for a fresh node gives what the whole real state gives, on
+    /// fresh, stale and unmeasured nodes, with recent placements sampled and not, with and
+    /// without a risk target.
+    #[test]
+    fn free_after_from_the_table_is_free_after_from_the_node() {
+        let mut snap = with_usage(
+            Snapshot::build(
+                ["idle", "half", "stale", "dark"].map(|n| node(n, json!({}))),
+                [pod(
+                    "on-half",
+                    json!({"spec": {"nodeName": "half", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}),
+                )],
+            ),
+            vec![
+                usage("idle", 0.3, 0.5 * GI, 5, Some((100.0 * GI, 60.0 * GI))),
+                usage("half", 2.0, 4.0 * GI, 5, None),
+                usage("stale", 1.0, 6.0 * GI, 900, None),
+            ],
+            vec![profile("default/Pod/p", 0.4, 0.8 * GI)],
+        );
+        for (i, (node, ago_ms)) in [("half", 2_000), ("half", 30_000), ("idle", 1_000)]
+            .into_iter()
+            .enumerate()
+        {
+            snap.record_placement(
+                None,
+                node,
+                crate::usage_context::RecentPlacement {
+                    pod: crate::key::PodKey::new("default", format!("r{i}")),
+                    at_ms: NOW_MS - ago_ms,
+                    cpu_cores: 0.5,
+                    memory_bytes: 0.7 * GI,
+                    disk_bytes: 1e9,
+                    memory_dist: crate::usage_context::MemoryDist {
+                        mean: 0.6 * GI,
+                        var: 1e16,
+                    },
+                },
+            );
+        }
+        let p = info(pod("p", json!({})));
+        for risk in ["{}", "memoryRiskPercent: 5"] {
+            let policy: UsagePolicy = serde_norway::from_str(risk).unwrap();
+            let risk_z = policy.memory_risk_z();
+            let mut state = CycleState::new(false);
+            let deps = PluginDeps::default();
+            let u = pod_usage(&mut state, &p, &snap, &policy, &deps.identity);
+            for n in snap.nodes() {
+                assert_eq!(
+                    FreeAfter::at(&u, &p, snap.table(), n.idx, &policy, risk_z),
+                    FreeAfter::of(&u, &p, n, &policy, risk_z),
+                    "{} with {risk}",
+                    n.name
+                );
+            }
+        }
+    }
+
     /// Under `usage.memoryRiskPercent` free memory is judged at the risk target: of two
     /// nodes with the same expected memory, the one whose demand is uncertain (pods placed
     /// but not sampled yet) scores lower, and `/explain` gives the correction. Without

@@ -160,12 +160,14 @@ impl NodeReal {
     /// Inside a cycle, [`CycleUsage::node_real`] gives the same numbers from rows resolved
     /// once per view.
     pub fn of(node: &NodeInfo, ctx: &UsageContext, policy: &UsagePolicy) -> NodeReal {
-        let row = ctx.view.node(&node.name).map(UsageRow::of);
+        let entry = ctx.view.node(&node.name);
+        let row = entry.map(UsageRow::of);
         let recent = RecentSums::of(ctx, &node.name, policy.warmup_ms());
         NodeReal::from_parts(
             real_capacity(node.capacity),
             node.disk_annotations,
             row.as_ref(),
+            entry.and_then(UsageRow::fs_of),
             ctx.now_ms,
             recent,
             policy,
@@ -173,13 +175,14 @@ impl NodeReal {
     }
 
     /// The real state of a node from its capacity (cores, bytes: [`real_capacity`]), its disk
-    /// annotations ([`NodeInfo::disk_annotations`]), its usage row and its recent
-    /// placements at `now_ms`.
+    /// annotations ([`NodeInfo::disk_annotations`]), its usage row, its root filesystem
+    /// ([`UsageRow::fs_of`]) and its recent placements at `now_ms`.
     #[inline]
     pub fn from_parts(
         capacity: [f64; 2],
         disk_annotations: (Option<f64>, Option<f64>),
         row: Option<&UsageRow>,
+        fs: Option<(f64, f64)>,
         now_ms: i64,
         recent: RecentSums,
         policy: &UsagePolicy,
@@ -201,14 +204,13 @@ impl NodeReal {
         let mem_measured = row.map_or(0.0, |u| measured_memory(u, &recent));
         // Disk from metrics only while they are fresh; the annotations (synced by a script,
         // seed 003) stand in otherwise.
-        let metrics_disk =
-            row.filter(|_| freshness.is_fresh())
-                .and_then(|u| u.fs)
-                .map(|(total, free)| Disk {
-                    total,
-                    free: free - recent.disk,
-                    source: DiskSource::Metrics,
-                });
+        let metrics_disk = fs
+            .filter(|_| freshness.is_fresh())
+            .map(|(total, free)| Disk {
+                total,
+                free: free - recent.disk,
+                source: DiskSource::Metrics,
+            });
         let disk = metrics_disk.or_else(|| {
             let (total, free) = disk_annotations;
             Some(Disk {
@@ -411,6 +413,24 @@ impl FreeAfter {
         policy: &UsagePolicy,
         risk_z: Option<f64>,
     ) -> FreeAfter {
+        // A fresh node without a risk target (nearly every node of nearly every cycle)
+        // needs only its [`RealUse`]: not its disk, its requests (read only where usage is
+        // not fresh) nor its recent placements' spread; the same numbers as below.
+        if risk_z.is_none()
+            && u.is_fresh(idx, policy)
+            && let Some(r) = RealUse::at(u, table, idx)
+        {
+            return FreeAfter {
+                fresh: true,
+                cpu_total: r.cpu_total,
+                cpu_used: r.cpu_used,
+                cpu_pod: u.pod.prediction.cpu_cores,
+                memory_total: r.memory_total,
+                memory_used: r.memory_used,
+                memory_pod: u.pod.prediction.memory_bytes,
+                memory_margin: 0.0,
+            };
+        }
         let real = u.node_real_at(table, idx, policy);
         let r = &table.requested[idx as usize];
         FreeAfter::from_real(u, pod, &real, (r[res::CPU], r[res::MEMORY]), risk_z)
