@@ -98,19 +98,18 @@ pub struct NodeReal {
     pub disk: Option<Disk>,
 }
 
-/// The node's measured memory, less what the pods that left it used
-/// ([`RecentSums::without_departed`]).
+/// CPU (cores) and memory (bytes) in use on a node, as [`NodeReal`] counts them: its
+/// measured usage (`row`; none without one) less what the pods that left it used
+/// ([`RecentSums::without_departed`]), plus its recent placements. One function for
+/// [`NodeReal::from_parts`] and [`RealUse::at`], so the two cannot disagree.
 #[inline(always)]
-fn measured_memory(row: &UsageRow, recent: &RecentSums) -> f64 {
-    recent
-        .without_departed
-        .map_or(row.memory, |[_, m]| m.min(row.memory))
-}
-
-/// [`NodeReal::memory_used`] from the measured memory and the recent placements.
-#[inline(always)]
-fn memory_used(measured: f64, recent: &RecentSums) -> f64 {
-    measured + recent.memory
+fn real_used(row: Option<&UsageRow>, recent: &RecentSums) -> [f64; 2] {
+    let [cpu, memory] = row.map_or([0.0, 0.0], |u| {
+        recent
+            .without_departed
+            .map_or([u.cpu, u.memory], |[c, m]| [c.min(u.cpu), m.min(u.memory)])
+    });
+    [cpu + recent.cpu, memory + recent.memory]
 }
 
 /// Node `idx`'s capacity and real use (with the recent placements), the same numbers
@@ -133,23 +132,15 @@ impl RealUse {
     #[inline]
     pub fn at(u: &CycleUsage, table: &NodeTable, idx: NodeIdx) -> Option<RealUse> {
         let row = u.rows.row(idx)?;
-        let recent = u.recent_at(idx);
+        let [cpu_used, memory_used] = real_used(Some(row), &u.recent_at(idx));
         let [cpu_total, memory_total] = table.capacity[idx as usize];
         Some(RealUse {
             cpu_total,
-            cpu_used: measured_cpu(row, &recent) + recent.cpu,
+            cpu_used,
             memory_total,
-            memory_used: memory_used(measured_memory(row, &recent), &recent),
+            memory_used,
         })
     }
-}
-
-/// The node's measured CPU, less what the pods that left it used.
-#[inline(always)]
-fn measured_cpu(row: &UsageRow, recent: &RecentSums) -> f64 {
-    recent
-        .without_departed
-        .map_or(row.cpu, |[c, _]| c.min(row.cpu))
 }
 
 impl NodeReal {
@@ -200,8 +191,7 @@ impl NodeReal {
         };
         // Pods that left the node come off its samples, each by what it used at each one
         // ([`crate::usage_context::UsageContext::record_departure`]).
-        let cpu_measured = row.map_or(0.0, |u| measured_cpu(u, &recent));
-        let mem_measured = row.map_or(0.0, |u| measured_memory(u, &recent));
+        let [cpu_used, memory_used] = real_used(row, &recent);
         // Disk from metrics only while they are fresh; the annotations (synced by a script,
         // seed 003) stand in otherwise.
         let metrics_disk = fs
@@ -222,9 +212,9 @@ impl NodeReal {
         NodeReal {
             freshness,
             cpu_total: capacity[0],
-            cpu_used: cpu_measured + recent.cpu,
+            cpu_used,
             memory_total: capacity[1],
-            memory_used: memory_used(mem_measured, &recent),
+            memory_used,
             recent: recent.count,
             recent_cpu: recent.cpu,
             recent_memory: recent.memory,
